@@ -1,0 +1,164 @@
+//! `lockgate checkpoints list|inspect`.
+
+use super::{EXIT_FAILURE, EXIT_USAGE};
+use lockgate_state::restore::EntryStatus;
+use lockgate_state::snapshot_dir;
+use lockgate_state::verify::{verify_files, FileProblem};
+use lockgate_state::CheckpointMetadata;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+fn time(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// Prints one line per checkpoint of `dir`, newest last.
+pub fn list(dir: &Path) -> i32 {
+    let entries = match snapshot_dir::list(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    if !dir.is_dir() {
+        eprintln!("error: {} is not a directory", dir.display());
+        return EXIT_USAGE;
+    }
+    println!(
+        "{:<28} {:>10} {:<12} {:<25} {:>6} {:>10}",
+        "CHECKPOINT", "ID", "STATUS", "CREATED", "FINAL", "BYTES"
+    );
+    for e in entries {
+        let path = dir.join(&e.name);
+        let (status, created, is_final, bytes) = match e.status {
+            EntryStatus::InProgress => (
+                "in-progress".to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
+            EntryStatus::MissingMetadata => (
+                "incomplete".to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
+            _ => match CheckpointMetadata::read(&path) {
+                Ok(m) => {
+                    let bytes: u64 = m
+                        .subtasks
+                        .iter()
+                        .flat_map(|s| &s.files)
+                        .map(|f| f.size)
+                        .sum();
+                    (
+                        "complete".to_string(),
+                        time(m.created_ms),
+                        m.is_final.to_string(),
+                        bytes.to_string(),
+                    )
+                }
+                Err(_) => (
+                    "CORRUPT".to_string(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ),
+            },
+        };
+        println!(
+            "{:<28} {:>10} {:<12} {:<25} {:>6} {:>10}",
+            e.name, e.id.0, status, created, is_final, bytes
+        );
+    }
+    0
+}
+
+/// Prints a checkpoint's id, time, job, positions and files, verifying every CRC.
+/// Exits 1 when anything fails verification, naming the file.
+pub fn inspect(chk: &Path) -> i32 {
+    let meta = match CheckpointMetadata::read(chk) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("checkpoint:  {}", chk.display());
+            println!("status:      CORRUPT: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let problems = verify_files(chk, &meta);
+    println!("checkpoint:  {}", chk.display());
+    println!("id:          {}", meta.id);
+    println!("created:     {}", time(meta.created_ms));
+    println!(
+        "job:         {} (fingerprint {:016x})",
+        meta.job_name, meta.fingerprint
+    );
+    println!(
+        "parallelism: {} (max {})",
+        meta.parallelism, meta.max_parallelism
+    );
+    println!("final:       {}", meta.is_final);
+    println!();
+    println!("source positions (next offset to read):");
+    println!(
+        "  {:<24} {:>9} {:>14} {:>14}",
+        "STREAM", "PARTITION", "NEXT", "END"
+    );
+    for p in &meta.positions {
+        println!(
+            "  {:<24} {:>9} {:>14} {:>14}",
+            p.stream,
+            p.partition,
+            p.next.0,
+            p.end.map_or("-".to_string(), |e| e.0.to_string())
+        );
+    }
+    println!();
+    println!("subtasks:");
+    for s in &meta.subtasks {
+        let groups = s.key_groups.map_or(String::new(), |g| {
+            format!(" key groups {}..={}", g.start, g.end)
+        });
+        let bytes: u64 = s.files.iter().map(|f| f.size).sum();
+        println!(
+            "  {}-{}{}: {} files, {} bytes{}",
+            s.operator,
+            s.subtask,
+            groups,
+            s.files.len(),
+            bytes,
+            if s.inline_state.is_empty() {
+                String::new()
+            } else {
+                format!(", {} bytes inline state", s.inline_state.len())
+            }
+        );
+        for f in &s.files {
+            let dir = s.state_dir.as_deref().unwrap_or("");
+            let rel = format!("{dir}/{}", f.name);
+            let bad: Vec<&FileProblem> = problems.iter().filter(|p| p.file == rel).collect();
+            println!(
+                "    {:<28} {:>12} crc {:08x} {}",
+                f.name,
+                f.size,
+                f.crc32,
+                if bad.is_empty() {
+                    "ok".to_string()
+                } else {
+                    format!("CORRUPT: {}", bad[0].problem)
+                }
+            );
+        }
+    }
+    println!();
+    if problems.is_empty() {
+        println!("status:      verified");
+        0
+    } else {
+        for p in &problems {
+            println!("status:      CORRUPT: {p}");
+        }
+        EXIT_FAILURE
+    }
+}

@@ -1,0 +1,98 @@
+//! The command line (stable: scripts and tests depend on it).
+//!
+//! Exit codes: 0 done, 1 job failure, 2 usage or configuration error.
+
+mod checkpoints;
+mod demo;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Exit code of a usage or configuration error.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code of a job failure.
+pub const EXIT_FAILURE: i32 = 1;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockgate",
+    version,
+    about = "Exactly-once connector jobs with barrier checkpoints in RocksDB"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a job; restarting after a crash is running the same command again.
+    Run {
+        /// The TOML job file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Restore from this chk-N directory (or the newest valid checkpoint of a checkpoint directory).
+        #[arg(long)]
+        restore: Option<PathBuf>,
+        /// Accept a checkpoint of another job graph, restoring the state that matches.
+        #[arg(long)]
+        allow_non_restored_state: bool,
+    },
+    /// List or inspect checkpoints.
+    #[command(subcommand)]
+    Checkpoints(CheckpointsCommand),
+    /// Run the demonstration job: crash it, resume it, verify it.
+    Demo {
+        /// Where to keep the demo's files (default: a new directory under the system temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointsCommand {
+    /// One line per checkpoint of a checkpoint directory.
+    List { dir: PathBuf },
+    /// Id, time, job, positions, files, and whether every CRC verifies.
+    Inspect { chk: PathBuf },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging();
+    if let Err(e) = crate::fault::setup_from_env() {
+        eprintln!("error: {e}");
+        return EXIT_USAGE;
+    }
+    match cli.command {
+        Command::Run {
+            config,
+            restore,
+            allow_non_restored_state,
+        } => run::run(&config, restore, allow_non_restored_state),
+        Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
+        Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
+        Command::Demo { dir } => demo::demo(dir),
+    }
+}
+
+/// A multi-threaded tokio runtime for one command.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}

@@ -1,0 +1,438 @@
+//! The TOML job file: the contract of `lockgate run --config`.
+//!
+//! Unknown keys are errors; every error names the file and the key. Relative paths are
+//! resolved against the directory of the job file, so a job runs the same from anywhere.
+
+use crate::connectors::file_sink::{FileSink, FileSinkConfig};
+use crate::connectors::sequence::{SequenceConfig, SequenceSource};
+use crate::job::{CheckpointSettings, Job, JobGraph, RestartPolicy};
+use crate::operators::rolling_sum::{json_key, RollingSum};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A configuration error: the file, the key, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {message}")]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    job: JobSection,
+    checkpoint: CheckpointSection,
+    #[serde(default)]
+    restart: RestartSection,
+    source: SourceSection,
+    #[serde(default)]
+    transform: Vec<TransformSection>,
+    sink: SinkSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSection {
+    name: String,
+    #[serde(default = "one")]
+    parallelism: u16,
+    #[serde(default = "default_max_parallelism")]
+    max_parallelism: u16,
+}
+
+fn one() -> u16 {
+    1
+}
+fn default_max_parallelism() -> u16 {
+    128
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckpointSection {
+    dir: PathBuf,
+    #[serde(default = "d_interval")]
+    interval_ms: u64,
+    #[serde(default = "d_timeout")]
+    timeout_ms: u64,
+    #[serde(default)]
+    min_pause_ms: u64,
+    #[serde(default = "d_retain")]
+    retain: usize,
+    #[serde(default)]
+    tolerable_failures: u32,
+}
+
+fn d_interval() -> u64 {
+    1000
+}
+fn d_timeout() -> u64 {
+    60_000
+}
+fn d_retain() -> usize {
+    3
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartSection {
+    #[serde(default = "d_strategy")]
+    strategy: String,
+    #[serde(default = "d_attempts")]
+    attempts: u32,
+    #[serde(default = "d_interval")]
+    delay_ms: u64,
+}
+
+fn d_strategy() -> String {
+    "fixed-delay".into()
+}
+fn d_attempts() -> u32 {
+    3
+}
+
+impl Default for RestartSection {
+    fn default() -> Self {
+        RestartSection {
+            strategy: d_strategy(),
+            attempts: d_attempts(),
+            delay_ms: d_interval(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSection {
+    sequence: Option<SequenceSection>,
+    kafka: Option<toml::Table>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SequenceSection {
+    #[serde(default = "one_i64")]
+    from: i64,
+    to: i64,
+    #[serde(default = "d_keys")]
+    keys: u32,
+    #[serde(default)]
+    rate_per_sec: u64,
+}
+
+fn one_i64() -> i64 {
+    1
+}
+fn d_keys() -> u32 {
+    1000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
+enum TransformSection {
+    RollingSum {
+        key: String,
+        field: String,
+        #[serde(default = "d_output")]
+        output: String,
+    },
+}
+
+fn d_output() -> String {
+    "/total".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SinkSection {
+    file: Option<FileSection>,
+    elasticsearch: Option<toml::Table>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSection {
+    dir: PathBuf,
+    #[serde(default = "d_format")]
+    format: String,
+}
+
+fn d_format() -> String {
+    "json".into()
+}
+
+/// Reads and validates a job file.
+pub fn load(path: &Path) -> Result<JobGraph, ConfigError> {
+    let err = |key: &str, message: String| ConfigError {
+        file: path.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
+    parse(&text, path)
+}
+
+/// Parses job-file text; `path` names errors and anchors relative paths.
+pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
+    let err = |key: &str, message: String| ConfigError {
+        file: path.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let de = toml::Deserializer::new(text);
+    let file: JobFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.message().to_string();
+        err(&key, message)
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let resolve = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+
+    let j = &file.job;
+    if j.max_parallelism == 0 || j.max_parallelism > 32768 {
+        return Err(err(
+            "job.max_parallelism",
+            "must be between 1 and 32768".into(),
+        ));
+    }
+    if j.parallelism == 0 || j.parallelism > j.max_parallelism {
+        return Err(err(
+            "job.parallelism",
+            format!(
+                "must be between 1 and max_parallelism ({})",
+                j.max_parallelism
+            ),
+        ));
+    }
+    let c = &file.checkpoint;
+    if c.retain < 2 {
+        return Err(err(
+            "checkpoint.retain",
+            "must be at least 2 (the previous checkpoint is the fallback of the newest)".into(),
+        ));
+    }
+    if c.timeout_ms == 0 {
+        return Err(err("checkpoint.timeout_ms", "must be positive".into()));
+    }
+    let restart = match file.restart.strategy.as_str() {
+        "none" => RestartPolicy::None,
+        "fixed-delay" => RestartPolicy::FixedDelay {
+            attempts: file.restart.attempts,
+            delay_ms: file.restart.delay_ms,
+        },
+        other => {
+            return Err(err(
+                "restart.strategy",
+                format!("`{other}` is not one of fixed-delay, none"),
+            ))
+        }
+    };
+    let mut b = Job::builder(&j.name)
+        .parallelism(j.parallelism)
+        .max_parallelism(j.max_parallelism)
+        .restart(restart)
+        .checkpointing(CheckpointSettings {
+            dir: resolve(&c.dir),
+            interval_ms: c.interval_ms,
+            timeout_ms: c.timeout_ms,
+            min_pause_ms: c.min_pause_ms,
+            retain: c.retain,
+            tolerable_failures: c.tolerable_failures,
+        });
+
+    b = match (&file.source.sequence, &file.source.kafka) {
+        (Some(s), None) => {
+            if s.to < s.from {
+                return Err(err(
+                    "source.sequence.to",
+                    format!("{} is below from ({})", s.to, s.from),
+                ));
+            }
+            if s.keys == 0 {
+                return Err(err("source.sequence.keys", "must be at least 1".into()));
+            }
+            let cfg = SequenceConfig {
+                from: s.from,
+                to: s.to,
+                keys: s.keys,
+                rate_per_sec: s.rate_per_sec,
+                splits: j.max_parallelism,
+            };
+            b.source("sequence", move |_| {
+                Box::new(SequenceSource::new(cfg.clone()))
+            })
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "source.kafka",
+                "the Kafka source is not part of this release yet; use [source.sequence]".into(),
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "source",
+                "exactly one source table: sequence or kafka".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(err(
+                "source",
+                "a source table is required: [source.sequence] or [source.kafka]".into(),
+            ))
+        }
+    };
+
+    for (i, t) in file.transform.iter().enumerate() {
+        match t {
+            TransformSection::RollingSum { key, field, output } => {
+                for (k, v) in [("key", key), ("field", field), ("output", output)] {
+                    if !v.starts_with('/') {
+                        return Err(err(
+                            &format!("transform[{i}].{k}"),
+                            format!("`{v}` is not a JSON pointer (it starts with /)"),
+                        ));
+                    }
+                }
+                let key = key.clone();
+                let (field, output) = (field.clone(), output.clone());
+                b = b.key_by(move |r| json_key(r, &key)).keyed(
+                    "rolling_sum",
+                    &format!("rolling_sum-{i}"),
+                    move |_| RollingSum {
+                        field: field.clone(),
+                        output: output.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    b = match (&file.sink.file, &file.sink.elasticsearch) {
+        (Some(f), None) => {
+            if f.format != "json" {
+                return Err(err(
+                    "sink.file.format",
+                    format!("`{}` is not supported (json)", f.format),
+                ));
+            }
+            let cfg = FileSinkConfig {
+                dir: resolve(&f.dir),
+            };
+            b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "sink.elasticsearch",
+                "the Elasticsearch sink is not part of this release yet; use [sink.file]".into(),
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "sink",
+                "exactly one sink table: file or elasticsearch".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(err(
+                "sink",
+                "a sink table is required: [sink.file] or [sink.elasticsearch]".into(),
+            ))
+        }
+    };
+    b.build().map_err(|e| err("job", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[job]
+name = "t"
+parallelism = 2
+
+[checkpoint]
+dir = "state"
+interval_ms = 200
+
+[source.sequence]
+from = 1
+to = 100
+keys = 10
+
+[[transform]]
+type = "rolling_sum"
+key = "/key"
+field = "/value"
+
+[sink.file]
+dir = "out"
+"#;
+
+    fn parse_err(text: &str) -> ConfigError {
+        match parse(text, Path::new("/jobs/job.toml")) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn good_file_builds_and_resolves_paths_against_the_file() {
+        let g = parse(GOOD, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(g.parallelism, 2);
+        assert_eq!(g.checkpoint.dir, PathBuf::from("/jobs/state"));
+        assert_eq!(g.checkpoint.retain, 3);
+        assert!(
+            g.describe().contains("rolling_sum[rolling_sum-0]"),
+            "{}",
+            g.describe()
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_table_and_file() {
+        let e = parse_err(&GOOD.replace("interval_ms = 200", "interval = 200"));
+        assert_eq!(e.key, "checkpoint.interval");
+        assert!(
+            e.to_string()
+                .starts_with("/jobs/job.toml: checkpoint.interval:"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let e = parse_err(&GOOD.replace("parallelism = 2", "parallelism = \"two\""));
+        assert_eq!(e.key, "job.parallelism");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        assert_eq!(
+            parse_err(&GOOD.replace("interval_ms = 200", "retain = 1")).key,
+            "checkpoint.retain"
+        );
+        assert_eq!(
+            parse_err(&GOOD.replace("parallelism = 2", "parallelism = 0")).key,
+            "job.parallelism"
+        );
+        assert_eq!(
+            parse_err(&GOOD.replace("to = 100", "to = 0")).key,
+            "source.sequence.to"
+        );
+        assert_eq!(
+            parse_err(&GOOD.replace("key = \"/key\"", "key = \"key\"")).key,
+            "transform[0].key"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! The exactly-once file sink (two-phase, like Flink's file sink).
+//!
+//! Each subtask appends records to an in-progress file. At barrier `N` the file is
+//! fsynced and renamed to `.part-<subtask>-<N>` (pending), and the checkpoint records
+//! every pending file. At `notify_checkpoint_complete(N)` pending files are renamed to
+//! `part-<subtask>-<N>` (committed). On restore from checkpoint `K`:
+//! - pending files named by `K` are committed (the notify may have been lost in a crash);
+//! - committed files of checkpoints after `K` are moved into `.rolled-back/` because
+//!   their records are about to be written again (nothing is deleted);
+//! - uncommitted leftovers (in-progress files, pending files `K` does not name) are
+//!   removed: they were never output.
+//!
+//! A subtask cleans and commits the files of old subtask indices `j` with
+//! `j % parallelism == index`, so restores at another parallelism leave nothing behind.
+
+use super::{Sink, SinkRestore, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::record::Batch;
+use async_trait::async_trait;
+use lockgate_state::durable;
+use lockgate_state::CheckpointId;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use tracing::{info, warn};
+
+/// The subdirectory that receives part files rolled back by a restore.
+pub const ROLLED_BACK: &str = ".rolled-back";
+
+/// Configuration of a file sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSinkConfig {
+    pub dir: PathBuf,
+}
+
+/// A file name the sink owns, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartName {
+    /// `part-<subtask>-<id>`
+    Committed { subtask: u16, id: CheckpointId },
+    /// `.part-<subtask>-<id>`
+    Pending { subtask: u16, id: CheckpointId },
+    /// `.inprogress-<subtask>-<n>`
+    InProgress { subtask: u16 },
+}
+
+/// Parses a file name of the sink's directory.
+pub fn parse_part_name(name: &str) -> Option<PartName> {
+    let two = |rest: &str| -> Option<(u16, u64)> {
+        let (a, b) = rest.split_once('-')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    };
+    if let Some(rest) = name.strip_prefix("part-") {
+        let (subtask, id) = two(rest)?;
+        return Some(PartName::Committed {
+            subtask,
+            id: CheckpointId(id),
+        });
+    }
+    if let Some(rest) = name.strip_prefix(".part-") {
+        let (subtask, id) = two(rest)?;
+        return Some(PartName::Pending {
+            subtask,
+            id: CheckpointId(id),
+        });
+    }
+    if let Some(rest) = name.strip_prefix(".inprogress-") {
+        let (subtask, _) = two(rest)?;
+        return Some(PartName::InProgress { subtask });
+    }
+    None
+}
+
+/// What a restore does with one file: a plain function of the file, the restored
+/// checkpoint and the pending files it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreAction {
+    Keep,
+    Commit,
+    RollBack,
+    Remove,
+}
+
+/// Decides the fate of one sink file on restore from `restored` (None: fresh start).
+pub fn restore_action(
+    file: PartName,
+    restored: Option<CheckpointId>,
+    pending: &[(u16, CheckpointId)],
+) -> RestoreAction {
+    match file {
+        PartName::Committed { id, .. } => match restored {
+            Some(k) if id <= k => RestoreAction::Keep,
+            // Committed output of a checkpoint we are not restoring (or of any
+            // checkpoint, on a fresh start) will be written again.
+            _ => RestoreAction::RollBack,
+        },
+        PartName::Pending { subtask, id } => {
+            if pending.contains(&(subtask, id)) {
+                RestoreAction::Commit
+            } else {
+                RestoreAction::Remove
+            }
+        }
+        PartName::InProgress { .. } => RestoreAction::Remove,
+    }
+}
+
+fn part_subtask(p: PartName) -> u16 {
+    match p {
+        PartName::Committed { subtask, .. }
+        | PartName::Pending { subtask, .. }
+        | PartName::InProgress { subtask } => subtask,
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SinkState {
+    /// Pending files not yet known to be committed: `(subtask, checkpoint id)`.
+    pending: Vec<(u16, CheckpointId)>,
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+}
+
+/// The file sink subtask.
+pub struct FileSink {
+    cfg: FileSinkConfig,
+    index: u16,
+    name: String,
+    current: Option<(PathBuf, BufWriter<File>)>,
+    counter: u64,
+    pending: Vec<(u16, CheckpointId)>,
+}
+
+impl FileSink {
+    /// A subtask writing into `cfg.dir`.
+    pub fn new(cfg: FileSinkConfig) -> FileSink {
+        FileSink {
+            cfg,
+            index: 0,
+            name: String::new(),
+            current: None,
+            counter: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    fn err(&self, what: &str, path: &Path, e: impl std::fmt::Display) -> JobError {
+        JobError::task(&self.name, format!("{what} {}: {e}", path.display()))
+    }
+
+    fn committed_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
+        self.cfg.dir.join(format!("part-{subtask}-{}", id.0))
+    }
+
+    fn pending_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
+        self.cfg.dir.join(format!(".part-{subtask}-{}", id.0))
+    }
+
+    fn commit(&self, subtask: u16, id: CheckpointId) -> Result<()> {
+        let from = self.pending_path(subtask, id);
+        let to = self.committed_path(subtask, id);
+        if from.exists() {
+            durable::rename_durable(&from, &to).map_err(|e| self.err("commit", &from, e))?;
+        } else if !to.exists() {
+            // A checkpoint named this file as durable: its absence is lost data.
+            return Err(self.err(
+                "commit",
+                &from,
+                "pending part file named by the checkpoint is missing (neither pending nor committed)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn roll_back(&self, name: &str) -> Result<()> {
+        let aside = self.cfg.dir.join(ROLLED_BACK);
+        fs::create_dir_all(&aside).map_err(|e| self.err("create", &aside, e))?;
+        let mut target = aside.join(name);
+        let mut n = 1;
+        while target.exists() {
+            target = aside.join(format!("{name}.{n}"));
+            n += 1;
+        }
+        let from = self.cfg.dir.join(name);
+        durable::rename_durable(&from, &target).map_err(|e| self.err("roll back", &from, e))?;
+        warn!(file = %from.display(), moved_to = %target.display(), "rolled back part file committed after the restored checkpoint: its records are written again");
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Sink for FileSink {
+    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
+        self.index = info.index;
+        self.name = info.name.clone();
+        fs::create_dir_all(&self.cfg.dir).map_err(|e| self.err("create", &self.cfg.dir, e))?;
+        let mut pending = Vec::new();
+        for (_, bytes) in &restored.states {
+            let (state, _): (SinkState, _) =
+                bincode::serde::decode_from_slice(bytes, bincode_config())
+                    .map_err(|e| JobError::Restore(format!("file sink state: {e}")))?;
+            pending.extend(state.pending);
+        }
+        let mine = |subtask: u16| subtask % info.parallelism == info.index;
+        // Commit first: a pending file named by the checkpoint is durable output.
+        for &(subtask, id) in &pending {
+            if mine(subtask) {
+                self.commit(subtask, id)?;
+            }
+        }
+        let rd = fs::read_dir(&self.cfg.dir).map_err(|e| self.err("list", &self.cfg.dir, e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| self.err("list", &self.cfg.dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(part) = parse_part_name(&name) else {
+                continue;
+            };
+            if !mine(part_subtask(part)) {
+                continue;
+            }
+            match restore_action(part, restored.checkpoint, &pending) {
+                RestoreAction::Keep | RestoreAction::Commit => {}
+                RestoreAction::RollBack => self.roll_back(&name)?,
+                RestoreAction::Remove => {
+                    let p = entry.path();
+                    fs::remove_file(&p).map_err(|e| self.err("remove", &p, e))?;
+                }
+            }
+        }
+        durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))?;
+        info!(subtask = %self.name, committed_on_restore = pending.iter().filter(|p| mine(p.0)).count(), "file sink opened");
+        Ok(())
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        if self.current.is_none() {
+            self.counter += 1;
+            let path = self
+                .cfg
+                .dir
+                .join(format!(".inprogress-{}-{}", self.index, self.counter));
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| self.err("create", &path, e))?;
+            self.current = Some((path, BufWriter::with_capacity(1 << 20, f)));
+        }
+        let (path, w) = self.current.as_mut().expect("opened above");
+        for r in &batch {
+            w.write_all(&r.value)
+                .and_then(|_| w.write_all(b"\n"))
+                .map_err(|e| {
+                    JobError::task(&self.name, format!("write {}: {e}", path.display()))
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        if let Some((path, w)) = self.current.take() {
+            let f = w
+                .into_inner()
+                .map_err(|e| self.err("flush", &path, e.error()))?;
+            f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
+            let pending = self.pending_path(self.index, id);
+            // The rename and the directory fsync make the pending file durable before
+            // the checkpoint that names it can complete.
+            durable::rename_durable(&path, &pending).map_err(|e| self.err("stage", &path, e))?;
+            self.pending.push((self.index, id));
+        }
+        bincode::serde::encode_to_vec(
+            SinkState {
+                pending: self.pending.clone(),
+            },
+            bincode_config(),
+        )
+        .map_err(|e| JobError::task(&self.name, format!("encode state: {e}")))
+    }
+
+    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let (done, keep): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(_, p)| *p <= id);
+        for (subtask, pid) in done {
+            self.commit(subtask, pid)?;
+        }
+        self.pending = keep;
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if let Some((path, _)) = self.current.take() {
+            // Records after the final checkpoint cannot exist; an empty leftover can.
+            let _ = fs::remove_file(path);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(
+            parse_part_name("part-2-17"),
+            Some(PartName::Committed {
+                subtask: 2,
+                id: CheckpointId(17)
+            })
+        );
+        assert_eq!(
+            parse_part_name(".part-0-3"),
+            Some(PartName::Pending {
+                subtask: 0,
+                id: CheckpointId(3)
+            })
+        );
+        assert_eq!(
+            parse_part_name(".inprogress-1-9"),
+            Some(PartName::InProgress { subtask: 1 })
+        );
+        assert_eq!(parse_part_name("part-x-1"), None);
+        assert_eq!(parse_part_name("notes.txt"), None);
+    }
+
+    #[test]
+    fn restore_actions_cover_every_case() {
+        let k = Some(CheckpointId(10));
+        let pending = [(0u16, CheckpointId(10)), (1, CheckpointId(9))];
+        let c = |s, id| PartName::Committed {
+            subtask: s,
+            id: CheckpointId(id),
+        };
+        let p = |s, id| PartName::Pending {
+            subtask: s,
+            id: CheckpointId(id),
+        };
+        assert_eq!(restore_action(c(0, 9), k, &pending), RestoreAction::Keep);
+        assert_eq!(restore_action(c(0, 10), k, &pending), RestoreAction::Keep);
+        assert_eq!(
+            restore_action(c(0, 11), k, &pending),
+            RestoreAction::RollBack
+        );
+        assert_eq!(restore_action(c(0, 1), None, &[]), RestoreAction::RollBack);
+        assert_eq!(restore_action(p(0, 10), k, &pending), RestoreAction::Commit);
+        assert_eq!(restore_action(p(1, 9), k, &pending), RestoreAction::Commit);
+        assert_eq!(restore_action(p(1, 11), k, &pending), RestoreAction::Remove);
+        assert_eq!(
+            restore_action(PartName::InProgress { subtask: 0 }, k, &pending),
+            RestoreAction::Remove
+        );
+    }
+}

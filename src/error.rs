@@ -1,0 +1,40 @@
+//! The job-level error type.
+
+use lockgate_state::{CheckpointId, StateError};
+
+/// Why a job (or one of its subtasks) failed. Every variant names what a person needs
+/// to act on: the subtask, the checkpoint, the file.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{task}: {message}")]
+    Task { task: String, message: String },
+    #[error("checkpoint {id} failed: {reason}")]
+    Checkpoint { id: CheckpointId, reason: String },
+    #[error(
+        "too many failed checkpoints in a row ({failures}, tolerable {tolerable}); last: {last}"
+    )]
+    TooManyCheckpointFailures {
+        failures: u32,
+        tolerable: u32,
+        last: String,
+    },
+    #[error("cannot restore: {0}")]
+    Restore(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl JobError {
+    /// An error raised by the named subtask.
+    pub fn task(task: impl std::fmt::Display, message: impl std::fmt::Display) -> JobError {
+        JobError::Task {
+            task: task.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Result alias of the runtime.
+pub type Result<T, E = JobError> = std::result::Result<T, E>;

@@ -1,0 +1,82 @@
+//! Named failpoints at every step of the checkpoint protocol, for the fault-injection
+//! harness. Configured from `LOCKGATE_FAILPOINTS="name=action;..."`, where an action is
+//! one of the `fail` crate's (`panic`, `sleep(ms)`, `off`, `N*action`, `P%action`, ...)
+//! or `exit`: an immediate process abort, as if the process were killed at that point.
+//! Without the `failpoints` feature every point compiles to nothing.
+
+use lockgate_state::StateError;
+use std::path::Path;
+
+/// Every failpoint, with what it interrupts.
+pub const FAILPOINTS: &[(&str, &str)] = &[
+    (
+        "before-metadata",
+        "every subtask acknowledged, before `_metadata` is written",
+    ),
+    (
+        "after-publish",
+        "checkpoint published, before subtasks are notified",
+    ),
+];
+
+/// The environment variable that configures failpoints.
+pub const ENV: &str = "LOCKGATE_FAILPOINTS";
+
+/// Applies `LOCKGATE_FAILPOINTS`. Unknown names are an error, so that a typo does not
+/// silently test nothing.
+pub fn setup_from_env() -> Result<(), String> {
+    let Ok(spec) = std::env::var(ENV) else {
+        return Ok(());
+    };
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, action) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{ENV}: `{item}` is not name=action"))?;
+        if !FAILPOINTS.iter().any(|(n, _)| *n == name) {
+            return Err(format!(
+                "{ENV}: unknown failpoint `{name}` (see `lockgate chaos --list-failpoints`)"
+            ));
+        }
+        #[cfg(feature = "failpoints")]
+        {
+            let action = if action == "exit" {
+                "return(exit)"
+            } else {
+                action
+            };
+            fail::cfg(name, action).map_err(|e| format!("{ENV}: {name}: {e}"))?;
+        }
+        #[cfg(not(feature = "failpoints"))]
+        {
+            let _ = action;
+            return Err(format!(
+                "{ENV} is set but this binary was built without the `failpoints` feature"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Hits failpoint `name`; `exit` aborts the process at once.
+#[inline]
+pub fn hit(name: &str) {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(name, |arg: Option<String>| {
+        if arg.as_deref() == Some("exit") {
+            eprintln!("failpoint {name}: exit");
+            std::process::abort();
+        }
+    });
+    let _ = name;
+}
+
+/// Between the last acknowledgement and `_metadata` (a hook of the publish).
+pub fn before_metadata(_pending: &Path) -> Result<(), StateError> {
+    hit("before-metadata");
+    Ok(())
+}
+
+/// Between publishing and notifying subtasks.
+pub fn after_publish() {
+    hit("after-publish");
+}

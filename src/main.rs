@@ -1,0 +1,5 @@
+//! The `lockgate` command.
+
+fn main() {
+    std::process::exit(lockgate::cli::main());
+}

@@ -1,0 +1,147 @@
+//! `rolling_sum`: a keyed running sum kept in RocksDB (Flink's rolling addition).
+//!
+//! For each record, the number at `field` is added to the key's sum and the new sum is
+//! written into the record at `output`. Integer sums stay exact (i64, overflow is an
+//! error); a float anywhere turns the key's sum into a float.
+
+use super::keyed::{KeyedFunction, KeyedState};
+use crate::error::{JobError, Result};
+use crate::record::{Batch, Record};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A running sum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Sum {
+    Int(i64),
+    Float(f64),
+}
+
+impl Sum {
+    fn add(self, v: &serde_json::Number) -> Option<Sum> {
+        match (self, v.as_i64()) {
+            (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
+            (Sum::Int(a), None) => Some(Sum::Float(a as f64 + v.as_f64()?)),
+            (Sum::Float(a), _) => Some(Sum::Float(a + v.as_f64()?)),
+        }
+    }
+
+    fn to_json(self) -> Value {
+        match self {
+            Sum::Int(i) => Value::from(i),
+            Sum::Float(f) => Value::from(f),
+        }
+    }
+}
+
+/// Where a record came from, for error messages.
+pub fn describe(record: &Record) -> String {
+    match &record.origin {
+        Some(o) => format!("record {}/{}@{}", o.stream, o.partition, o.offset),
+        None => "record".to_string(),
+    }
+}
+
+/// Extracts the key at JSON pointer `pointer` as its canonical JSON text.
+pub fn json_key(record: &Record, pointer: &str) -> Result<Vec<u8>> {
+    let v: Value = serde_json::from_slice(&record.value)
+        .map_err(|e| JobError::Other(format!("{} is not valid JSON: {e}", describe(record))))?;
+    let k = v
+        .pointer(pointer)
+        .ok_or_else(|| JobError::Other(format!("{} has no key at {pointer}", describe(record))))?;
+    Ok(serde_json::to_vec(k).expect("a JSON value serializes"))
+}
+
+/// Sets the value at JSON pointer `pointer`, creating the last member if absent.
+pub fn set_pointer(doc: &mut Value, pointer: &str, value: Value) -> bool {
+    if let Some(slot) = doc.pointer_mut(pointer) {
+        *slot = value;
+        return true;
+    }
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return false;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match doc.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.insert(last, value);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The rolling sum keyed function.
+#[derive(Debug, Clone)]
+pub struct RollingSum {
+    pub field: String,
+    pub output: String,
+}
+
+const STATE: &str = "sum";
+
+impl KeyedFunction for RollingSum {
+    fn process(
+        &mut self,
+        _key: &[u8],
+        mut record: Record,
+        state: &mut KeyedState<'_>,
+        out: &mut Batch,
+    ) -> Result<()> {
+        let mut doc: Value = serde_json::from_slice(&record.value).map_err(|e| {
+            JobError::Other(format!("{} is not valid JSON: {e}", describe(&record)))
+        })?;
+        let n = match doc.pointer(&self.field) {
+            Some(Value::Number(n)) => n.clone(),
+            other => {
+                return Err(JobError::Other(format!(
+                    "{}: rolling_sum field {} is {}, not a number",
+                    describe(&record),
+                    self.field,
+                    other.map_or("missing".to_string(), |v| v.to_string())
+                )))
+            }
+        };
+        let prev = state.get::<Sum>(STATE)?.unwrap_or(Sum::Int(0));
+        let sum = prev.add(&n).ok_or_else(|| {
+            JobError::Other(format!("{}: rolling_sum overflows i64", describe(&record)))
+        })?;
+        state.put(STATE, &sum)?;
+        if !set_pointer(&mut doc, &self.output, sum.to_json()) {
+            return Err(JobError::Other(format!(
+                "{}: cannot write rolling_sum output at {}",
+                describe(&record),
+                self.output
+            )));
+        }
+        record.value = serde_json::to_vec(&doc).expect("a JSON value serializes");
+        out.push(record);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn set_pointer_creates_last_member_only() {
+        let mut d = json!({"a": {"b": 1}});
+        assert!(set_pointer(&mut d, "/total", json!(5)));
+        assert!(set_pointer(&mut d, "/a/b", json!(2)));
+        assert!(!set_pointer(&mut d, "/x/y", json!(3)));
+        assert_eq!(d, json!({"a": {"b": 2}, "total": 5}));
+    }
+
+    #[test]
+    fn sums_stay_integer_until_a_float_arrives() {
+        let s = Sum::Int(1).add(&serde_json::Number::from(2)).unwrap();
+        assert_eq!(s, Sum::Int(3));
+        let f = s.add(&serde_json::Number::from_f64(0.5).unwrap()).unwrap();
+        assert_eq!(f, Sum::Float(3.5));
+        assert!(Sum::Int(i64::MAX)
+            .add(&serde_json::Number::from(1))
+            .is_none());
+    }
+}

@@ -1,0 +1,36 @@
+//! Records: bytes until an operator needs their structure.
+
+use std::sync::Arc;
+
+/// Where a record came from: its stream (topic), partition and offset. Sinks derive
+/// deterministic ids from it, so a replay rewrites the same documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub stream: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One record flowing through a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The partitioning key, set by the source (a Kafka key) or by `key_by`.
+    pub key: Option<Vec<u8>>,
+    /// The payload, as bytes (JSON for the built-in formats).
+    pub value: Vec<u8>,
+    pub origin: Option<Origin>,
+}
+
+impl Record {
+    /// A record with only a value.
+    pub fn from_value(value: Vec<u8>) -> Record {
+        Record {
+            key: None,
+            value,
+            origin: None,
+        }
+    }
+}
+
+/// Records travel in batches: one channel message carries many records.
+pub type Batch = Vec<Record>;

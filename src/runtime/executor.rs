@@ -1,0 +1,512 @@
+//! Runs a job: opens the checkpoint directory, chooses what to restore, builds the
+//! tasks and channels of one attempt, drives the checkpoint coordinator, and restarts
+//! from the last completed checkpoint according to the restart policy.
+
+use super::chain::{Chain, Exchange, Tail, SINK_UID};
+use super::message::{Control, Report, TaskId};
+use super::task::{run_input_task, run_source_task, TaskIo};
+use crate::checkpoint::{Action, Coordinator, CoordinatorConfig};
+use crate::connectors::{SinkRestore, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::job::{JobGraph, KeyFn, OperatorFactory, RestartPolicy, Stage};
+use crate::operators::OperatorContext;
+use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir};
+use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+/// How to start a run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Restore from this `chk-N` directory (or the newest valid checkpoint of this
+    /// checkpoint directory) instead of the job's own checkpoint directory.
+    pub restore: Option<PathBuf>,
+    /// Accept a checkpoint of a different job graph, restoring what matches by uid.
+    pub allow_non_restored_state: bool,
+    /// Becomes `true` to stop the job with a final checkpoint (SIGTERM).
+    pub stop: Option<watch::Receiver<bool>>,
+}
+
+/// What a finished run did.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// The checkpoint the run started from, if any.
+    pub restored_from: Option<PathBuf>,
+    /// Checkpoints skipped at start because they failed verification.
+    pub skipped: Vec<(PathBuf, String)>,
+    /// Checkpoints published by this run (over all attempts).
+    pub checkpoints: u64,
+    /// The final checkpoint.
+    pub last_checkpoint: Option<CheckpointId>,
+    /// In-process restarts.
+    pub restarts: u32,
+    /// Every checkpoint's duration (trigger to publish), in milliseconds.
+    pub checkpoint_durations_ms: Vec<u64>,
+}
+
+/// Runs `job` to its end: a bounded job until its final checkpoint, an unbounded one
+/// until stopped. Restarting after a crash is calling this again with the same job:
+/// it resumes from the newest checkpoint that verifies.
+pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
+    let root = job.checkpoint.dir.clone();
+    let (dir, startup) = tokio::task::block_in_place(|| SnapshotDir::open(&root))?;
+    let dir = Arc::new(dir);
+    let mut summary = RunSummary::default();
+    for (path, why) in &startup.skipped {
+        warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify; falling back to an older one");
+    }
+    summary.skipped = startup.skipped.clone();
+    let mut restored = match &opts.restore {
+        Some(p) => {
+            let (r, skipped) = resolve_restore_path(p).map_err(JobError::Restore)?;
+            for (path, why) in &skipped {
+                warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify");
+            }
+            summary.skipped.extend(skipped);
+            Some(r)
+        }
+        None => {
+            if startup.restored.is_none() && !startup.skipped.is_empty() {
+                return Err(JobError::Restore(format!(
+                    "{} holds checkpoints but none verifies ({}); refusing to start empty",
+                    root.display(),
+                    startup
+                        .skipped
+                        .iter()
+                        .map(|(p, why)| format!("{}: {why}", p.display()))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )));
+            }
+            startup.restored
+        }
+    };
+    if let Some(r) = &restored {
+        check_compatible(job, &r.metadata, opts.allow_non_restored_state)?;
+    }
+    let mut next_id = startup.next_id.max(
+        restored
+            .as_ref()
+            .map_or(CheckpointId(1), |r| r.metadata.id.next()),
+    );
+    summary.restored_from = restored.as_ref().map(|r| r.path.clone());
+    let mut stop = opts.stop.clone();
+    loop {
+        match &restored {
+            Some(r) => {
+                info!(job = %job.name, checkpoint = %r.path.display(), first_new_checkpoint = %next_id, "restoring")
+            }
+            None => {
+                info!(job = %job.name, first_new_checkpoint = %next_id, "starting without a checkpoint")
+            }
+        }
+        let result = run_attempt(
+            job,
+            &dir,
+            restored.as_ref(),
+            &mut next_id,
+            &mut stop,
+            &mut summary,
+        )
+        .await;
+        match result {
+            Ok(()) => return Ok(summary),
+            Err(e) => {
+                let RestartPolicy::FixedDelay { attempts, delay_ms } = job.restart else {
+                    return Err(e);
+                };
+                if summary.restarts >= attempts {
+                    error!(job = %job.name, error = %e, restarts = summary.restarts, "job failed; no restart attempts left");
+                    return Err(e);
+                }
+                summary.restarts += 1;
+                warn!(job = %job.name, error = %e, attempt = summary.restarts, of = attempts, delay_ms, "job failed; restarting from the last completed checkpoint");
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                if let Ok((r, _)) = resolve_restore_path(dir.root()) {
+                    restored = Some(r);
+                }
+            }
+        }
+    }
+}
+
+/// Refuses a checkpoint of another job unless non-restored state is allowed.
+fn check_compatible(job: &JobGraph, meta: &CheckpointMetadata, allow: bool) -> Result<()> {
+    if meta.max_parallelism != job.max_parallelism {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} was taken with max_parallelism {}, the job has {}; key groups cannot be remapped",
+            meta.id, meta.max_parallelism, job.max_parallelism
+        )));
+    }
+    if meta.fingerprint != job.fingerprint() || meta.job_name != job.name {
+        let msg = format!(
+            "checkpoint {} belongs to job {:?} with another graph (fingerprint {:016x}, this job {:016x}: {})",
+            meta.id,
+            meta.job_name,
+            meta.fingerprint,
+            job.fingerprint(),
+            job.describe()
+        );
+        if !allow {
+            return Err(JobError::Restore(format!(
+                "{msg}; pass --allow-non-restored-state to restore what matches"
+            )));
+        }
+        warn!("{msg}; restoring matching state only (--allow-non-restored-state)");
+    }
+    Ok(())
+}
+
+/// A vertex: a chain of operators after a source or after an exchange.
+struct Vertex {
+    ops: Vec<(String, Option<String>, OperatorFactory)>,
+    /// The key function of the exchange that feeds the *next* vertex.
+    out_key: Option<KeyFn>,
+}
+
+fn vertices(job: &JobGraph) -> Vec<Vertex> {
+    let mut vs = vec![Vertex {
+        ops: Vec::new(),
+        out_key: None,
+    }];
+    for s in &job.stages {
+        match s {
+            Stage::Operator { kind, uid, factory } => vs
+                .last_mut()
+                .expect("one vertex")
+                .ops
+                .push((kind.clone(), uid.clone(), factory.clone())),
+            Stage::KeyBy(k) => {
+                vs.last_mut().expect("one vertex").out_key = Some(k.clone());
+                vs.push(Vertex {
+                    ops: Vec::new(),
+                    out_key: None,
+                });
+            }
+        }
+    }
+    vs
+}
+
+fn now_ms(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn stop_requested(stop: &mut Option<watch::Receiver<bool>>) {
+    match stop {
+        Some(rx) => {
+            if rx.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Runs one attempt of the job, from `restored`.
+async fn run_attempt(
+    job: &JobGraph,
+    dir: &Arc<SnapshotDir>,
+    restored: Option<&Restored>,
+    next_id: &mut CheckpointId,
+    stop: &mut Option<watch::Receiver<bool>>,
+    summary: &mut RunSummary,
+) -> Result<()> {
+    let work = dir.root().join(".work");
+    tokio::task::block_in_place(|| -> Result<()> {
+        if work.exists() {
+            std::fs::remove_dir_all(&work)
+                .map_err(lockgate_state::StateError::io("remove", &work))?;
+        }
+        std::fs::create_dir_all(&work).map_err(lockgate_state::StateError::io("create", &work))?;
+        Ok(())
+    })?;
+    let p = job.parallelism;
+    let vs = vertices(job);
+    let (report_tx, mut report_rx) = mpsc::channel::<Report>(1024);
+    let mut controls: Vec<(TaskId, mpsc::UnboundedSender<Control>)> = Vec::new();
+    let mut tasks: JoinSet<(TaskId, Result<()>)> = JoinSet::new();
+    let sink_restore = sink_restore(restored);
+    let known_uids: HashSet<String> = vs
+        .iter()
+        .flat_map(|v| v.ops.iter().filter_map(|o| o.1.clone()))
+        .collect();
+    if let Some(r) = restored {
+        for s in &r.metadata.subtasks {
+            if s.operator != SINK_UID && !known_uids.contains(&s.operator) {
+                warn!(operator = %s.operator, subtask = s.subtask, "state of an operator the job no longer has is not restored");
+            }
+        }
+    }
+
+    // Channels of each exchange: inputs[v][j] are the receivers of subtask j of vertex v.
+    let mut senders: Vec<Vec<Vec<mpsc::Sender<_>>>> = Vec::new(); // [v][i] -> to each j of v+1
+    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<_>>>> = vec![Vec::new()];
+    for _ in 1..vs.len() {
+        let mut to: Vec<Vec<mpsc::Sender<_>>> = (0..p).map(|_| Vec::new()).collect();
+        let mut from: Vec<Vec<mpsc::Receiver<_>>> = (0..p).map(|_| Vec::new()).collect();
+        for s in to.iter_mut() {
+            for r in from.iter_mut() {
+                let (tx, rx) = mpsc::channel(8);
+                s.push(tx);
+                r.push(rx);
+            }
+        }
+        senders.push(to);
+        receivers.push(from);
+    }
+    senders.push(Vec::new());
+
+    for (v, vertex) in vs.iter().enumerate().rev() {
+        for i in 0..p {
+            let id = TaskId {
+                vertex: v as u16,
+                subtask: i,
+            };
+            let name = if v == 0 {
+                format!("source-{i}")
+            } else {
+                format!("vertex{v}-{i}")
+            };
+            let info = SubtaskInfo {
+                job: job.name.clone(),
+                name,
+                index: i,
+                parallelism: p,
+                max_parallelism: job.max_parallelism,
+            };
+            let mut ops = Vec::new();
+            for (kind, uid, factory) in &vertex.ops {
+                let restore = match (uid, restored) {
+                    (Some(u), Some(r)) => r
+                        .metadata
+                        .subtasks
+                        .iter()
+                        .filter(|s| &s.operator == u)
+                        .map(|s| StateRestore {
+                            checkpoint_dir: r.path.clone(),
+                            snapshot: s.clone(),
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let uid = uid.clone().unwrap_or_else(|| kind.clone());
+                let ctx = OperatorContext {
+                    info: info.clone(),
+                    work_dir: work.join(format!("{uid}-{i}")),
+                    uid,
+                    restore,
+                };
+                ops.push((factory(i), ctx));
+            }
+            let tail = match &vertex.out_key {
+                Some(k) => Tail::Exchange(Exchange {
+                    senders: std::mem::take(&mut senders[v][usize::from(i)]),
+                    key_fn: k.clone(),
+                    max_parallelism: job.max_parallelism,
+                    buffers: (0..p).map(|_| Vec::new()).collect(),
+                }),
+                None => Tail::Sink((job.sink.1)(i)),
+            };
+            let chain = Chain { info, ops, tail };
+            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+            controls.push((id, ctl_tx));
+            let io = TaskIo {
+                id,
+                control: ctl_rx,
+                reports: report_tx.clone(),
+                checkpoint_root: dir.root().to_path_buf(),
+            };
+            let sr = sink_restore.clone();
+            if v == 0 {
+                let source = (job.source.1)(i);
+                let positions = restored.map(|r| r.metadata.positions.clone());
+                tasks.spawn(async move {
+                    (id, run_source_task(io, source, positions, chain, sr).await)
+                });
+            } else {
+                let inputs = std::mem::take(&mut receivers[v][usize::from(i)]);
+                tasks.spawn(async move { (id, run_input_task(io, inputs, chain, sr).await) });
+            }
+        }
+    }
+    drop(report_tx);
+
+    // Controls are ordered downstream first: a Complete reaches sinks before sources.
+    let all: Vec<TaskId> = controls.iter().map(|c| c.0).collect();
+    let sources: Vec<TaskId> = all.iter().copied().filter(|t| t.vertex == 0).collect();
+    let cfg = CoordinatorConfig {
+        interval_ms: job.checkpoint.interval_ms,
+        timeout_ms: job.checkpoint.timeout_ms,
+        min_pause_ms: job.checkpoint.min_pause_ms,
+        tolerable_failures: job.checkpoint.tolerable_failures,
+    };
+    let start = Instant::now();
+    let mut coord = Coordinator::new(cfg, all.clone(), sources.clone(), *next_id, 0);
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut triggered_at: Option<(CheckpointId, Instant)> = None;
+    let mut stop_seen = false;
+    let mut running = all.len();
+    let send_all = |msg: Control| {
+        for (_, c) in &controls {
+            let _ = c.send(msg.clone());
+        }
+    };
+    let send_sources = |msg: Control| {
+        for (t, c) in &controls {
+            if t.vertex == 0 {
+                let _ = c.send(msg.clone());
+            }
+        }
+    };
+
+    let fail = |tasks: &mut JoinSet<_>, e: JobError| {
+        tasks.abort_all();
+        Err(e)
+    };
+
+    loop {
+        let mut actions = Vec::new();
+        tokio::select! {
+            _ = tick.tick() => actions = coord.poll(now_ms(start)),
+            r = report_rx.recv(), if running > 0 => match r {
+                Some(Report::Ack { id, task, positions, snapshots }) => actions = coord.on_ack(id, task, positions, snapshots),
+                Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
+                Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
+                None => {}
+            },
+            j = tasks.join_next() => match j {
+                Some(Ok((_, Ok(())))) => {
+                    running -= 1;
+                    if running == 0 {
+                        if coord.is_finished() {
+                            return Ok(());
+                        }
+                        return Err(JobError::Other("every task ended before the final checkpoint".into()));
+                    }
+                }
+                Some(Ok((task, Err(e)))) => {
+                    error!(task = %task, error = %e, "task failed");
+                    return fail(&mut tasks, e);
+                }
+                Some(Err(join)) => return fail(&mut tasks, JobError::Other(format!("task panicked: {join}"))),
+                None => return if coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
+            },
+            _ = stop_requested(stop), if !stop_seen => {
+                stop_seen = true;
+                info!(job = %job.name, "stop requested: finishing with a final checkpoint");
+                coord.on_stop();
+                send_sources(Control::Stop);
+            }
+        }
+        let mut queue: std::collections::VecDeque<Action> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Trigger { id, is_final } => {
+                    *next_id = id.next();
+                    if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
+                        return fail(&mut tasks, e.into());
+                    }
+                    triggered_at = Some((id, Instant::now()));
+                    tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
+                    send_sources(Control::Trigger { id, is_final });
+                }
+                Action::Publish {
+                    id,
+                    is_final,
+                    positions,
+                    snapshots,
+                } => {
+                    let meta = CheckpointMetadata {
+                        id,
+                        job_name: job.name.clone(),
+                        fingerprint: job.fingerprint(),
+                        created_ms: wall_ms(),
+                        parallelism: p,
+                        max_parallelism: job.max_parallelism,
+                        is_final,
+                        subtasks: snapshots,
+                        positions,
+                    };
+                    let d = dir.clone();
+                    let retain = job.checkpoint.retain;
+                    let published = tokio::task::spawn_blocking(
+                        move || -> lockgate_state::error::Result<PathBuf> {
+                            let path = d.publish_with(&meta, crate::fault::before_metadata)?;
+                            d.apply_retention(retain)?;
+                            Ok(path)
+                        },
+                    )
+                    .await
+                    .map_err(|e| JobError::Other(format!("publish panicked: {e}")))?;
+                    match published {
+                        Ok(path) => {
+                            coord.on_published(id, now_ms(start));
+                            let took = triggered_at
+                                .filter(|t| t.0 == id)
+                                .map_or(0, |t| t.1.elapsed().as_millis() as u64);
+                            summary.checkpoints += 1;
+                            summary.last_checkpoint = Some(id);
+                            summary.checkpoint_durations_ms.push(took);
+                            info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
+                            crate::fault::after_publish();
+                            send_all(Control::Complete { id, is_final });
+                        }
+                        Err(e) => {
+                            queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
+                        }
+                    }
+                }
+                Action::Abort { id, reason } => {
+                    warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
+                    let _ = tokio::task::block_in_place(|| dir.discard(id));
+                    send_all(Control::Aborted { id });
+                }
+                Action::Fail { failures, last } => {
+                    return fail(
+                        &mut tasks,
+                        JobError::TooManyCheckpointFailures {
+                            failures,
+                            tolerable: job.checkpoint.tolerable_failures,
+                            last,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn sink_restore(restored: Option<&Restored>) -> SinkRestore {
+    match restored {
+        None => SinkRestore::default(),
+        Some(r) => SinkRestore {
+            checkpoint: Some(r.metadata.id),
+            states: r
+                .metadata
+                .subtasks
+                .iter()
+                .filter(|s| s.operator == SINK_UID)
+                .map(|s| (s.subtask, s.inline_state.clone()))
+                .collect(),
+            parallelism: r.metadata.parallelism,
+        },
+    }
+}
+
+/// Where the working state of a job lives (rebuilt from the checkpoint at every start).
+pub fn work_dir(checkpoint_root: &Path) -> PathBuf {
+    checkpoint_root.join(".work")
+}

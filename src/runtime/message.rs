@@ -1,0 +1,60 @@
+//! What flows between subtasks and between subtasks and the coordinator.
+
+use crate::record::Batch;
+use lockgate_state::{CheckpointId, SourcePosition, SubtaskSnapshot};
+use std::fmt;
+
+/// A message on a data channel. A barrier cuts the stream: every record before
+/// `Barrier(N)` belongs to checkpoint `N`, every record after it to a later one.
+#[derive(Debug)]
+pub enum Message {
+    Records(Batch),
+    Barrier(CheckpointId),
+    EndOfInput,
+}
+
+/// Identity of a task: its vertex (0 = the source vertex) and subtask index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId {
+    pub vertex: u16,
+    pub subtask: u16,
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vertex{}-{}", self.vertex, self.subtask)
+    }
+}
+
+/// Coordinator -> task.
+#[derive(Debug, Clone)]
+pub enum Control {
+    /// Sources only: take checkpoint `id` and emit its barrier.
+    Trigger { id: CheckpointId, is_final: bool },
+    /// Sources only: stop reading input (stop-with-savepoint); a final checkpoint follows.
+    Stop,
+    /// Checkpoint `id` is published. After the final one, tasks finish.
+    Complete { id: CheckpointId, is_final: bool },
+    /// Checkpoint `id` was aborted.
+    Aborted { id: CheckpointId },
+}
+
+/// Task -> coordinator.
+#[derive(Debug)]
+pub enum Report {
+    /// The task snapshotted checkpoint `id`.
+    Ack {
+        id: CheckpointId,
+        task: TaskId,
+        positions: Vec<SourcePosition>,
+        snapshots: Vec<SubtaskSnapshot>,
+    },
+    /// The task cannot take checkpoint `id`.
+    Decline {
+        id: CheckpointId,
+        task: TaskId,
+        reason: String,
+    },
+    /// A bounded source subtask reached its end.
+    SourceFinished { task: TaskId },
+}

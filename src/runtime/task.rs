@@ -1,0 +1,235 @@
+//! The two kinds of task: one headed by a source, one headed by input channels.
+
+use super::align::{AlignEvent, Aligner};
+use super::chain::Chain;
+use super::message::{Control, Message, Report, TaskId};
+use crate::connectors::{SinkRestore, Source, SourcePoll};
+use crate::error::{JobError, Result};
+use lockgate_state::snapshot_dir::chk_name;
+use lockgate_state::{CheckpointId, SourcePosition};
+use std::future::poll_fn;
+use std::path::PathBuf;
+use std::task::Poll;
+use tokio::sync::mpsc::{self, error::TryRecvError};
+use tracing::{debug, info, Instrument};
+
+/// What every task shares with the coordinator.
+pub struct TaskIo {
+    pub id: TaskId,
+    pub control: mpsc::UnboundedReceiver<Control>,
+    pub reports: mpsc::Sender<Report>,
+    /// The checkpoint directory (pending checkpoints are written under it).
+    pub checkpoint_root: PathBuf,
+}
+
+impl TaskIo {
+    fn pending_dir(&self, id: CheckpointId) -> PathBuf {
+        self.checkpoint_root
+            .join(format!("{}.inprogress", chk_name(id)))
+    }
+
+    async fn report(&self, r: Report) -> Result<()> {
+        // A closed coordinator means the attempt is being torn down.
+        let _ = self.reports.send(r).await;
+        Ok(())
+    }
+}
+
+/// Snapshots the chain at barrier `id` and acknowledges. A checkpoint the coordinator
+/// already aborted (its pending directory is gone) is skipped, also when it vanishes
+/// while the snapshot is being written.
+async fn snapshot_and_ack(
+    io: &TaskIo,
+    chain: &mut Chain,
+    id: CheckpointId,
+    positions: Vec<SourcePosition>,
+) -> Result<()> {
+    let pending = io.pending_dir(id);
+    if !pending.is_dir() {
+        debug!(checkpoint = %id, "checkpoint already aborted; barrier skipped");
+        return Ok(());
+    }
+    match chain.barrier(id, &pending).await {
+        Ok(snapshots) => {
+            debug!(checkpoint = %id, "snapshotted");
+            io.report(Report::Ack {
+                id,
+                task: io.id,
+                positions,
+                snapshots,
+            })
+            .await
+        }
+        Err(e) if !pending.is_dir() => {
+            debug!(checkpoint = %id, error = %e, "checkpoint aborted while snapshotting");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs a source task until the final checkpoint completes.
+pub async fn run_source_task(
+    mut io: TaskIo,
+    mut source: Box<dyn Source>,
+    restored: Option<Vec<SourcePosition>>,
+    mut chain: Chain,
+    sink_restore: SinkRestore,
+) -> Result<()> {
+    let span = tracing::info_span!("task", job = %chain.info.job, task = %chain.info.name);
+    async move {
+        source.open(&chain.info, restored.as_deref()).await?;
+        chain.open(&sink_restore).await?;
+        let mut finished = false;
+        let mut stopped = false;
+        let mut batch = Vec::with_capacity(1024);
+        loop {
+            loop {
+                let msg = if finished || stopped {
+                    io.control.recv().await
+                } else {
+                    match io.control.try_recv() {
+                        Ok(m) => Some(m),
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => None,
+                    }
+                };
+                let Some(msg) = msg else { return Ok(()) };
+                match msg {
+                    Control::Trigger { id, .. } => {
+                        let positions = source.snapshot(id)?;
+                        snapshot_and_ack(&io, &mut chain, id, positions).await?;
+                    }
+                    Control::Stop => {
+                        info!("stopping input for a final checkpoint");
+                        stopped = true;
+                    }
+                    Control::Complete { id, is_final } => {
+                        source.notify_checkpoint_complete(id).await?;
+                        chain.notify_complete(id).await?;
+                        if is_final {
+                            chain.end().await?;
+                            source.close().await?;
+                            return Ok(());
+                        }
+                    }
+                    Control::Aborted { id } => {
+                        source.notify_checkpoint_aborted(id).await?;
+                        chain.notify_aborted(id).await?;
+                    }
+                }
+            }
+            match source.poll(&mut batch).await? {
+                SourcePoll::Ready => {}
+                SourcePoll::Idle => {
+                    if batch.is_empty() {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                }
+                SourcePoll::Finished => {
+                    info!("source reached its end");
+                    finished = true;
+                    io.report(Report::SourceFinished { task: io.id }).await?;
+                }
+            }
+            if !batch.is_empty() {
+                chain
+                    .process(std::mem::replace(&mut batch, Vec::with_capacity(1024)))
+                    .await?;
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Receives from the first input, round robin, that is neither blocked nor ended.
+async fn next_input(
+    inputs: &mut [mpsc::Receiver<Message>],
+    aligner: &Aligner,
+    ended: &[bool],
+    start: &mut usize,
+) -> Option<(usize, Message)> {
+    let n = inputs.len();
+    poll_fn(|cx| {
+        for k in 0..n {
+            let i = (*start + k) % n;
+            if ended[i] || aligner.is_blocked(i) {
+                continue;
+            }
+            match inputs[i].poll_recv(cx) {
+                Poll::Ready(Some(m)) => {
+                    *start = (i + 1) % n;
+                    return Poll::Ready(Some((i, m)));
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Runs a task fed by channels until every input ended.
+pub async fn run_input_task(
+    mut io: TaskIo,
+    mut inputs: Vec<mpsc::Receiver<Message>>,
+    mut chain: Chain,
+    sink_restore: SinkRestore,
+) -> Result<()> {
+    let span = tracing::info_span!("task", job = %chain.info.job, task = %chain.info.name);
+    async move {
+        chain.open(&sink_restore).await?;
+        let mut aligner = Aligner::new(inputs.len());
+        let mut ended = vec![false; inputs.len()];
+        let mut rr = 0usize;
+        loop {
+            tokio::select! {
+                biased;
+                c = io.control.recv() => match c {
+                    None => return Ok(()),
+                    Some(c) => handle_control(c, &mut chain, &mut aligner).await?,
+                },
+                m = next_input(&mut inputs, &aligner, &ended, &mut rr) => {
+                    let Some((i, m)) = m else {
+                        return Err(JobError::task(&chain.info.name, "an input closed before its end (upstream task failed)"));
+                    };
+                    let event = match m {
+                        Message::Records(b) => { chain.process(b).await?; AlignEvent::Waiting }
+                        Message::Barrier(id) => aligner.on_barrier(i, id),
+                        Message::EndOfInput => { ended[i] = true; aligner.on_end_of_input(i) }
+                    };
+                    match event {
+                        AlignEvent::Aligned(id) => snapshot_and_ack(&io, &mut chain, id, Vec::new()).await?,
+                        AlignEvent::Superseded { aborted, .. } => {
+                            io.report(Report::Decline { id: aborted, task: io.id, reason: "superseded by a newer barrier during alignment".into() }).await?;
+                        }
+                        AlignEvent::Waiting | AlignEvent::Stale => {}
+                    }
+                    if aligner.all_ended() {
+                        // The final Complete was queued before any input could end.
+                        while let Ok(c) = io.control.try_recv() {
+                            handle_control(c, &mut chain, &mut aligner).await?;
+                        }
+                        chain.end().await?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn handle_control(c: Control, chain: &mut Chain, aligner: &mut Aligner) -> Result<()> {
+    match c {
+        Control::Complete { id, .. } => chain.notify_complete(id).await,
+        Control::Aborted { id } => {
+            aligner.cancel(id);
+            chain.notify_aborted(id).await
+        }
+        Control::Trigger { .. } | Control::Stop => Ok(()),
+    }
+}

@@ -1,0 +1,3 @@
+//! Helpers shared by the integration tests, the demo and the fault harness.
+
+pub mod file_output;

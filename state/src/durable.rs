@@ -1,0 +1,76 @@
+//! Durable writes, written once and used by everything that persists.
+//!
+//! The recipe is always: write a temporary file, fsync it, rename it into place, fsync
+//! the directory. A reader therefore sees either no file or the whole file, and after
+//! [`publish`] returns the file survives a power loss.
+
+use crate::error::{Result, StateError};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+/// Fsyncs a directory so that renames and creations inside it are durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(StateError::io("fsync directory", dir))
+}
+
+/// Fsyncs a file's contents.
+pub fn fsync_file(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(StateError::io("fsync", path))
+}
+
+/// Writes `bytes` as `dir/name` durably, refusing to overwrite an existing file (as
+/// Flink refuses to overwrite `_metadata`): a published file is never replaced.
+///
+/// Steps: `name.tmp` is written and fsynced, renamed to `name`, and `dir` is fsynced.
+pub fn publish(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let target = dir.join(name);
+    if target.exists() {
+        return Err(StateError::AlreadyExists { path: target });
+    }
+    let tmp = dir.join(format!("{name}.tmp"));
+    write_synced(&tmp, bytes)?;
+    fs::rename(&tmp, &target).map_err(StateError::io("rename", &tmp))?;
+    fsync_dir(dir)
+}
+
+/// Writes `bytes` to `path` (truncating) and fsyncs the file, not its directory.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(StateError::io("create", path))?;
+    f.write_all(bytes).map_err(StateError::io("write", path))?;
+    f.sync_all().map_err(StateError::io("fsync", path))
+}
+
+/// Renames `from` to `to` and fsyncs the parent directory of `to`.
+pub fn rename_durable(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).map_err(StateError::io("rename", from))?;
+    if let Some(parent) = to.parent() {
+        fsync_dir(parent)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_writes_whole_file_and_refuses_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        publish(dir.path(), "_metadata", b"one").unwrap();
+        assert_eq!(fs::read(dir.path().join("_metadata")).unwrap(), b"one");
+        assert!(!dir.path().join("_metadata.tmp").exists());
+        let err = publish(dir.path(), "_metadata", b"two").unwrap_err();
+        assert!(matches!(err, StateError::AlreadyExists { .. }));
+        assert_eq!(fs::read(dir.path().join("_metadata")).unwrap(), b"one");
+    }
+}

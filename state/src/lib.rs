@@ -1,0 +1,30 @@
+//! `lockgate-state`: the RocksDB state backend and the on-disk snapshot format of lockgate.
+//!
+//! This crate knows nothing of Kafka or Elasticsearch. It guarantees:
+//! - every file it persists is fsynced before anything refers to it ([`durable`]);
+//! - a checkpoint is complete exactly when its `_metadata` exists, and `_metadata` is
+//!   versioned and checksummed ([`metadata`]);
+//! - restore picks the newest checkpoint that verifies, naming every one it skips
+//!   ([`restore`], a pure decision over a listing);
+//! - nothing is deleted before a newer checkpoint is published ([`snapshot_dir`]);
+//! - each stateful subtask owns one RocksDB instance whose checkpoint is a set of hard
+//!   links, and an SST file's CRC is computed once ([`backend`]).
+
+pub mod backend;
+pub mod durable;
+pub mod error;
+pub mod ids;
+pub mod keygroup;
+pub mod lock;
+pub mod metadata;
+pub mod restore;
+pub mod snapshot_dir;
+pub mod verify;
+
+pub use backend::{KeyedStateBackend, StateRestore};
+pub use error::StateError;
+pub use ids::{CheckpointId, NextOffset};
+pub use keygroup::{KeyGroup, KeyGroupRange};
+pub use metadata::{CheckpointMetadata, FileEntry, SourcePosition, SubtaskSnapshot};
+pub use restore::{restore_plan, CheckpointEntry, EntryStatus, RestorePlan};
+pub use snapshot_dir::SnapshotDir;

@@ -1,0 +1,77 @@
+//! The advisory lock that makes one process the owner of a checkpoint directory.
+//!
+//! `flock` is released by the kernel when its holder dies, so a SIGKILLed run never
+//! blocks its own restart, while a second live process is refused.
+
+use crate::error::{Result, StateError};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// A held lock on `<dir>/LOCK`; released on drop (or by the kernel on death).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Takes the lock without waiting. A lock held by another live process is
+    /// [`StateError::Locked`], naming the directory and the holder's pid.
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        let path = dir.join("LOCK");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(StateError::io("open", &path))?;
+        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(StateError::Locked {
+                    path: dir.to_path_buf(),
+                    holder: holder.trim().to_string(),
+                });
+            }
+            return Err(StateError::Io {
+                op: "flock",
+                path,
+                source: err,
+            });
+        }
+        // The pid is informational only: the lock itself is the flock.
+        file.set_len(0).map_err(StateError::io("truncate", &path))?;
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| writeln!(file, "{}", std::process::id()))
+            .map_err(StateError::io("write", &path))?;
+        Ok(DirLock { _file: file, path })
+    }
+
+    /// The path of the lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_lock_is_refused_until_first_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirLock::acquire(dir.path()).unwrap();
+        let err = DirLock::acquire(dir.path()).unwrap_err();
+        assert!(matches!(err, StateError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains(&std::process::id().to_string()));
+        drop(first);
+        DirLock::acquire(dir.path()).unwrap();
+    }
+}

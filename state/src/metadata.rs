@@ -1,0 +1,211 @@
+//! `_metadata`: the file whose presence makes a checkpoint complete.
+//!
+//! Layout: magic `LGCK` (4 bytes), format version (u16 little endian), body length
+//! (u32 little endian), the bincode-2 body, CRC32 of the body (u32 little endian).
+//! Decoding checks every part and reports what is wrong; a truncated or flipped file
+//! is never half-read.
+
+use crate::error::{Result, StateError};
+use crate::ids::{CheckpointId, NextOffset};
+use crate::keygroup::KeyGroupRange;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The magic bytes that open every `_metadata` file.
+pub const MAGIC: &[u8; 4] = b"LGCK";
+/// The format version this release writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// The file name of the metadata inside a checkpoint directory.
+pub const METADATA_FILE: &str = "_metadata";
+
+/// Everything a checkpoint records about the job it was taken from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    pub id: CheckpointId,
+    pub job_name: String,
+    /// A fingerprint of the job graph (operator ids and kinds, not parallelism): a
+    /// checkpoint of another job is refused unless non-restored state is allowed.
+    pub fingerprint: u64,
+    /// Wall-clock time of completion, milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// The parallelism the job ran with when the checkpoint was taken.
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+    /// Whether this is the final checkpoint of a finished (bounded or stopped) run.
+    pub is_final: bool,
+    /// One entry per snapshotted operator subtask.
+    pub subtasks: Vec<SubtaskSnapshot>,
+    /// The union list of source positions (Flink's union list state): on restore every
+    /// source subtask takes the splits its deterministic assignment gives it.
+    pub positions: Vec<SourcePosition>,
+}
+
+/// The snapshot of one operator subtask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskSnapshot {
+    /// The operator's stable id (its `uid`).
+    pub operator: String,
+    pub subtask: u16,
+    /// Key groups this subtask owned, for keyed state.
+    pub key_groups: Option<KeyGroupRange>,
+    /// The RocksDB checkpoint directory, relative to the checkpoint directory.
+    pub state_dir: Option<String>,
+    /// Every file of `state_dir` with its size and CRC32.
+    pub files: Vec<FileEntry>,
+    /// Small operator state kept inline (for example a sink's pending commits).
+    pub inline_state: Vec<u8>,
+}
+
+/// One file of a subtask's state directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub size: u64,
+    pub crc32: u32,
+}
+
+/// The position of one source split.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SourcePosition {
+    /// The stream the split belongs to (a Kafka topic, or `sequence`).
+    pub stream: String,
+    /// The split within the stream (a Kafka partition, a sequence split).
+    pub partition: i32,
+    pub next: NextOffset,
+    /// For bounded sources: the offset at which the split ends (exclusive).
+    pub end: Option<NextOffset>,
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+}
+
+impl CheckpointMetadata {
+    /// Encodes the metadata in the versioned, checksummed file format.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let body = bincode::serde::encode_to_vec(self, bincode_config())
+            .map_err(|e| StateError::Encode(e.to_string()))?;
+        let mut out = Vec::with_capacity(body.len() + 14);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        Ok(out)
+    }
+
+    /// Decodes and verifies bytes read from `path` (the path only names errors).
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<CheckpointMetadata> {
+        let corrupt = |reason: String| StateError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if bytes.len() < 14 {
+            return Err(corrupt(format!("truncated: {} bytes", bytes.len())));
+        }
+        if &bytes[0..4] != MAGIC {
+            return Err(corrupt("bad magic (not a lockgate _metadata file)".into()));
+        }
+        let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+        if version != FORMAT_VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, this release reads {FORMAT_VERSION}"
+            )));
+        }
+        let len = u32::from_le_bytes(bytes[6..10].try_into().unwrap()) as usize;
+        if bytes.len() != 10 + len + 4 {
+            return Err(corrupt(format!(
+                "length mismatch: header says {} body bytes, file has {}",
+                len,
+                bytes.len().saturating_sub(14)
+            )));
+        }
+        let body = &bytes[10..10 + len];
+        let stored = u32::from_le_bytes(bytes[10 + len..].try_into().unwrap());
+        let actual = crc32fast::hash(body);
+        if stored != actual {
+            return Err(corrupt(format!(
+                "CRC mismatch: stored {stored:08x}, computed {actual:08x}"
+            )));
+        }
+        let (meta, used) = bincode::serde::decode_from_slice(body, bincode_config())
+            .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
+        if used != body.len() {
+            return Err(corrupt("trailing bytes in body".into()));
+        }
+        Ok(meta)
+    }
+
+    /// Reads and verifies `<chk_dir>/_metadata`.
+    pub fn read(chk_dir: &Path) -> Result<CheckpointMetadata> {
+        let path = chk_dir.join(METADATA_FILE);
+        let bytes = std::fs::read(&path).map_err(StateError::io("read", &path))?;
+        CheckpointMetadata::decode(&bytes, &path)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn sample(id: u64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            id: CheckpointId(id),
+            job_name: "orders".into(),
+            fingerprint: 42,
+            created_ms: 1_700_000_000_000,
+            parallelism: 2,
+            max_parallelism: 128,
+            is_final: false,
+            subtasks: vec![SubtaskSnapshot {
+                operator: "rolling_sum".into(),
+                subtask: 0,
+                key_groups: Some(KeyGroupRange { start: 0, end: 63 }),
+                state_dir: Some("rolling_sum-0".into()),
+                files: vec![FileEntry {
+                    name: "000009.sst".into(),
+                    size: 1234,
+                    crc32: 0xdead_beef,
+                }],
+                inline_state: vec![1, 2, 3],
+            }],
+            positions: vec![SourcePosition {
+                stream: "orders".into(),
+                partition: 3,
+                next: NextOffset(17),
+                end: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let m = sample(7);
+        let bytes = m.encode().unwrap();
+        assert_eq!(
+            CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap(),
+            m
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_single_byte_flip_is_detected(pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let bytes = sample(3).encode().unwrap();
+            let mut bad = bytes.clone();
+            let i = pos.index(bad.len());
+            bad[i] ^= 1 << bit;
+            prop_assert!(CheckpointMetadata::decode(&bad, Path::new("x")).is_err());
+        }
+
+        #[test]
+        fn any_truncation_is_detected(cut in any::<prop::sample::Index>()) {
+            let bytes = sample(3).encode().unwrap();
+            let n = cut.index(bytes.len());
+            prop_assert!(CheckpointMetadata::decode(&bytes[..n], Path::new("x")).is_err());
+        }
+    }
+}
