@@ -1,0 +1,118 @@
+//! The command line: configuration errors, `checkpoints list` and `inspect`.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+fn lockgate(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_errors_exit_2_and_name_the_file_and_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = JobDir::new(tmp.path(), Spec::new(10));
+    let text = std::fs::read_to_string(j.config()).unwrap();
+    std::fs::write(j.config(), text.replace("interval_ms", "intervall_ms")).unwrap();
+    let cfg = j.config().display().to_string();
+    let (code, _, err) = lockgate(&["run", "--config", &cfg]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&cfg) && err.contains("checkpoint.intervall_ms"),
+        "{err}"
+    );
+
+    std::fs::write(
+        j.config(),
+        text.replace("parallelism = 2", "parallelism = 0"),
+    )
+    .unwrap();
+    let (code, _, err) = lockgate(&["run", "--config", &cfg]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("job.parallelism"), "{err}");
+
+    let (code, _, err) = lockgate(&["run", "--config", "/nonexistent/job.toml"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/job.toml"), "{err}");
+
+    let (code, _, _) = lockgate(&["run"]);
+    assert_eq!(code, Some(2), "a usage error exits 2");
+}
+
+#[test]
+fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spec = Spec::new(20_000);
+    spec.rate_per_sec = 10_000;
+    let j = JobDir::new(tmp.path(), spec);
+    let mut child = j.spawn(&[]);
+    j.wait_for_checkpoints(2, Duration::from_secs(30));
+    assert!(sigkill(&mut child));
+    let chk = j.complete_checkpoints().pop().unwrap();
+    let chk_s = chk.display().to_string();
+
+    let (code, out, _) = lockgate(&["checkpoints", "inspect", &chk_s]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("status:      verified"), "{out}");
+    assert!(out.contains("source positions"), "{out}");
+    let meta = lockgate::state::CheckpointMetadata::read(&chk).unwrap();
+    let p = &meta.positions[0];
+    let row = out
+        .lines()
+        .find(|l| {
+            l.trim_start().starts_with("sequence")
+                && l.split_whitespace().nth(1) == Some(&p.partition.to_string())
+        })
+        .unwrap();
+    assert!(row.contains(&p.next.0.to_string()), "{row}");
+    assert!(out.contains("rolling_sum-0-0"), "{out}");
+
+    let (code, out, _) = lockgate(&[
+        "checkpoints",
+        "list",
+        &j.checkpoints().display().to_string(),
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains(chk.file_name().unwrap().to_str().unwrap()) && out.contains("complete"),
+        "{out}"
+    );
+
+    // Damage one state file: inspect names it and exits 1.
+    let state_dir = chk.join(
+        meta.subtasks
+            .iter()
+            .find_map(|s| s.state_dir.clone())
+            .unwrap(),
+    );
+    let file = meta
+        .subtasks
+        .iter()
+        .find(|s| s.state_dir.is_some())
+        .unwrap()
+        .files
+        .iter()
+        .find(|f| f.name.ends_with(".sst"))
+        .unwrap()
+        .name
+        .clone();
+    let path = state_dir.join(&file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 1;
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let (code, out, _) = lockgate(&["checkpoints", "inspect", &chk_s]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("CORRUPT") && l.contains(&file)),
+        "{out}"
+    );
+}

@@ -1,0 +1,230 @@
+//! Helpers for process-level tests: job files, spawning the real binary, killing it,
+//! and verifying what it committed.
+#![allow(dead_code)]
+
+use lockgate::testkit::file_output::{self, Verification};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `lockgate` binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lockgate"))
+}
+
+/// A `sequence -> [rolling_sum] -> file` job.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub name: String,
+    pub parallelism: u16,
+    pub to: i64,
+    pub keys: u32,
+    pub rate_per_sec: u64,
+    pub interval_ms: u64,
+    pub rolling_sum: bool,
+}
+
+impl Spec {
+    pub fn new(to: i64) -> Spec {
+        Spec {
+            name: "test-job".into(),
+            parallelism: 2,
+            to,
+            keys: 1000,
+            rate_per_sec: 0,
+            interval_ms: 200,
+            rolling_sum: true,
+        }
+    }
+}
+
+/// A job's directory: job file, checkpoints, output, and the log of every run.
+pub struct JobDir {
+    pub root: PathBuf,
+    pub spec: Spec,
+}
+
+impl JobDir {
+    pub fn new(root: &Path, spec: Spec) -> JobDir {
+        std::fs::create_dir_all(root).unwrap();
+        let j = JobDir {
+            root: root.to_path_buf(),
+            spec,
+        };
+        j.write_config(&j.spec.clone());
+        j
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.root.join("job.toml")
+    }
+
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    pub fn out(&self) -> PathBuf {
+        self.root.join("out")
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.root.join("runs.log")
+    }
+
+    /// Rewrites the job file (for example with another parallelism).
+    pub fn write_config(&self, s: &Spec) {
+        let transform = if s.rolling_sum {
+            "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/key\"\nfield = \"/value\"\noutput = \"/total\"\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "[job]\nname = \"{}\"\nparallelism = {}\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = {}\n\n\
+             [restart]\nstrategy = \"none\"\n\n\
+             [source.sequence]\nfrom = 1\nto = {}\nkeys = {}\nrate_per_sec = {}\n\n{transform}\n[sink.file]\ndir = \"out\"\n",
+            s.name, s.parallelism, s.interval_ms, s.to, s.keys, s.rate_per_sec
+        );
+        std::fs::write(self.config(), text).unwrap();
+    }
+
+    /// Starts `lockgate run` on the job file; stderr is appended to the run log.
+    pub fn spawn(&self, extra: &[&str]) -> Child {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .unwrap();
+        Command::new(bin())
+            .arg("run")
+            .arg("--config")
+            .arg(self.config())
+            .args(extra)
+            .env("LOCKGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Runs the job to its end and returns the exit status.
+    pub fn run_to_end(&self, extra: &[&str]) -> ExitStatus {
+        wait_timeout(&mut self.spawn(extra), Duration::from_secs(120))
+    }
+
+    /// Everything the runs logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+
+    /// Checks the committed output against the sequence.
+    pub fn verify(&self) -> Verification {
+        let total = self.spec.rolling_sum.then_some("/total");
+        file_output::verify(&self.out(), 1, self.spec.to, self.spec.keys, total).unwrap()
+    }
+
+    /// All committed lines, sorted (to compare two runs).
+    pub fn committed_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for e in std::fs::read_dir(self.out()).unwrap() {
+            let e = e.unwrap();
+            if e.file_name().to_string_lossy().starts_with("part-") {
+                lines.extend(
+                    std::fs::read_to_string(e.path())
+                        .unwrap()
+                        .lines()
+                        .map(String::from),
+                );
+            }
+        }
+        lines.sort();
+        lines
+    }
+
+    /// Complete checkpoint directories, oldest first.
+    pub fn complete_checkpoints(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.checkpoints())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.starts_with("chk-") && !n.ends_with(".inprogress") && p.join("_metadata").exists()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Waits until at least `n` checkpoints are complete.
+    pub fn wait_for_checkpoints(&self, n: usize, timeout: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.checkpoints().exists() && self.complete_checkpoints().len() >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "fewer than {n} checkpoints after {timeout:?}; log:\n{}",
+            self.log_text()
+        );
+    }
+}
+
+/// Waits for a child, killing it (and failing) after `timeout`.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("process did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends SIGKILL if the child is still running; returns whether it was.
+pub fn sigkill(child: &mut Child) -> bool {
+    let alive = child.try_wait().unwrap().is_none();
+    if alive {
+        child.kill().unwrap();
+    }
+    child.wait().unwrap();
+    alive
+}
+
+/// Sends a signal to the child.
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on a pid we spawned and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, sig) };
+    assert_eq!(rc, 0);
+}
+
+/// The seed of a randomised test: `LOCKGATE_TEST_SEED` or the given default, printed
+/// so that a failure replays.
+pub fn seed(default: u64) -> u64 {
+    let s = std::env::var("LOCKGATE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    eprintln!("seed = {s} (set LOCKGATE_TEST_SEED to replay)");
+    s
+}
+
+/// Asserts exactly-once output, printing the verification and the log otherwise.
+pub fn assert_exact(j: &JobDir) {
+    let v = j.verify();
+    assert!(
+        v.is_exact() && v.committed == v.expected,
+        "output not exact: {v:?}\nlog tail:\n{}",
+        tail(&j.log_text(), 40)
+    );
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
