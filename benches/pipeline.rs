@@ -24,14 +24,18 @@ fn job(dir: &Path, records: i64, keys: u32, interval_ms: u64) -> JobGraph {
         rate_per_sec: 0,
         splits: 128,
     };
-    let out = FileSinkConfig { dir: dir.join("out") };
+    let out = FileSinkConfig {
+        dir: dir.join("out"),
+    };
     let mut chk = CheckpointSettings::new(dir.join("checkpoints"));
     chk.interval_ms = interval_ms;
     Job::builder("bench")
         .parallelism(2)
         .restart(RestartPolicy::None)
         .checkpointing(chk)
-        .source("sequence", move |_| Box::new(SequenceSource::new(seq.clone())))
+        .source("sequence", move |_| {
+            Box::new(SequenceSource::new(seq.clone()))
+        })
         .key_by(|r| json_key(r, "/key"))
         .keyed("rolling_sum", "sum", |_| RollingSum {
             field: "/value".into(),
@@ -45,9 +49,14 @@ fn job(dir: &Path, records: i64, keys: u32, interval_ms: u64) -> JobGraph {
 fn run_once(records: i64, keys: u32, interval_ms: u64) -> (f64, RunSummary) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let g = job(tmp.path(), records, keys, interval_ms);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let start = Instant::now();
-    let summary = rt.block_on(run(&g, RunOptions::default())).expect("job runs");
+    let summary = rt
+        .block_on(run(&g, RunOptions::default()))
+        .expect("job runs");
     let secs = start.elapsed().as_secs_f64();
     (records as f64 / secs, summary)
 }

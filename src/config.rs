@@ -107,7 +107,42 @@ impl Default for RestartSection {
 #[serde(deny_unknown_fields)]
 struct SourceSection {
     sequence: Option<SequenceSection>,
-    kafka: Option<toml::Table>,
+    kafka: Option<KafkaSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KafkaSection {
+    bootstrap_servers: String,
+    topics: Option<Vec<String>>,
+    topic_pattern: Option<String>,
+    group_id: Option<String>,
+    #[serde(default = "d_startup")]
+    startup: String,
+    #[serde(default = "d_discovery")]
+    partition_discovery_ms: u64,
+    bounded: Option<String>,
+    #[serde(default = "d_format")]
+    format: String,
+    #[serde(default = "d_decode")]
+    on_decode_error: String,
+    #[serde(default = "d_connect")]
+    connect_timeout_ms: u64,
+    #[serde(default)]
+    properties: std::collections::BTreeMap<String, String>,
+}
+
+fn d_startup() -> String {
+    "earliest".into()
+}
+fn d_discovery() -> u64 {
+    5000
+}
+fn d_decode() -> String {
+    "fail".into()
+}
+fn d_connect() -> u64 {
+    30_000
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,12 +307,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
                 Box::new(SequenceSource::new(cfg.clone()))
             })
         }
-        (None, Some(_)) => {
-            return Err(err(
-                "source.kafka",
-                "the Kafka source is not part of this release yet; use [source.sequence]".into(),
-            ))
-        }
+        (None, Some(k)) => kafka_source(b, k, &j.name, &err)?,
         (Some(_), Some(_)) => {
             return Err(err(
                 "source",
@@ -350,6 +380,72 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     };
     b.build().map_err(|e| err("job", e.to_string()))
+}
+
+fn kafka_source(
+    b: crate::job::JobBuilder,
+    k: &KafkaSection,
+    job_name: &str,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<crate::job::JobBuilder, ConfigError> {
+    use crate::connectors::kafka::{
+        DecodeErrorPolicy, Format, KafkaSource, KafkaSourceConfig, Startup, TopicSelector,
+    };
+    let topics = match (&k.topics, &k.topic_pattern) {
+        (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
+        (None, Some(p)) => TopicSelector::Pattern(
+            regex::Regex::new(p)
+                .map_err(|e| err("source.kafka.topic_pattern", format!("not a regex: {e}")))?,
+        ),
+        _ => {
+            return Err(err(
+                "source.kafka.topics",
+                "give exactly one of topics (non-empty) or topic_pattern".into(),
+            ))
+        }
+    };
+    let mut kc = KafkaSourceConfig::new(
+        k.bootstrap_servers.clone(),
+        topics,
+        k.group_id
+            .clone()
+            .unwrap_or_else(|| format!("lockgate-{job_name}")),
+    );
+    kc.startup = Startup::parse(&k.startup).map_err(|e| err("source.kafka.startup", e))?;
+    kc.partition_discovery_ms = k.partition_discovery_ms;
+    kc.bounded = match k.bounded.as_deref() {
+        None => false,
+        Some("latest") => true,
+        Some(other) => {
+            return Err(err(
+                "source.kafka.bounded",
+                format!("`{other}` is not supported (latest)"),
+            ))
+        }
+    };
+    kc.format = match k.format.as_str() {
+        "json" => Format::Json,
+        "text" => Format::Text,
+        "bytes" => Format::Bytes,
+        other => {
+            return Err(err(
+                "source.kafka.format",
+                format!("`{other}` is not one of json, text, bytes"),
+            ))
+        }
+    };
+    kc.on_decode_error = DecodeErrorPolicy::parse(&k.on_decode_error)
+        .map_err(|e| err("source.kafka.on_decode_error", e))?;
+    if k.connect_timeout_ms == 0 {
+        return Err(err(
+            "source.kafka.connect_timeout_ms",
+            "must be positive".into(),
+        ));
+    }
+    kc.connect_timeout_ms = k.connect_timeout_ms;
+    kc.properties = k.properties.clone();
+    let kc = std::sync::Arc::new(kc);
+    Ok(b.source("kafka", move |_| Box::new(KafkaSource::new(kc.clone()))))
 }
 
 #[cfg(test)]

@@ -6,9 +6,21 @@
 
 use lockgate_state::StateError;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether any failpoint is configured: an unconfigured point costs one atomic load.
+static ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Every failpoint, with what it interrupts.
 pub const FAILPOINTS: &[(&str, &str)] = &[
+    (
+        "source-batch",
+        "a source subtask handed a batch of records downstream",
+    ),
+    (
+        "after-source-snapshot",
+        "a source subtask snapshotted its positions and emitted the barrier",
+    ),
     (
         "before-metadata",
         "every subtask acknowledged, before `_metadata` is written",
@@ -45,6 +57,7 @@ pub fn setup_from_env() -> Result<(), String> {
                 action
             };
             fail::cfg(name, action).map_err(|e| format!("{ENV}: {name}: {e}"))?;
+            ARMED.store(true, Ordering::Relaxed);
         }
         #[cfg(not(feature = "failpoints"))]
         {
@@ -57,9 +70,24 @@ pub fn setup_from_env() -> Result<(), String> {
     Ok(())
 }
 
-/// Hits failpoint `name`; `exit` aborts the process at once.
+/// Hits failpoint `name`; `exit` aborts the process at once. An armed point may sleep
+/// or pause: it runs in `block_in_place` when called on a multi-threaded runtime, so
+/// that the coordinator and other tasks keep running meanwhile.
 #[inline]
 pub fn hit(name: &str) {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let on_runtime = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_runtime {
+        tokio::task::block_in_place(|| eval(name));
+    } else {
+        eval(name);
+    }
+}
+
+fn eval(name: &str) {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(name, |arg: Option<String>| {
         if arg.as_deref() == Some("exit") {

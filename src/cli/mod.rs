@@ -5,6 +5,7 @@
 mod checkpoints;
 mod demo;
 mod run;
+mod testkit;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -43,10 +44,28 @@ enum Command {
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
     /// Run the demonstration job: crash it, resume it, verify it.
+    /// Embedded servers for tests and demos.
+    #[command(subcommand)]
+    Testkit(TestkitCommand),
     Demo {
         /// Where to keep the demo's files (default: a new directory under the system temp dir).
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TestkitCommand {
+    /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
+    Kafka {
+        #[arg(long, default_value_t = 3)]
+        brokers: i32,
+        /// NAME:PARTITIONS, repeatable.
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// Where to write the bootstrap servers list.
+        #[arg(long)]
+        bootstrap_file: Option<PathBuf>,
     },
 }
 
@@ -86,6 +105,11 @@ pub fn main() -> i32 {
         Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
         Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
         Command::Demo { dir } => demo::demo(dir),
+        Command::Testkit(TestkitCommand::Kafka {
+            brokers,
+            topics,
+            bootstrap_file,
+        }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref()),
     }
 }
 

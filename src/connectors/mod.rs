@@ -6,6 +6,7 @@
 //! each barrier (where it may wait for its pending work), and notified likewise.
 
 pub mod file_sink;
+pub mod kafka;
 pub mod sequence;
 
 use crate::error::Result;

@@ -99,6 +99,7 @@ pub async fn run_source_task(
                     Control::Trigger { id, .. } => {
                         let positions = source.snapshot(id)?;
                         snapshot_and_ack(&io, &mut chain, id, positions).await?;
+                        crate::fault::hit("after-source-snapshot");
                     }
                     Control::Stop => {
                         info!("stopping input for a final checkpoint");
@@ -136,6 +137,7 @@ pub async fn run_source_task(
                 chain
                     .process(std::mem::replace(&mut batch, Vec::with_capacity(1024)))
                     .await?;
+                crate::fault::hit("source-batch");
             }
         }
     }

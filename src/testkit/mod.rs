@@ -1,3 +1,4 @@
 //! Helpers shared by the integration tests, the demo and the fault harness.
 
 pub mod file_output;
+pub mod kafka;

@@ -2,6 +2,8 @@
 //! and verifying what it committed.
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use lockgate::testkit::file_output::{self, Verification};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,58 @@
+//! `lockgate testkit`: the embedded servers tests and demos run against.
+
+use super::{EXIT_FAILURE, EXIT_USAGE};
+use crate::testkit::kafka::{parse_topic, EmbeddedKafka};
+use std::io::BufRead;
+use std::path::Path;
+
+/// Runs the mock cluster in the foreground until killed. Prints the bootstrap list on
+/// stdout (and writes it to `bootstrap_file`, atomically), then executes control lines
+/// read from stdin (`topic NAME:PARTITIONS`, `down ID`, `up ID`), answering `ok` or
+/// `error: ...` on stdout. Closing stdin does not stop the cluster.
+pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> i32 {
+    let mut parsed = Vec::new();
+    for t in topics {
+        match parse_topic(t) {
+            Ok(p) => parsed.push(p),
+            Err(e) => {
+                eprintln!("error: --topic {e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let cluster = match EmbeddedKafka::start(brokers, &parsed) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    if let Some(f) = bootstrap_file {
+        let tmp = f.with_extension("tmp");
+        if let Err(e) =
+            std::fs::write(&tmp, cluster.bootstrap_servers()).and_then(|_| std::fs::rename(&tmp, f))
+        {
+            eprintln!("error: cannot write {}: {e}", f.display());
+            return EXIT_FAILURE;
+        }
+    }
+    println!("{}", cluster.bootstrap_servers());
+    eprintln!(
+        "embedded Kafka: {brokers} brokers at {} (topics: {}); control on stdin: topic NAME:PARTITIONS | down ID | up ID",
+        cluster.bootstrap_servers(),
+        topics.join(", ")
+    );
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match cluster.control(&line) {
+            Ok(()) => println!("ok"),
+            Err(e) => println!("error: {e}"),
+        }
+    }
+    loop {
+        std::thread::park();
+    }
+}

@@ -1,0 +1,16 @@
+//! The Kafka source: partitions assigned with `assign()` (lockgate owns the offsets),
+//! positions checkpointed as the next offset to read, restored offsets winning on
+//! restart, and partitions discovered later starting at EARLIEST.
+
+pub mod assign;
+pub mod config;
+pub mod decode;
+pub mod fetcher;
+pub mod source;
+pub mod start_position;
+
+pub use config::{DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicSelector};
+pub use source::KafkaSource;
+
+/// A topic partition.
+pub type Tp = (String, i32);

@@ -1,0 +1,512 @@
+//! The Kafka source subtask.
+
+use super::assign::owner;
+use super::config::{DecodeErrorPolicy, KafkaSourceConfig};
+use super::decode;
+use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext};
+use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
+use super::Tp;
+use crate::connectors::{Source, SourcePoll, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::record::{Batch, Origin, Record};
+use async_trait::async_trait;
+use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+/// Timeout of metadata and offset requests after the first contact.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Kafka source subtask. Create one per subtask with [`KafkaSource::new`].
+pub struct KafkaSource {
+    cfg: Arc<KafkaSourceConfig>,
+    name: String,
+    index: u16,
+    parallelism: u16,
+    consumer: Option<Arc<KafkaConsumer>>,
+    fetcher: Option<Fetcher>,
+    /// Next offset to read of every owned partition.
+    positions: BTreeMap<Tp, NextOffset>,
+    /// Bounded mode: where each owned partition ends.
+    ends: BTreeMap<Tp, NextOffset>,
+    pending_commits: BTreeMap<CheckpointId, Vec<(Tp, NextOffset)>>,
+    discovered: Option<mpsc::Receiver<Vec<Tp>>>,
+    dead_letter: Option<FutureProducer>,
+    skipped: u64,
+    last_committed: Option<TopicPartitionList>,
+}
+
+impl KafkaSource {
+    /// A source subtask reading what `cfg` selects.
+    pub fn new(cfg: Arc<KafkaSourceConfig>) -> KafkaSource {
+        KafkaSource {
+            cfg,
+            name: String::new(),
+            index: 0,
+            parallelism: 1,
+            consumer: None,
+            fetcher: None,
+            positions: BTreeMap::new(),
+            ends: BTreeMap::new(),
+            pending_commits: BTreeMap::new(),
+            discovered: None,
+            dead_letter: None,
+            skipped: 0,
+            last_committed: None,
+        }
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.cfg.bootstrap_servers)
+            .set("group.id", &self.cfg.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            // librdkafka's default (1000 ms) stalls the consumer whenever its queue fills.
+            .set("fetch.queue.backoff.ms", "10")
+            .set("client.id", format!("lockgate-{}", self.name));
+        for (k, v) in &self.cfg.properties {
+            c.set(k, v);
+        }
+        c
+    }
+
+    fn consumer(&self) -> Arc<KafkaConsumer> {
+        self.consumer.clone().expect("opened")
+    }
+
+    fn owns(&self, tp: &Tp) -> bool {
+        owner(&tp.0, tp.1, self.parallelism) == self.index
+    }
+
+    /// Resolves starts to concrete next offsets (blocking requests to the cluster).
+    fn resolve(&self, starts: &BTreeMap<Tp, Start>) -> Result<BTreeMap<Tp, NextOffset>> {
+        let c = self.consumer();
+        let mut out = BTreeMap::new();
+        for (tp, start) in starts {
+            let (low, high) = c
+                .fetch_watermarks(&tp.0, tp.1, REQUEST_TIMEOUT)
+                .map_err(|e| self.err(format!("watermarks of {}/{}: {e}", tp.0, tp.1)))?;
+            let next = match *start {
+                Start::Offset(o) => {
+                    check_in_range(tp, o, low, high).map_err(|e| self.err(e))?;
+                    o
+                }
+                Start::Earliest => NextOffset(low),
+                Start::Latest => NextOffset(high),
+                Start::GroupOffset => {
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition(&tp.0, tp.1);
+                    let committed = c.committed_offsets(tpl, REQUEST_TIMEOUT).map_err(|e| {
+                        self.err(format!("committed offsets of {}/{}: {e}", tp.0, tp.1))
+                    })?;
+                    match committed.find_partition(&tp.0, tp.1).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) if o >= low && o <= high => NextOffset(o),
+                        other => {
+                            warn!(topic = %tp.0, partition = tp.1, committed = ?other, "no usable group offset; starting at earliest");
+                            NextOffset(low)
+                        }
+                    }
+                }
+                Start::Timestamp(ms) => {
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(ms))
+                        .map_err(|e| self.err(e.to_string()))?;
+                    let answer = c.offsets_for_times(tpl, REQUEST_TIMEOUT).map_err(|e| {
+                        self.err(format!("offsets for time {ms} of {}/{}: {e}", tp.0, tp.1))
+                    })?;
+                    let found = match answer.find_partition(&tp.0, tp.1).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => Some(o),
+                        _ => None,
+                    };
+                    resolve_timestamp(found, high)
+                }
+            };
+            out.insert(tp.clone(), next);
+        }
+        Ok(out)
+    }
+
+    fn err(&self, m: impl std::fmt::Display) -> JobError {
+        JobError::task(
+            &self.name,
+            format!("Kafka ({}): {m}", self.cfg.bootstrap_servers),
+        )
+    }
+
+    fn assign(&self, added: &BTreeMap<Tp, NextOffset>) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), o) in added {
+            tpl.add_partition_offset(t, *p, Offset::Offset(o.0))
+                .map_err(|e| self.err(e.to_string()))?;
+        }
+        self.consumer()
+            .incremental_assign(&tpl)
+            .map_err(|e| self.err(format!("assign: {e}")))
+    }
+
+    /// Adds partitions discovered while running: they start at EARLIEST.
+    async fn apply_discovery(&mut self, listing: Vec<Tp>) -> Result<()> {
+        let listed: BTreeSet<Tp> = listing.iter().cloned().collect();
+        let gone: Vec<Tp> = self
+            .positions
+            .keys()
+            .filter(|tp| !listed.contains(*tp))
+            .cloned()
+            .collect();
+        for tp in gone {
+            warn!(topic = %tp.0, partition = tp.1, "partition no longer exists; dropped");
+            self.positions.remove(&tp);
+            self.ends.remove(&tp);
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&tp.0, tp.1);
+            let _ = self.consumer().incremental_unassign(&tpl);
+        }
+        let new: BTreeMap<Tp, Start> = listing
+            .into_iter()
+            .filter(|tp| self.owns(tp) && !self.positions.contains_key(tp))
+            .map(|tp| (tp, Start::Earliest))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let resolved = self.blocking(|s| s.resolve_with_ends(&new)).await?;
+        for (tp, next) in &resolved {
+            info!(topic = %tp.0, partition = tp.1, start = next.0, "new partition discovered; reading from earliest");
+        }
+        self.assign(&resolved)?;
+        self.positions.extend(resolved);
+        Ok(())
+    }
+
+    /// Resolves starts and, in bounded mode, captures the end of partitions without one.
+    fn resolve_with_ends(
+        &mut self,
+        starts: &BTreeMap<Tp, Start>,
+    ) -> Result<BTreeMap<Tp, NextOffset>> {
+        let resolved = self.resolve(starts)?;
+        if self.cfg.bounded {
+            let c = self.consumer();
+            for tp in resolved.keys() {
+                if !self.ends.contains_key(tp) {
+                    let (_, high) = c
+                        .fetch_watermarks(&tp.0, tp.1, REQUEST_TIMEOUT)
+                        .map_err(|e| self.err(format!("end offset of {}/{}: {e}", tp.0, tp.1)))?;
+                    self.ends.insert(tp.clone(), NextOffset(high));
+                }
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Runs blocking client calls off the runtime threads.
+    async fn blocking<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        tokio::task::block_in_place(|| f(self))
+    }
+
+    fn finished(&self) -> bool {
+        self.cfg.bounded
+            && self
+                .positions
+                .iter()
+                .all(|(tp, next)| self.ends.get(tp).is_some_and(|end| next >= end))
+    }
+
+    async fn dead_letter(&mut self, f: &Fetched, error: &str) -> Result<()> {
+        let topic = match &self.cfg.on_decode_error {
+            DecodeErrorPolicy::DeadLetter(t) => t.clone(),
+            _ => unreachable!("dead_letter only under the dead-letter policy"),
+        };
+        let producer = self.dead_letter.as_ref().expect("created in open");
+        let partition = f.partition.to_string();
+        let offset = f.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "lockgate.error",
+                value: Some(error),
+            })
+            .insert(Header {
+                key: "lockgate.topic",
+                value: Some(&*f.topic),
+            })
+            .insert(Header {
+                key: "lockgate.partition",
+                value: Some(&partition),
+            })
+            .insert(Header {
+                key: "lockgate.offset",
+                value: Some(&offset),
+            });
+        let empty: &[u8] = &[];
+        let mut rec = FutureRecord::<[u8], [u8]>::to(&topic)
+            .payload(f.payload.as_deref().unwrap_or(empty))
+            .headers(headers);
+        if let Some(k) = &f.key {
+            rec = rec.key(k.as_slice());
+        }
+        // Waiting for the broker's ack keeps the record from being lost: the position
+        // only moves past it once it is in the dead-letter topic.
+        producer
+            .send(rec, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| {
+                self.err(format!(
+                    "dead-letter to {topic} failed for {}/{}@{}: {e}",
+                    f.topic, f.partition, f.offset
+                ))
+            })?;
+        Ok(())
+    }
+}
+
+/// Lists the partitions of the selected topics.
+fn discover(
+    consumer: &KafkaConsumer,
+    cfg: &KafkaSourceConfig,
+    timeout: Duration,
+) -> std::result::Result<Vec<Tp>, String> {
+    let md = consumer
+        .fetch_metadata(None, timeout)
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for t in md.topics() {
+        if t.error().is_some() || !cfg.topics.matches(t.name()) {
+            continue;
+        }
+        for p in t.partitions() {
+            out.push((t.name().to_string(), p.id()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        restored: Option<&[SourcePosition]>,
+    ) -> Result<()> {
+        self.name = info.name.clone();
+        self.index = info.index;
+        self.parallelism = info.parallelism;
+        let consumer: KafkaConsumer = self
+            .client_config()
+            .create_with_context(LogContext)
+            .map_err(|e| self.err(format!("cannot create consumer: {e}")))?;
+        let consumer = Arc::new(consumer);
+        self.consumer = Some(consumer.clone());
+        let cfg = self.cfg.clone();
+        let timeout = Duration::from_millis(cfg.connect_timeout_ms);
+        let listing = tokio::task::spawn_blocking({
+            let consumer = consumer.clone();
+            let cfg = cfg.clone();
+            move || discover(&consumer, &cfg, timeout)
+        })
+        .await
+        .map_err(|e| self.err(e))?
+        .map_err(|e| {
+            self.err(format!(
+                "no broker reachable within {} ms: {e}",
+                cfg.connect_timeout_ms
+            ))
+        })?;
+        if listing.is_empty() {
+            warn!(subtask = %self.name, "no partition matches the configured topics (yet)");
+        }
+
+        let restored_map: Option<BTreeMap<Tp, NextOffset>> = restored.map(|ps| {
+            ps.iter()
+                .filter(|p| cfg.topics.matches(&p.stream))
+                .map(|p| ((p.stream.clone(), p.partition), p.next))
+                .collect()
+        });
+        if let Some(ps) = restored {
+            for p in ps.iter().filter(|p| cfg.topics.matches(&p.stream)) {
+                let tp = (p.stream.clone(), p.partition);
+                if !self.owns(&tp) {
+                    continue;
+                }
+                if let Some(end) = p.end {
+                    self.ends.insert(tp.clone(), end);
+                }
+                if !listing.contains(&tp) {
+                    warn!(topic = %tp.0, partition = tp.1, "partition in the checkpoint no longer exists; dropped");
+                }
+            }
+        }
+        let owned: Vec<Tp> = listing.iter().filter(|tp| self.owns(tp)).cloned().collect();
+        let starts = start_positions(restored_map.as_ref(), &owned, &cfg.startup);
+        let resolved = self.blocking(|s| s.resolve_with_ends(&starts)).await?;
+        for (tp, next) in &resolved {
+            info!(subtask = %self.name, topic = %tp.0, partition = tp.1, start = next.0, how = ?starts[tp], end = ?self.ends.get(tp).map(|e| e.0), "partition assigned");
+        }
+        self.assign(&resolved)?;
+        self.positions = resolved;
+        if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
+            let mut pc = ClientConfig::new();
+            pc.set("bootstrap.servers", &cfg.bootstrap_servers)
+                .set("acks", "all");
+            self.dead_letter = Some(
+                pc.create()
+                    .map_err(|e| self.err(format!("dead-letter producer: {e}")))?,
+            );
+        }
+        self.fetcher = Some(Fetcher::start(consumer.clone(), self.name.clone()));
+        if cfg.partition_discovery_ms > 0 {
+            let (tx, rx) = mpsc::channel(1);
+            self.discovered = Some(rx);
+            let every = Duration::from_millis(cfg.partition_discovery_ms);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let (c, cf) = (consumer.clone(), cfg.clone());
+                    let found =
+                        tokio::task::spawn_blocking(move || discover(&c, &cf, REQUEST_TIMEOUT))
+                            .await;
+                    match found {
+                        Ok(Ok(listing)) => {
+                            if tx.send(listing).await.is_err() {
+                                return; // the source is gone
+                            }
+                        }
+                        Ok(Err(e)) => warn!(error = %e, "partition discovery failed; retrying"),
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    async fn poll(&mut self, out: &mut Batch) -> Result<SourcePoll> {
+        if let Some(listing) = self.discovered.as_mut().and_then(|rx| rx.try_recv().ok()) {
+            self.apply_discovery(listing).await?;
+        }
+        if self.finished() {
+            return Ok(SourcePoll::Finished);
+        }
+        let Some(item) = self
+            .fetcher
+            .as_mut()
+            .expect("opened")
+            .next(Duration::from_millis(50))
+            .await
+        else {
+            return Ok(SourcePoll::Idle);
+        };
+        let batch = match item {
+            Handover::Batch(b) => b,
+            Handover::Fatal(e) => return Err(self.err(e)),
+        };
+        for f in batch {
+            let tp = (f.topic.to_string(), f.partition);
+            let Some(next) = self.positions.get(&tp).copied() else {
+                continue; // unassigned meanwhile
+            };
+            if f.offset < next.0 {
+                continue; // already emitted (a re-fetch)
+            }
+            if self.ends.get(&tp).is_some_and(|end| f.offset >= end.0) {
+                continue; // beyond a bounded end
+            }
+            if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
+                match &self.cfg.on_decode_error {
+                    DecodeErrorPolicy::Fail => {
+                        return Err(self.err(format!(
+                            "record {}/{}@{} cannot be decoded: {why}",
+                            f.topic, f.partition, f.offset
+                        )))
+                    }
+                    DecodeErrorPolicy::Skip => {
+                        self.skipped += 1;
+                        warn!(topic = %f.topic, partition = f.partition, offset = f.offset, error = %why, skipped = self.skipped, "skipping a record that cannot be decoded");
+                    }
+                    DecodeErrorPolicy::DeadLetter(_) => self.dead_letter(&f, &why).await?,
+                }
+                self.positions.insert(tp, NextOffset::after(f.offset));
+                continue;
+            }
+            out.push(Record {
+                key: f.key,
+                value: f.payload.unwrap_or_default(),
+                origin: Some(Origin {
+                    stream: f.topic,
+                    partition: f.partition,
+                    offset: f.offset,
+                }),
+            });
+            self.positions.insert(tp, NextOffset::after(f.offset));
+        }
+        Ok(if self.finished() {
+            SourcePoll::Finished
+        } else {
+            SourcePoll::Ready
+        })
+    }
+
+    fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<SourcePosition>> {
+        self.pending_commits.insert(
+            id,
+            self.positions
+                .iter()
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect(),
+        );
+        Ok(self
+            .positions
+            .iter()
+            .map(|(tp, next)| SourcePosition {
+                stream: tp.0.clone(),
+                partition: tp.1,
+                next: *next,
+                end: self.ends.get(tp).copied(),
+            })
+            .collect())
+    }
+
+    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        let Some(offsets) = self.pending_commits.remove(&id) else {
+            return Ok(());
+        };
+        self.pending_commits.retain(|k, _| *k > id);
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), o) in &offsets {
+            tpl.add_partition_offset(t, *p, Offset::Offset(o.0))
+                .map_err(|e| self.err(e.to_string()))?;
+        }
+        // For monitoring only: never read back on restore, so a failure is a warning.
+        if let Err(e) = self.consumer().commit(&tpl, CommitMode::Async) {
+            warn!(checkpoint = %id, error = %e, "committing offsets to the group failed");
+        }
+        self.last_committed = Some(tpl);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.fetcher = None;
+        self.discovered = None;
+        // The last completed checkpoint's offsets, synchronously: an asynchronous
+        // commit could still be in flight when the process exits.
+        if let (Some(tpl), Some(c)) = (self.last_committed.take(), self.consumer.clone()) {
+            let r = tokio::task::spawn_blocking(move || c.commit(&tpl, CommitMode::Sync)).await;
+            if let Ok(Err(e)) = r {
+                warn!(error = %e, "final offset commit to the group failed");
+            }
+        }
+        Ok(())
+    }
+}

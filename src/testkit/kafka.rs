@@ -1,0 +1,149 @@
+//! An embedded Kafka: librdkafka's mock cluster, owned by a dedicated thread (it is not
+//! `Send`), serving other processes on loopback until dropped.
+//!
+//! Limits (librdkafka 2.12): about 100k messages or 5 MiB kept per partition, in memory
+//! only; a topic cannot grow; topics are created by the owning process (the admin API
+//! hangs); no transactions; no timestamp index (`offsets_for_times` answers the end).
+
+use rdkafka::mocking::MockCluster;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+enum Cmd {
+    CreateTopic(String, i32),
+    BrokerDown(i32),
+    BrokerUp(i32),
+    Stop,
+}
+
+type Reply = mpsc::Sender<Result<(), String>>;
+
+/// A running mock cluster.
+pub struct EmbeddedKafka {
+    bootstrap: String,
+    tx: mpsc::Sender<(Cmd, Reply)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EmbeddedKafka {
+    /// Starts `brokers` brokers and creates `topics` (name, partitions).
+    pub fn start(brokers: i32, topics: &[(String, i32)]) -> Result<EmbeddedKafka, String> {
+        let (tx, rx) = mpsc::channel::<(Cmd, Reply)>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<String, String>>();
+        let topics = topics.to_vec();
+        let thread = std::thread::Builder::new()
+            .name("embedded-kafka".into())
+            .spawn(move || {
+                let cluster = match MockCluster::new(brokers) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("mock cluster: {e}")));
+                        return;
+                    }
+                };
+                let replication = brokers.min(3);
+                for (name, parts) in &topics {
+                    if let Err(e) = cluster.create_topic(name, *parts, replication) {
+                        let _ = ready_tx.send(Err(format!("create topic {name}: {e}")));
+                        return;
+                    }
+                }
+                let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
+                while let Ok((cmd, reply)) = rx.recv() {
+                    let r = match cmd {
+                        Cmd::CreateTopic(name, parts) => cluster
+                            .create_topic(&name, parts, replication)
+                            .map_err(|e| e.to_string()),
+                        Cmd::BrokerDown(id) => cluster.broker_down(id).map_err(|e| e.to_string()),
+                        Cmd::BrokerUp(id) => cluster.broker_up(id).map_err(|e| e.to_string()),
+                        Cmd::Stop => {
+                            let _ = reply.send(Ok(()));
+                            return;
+                        }
+                    };
+                    let _ = reply.send(r);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        let bootstrap = ready_rx
+            .recv()
+            .map_err(|_| "mock cluster thread died".to_string())??;
+        Ok(EmbeddedKafka {
+            bootstrap,
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// The `bootstrap.servers` list of the cluster.
+    pub fn bootstrap_servers(&self) -> &str {
+        &self.bootstrap
+    }
+
+    fn call(&self, cmd: Cmd) -> Result<(), String> {
+        let (rtx, rrx) = mpsc::channel();
+        self.tx
+            .send((cmd, rtx))
+            .map_err(|_| "mock cluster stopped".to_string())?;
+        rrx.recv().map_err(|_| "mock cluster stopped".to_string())?
+    }
+
+    /// Creates a topic (the only way to add partitions: existing topics cannot grow).
+    pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), String> {
+        self.call(Cmd::CreateTopic(name.to_string(), partitions))
+    }
+
+    /// Makes broker `id` (1-based) refuse connections.
+    pub fn broker_down(&self, id: i32) -> Result<(), String> {
+        self.call(Cmd::BrokerDown(id))
+    }
+
+    /// Makes broker `id` accept connections again.
+    pub fn broker_up(&self, id: i32) -> Result<(), String> {
+        self.call(Cmd::BrokerUp(id))
+    }
+
+    /// Executes one control line of `lockgate testkit kafka`'s stdin protocol:
+    /// `topic NAME:PARTITIONS`, `down ID`, `up ID`.
+    pub fn control(&self, line: &str) -> Result<(), String> {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("topic"), Some(spec)) => {
+                let (name, parts) = parse_topic(spec)?;
+                self.create_topic(&name, parts)
+            }
+            (Some("down"), Some(id)) => {
+                self.broker_down(id.parse().map_err(|_| format!("bad broker id {id}"))?)
+            }
+            (Some("up"), Some(id)) => {
+                self.broker_up(id.parse().map_err(|_| format!("bad broker id {id}"))?)
+            }
+            _ => Err(format!(
+                "unknown command {line:?} (topic NAME:PARTITIONS | down ID | up ID)"
+            )),
+        }
+    }
+}
+
+/// Parses `NAME:PARTITIONS`.
+pub fn parse_topic(spec: &str) -> Result<(String, i32), String> {
+    let (name, parts) = spec
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{spec}` is not NAME:PARTITIONS"))?;
+    let parts: i32 = parts
+        .parse()
+        .map_err(|_| format!("`{spec}`: partitions must be a number"))?;
+    if name.is_empty() || parts < 1 {
+        return Err(format!("`{spec}`: a name and at least one partition"));
+    }
+    Ok((name.to_string(), parts))
+}
+
+impl Drop for EmbeddedKafka {
+    fn drop(&mut self) {
+        let _ = self.call(Cmd::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

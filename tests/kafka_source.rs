@@ -1,0 +1,498 @@
+//! The Kafka source against the embedded cluster in a separate process, with records
+//! from a real producer (Flink's Kafka consumer acceptance cases).
+
+mod common;
+
+use common::kafka::*;
+use common::{bin, wait_timeout};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `lockgate run` on `dir/job.toml` to its end; returns the status and its log.
+fn run_job(dir: &Path, failpoints: Option<&str>, extra: &[&str]) -> (ExitStatus, String) {
+    let log_path = dir.join(format!(
+        "run-{}.log",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.arg("run")
+        .arg("--config")
+        .arg(dir.join("job.toml"))
+        .args(extra);
+    cmd.env("LOCKGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log);
+    match failpoints {
+        Some(f) => cmd.env("LOCKGATE_FAILPOINTS", f),
+        None => cmd.env_remove("LOCKGATE_FAILPOINTS"),
+    };
+    let status = wait_timeout(&mut cmd.spawn().unwrap(), Duration::from_secs(120));
+    (status, std::fs::read_to_string(&log_path).unwrap())
+}
+
+/// Starts the job slowed down by a failpoint, waits for `n` complete checkpoints, and
+/// kills it with SIGKILL.
+fn run_then_sigkill_after_checkpoints(dir: &Path, n: usize) {
+    let log = std::fs::File::create(dir.join("killed.log")).unwrap();
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(dir.join("job.toml"))
+        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(100)")
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let done = std::fs::read_dir(dir.join("checkpoints"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.path().join("_metadata").exists())
+                    .count()
+            })
+            .unwrap_or(0);
+        if done >= n {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before {n} checkpoints"
+        );
+        assert!(start.elapsed() < Duration::from_secs(30), "no checkpoints");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(common::sigkill(&mut child), "the job ended before the kill");
+}
+
+/// Flink's one-to-one / one-to-many / many-to-one exactly-once cases: a failure after
+/// about a third of the records, an in-process restore from the last checkpoint, and a
+/// validating read of the committed output.
+fn exactly_once_with_one_failure(partitions: i32, parallelism: u16) {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", partitions)]);
+    let per_partition = 3000;
+    produce(&kafka.bootstrap, "orders", partitions, 0, per_partition);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        parallelism,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    // Each batch takes 20 ms; the panic comes once, after about a third of the batches.
+    let batches = (partitions as usize * per_partition) / 1024 + 1;
+    let fp = format!(
+        "source-batch={}*sleep(20)->1*panic(injected failure)->sleep(20)",
+        batches / 3
+    );
+    let (status, log) = run_job(tmp.path(), Some(&fp), &[]);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("injected failure"),
+        "the failure was injected:\n{log}"
+    );
+    assert!(
+        log.contains("restarting from the last completed checkpoint"),
+        "{log}"
+    );
+    assert_partitions_exact(
+        &tmp.path().join("out"),
+        "orders",
+        partitions,
+        0,
+        per_partition as i64,
+    );
+}
+
+#[test]
+fn one_to_one_exactly_once_5_partitions_parallelism_5() {
+    exactly_once_with_one_failure(5, 5);
+}
+
+#[test]
+fn one_subtask_for_several_partitions_5_partitions_parallelism_2() {
+    exactly_once_with_one_failure(5, 2);
+}
+
+#[test]
+fn more_subtasks_than_partitions_5_partitions_parallelism_8() {
+    exactly_once_with_one_failure(5, 8);
+}
+
+#[test]
+fn sigkill_mid_run_and_restart_is_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce(&kafka.bootstrap, "orders", 4, 0, 8000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    // About 32 batches: the abort comes after 12 of them, several checkpoints later.
+    run_then_sigkill_after_checkpoints(tmp.path(), 2);
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("restoring"), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 8000);
+}
+
+#[test]
+fn startup_earliest_reads_everything_and_commits_next_offsets_to_the_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 3)]);
+    produce(&kafka.bootstrap, "orders", 3, 0, 500);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\nstartup = \"earliest\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 3, 0, 500);
+    // The group offset is the next offset to read: the end of each partition.
+    assert_eq!(
+        committed(&kafka.bootstrap, "kafka-test", "orders", 3),
+        vec![Some(500); 3]
+    );
+}
+
+#[test]
+fn startup_group_offsets_starts_at_the_committed_offsets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce(&kafka.bootstrap, "orders", 2, 0, 300);
+    {
+        let c = consumer(&kafka.bootstrap, "kafka-test");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("orders", 0, rdkafka::Offset::Offset(120))
+            .unwrap();
+        tpl.add_partition_offset("orders", 1, rdkafka::Offset::Offset(250))
+            .unwrap();
+        rdkafka::consumer::Consumer::commit(&c, &tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    }
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\nstartup = \"group-offsets\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    let got = committed_output(&tmp.path().join("out"));
+    assert_eq!(
+        got[&("orders".to_string(), 0)],
+        (120..300).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        got[&("orders".to_string(), 1)],
+        (250..300).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn startup_latest_reads_only_records_produced_after_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce(&kafka.bootstrap, "orders", 2, 0, 200);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "startup = \"latest\"",
+    );
+    let log_path = tmp.path().join("latest.log");
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(tmp.path().join("job.toml"))
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("partition assigned")
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "never assigned");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    produce(&kafka.bootstrap, "orders", 2, 200, 100);
+    // Wait until the new records are committed, then stop with a final checkpoint.
+    let out = tmp.path().join("out");
+    loop {
+        let n: usize = if out.exists() {
+            committed_output(&out).values().map(Vec::len).sum()
+        } else {
+            0
+        };
+        if n >= 200 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "only {n} records committed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    common::signal(&child, libc::SIGTERM);
+    assert!(wait_timeout(&mut child, Duration::from_secs(30)).success());
+    assert_partitions_exact(&out, "orders", 2, 200, 300);
+}
+
+#[test]
+fn startup_timestamp_on_the_mock_cluster_starts_at_the_end() {
+    // The mock cluster has no timestamp index and answers the end offset for every
+    // time: as Kafka defines it, "no record at or after the time" starts at the end.
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce(&kafka.bootstrap, "orders", 2, 0, 100);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\nstartup = \"timestamp:0\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    assert!(committed_output(&tmp.path().join("out")).is_empty());
+    assert!(
+        log.contains("start=100"),
+        "started at the end offset:\n{log}"
+    );
+}
+
+#[test]
+fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders-a", 3)]);
+    produce(&kafka.bootstrap, "orders-a", 3, 0, 4000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topic_pattern = \"orders-.*\"",
+        "bounded = \"latest\"",
+    );
+    run_then_sigkill_after_checkpoints(tmp.path(), 1);
+    // A topic that appears after the checkpoint, with records produced before the restore.
+    kafka.control("topic orders-b:2");
+    produce(&kafka.bootstrap, "orders-b", 2, 0, 700);
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("restoring"), "{log}");
+    let out = tmp.path().join("out");
+    assert_partitions_exact(&out, "orders-a", 3, 0, 4000);
+    assert_partitions_exact(&out, "orders-b", 2, 0, 700);
+}
+
+#[test]
+fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("t1", 2), ("t2", 2)]);
+    produce(&kafka.bootstrap, "t1", 2, 0, 6000);
+    produce(&kafka.bootstrap, "t2", 2, 0, 300);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"t1\"]",
+        "bounded = \"latest\"\nstartup = \"earliest\"",
+    );
+    run_then_sigkill_after_checkpoints(tmp.path(), 1);
+    // After a restore, `startup` no longer applies: the new topic starts at EARLIEST
+    // even though the job now says latest.
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"t1\", \"t2\"]",
+        "bounded = \"latest\"\nstartup = \"latest\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("restoring"), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "t1", 2, 0, 6000);
+    assert_partitions_exact(&tmp.path().join("out"), "t2", 2, 0, 300);
+}
+
+#[test]
+fn bounded_mode_stops_at_the_end_offsets_captured_at_first_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce(&kafka.bootstrap, "orders", 2, 0, 1000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    let bootstrap = kafka.bootstrap.clone();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        produce(&bootstrap, "orders", 2, 1000, 500);
+    });
+    let (status, log) = run_job(tmp.path(), Some("source-batch=sleep(100)"), &[]);
+    late.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("is_final=true"), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 2, 0, 1000);
+}
+
+#[test]
+fn broker_down_for_ten_seconds_loses_and_duplicates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders", 6)]);
+    produce(&kafka.bootstrap, "orders", 6, 0, 3000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    let log_path = tmp.path().join("down.log");
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(tmp.path().join("job.toml"))
+        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(100)")
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    kafka.control("down 1");
+    std::thread::sleep(Duration::from_secs(10));
+    kafka.control("up 1");
+    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log_path).unwrap()
+    );
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 6, 0, 3000);
+}
+
+fn decode_error_case(
+    policy: &str,
+    extra_topics: &[(&str, i32)],
+) -> (tempfile::TempDir, KafkaProcess, ExitStatus, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut topics = vec![("orders", 1)];
+    topics.extend_from_slice(extra_topics);
+    let kafka = KafkaProcess::start(&topics);
+    let good0 = payload("orders", 0, 0);
+    let good2 = payload("orders", 0, 2);
+    produce_raw(
+        &kafka.bootstrap,
+        "orders",
+        0,
+        &[good0.as_bytes(), b"{not json", good2.as_bytes()],
+    );
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        &format!("bounded = \"latest\"\non_decode_error = \"{policy}\""),
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    (tmp, kafka, status, log)
+}
+
+#[test]
+fn invalid_json_under_fail_fails_the_job_naming_topic_partition_offset() {
+    let (_tmp, _k, status, log) = decode_error_case("fail", &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("record orders/0@1 cannot be decoded"), "{log}");
+}
+
+#[test]
+fn invalid_json_under_skip_is_counted_and_the_rest_is_committed() {
+    let (tmp, _k, status, log) = decode_error_case("skip", &[]);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("skipping a record that cannot be decoded"),
+        "{log}"
+    );
+    let got = committed_output(&tmp.path().join("out"));
+    assert_eq!(got[&("orders".to_string(), 0)], vec![0, 2]);
+}
+
+#[test]
+fn invalid_json_under_dead_letter_reaches_the_dead_letter_topic_with_its_error() {
+    let (tmp, kafka, status, log) =
+        decode_error_case("dead-letter:orders-dlq", &[("orders-dlq", 1)]);
+    assert!(status.success(), "{log}");
+    let got = committed_output(&tmp.path().join("out"));
+    assert_eq!(got[&("orders".to_string(), 0)], vec![0, 2]);
+    let c = consumer(&kafka.bootstrap, "dlq-reader");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("orders-dlq", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    rdkafka::consumer::Consumer::assign(&c, &tpl).unwrap();
+    let start = Instant::now();
+    let m = loop {
+        if let Some(r) = c.poll(Duration::from_millis(200)) {
+            break r.unwrap().detach();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing in the dead-letter topic"
+        );
+    };
+    use rdkafka::message::{Headers, Message};
+    assert_eq!(m.payload(), Some(&b"{not json"[..]));
+    let headers = m.headers().unwrap();
+    let h: std::collections::HashMap<String, String> = headers
+        .iter()
+        .map(|h| {
+            (
+                h.key.to_string(),
+                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(h["lockgate.topic"], "orders");
+    assert_eq!(h["lockgate.offset"], "1");
+    assert!(h["lockgate.error"].contains("not valid JSON"), "{h:?}");
+}
+
+#[test]
+fn no_reachable_broker_fails_within_the_timeout_naming_the_servers() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let servers = format!("127.0.0.1:{port}");
+    let tmp = tempfile::tempdir().unwrap();
+    write_job(tmp.path(), &servers, 1, "topics = [\"orders\"]", "");
+    let text = std::fs::read_to_string(tmp.path().join("job.toml"))
+        .unwrap()
+        .replace("connect_timeout_ms = 10000", "connect_timeout_ms = 2000")
+        .replace("strategy = \"fixed-delay\"", "strategy = \"none\"");
+    std::fs::write(tmp.path().join("job.toml"), text).unwrap();
+    let start = Instant::now();
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        log.contains(&servers) && log.contains("no broker reachable"),
+        "{log}"
+    );
+}
