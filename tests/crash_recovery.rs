@@ -159,3 +159,90 @@ fn a_second_run_on_a_held_checkpoint_directory_is_refused() {
         "only the live holder refuses"
     );
 }
+
+#[test]
+fn crash_between_publish_and_notify_commits_the_staged_files_on_restore() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spec = Spec::new(50_000);
+    spec.rate_per_sec = 20_000;
+    let j = JobDir::new(&tmp.path().join("job"), spec);
+    // The process aborts right after publishing its first checkpoint: the sink never
+    // heard that it completed, so its part files are still staged.
+    let status = wait_timeout(
+        &mut j.spawn_env(&[], &[("LOCKGATE_FAILPOINTS", "after-publish=exit")]),
+        Duration::from_secs(30),
+    );
+    assert!(!status.success(), "aborted at the failpoint");
+    let staged = std::fs::read_dir(j.out())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".part-")
+        })
+        .count();
+    assert!(
+        staged > 0,
+        "the published checkpoint left staged part files"
+    );
+    assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 30));
+    assert_exact(&j);
+}
+
+#[test]
+fn retention_keeps_the_newest_three_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spec = Spec::new(40_000);
+    spec.rate_per_sec = 20_000;
+    let j = JobDir::new(&tmp.path().join("job"), spec);
+    assert!(j.run_to_end(&[]).success());
+    let published = j.log_text().matches("checkpoint completed").count();
+    assert!(published > 3, "the run published {published} checkpoints");
+    assert_eq!(
+        j.complete_checkpoints().len(),
+        3,
+        "retain = 3 (the default)"
+    );
+}
+
+#[test]
+fn restoring_an_older_checkpoint_abandons_newer_ones_even_across_in_process_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spec = Spec::new(60_000);
+    spec.rate_per_sec = 20_000;
+    spec.restart_attempts = 3;
+    let j = JobDir::new(&tmp.path().join("job"), spec);
+    let mut child = j.spawn(&[]);
+    j.wait_for_checkpoints(3, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(sigkill(&mut child));
+    let chks = j.complete_checkpoints();
+    let older = chks[chks.len() - 3].clone();
+    let older_s = older.display().to_string();
+    // One in-process restart happens after the restore, before anything new is published.
+    let status = wait_timeout(
+        &mut j.spawn_env(
+            &["--restore", &older_s],
+            &[("LOCKGATE_FAILPOINTS", "before-metadata=1*panic")],
+        ),
+        Duration::from_secs(60),
+    );
+    let log = j.log_text();
+    assert!(status.success(), "{}", tail(&log, 40));
+    assert!(
+        log.contains("newer checkpoint abandoned"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(
+        log.contains("restarting from the last completed checkpoint"),
+        "the failpoint forced a restart"
+    );
+    assert!(
+        j.out().join(".rolled-back").is_dir(),
+        "output committed after the restored checkpoint was moved aside"
+    );
+    assert_exact(&j);
+}

@@ -88,6 +88,14 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
     };
     if let Some(r) = &restored {
         check_compatible(job, &r.metadata, opts.allow_non_restored_state)?;
+        // Continuing from an older checkpoint (or from another directory) abandons the
+        // newer line of checkpoints: no later restart may resume it.
+        let own = r.path.parent().and_then(|p| p.canonicalize().ok()) == root.canonicalize().ok();
+        let abandoned =
+            tokio::task::block_in_place(|| dir.abandon_newer(own.then_some(r.metadata.id)))?;
+        for name in abandoned {
+            warn!(checkpoint = %name, restored = %r.path.display(), "newer checkpoint abandoned: the job continues from an older one");
+        }
     }
     let mut next_id = startup.next_id.max(
         restored
@@ -127,7 +135,11 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
                 summary.restarts += 1;
                 warn!(job = %job.name, error = %e, attempt = summary.restarts, of = attempts, delay_ms, "job failed; restarting from the last completed checkpoint");
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                if let Ok((r, _)) = resolve_restore_path(dir.root()) {
+                // Resume from the newest checkpoint this run published; before the
+                // first one, from where the run started.
+                if let Some(id) = summary.last_checkpoint {
+                    let (r, _) =
+                        resolve_restore_path(&dir.completed_path(id)).map_err(JobError::Restore)?;
                     restored = Some(r);
                 }
             }
@@ -372,11 +384,6 @@ async fn run_attempt(
         }
     };
 
-    let fail = |tasks: &mut JoinSet<_>, e: JobError| {
-        tasks.abort_all();
-        Err(e)
-    };
-
     loop {
         let mut actions = Vec::new();
         tokio::select! {
@@ -399,9 +406,9 @@ async fn run_attempt(
                 }
                 Some(Ok((task, Err(e)))) => {
                     error!(task = %task, error = %e, "task failed");
-                    return fail(&mut tasks, e);
+                    return fail_attempt(&mut tasks, e).await;
                 }
-                Some(Err(join)) => return fail(&mut tasks, JobError::Other(format!("task panicked: {join}"))),
+                Some(Err(join)) => return fail_attempt(&mut tasks, JobError::Other(format!("task panicked: {join}"))).await,
                 None => return if coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
             },
             _ = stop_requested(stop), if !stop_seen => {
@@ -417,7 +424,7 @@ async fn run_attempt(
                 Action::Trigger { id, is_final } => {
                     *next_id = id.next();
                     if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
-                        return fail(&mut tasks, e.into());
+                        return fail_attempt(&mut tasks, e.into()).await;
                     }
                     triggered_at = Some((id, Instant::now()));
                     tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
@@ -442,15 +449,27 @@ async fn run_attempt(
                     };
                     let d = dir.clone();
                     let retain = job.checkpoint.retain;
-                    let published = tokio::task::spawn_blocking(
-                        move || -> lockgate_state::error::Result<PathBuf> {
-                            let path = d.publish_with(&meta, crate::fault::before_metadata)?;
-                            d.apply_retention(retain)?;
-                            Ok(path)
-                        },
-                    )
-                    .await
-                    .map_err(|e| JobError::Other(format!("publish panicked: {e}")))?;
+                    let published = tokio::task::spawn_blocking(move || {
+                        let path = d.publish_with(&meta, crate::fault::before_metadata)?;
+                        // Retention is housekeeping: its failure does not undo a publish.
+                        if let Err(e) = d.apply_retention(retain) {
+                            warn!(error = %e, "retention failed; older checkpoints stay");
+                        }
+                        Ok::<_, lockgate_state::StateError>(path)
+                    })
+                    .await;
+                    let published = match published {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return fail_attempt(
+                                &mut tasks,
+                                JobError::Other(format!(
+                                    "publishing checkpoint {id} panicked: {e}"
+                                )),
+                            )
+                            .await
+                        }
+                    };
                     match published {
                         Ok(path) => {
                             coord.on_published(id, now_ms(start));
@@ -475,18 +494,27 @@ async fn run_attempt(
                     send_all(Control::Aborted { id });
                 }
                 Action::Fail { failures, last } => {
-                    return fail(
+                    return fail_attempt(
                         &mut tasks,
                         JobError::TooManyCheckpointFailures {
                             failures,
                             tolerable: job.checkpoint.tolerable_failures,
                             last,
                         },
-                    );
+                    )
+                    .await;
                 }
             }
         }
     }
+}
+
+/// Ends a failed attempt: aborts every task and waits until all are gone, so that
+/// no task of this attempt still touches the working state when the next one starts.
+async fn fail_attempt(tasks: &mut JoinSet<(TaskId, Result<()>)>, e: JobError) -> Result<()> {
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    Err(e)
 }
 
 fn sink_restore(restored: Option<&Restored>) -> SinkRestore {

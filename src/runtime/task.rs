@@ -36,8 +36,9 @@ impl TaskIo {
 }
 
 /// Snapshots the chain at barrier `id` and acknowledges. A checkpoint the coordinator
-/// already aborted (its pending directory is gone) is skipped, also when it vanishes
-/// while the snapshot is being written.
+/// already aborted (its pending directory is gone) is skipped. Any error of the
+/// snapshot fails the task, even if the checkpoint was aborted meanwhile: a sink that
+/// failed to stage its output must never go on as if nothing happened.
 async fn snapshot_and_ack(
     io: &TaskIo,
     chain: &mut Chain,
@@ -49,23 +50,15 @@ async fn snapshot_and_ack(
         debug!(checkpoint = %id, "checkpoint already aborted; barrier skipped");
         return Ok(());
     }
-    match chain.barrier(id, &pending).await {
-        Ok(snapshots) => {
-            debug!(checkpoint = %id, "snapshotted");
-            io.report(Report::Ack {
-                id,
-                task: io.id,
-                positions,
-                snapshots,
-            })
-            .await
-        }
-        Err(e) if !pending.is_dir() => {
-            debug!(checkpoint = %id, error = %e, "checkpoint aborted while snapshotting");
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
+    let snapshots = chain.barrier(id, &pending).await?;
+    debug!(checkpoint = %id, "snapshotted");
+    io.report(Report::Ack {
+        id,
+        task: io.id,
+        positions,
+        snapshots,
+    })
+    .await
 }
 
 /// Runs a source task until the final checkpoint completes.

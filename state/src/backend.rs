@@ -80,10 +80,13 @@ fn materialize(src: &Path, files: &[FileEntry], dst: &Path) -> Result<()> {
         let to = dst.join(&f.name);
         let linked = f.name.ends_with(".sst") && fs::hard_link(&from, &to).is_ok();
         if !linked {
+            // A copy (another file system, or a mutable file) is a new inode that later
+            // checkpoints link to: it must be durable before anything refers to it.
             fs::copy(&from, &to).map_err(StateError::io("copy", &from))?;
+            durable::fsync_file(&to)?;
         }
     }
-    Ok(())
+    durable::fsync_dir(dst)
 }
 
 impl KeyedStateBackend {

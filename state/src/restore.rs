@@ -15,6 +15,9 @@ pub enum EntryStatus {
     MissingMetadata,
     /// `chk-N.inprogress/`: an unfinished checkpoint, never restored from.
     InProgress,
+    /// `chk-N.abandoned/`: newer than a checkpoint the job was restored from; never
+    /// restored from, kept until retention passes it.
+    Abandoned,
 }
 
 /// One entry of a checkpoint directory listing.
@@ -188,6 +191,7 @@ mod tests {
             1 => Just(EntryStatus::Corrupt("x".into())),
             1 => Just(EntryStatus::MissingMetadata),
             1 => Just(EntryStatus::InProgress),
+            1 => Just(EntryStatus::Abandoned),
         ]
     }
 

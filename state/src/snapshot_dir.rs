@@ -23,23 +23,38 @@ use std::path::{Path, PathBuf};
 
 const PREFIX: &str = "chk-";
 const IN_PROGRESS: &str = ".inprogress";
+const ABANDONED: &str = ".abandoned";
 
 /// The directory name of checkpoint `id`.
 pub fn chk_name(id: CheckpointId) -> String {
     format!("{PREFIX}{:010}", id.0)
 }
 
-/// Parses `chk-N` or `chk-N.inprogress`.
-pub fn parse_name(name: &str) -> Option<(CheckpointId, bool)> {
+/// The kind of a checkpoint directory name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// `chk-N`
+    Checkpoint,
+    /// `chk-N.inprogress`
+    InProgress,
+    /// `chk-N.abandoned`
+    Abandoned,
+}
+
+/// Parses `chk-N`, `chk-N.inprogress` or `chk-N.abandoned`.
+pub fn parse_name(name: &str) -> Option<(CheckpointId, NameKind)> {
     let rest = name.strip_prefix(PREFIX)?;
-    let (digits, in_progress) = match rest.strip_suffix(IN_PROGRESS) {
-        Some(d) => (d, true),
-        None => (rest, false),
+    let (digits, kind) = if let Some(d) = rest.strip_suffix(IN_PROGRESS) {
+        (d, NameKind::InProgress)
+    } else if let Some(d) = rest.strip_suffix(ABANDONED) {
+        (d, NameKind::Abandoned)
+    } else {
+        (rest, NameKind::Checkpoint)
     };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some((CheckpointId(digits.parse().ok()?), in_progress))
+    Some((CheckpointId(digits.parse().ok()?), kind))
 }
 
 /// Lists the checkpoint entries of `root` (without verifying them).
@@ -59,11 +74,13 @@ pub fn list(root: &Path) -> Result<Vec<CheckpointEntry>> {
     for item in rd {
         let item = item.map_err(StateError::io("list", root))?;
         let name = item.file_name().to_string_lossy().into_owned();
-        let Some((id, in_progress)) = parse_name(&name) else {
+        let Some((id, kind)) = parse_name(&name) else {
             continue;
         };
-        let status = if in_progress {
+        let status = if kind == NameKind::InProgress {
             EntryStatus::InProgress
+        } else if kind == NameKind::Abandoned {
+            EntryStatus::Abandoned
         } else if item.path().join(METADATA_FILE).exists() {
             EntryStatus::Complete
         } else {
@@ -190,6 +207,28 @@ impl SnapshotDir {
         Ok(done)
     }
 
+    /// Renames every sound complete checkpoint newer than `restored` (all of them when
+    /// `restored` is `None`, a restore from another directory) to `chk-N.abandoned`:
+    /// the job now continues from the restored checkpoint, and a later restart must
+    /// never resume the abandoned line. Checkpoints known to be corrupt keep their
+    /// names for inspection (they never verify, so they are never restored).
+    pub fn abandon_newer(&self, restored: Option<CheckpointId>) -> Result<Vec<String>> {
+        let mut abandoned = Vec::new();
+        for e in list(&self.root)? {
+            let newer = restored.is_none_or(|k| e.id > k);
+            if e.status == EntryStatus::Complete && newer && !self.corrupt.contains(&e.id) {
+                let from = self.root.join(&e.name);
+                let to = self.root.join(format!("{}{ABANDONED}", e.name));
+                fs::rename(&from, &to).map_err(StateError::io("rename", &from))?;
+                abandoned.push(e.name);
+            }
+        }
+        if !abandoned.is_empty() {
+            durable::fsync_dir(&self.root)?;
+        }
+        Ok(abandoned)
+    }
+
     /// Removes an aborted checkpoint's unfinished directory.
     pub fn discard(&self, id: CheckpointId) -> Result<()> {
         let p = self.in_progress_path(id);
@@ -216,7 +255,15 @@ impl SnapshotDir {
         let victims = restore::retention_victims(&listing, retain);
         for name in &victims {
             let p = self.root.join(name);
-            fs::remove_dir_all(&p).map_err(StateError::io("remove", &p))?;
+            let Some((id, _)) = parse_name(name) else {
+                continue;
+            };
+            // Renamed first: a crash halfway through the removal must not leave a
+            // `chk-N` with `_metadata` but missing files; an unfinished name is
+            // removed on the next start.
+            let doomed = self.in_progress_path(id);
+            fs::rename(&p, &doomed).map_err(StateError::io("rename", &p))?;
+            fs::remove_dir_all(&doomed).map_err(StateError::io("remove", &doomed))?;
         }
         if !victims.is_empty() {
             durable::fsync_dir(&self.root)?;
@@ -286,11 +333,11 @@ mod tests {
         assert_eq!(chk_name(CheckpointId(42)), "chk-0000000042");
         assert_eq!(
             parse_name("chk-0000000042"),
-            Some((CheckpointId(42), false))
+            Some((CheckpointId(42), NameKind::Checkpoint))
         );
         assert_eq!(
             parse_name("chk-0000000043.inprogress"),
-            Some((CheckpointId(43), true))
+            Some((CheckpointId(43), NameKind::InProgress))
         );
         assert_eq!(parse_name("chk-"), None);
         assert_eq!(parse_name("LOCK"), None);

@@ -25,6 +25,8 @@ pub struct Spec {
     pub rate_per_sec: u64,
     pub interval_ms: u64,
     pub rolling_sum: bool,
+    /// In-process restarts (fixed delay of 100 ms); 0 = strategy "none".
+    pub restart_attempts: u32,
 }
 
 impl Spec {
@@ -37,6 +39,7 @@ impl Spec {
             rate_per_sec: 0,
             interval_ms: 200,
             rolling_sum: true,
+            restart_attempts: 0,
         }
     }
 }
@@ -81,9 +84,17 @@ impl JobDir {
         } else {
             ""
         };
+        let restart = if s.restart_attempts == 0 {
+            "strategy = \"none\"".to_string()
+        } else {
+            format!(
+                "strategy = \"fixed-delay\"\nattempts = {}\ndelay_ms = 100",
+                s.restart_attempts
+            )
+        };
         let text = format!(
             "[job]\nname = \"{}\"\nparallelism = {}\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = {}\n\n\
-             [restart]\nstrategy = \"none\"\n\n\
+             [restart]\n{restart}\n\n\
              [source.sequence]\nfrom = 1\nto = {}\nkeys = {}\nrate_per_sec = {}\n\n{transform}\n[sink.file]\ndir = \"out\"\n",
             s.name, s.parallelism, s.interval_ms, s.to, s.keys, s.rate_per_sec
         );
@@ -92,12 +103,18 @@ impl JobDir {
 
     /// Starts `lockgate run` on the job file; stderr is appended to the run log.
     pub fn spawn(&self, extra: &[&str]) -> Child {
+        self.spawn_env(extra, &[])
+    }
+
+    /// [`JobDir::spawn`] with environment variables (for example failpoints).
+    pub fn spawn_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Child {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log())
             .unwrap();
         Command::new(bin())
+            .envs(env.iter().copied())
             .arg("run")
             .arg("--config")
             .arg(self.config())
