@@ -496,3 +496,38 @@ fn no_reachable_broker_fails_within_the_timeout_naming_the_servers() {
         "{log}"
     );
 }
+
+#[test]
+fn retriable_request_errors_lose_and_duplicate_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce(&kafka.bootstrap, "orders", 4, 0, 4000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    // The first fetches of the job fail: the consumer must refresh and retry.
+    kafka.control("errors fetch 30");
+    let log_path = tmp.path().join("errors.log");
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(tmp.path().join("job.toml"))
+        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(40)")
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    kafka.control("errors fetch 30");
+    kafka.control("errors offset-commit 5");
+    let started = Instant::now();
+    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log_path).unwrap()
+    );
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 4000);
+}

@@ -8,7 +8,8 @@ use std::path::Path;
 /// Runs the mock cluster in the foreground until killed. Prints the bootstrap list on
 /// stdout (and writes it to `bootstrap_file`, atomically), then executes control lines
 /// read from stdin (`topic NAME:PARTITIONS`, `down ID`, `up ID`), answering `ok` or
-/// `error: ...` on stdout. Closing stdin does not stop the cluster.
+/// `error: ...` on stdout (`errors fetch|list-offsets|metadata|offset-commit N` fails the next N
+/// requests of that API with a retriable error). Closing stdin does not stop the cluster.
 pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> i32 {
     let mut parsed = Vec::new();
     for t in topics {

@@ -6,11 +6,14 @@
 //! hangs); no transactions; no timestamp index (`offsets_for_times` answers the end).
 
 use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 enum Cmd {
     CreateTopic(String, i32),
+    /// Fail the next N requests of an API with a retriable error.
+    RequestErrors(RDKafkaApiKey, usize),
     BrokerDown(i32),
     BrokerUp(i32),
     Stop,
@@ -54,6 +57,12 @@ impl EmbeddedKafka {
                         Cmd::CreateTopic(name, parts) => cluster
                             .create_topic(&name, parts, replication)
                             .map_err(|e| e.to_string()),
+                        Cmd::RequestErrors(api, n) => {
+                            let errors =
+                                vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; n];
+                            cluster.request_errors(api, &errors);
+                            Ok(())
+                        }
                         Cmd::BrokerDown(id) => cluster.broker_down(id).map_err(|e| e.to_string()),
                         Cmd::BrokerUp(id) => cluster.broker_up(id).map_err(|e| e.to_string()),
                         Cmd::Stop => {
@@ -103,8 +112,14 @@ impl EmbeddedKafka {
         self.call(Cmd::BrokerUp(id))
     }
 
+    /// Fails the next `n` requests of `api` with NOT_LEADER_FOR_PARTITION, an error
+    /// clients retry after refreshing metadata.
+    pub fn request_errors(&self, api: RDKafkaApiKey, n: usize) -> Result<(), String> {
+        self.call(Cmd::RequestErrors(api, n))
+    }
+
     /// Executes one control line of `lockgate testkit kafka`'s stdin protocol:
-    /// `topic NAME:PARTITIONS`, `down ID`, `up ID`.
+    /// `topic NAME:PARTITIONS`, `down ID`, `up ID`, `errors fetch|list-offsets|metadata N`.
     pub fn control(&self, line: &str) -> Result<(), String> {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
@@ -118,8 +133,26 @@ impl EmbeddedKafka {
             (Some("up"), Some(id)) => {
                 self.broker_up(id.parse().map_err(|_| format!("bad broker id {id}"))?)
             }
+            (Some("errors"), Some(api)) => {
+                let api = match api {
+                    "fetch" => RDKafkaApiKey::Fetch,
+                    "list-offsets" => RDKafkaApiKey::ListOffsets,
+                    "metadata" => RDKafkaApiKey::Metadata,
+                    "offset-commit" => RDKafkaApiKey::OffsetCommit,
+                    other => {
+                        return Err(format!(
+                            "unknown api {other} (fetch, list-offsets, metadata, offset-commit)"
+                        ))
+                    }
+                };
+                let n = words
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("errors API N")?;
+                self.request_errors(api, n)
+            }
             _ => Err(format!(
-                "unknown command {line:?} (topic NAME:PARTITIONS | down ID | up ID)"
+                "unknown command {line:?} (topic NAME:PARTITIONS | down ID | up ID | errors API N)"
             )),
         }
     }

@@ -409,15 +409,29 @@ impl Source for KafkaSource {
             Handover::Batch(b) => b,
             Handover::Fatal(e) => return Err(self.err(e)),
         };
+        // Records arrive in runs of one partition: its position is looked up once per
+        // run, not once per record.
+        let mut run: Option<(Tp, NextOffset, Option<NextOffset>)> = None;
         for f in batch {
-            let tp = (f.topic.to_string(), f.partition);
-            let Some(next) = self.positions.get(&tp).copied() else {
-                continue; // unassigned meanwhile
-            };
+            let same = run
+                .as_ref()
+                .is_some_and(|(tp, _, _)| tp.1 == f.partition && *tp.0 == *f.topic);
+            if !same {
+                if let Some((tp, next, _)) = run.take() {
+                    self.positions.insert(tp, next);
+                }
+                let tp = (f.topic.to_string(), f.partition);
+                let Some(next) = self.positions.get(&tp).copied() else {
+                    continue; // unassigned meanwhile
+                };
+                let end = self.ends.get(&tp).copied();
+                run = Some((tp, next, end));
+            }
+            let (_, next, end) = run.as_mut().expect("set above");
             if f.offset < next.0 {
                 continue; // already emitted (a re-fetch)
             }
-            if self.ends.get(&tp).is_some_and(|end| f.offset >= end.0) {
+            if end.is_some_and(|end| f.offset >= end.0) {
                 continue; // beyond a bounded end
             }
             if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
@@ -434,9 +448,10 @@ impl Source for KafkaSource {
                     }
                     DecodeErrorPolicy::DeadLetter(_) => self.dead_letter(&f, &why).await?,
                 }
-                self.positions.insert(tp, NextOffset::after(f.offset));
+                run.as_mut().expect("set above").1 = NextOffset::after(f.offset);
                 continue;
             }
+            *next = NextOffset::after(f.offset);
             out.push(Record {
                 key: f.key,
                 value: f.payload.unwrap_or_default(),
@@ -446,7 +461,9 @@ impl Source for KafkaSource {
                     offset: f.offset,
                 }),
             });
-            self.positions.insert(tp, NextOffset::after(f.offset));
+        }
+        if let Some((tp, next, _)) = run {
+            self.positions.insert(tp, next);
         }
         Ok(if self.finished() {
             SourcePoll::Finished
