@@ -522,7 +522,6 @@ fn retriable_request_errors_lose_and_duplicate_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     kafka.control("errors fetch 30");
     kafka.control("errors offset-commit 5");
-    let started = Instant::now();
     let status = wait_timeout(&mut child, Duration::from_secs(90));
     assert!(
         status.success(),
