@@ -56,6 +56,11 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum TestkitCommand {
+    /// An in-memory Elasticsearch-compatible server with fault injection.
+    Es {
+        #[arg(long, default_value = "127.0.0.1:9200")]
+        listen: std::net::SocketAddr,
+    },
     /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
     Kafka {
         #[arg(long, default_value_t = 3)]
@@ -110,6 +115,7 @@ pub fn main() -> i32 {
             topics,
             bootstrap_file,
         }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref()),
+        Command::Testkit(TestkitCommand::Es { listen }) => testkit::es(listen),
     }
 }
 

@@ -57,3 +57,26 @@ pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> 
         std::thread::park();
     }
 }
+
+/// Serves the Elasticsearch-compatible test server until killed; prints its URL.
+pub fn es(listen: std::net::SocketAddr) -> i32 {
+    super::runtime().block_on(async move {
+        match crate::testkit::es::EsServer::start(listen).await {
+            Ok(server) => {
+                println!("{}", server.url());
+                eprintln!(
+                    "Elasticsearch test server at {} (faults: POST {}/_lockgate/faults, stats: GET {}/_lockgate/stats)",
+                    server.url(),
+                    server.url(),
+                    server.url()
+                );
+                std::future::pending::<()>().await;
+                0
+            }
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e}");
+                EXIT_FAILURE
+            }
+        }
+    })
+}

@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests, the demo and the fault harness.
 
+pub mod es;
 pub mod file_output;
 pub mod kafka;

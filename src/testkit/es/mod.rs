@@ -1,0 +1,20 @@
+//! An Elasticsearch-compatible test server, in memory, with fault injection.
+//!
+//! It implements the part of the REST API a connector needs — index creation, `_bulk`
+//! (index, create, update with `doc` / `upsert` / `doc_as_upsert`, delete; the index in
+//! the path or per item; the trailing-newline rule), `_refresh`, `_count`, GET by id,
+//! `_search` with `match_all` and `size` / `from`, `_mget`, internal and external
+//! versioning — with the response shapes Elasticsearch returns (`_version`, `_seq_no`,
+//! `result`, `status`, `errors`).
+//!
+//! Faults are set through `POST /_lockgate/faults` (or [`EsServer::set_faults`]):
+//! per-item 429 `es_rejected_execution_exception` rejections (chosen ids or a
+//! fraction), whole-request failures (429 / 503 / 500), latency, a stall, a connection
+//! dropped after the bulk was applied and before the response was read, and 413 above a
+//! body size. `GET /_lockgate/stats` counts requests and items.
+
+mod bulk;
+mod server;
+mod store;
+
+pub use server::{EsServer, Faults, Stats};

@@ -1,0 +1,527 @@
+//! The HTTP server (axum) and its fault controls.
+
+use super::bulk;
+use super::store::{request_error, Store};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The faults the server injects; all off by default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// Fraction (0..=1) of bulk items rejected with 429 `es_rejected_execution_exception`.
+    pub reject_item_fraction: f64,
+    /// Document ids rejected with 429 while listed.
+    pub reject_ids: HashSet<String>,
+    /// Status (429, 503, 500, ...) of whole bulk requests failed without applying them.
+    pub fail_requests_status: u16,
+    /// How many bulk requests fail that way (then the fault turns itself off).
+    pub fail_requests: u32,
+    /// Latency added to every bulk request, in milliseconds.
+    pub latency_ms: u64,
+    /// While true, bulk requests wait (and apply nothing) until it is cleared.
+    pub stall: bool,
+    /// How many bulk responses are cut off after the bulk was applied (the client sees
+    /// a dropped connection although Elasticsearch accepted the items).
+    pub drop_responses: u32,
+    /// Bodies above this size are refused with 413 (0 = no limit).
+    pub max_body_bytes: usize,
+    /// Seed of the item-rejection draw.
+    pub seed: u64,
+}
+
+/// Counters of the server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub bulk_requests: u64,
+    pub bulk_items: u64,
+    pub rejected_items: u64,
+    pub failed_requests: u64,
+    pub dropped_responses: u64,
+    pub too_large: u64,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    faults: Mutex<Faults>,
+    stats: Mutex<Stats>,
+    rng: Mutex<rand::rngs::SmallRng>,
+}
+
+/// A running test server; stops when dropped.
+pub struct EsServer {
+    url: String,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl EsServer {
+    /// Starts serving on `addr` (port 0 picks a free port) on the current tokio runtime.
+    pub async fn start(addr: SocketAddr) -> std::io::Result<EsServer> {
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::default()),
+            faults: Mutex::new(Faults::default()),
+            stats: Mutex::new(Stats::default()),
+            rng: Mutex::new(rand::rngs::SmallRng::seed_from_u64(0)),
+        });
+        let app = Router::new()
+            .route("/", get(|| async { Json(json!({"name": "lockgate-testkit", "version": {"number": "8.15.0"}, "tagline": "You Know, for Search"})) }))
+            .route("/_bulk", post(bulk_root))
+            .route("/_refresh", post(refresh).get(refresh))
+            .route("/_mget", post(mget_root).get(mget_root))
+            .route("/_lockgate/faults", get(get_faults).post(set_faults).delete(clear_faults))
+            .route("/_lockgate/stats", get(get_stats))
+            .route("/{index}", axum::routing::put(create_index).delete(delete_index).head(head_index).get(get_index))
+            .route("/{index}/_bulk", post(bulk_in_index))
+            .route("/{index}/_refresh", post(refresh).get(refresh))
+            .route("/{index}/_count", get(count).post(count))
+            .route("/{index}/_search", get(search).post(search))
+            .route("/{index}/_mget", post(mget_in_index).get(mget_in_index))
+            .route("/{index}/_doc/{id}", get(get_doc))
+            .layer(axum::extract::DefaultBodyLimit::max(512 * 1024 * 1024))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(EsServer {
+            url: format!("http://{addr}"),
+            addr,
+            shared,
+            shutdown: Some(tx),
+        })
+    }
+
+    /// The base URL (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Replaces the faults.
+    pub fn set_faults(&self, f: Faults) {
+        *self.shared.rng.lock().expect("lock") = rand::rngs::SmallRng::seed_from_u64(f.seed);
+        *self.shared.faults.lock().expect("lock") = f;
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.lock().expect("lock").clone()
+    }
+
+    /// Every document of `index`: id -> (source, version).
+    pub fn documents(&self, index: &str) -> HashMap<String, (Value, i64)> {
+        let store = self.shared.store.lock().expect("lock");
+        store
+            .hits(index)
+            .into_iter()
+            .map(|(id, d)| (id.clone(), (d.source.clone(), d.version)))
+            .collect()
+    }
+}
+
+impl Drop for EsServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+type S = State<Arc<Shared>>;
+
+fn reply(status: u16, body: Value) -> Response {
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Json(body),
+    )
+        .into_response()
+}
+
+async fn bulk_root(State(s): S, body: Bytes) -> Response {
+    do_bulk(s, None, body).await
+}
+
+async fn bulk_in_index(State(s): S, Path(index): Path<String>, body: Bytes) -> Response {
+    do_bulk(s, Some(index), body).await
+}
+
+async fn do_bulk(s: Arc<Shared>, index: Option<String>, body: Bytes) -> Response {
+    let faults = s.faults.lock().expect("lock").clone();
+    s.stats.lock().expect("lock").bulk_requests += 1;
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    while s.faults.lock().expect("lock").stall {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if faults.max_body_bytes > 0 && body.len() > faults.max_body_bytes {
+        s.stats.lock().expect("lock").too_large += 1;
+        return reply(
+            413,
+            request_error(
+                413,
+                "content_too_long_exception",
+                &format!(
+                    "request body of {} bytes is larger than {}",
+                    body.len(),
+                    faults.max_body_bytes
+                ),
+            ),
+        );
+    }
+    if faults.fail_requests > 0 {
+        let status = {
+            let mut f = s.faults.lock().expect("lock");
+            if f.fail_requests > 0 {
+                f.fail_requests -= 1;
+                Some(f.fail_requests_status.max(400))
+            } else {
+                None
+            }
+        };
+        if let Some(status) = status {
+            s.stats.lock().expect("lock").failed_requests += 1;
+            let kind = if status == 429 {
+                "es_rejected_execution_exception"
+            } else {
+                "unavailable_shards_exception"
+            };
+            return reply(
+                status,
+                request_error(status, kind, "injected request failure"),
+            );
+        }
+    }
+    let items = match bulk::parse(&body, index.as_deref()) {
+        Ok(i) => i,
+        Err(e) => return reply(400, e),
+    };
+    let started = std::time::Instant::now();
+    let mut results = Vec::with_capacity(items.len());
+    let mut errors = false;
+    let mut rejected = 0;
+    let n = items.len() as u64;
+    {
+        let mut store = s.store.lock().expect("lock");
+        let mut rng = s.rng.lock().expect("lock");
+        for item in items {
+            let by_id = item
+                .id
+                .as_ref()
+                .is_some_and(|id| faults.reject_ids.contains(id));
+            let by_draw = faults.reject_item_fraction > 0.0
+                && rng.gen_bool(faults.reject_item_fraction.min(1.0));
+            let r = if by_id || by_draw {
+                rejected += 1;
+                bulk::rejected(&item)
+            } else {
+                bulk::apply(&mut store, item)
+            };
+            let failed = r
+                .as_object()
+                .and_then(|o| o.values().next())
+                .is_some_and(|v| v.get("error").is_some());
+            errors |= failed;
+            results.push(r);
+        }
+    }
+    {
+        let mut st = s.stats.lock().expect("lock");
+        st.bulk_items += n;
+        st.rejected_items += rejected;
+    }
+    let body =
+        json!({"took": started.elapsed().as_millis() as u64, "errors": errors, "items": results});
+    if faults.drop_responses > 0 {
+        let drop_it = {
+            let mut f = s.faults.lock().expect("lock");
+            if f.drop_responses > 0 {
+                f.drop_responses -= 1;
+                true
+            } else {
+                false
+            }
+        };
+        if drop_it {
+            s.stats.lock().expect("lock").dropped_responses += 1;
+            // Half the body, then an error: hyper aborts the connection mid-response.
+            let bytes = serde_json::to_vec(&body).expect("json");
+            let half = Bytes::from(bytes[..bytes.len() / 2].to_vec());
+            let stream = futures::stream::iter(vec![
+                Ok::<Bytes, std::io::Error>(half),
+                Err(std::io::Error::other(
+                    "connection dropped by fault injection",
+                )),
+            ]);
+            return Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .header("content-length", bytes.len().to_string())
+                .body(Body::from_stream(stream))
+                .expect("response");
+        }
+    }
+    reply(200, body)
+}
+
+async fn create_index(State(s): S, Path(index): Path<String>, body: Bytes) -> Response {
+    let body: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return reply(400, request_error(400, "parse_exception", &e.to_string())),
+        }
+    };
+    match s.store.lock().expect("lock").create_index(&index, &body) {
+        Ok(()) => reply(
+            200,
+            json!({"acknowledged": true, "shards_acknowledged": true, "index": index}),
+        ),
+        Err(e) => reply(400, e),
+    }
+}
+
+async fn delete_index(State(s): S, Path(index): Path<String>) -> Response {
+    match s.store.lock().expect("lock").indices.remove(&index) {
+        Some(_) => reply(200, json!({"acknowledged": true})),
+        None => index_missing(&index),
+    }
+}
+
+async fn head_index(State(s): S, Path(index): Path<String>) -> StatusCode {
+    if s.store.lock().expect("lock").indices.contains_key(&index) {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+async fn get_index(State(s): S, Path(index): Path<String>) -> Response {
+    if s.store.lock().expect("lock").indices.contains_key(&index) {
+        reply(
+            200,
+            json!({ index.clone(): {"aliases": {}, "mappings": {}, "settings": {}} }),
+        )
+    } else {
+        index_missing(&index)
+    }
+}
+
+fn index_missing(index: &str) -> Response {
+    let mut e = request_error(
+        404,
+        "index_not_found_exception",
+        &format!("no such index [{index}]"),
+    );
+    e["error"]["index"] = json!(index);
+    reply(404, e)
+}
+
+async fn refresh(State(s): S) -> Response {
+    let n = s.store.lock().expect("lock").indices.len();
+    reply(
+        200,
+        json!({"_shards": {"total": n * 2, "successful": n, "failed": 0}}),
+    )
+}
+
+async fn count(State(s): S, Path(index): Path<String>) -> Response {
+    let store = s.store.lock().expect("lock");
+    match store.indices.get(&index) {
+        Some(i) => reply(
+            200,
+            json!({"count": i.docs.len(), "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}),
+        ),
+        None => {
+            drop(store);
+            index_missing(&index)
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Paging {
+    size: Option<usize>,
+    from: Option<usize>,
+}
+
+async fn search(
+    State(s): S,
+    Path(index): Path<String>,
+    Query(q): Query<Paging>,
+    body: Bytes,
+) -> Response {
+    let body: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&body).unwrap_or(json!({}))
+    };
+    if let Some(query) = body.get("query") {
+        if query.get("match_all").is_none() {
+            return reply(
+                400,
+                request_error(
+                    400,
+                    "parsing_exception",
+                    "the test server supports match_all only",
+                ),
+            );
+        }
+    }
+    let size = body
+        .get("size")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .or(q.size)
+        .unwrap_or(10);
+    let from = body
+        .get("from")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .or(q.from)
+        .unwrap_or(0);
+    let store = s.store.lock().expect("lock");
+    if !store.indices.contains_key(&index) {
+        drop(store);
+        return index_missing(&index);
+    }
+    let all = store.hits(&index);
+    let hits: Vec<Value> = all
+        .iter()
+        .skip(from)
+        .take(size)
+        .map(|(id, d)| json!({"_index": index, "_id": id, "_score": 1.0, "_source": d.source}))
+        .collect();
+    reply(
+        200,
+        json!({
+            "took": 1, "timed_out": false,
+            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+            "hits": {"total": {"value": all.len(), "relation": "eq"}, "max_score": if all.is_empty() { Value::Null } else { json!(1.0) }, "hits": hits}
+        }),
+    )
+}
+
+async fn get_doc(State(s): S, Path((index, id)): Path<(String, String)>) -> Response {
+    let store = s.store.lock().expect("lock");
+    if !store.indices.contains_key(&index) {
+        drop(store);
+        return index_missing(&index);
+    }
+    let v = store.get(&index, &id);
+    let status = if v["found"] == json!(true) { 200 } else { 404 };
+    reply(status, v)
+}
+
+async fn mget_root(State(s): S, body: Bytes) -> Response {
+    mget(s, None, body)
+}
+
+async fn mget_in_index(State(s): S, Path(index): Path<String>, body: Bytes) -> Response {
+    mget(s, Some(index), body)
+}
+
+fn mget(s: Arc<Shared>, index: Option<String>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return reply(400, request_error(400, "parse_exception", &e.to_string())),
+    };
+    let mut wanted: Vec<(String, String)> = Vec::new();
+    if let Some(docs) = body.get("docs").and_then(Value::as_array) {
+        for d in docs {
+            let i = d
+                .get("_index")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .or_else(|| index.clone());
+            let id = d.get("_id").and_then(Value::as_str);
+            match (i, id) {
+                (Some(i), Some(id)) => wanted.push((i, id.to_string())),
+                _ => {
+                    return reply(
+                        400,
+                        request_error(
+                            400,
+                            "action_request_validation_exception",
+                            "Validation Failed: 1: index is missing for doc 0;",
+                        ),
+                    )
+                }
+            }
+        }
+    } else if let (Some(ids), Some(i)) = (body.get("ids").and_then(Value::as_array), &index) {
+        for id in ids {
+            wanted.push((
+                i.clone(),
+                id.as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| id.to_string()),
+            ));
+        }
+    } else {
+        return reply(
+            400,
+            request_error(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: no documents to get;",
+            ),
+        );
+    }
+    let store = s.store.lock().expect("lock");
+    let docs: Vec<Value> = wanted
+        .iter()
+        .map(|(i, id)| {
+            if store.indices.contains_key(i) {
+                store.get(i, id)
+            } else {
+                json!({"_index": i, "_id": id, "error": {"type": "index_not_found_exception", "reason": format!("no such index [{i}]")}})
+            }
+        })
+        .collect();
+    reply(200, json!({"docs": docs}))
+}
+
+async fn get_faults(State(s): S) -> Json<Faults> {
+    Json(s.faults.lock().expect("lock").clone())
+}
+
+async fn set_faults(State(s): S, Json(f): Json<Faults>) -> Json<Value> {
+    *s.rng.lock().expect("lock") = rand::rngs::SmallRng::seed_from_u64(f.seed);
+    *s.faults.lock().expect("lock") = f;
+    Json(json!({"acknowledged": true}))
+}
+
+async fn clear_faults(State(s): S) -> Json<Value> {
+    *s.faults.lock().expect("lock") = Faults::default();
+    Json(json!({"acknowledged": true}))
+}
+
+async fn get_stats(State(s): S) -> Json<Stats> {
+    Json(s.stats.lock().expect("lock").clone())
+}
