@@ -183,7 +183,69 @@ fn d_output() -> String {
 #[serde(deny_unknown_fields)]
 struct SinkSection {
     file: Option<FileSection>,
-    elasticsearch: Option<toml::Table>,
+    elasticsearch: Option<EsSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EsSection {
+    url: String,
+    index: String,
+    #[serde(default = "d_id")]
+    id: String,
+    #[serde(default = "d_operation")]
+    operation: String,
+    #[serde(default = "d_versioning")]
+    versioning: String,
+    #[serde(default = "d_bulk_actions")]
+    bulk_max_actions: usize,
+    #[serde(default = "d_bulk_bytes")]
+    bulk_max_bytes: usize,
+    #[serde(default = "d_interval")]
+    bulk_flush_interval_ms: u64,
+    #[serde(default = "d_in_flight")]
+    max_in_flight: usize,
+    #[serde(default = "d_retry_initial")]
+    retry_initial_ms: u64,
+    #[serde(default = "d_retry_max")]
+    retry_max_ms: u64,
+    #[serde(default = "d_retry_attempts")]
+    retry_max_attempts: u32,
+    #[serde(default = "d_decode")]
+    on_item_error: String,
+    #[serde(default = "d_true")]
+    flush_on_checkpoint: bool,
+}
+
+fn d_id() -> String {
+    "coordinates".into()
+}
+fn d_operation() -> String {
+    "index".into()
+}
+fn d_versioning() -> String {
+    "none".into()
+}
+fn d_bulk_actions() -> usize {
+    1000
+}
+fn d_bulk_bytes() -> usize {
+    5 * 1024 * 1024
+}
+fn d_in_flight() -> usize {
+    2
+}
+fn d_retry_initial() -> u64 {
+    100
+}
+fn d_retry_max() -> u64 {
+    10_000
+}
+fn d_retry_attempts() -> u32 {
+    10
+}
+fn d_true() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -360,11 +422,13 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             };
             b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
         }
-        (None, Some(_)) => {
-            return Err(err(
-                "sink.elasticsearch",
-                "the Elasticsearch sink is not part of this release yet; use [sink.file]".into(),
-            ))
+        (None, Some(e)) => {
+            let kafka_servers = file
+                .source
+                .kafka
+                .as_ref()
+                .map(|k| k.bootstrap_servers.clone());
+            es_sink(b, e, kafka_servers, c.timeout_ms, &err)?
         }
         (Some(_), Some(_)) => {
             return Err(err(
@@ -446,6 +510,73 @@ fn kafka_source(
     kc.properties = k.properties.clone();
     let kc = std::sync::Arc::new(kc);
     Ok(b.source("kafka", move |_| Box::new(KafkaSource::new(kc.clone()))))
+}
+
+fn es_sink(
+    b: crate::job::JobBuilder,
+    e: &EsSection,
+    kafka_servers: Option<String>,
+    checkpoint_timeout_ms: u64,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<crate::job::JobBuilder, ConfigError> {
+    use crate::connectors::elasticsearch::{
+        ConfigActionBuilder, EsSink, EsSinkConfig, IdStrategy, ItemErrorPolicy, Operation,
+        PolicyFailureHandler, Versioning,
+    };
+    let key = |k: &str| format!("sink.elasticsearch.{k}");
+    let mut c = EsSinkConfig::new(e.url.clone(), e.index.clone());
+    c.id = IdStrategy::parse(&e.id).map_err(|m| err(&key("id"), m))?;
+    c.operation = match e.operation.as_str() {
+        "index" => Operation::Index,
+        "create" => Operation::Create,
+        "upsert" => Operation::Upsert,
+        other => {
+            return Err(err(
+                &key("operation"),
+                format!("`{other}` is not one of index, create, upsert"),
+            ))
+        }
+    };
+    c.versioning = match e.versioning.as_str() {
+        "none" => Versioning::None,
+        "external" => Versioning::External,
+        other => {
+            return Err(err(
+                &key("versioning"),
+                format!("`{other}` is not one of none, external"),
+            ))
+        }
+    };
+    c.bulk_max_actions = e.bulk_max_actions;
+    c.bulk_max_bytes = e.bulk_max_bytes;
+    c.bulk_flush_interval_ms = e.bulk_flush_interval_ms;
+    c.max_in_flight = e.max_in_flight;
+    c.retry_initial_ms = e.retry_initial_ms;
+    c.retry_max_ms = e.retry_max_ms;
+    c.retry_max_attempts = e.retry_max_attempts;
+    c.on_item_error =
+        ItemErrorPolicy::parse(&e.on_item_error).map_err(|m| err(&key("on_item_error"), m))?;
+    c.dead_letter_bootstrap_servers = kafka_servers;
+    c.flush_on_checkpoint = e.flush_on_checkpoint;
+    c.flush_timeout_ms = checkpoint_timeout_ms;
+    if let Err((k, m)) = c.validate() {
+        let k = if k == "operation" {
+            format!("{} and {}", key("operation"), key("versioning"))
+        } else {
+            key(&k)
+        };
+        return Err(err(&k, m));
+    }
+    let c = std::sync::Arc::new(c);
+    let handler: std::sync::Arc<dyn crate::connectors::elasticsearch::FailureHandler> =
+        std::sync::Arc::new(PolicyFailureHandler(c.on_item_error.clone()));
+    Ok(b.sink("elasticsearch", move |_| {
+        Box::new(EsSink::new(
+            c.clone(),
+            Box::new(ConfigActionBuilder::new(&c)),
+            handler.clone(),
+        ))
+    }))
 }
 
 #[cfg(test)]

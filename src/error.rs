@@ -20,6 +20,10 @@ pub enum JobError {
         tolerable: u32,
         last: String,
     },
+    /// A subtask cannot take this checkpoint now (for example a sink that could not
+    /// finish its writes in time); the checkpoint is aborted, the job goes on.
+    #[error("checkpoint declined: {0}")]
+    Declined(String),
     #[error("cannot restore: {0}")]
     Restore(String),
     #[error("{0}")]

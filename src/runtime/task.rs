@@ -50,7 +50,20 @@ async fn snapshot_and_ack(
         debug!(checkpoint = %id, "checkpoint already aborted; barrier skipped");
         return Ok(());
     }
-    let snapshots = chain.barrier(id, &pending).await?;
+    let snapshots = match chain.barrier(id, &pending).await {
+        Ok(s) => s,
+        Err(JobError::Declined(reason)) => {
+            tracing::warn!(checkpoint = %id, %reason, "declining checkpoint");
+            return io
+                .report(Report::Decline {
+                    id,
+                    task: io.id,
+                    reason,
+                })
+                .await;
+        }
+        Err(e) => return Err(e),
+    };
     debug!(checkpoint = %id, "snapshotted");
     io.report(Report::Ack {
         id,

@@ -1,0 +1,182 @@
+//! What a bulk item result means: a plain function over the operation, the versioning,
+//! the status and the error type, with the whole table tested below.
+
+use super::action::OpType;
+
+/// The meaning of one item result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written (or, for a delete, already absent).
+    Done,
+    /// Already written by an earlier attempt or a replay (409 under create or external
+    /// versioning): counts as written.
+    AlreadyWritten,
+    /// Transient: retry this item (with backoff, bounded).
+    Retry,
+    /// Refused for this document (mapping or parse error, missing document):
+    /// `on_item_error` decides.
+    Rejected,
+    /// The job cannot go on (401 / 403).
+    Fatal,
+}
+
+/// Classifies one item result.
+pub fn classify(
+    op: OpType,
+    external_version: bool,
+    status: u16,
+    error_type: Option<&str>,
+) -> Outcome {
+    if error_type == Some("es_rejected_execution_exception") {
+        return Outcome::Retry;
+    }
+    match status {
+        200..=299 => Outcome::Done,
+        404 if op == OpType::Delete => Outcome::Done,
+        409 if op == OpType::Create || external_version => Outcome::AlreadyWritten,
+        // A concurrent update of the same document: trying again is safe.
+        409 if op == OpType::Update => Outcome::Retry,
+        401 | 403 => Outcome::Fatal,
+        429 | 500..=599 => Outcome::Retry,
+        _ => Outcome::Rejected,
+    }
+}
+
+/// The meaning of a whole-request failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// Retry every item of the request.
+    Retry,
+    /// 413: split the request and send the halves.
+    Split,
+    /// 401 / 403: fail the job.
+    Fatal,
+    /// 400 and other 4xx: the request itself is malformed; fail the job.
+    Malformed,
+}
+
+/// Classifies a request that did not return item results. `None` is a connection
+/// error (no status).
+pub fn classify_request(status: Option<u16>) -> RequestOutcome {
+    match status {
+        None | Some(429) | Some(500..=599) | Some(408) => RequestOutcome::Retry,
+        Some(413) => RequestOutcome::Split,
+        Some(401) | Some(403) => RequestOutcome::Fatal,
+        Some(_) => RequestOutcome::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OpType::*;
+
+    #[test]
+    fn item_table() {
+        let rejected = Some("es_rejected_execution_exception");
+        let cases: &[(OpType, bool, u16, Option<&str>, Outcome)] = &[
+            (Index, false, 201, None, Outcome::Done),
+            (Index, false, 200, None, Outcome::Done),
+            (Update, false, 200, None, Outcome::Done),
+            (Delete, false, 200, None, Outcome::Done),
+            (Delete, false, 404, None, Outcome::Done),
+            (
+                Create,
+                false,
+                409,
+                Some("version_conflict_engine_exception"),
+                Outcome::AlreadyWritten,
+            ),
+            (
+                Index,
+                true,
+                409,
+                Some("version_conflict_engine_exception"),
+                Outcome::AlreadyWritten,
+            ),
+            (
+                Delete,
+                true,
+                409,
+                Some("version_conflict_engine_exception"),
+                Outcome::AlreadyWritten,
+            ),
+            (
+                Update,
+                false,
+                409,
+                Some("version_conflict_engine_exception"),
+                Outcome::Retry,
+            ),
+            (
+                Index,
+                false,
+                409,
+                Some("version_conflict_engine_exception"),
+                Outcome::Rejected,
+            ),
+            (Index, false, 429, rejected, Outcome::Retry),
+            (Create, true, 429, rejected, Outcome::Retry),
+            (
+                Index,
+                false,
+                503,
+                Some("unavailable_shards_exception"),
+                Outcome::Retry,
+            ),
+            (Index, false, 500, None, Outcome::Retry),
+            (
+                Index,
+                false,
+                400,
+                Some("document_parsing_exception"),
+                Outcome::Rejected,
+            ),
+            (
+                Index,
+                false,
+                400,
+                Some("mapper_parsing_exception"),
+                Outcome::Rejected,
+            ),
+            (
+                Update,
+                false,
+                404,
+                Some("document_missing_exception"),
+                Outcome::Rejected,
+            ),
+            (
+                Index,
+                false,
+                401,
+                Some("security_exception"),
+                Outcome::Fatal,
+            ),
+            (
+                Index,
+                false,
+                403,
+                Some("security_exception"),
+                Outcome::Fatal,
+            ),
+        ];
+        for (op, ext, status, ty, want) in cases {
+            assert_eq!(
+                &classify(*op, *ext, *status, *ty),
+                want,
+                "{op:?} external={ext} {status} {ty:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn request_table() {
+        assert_eq!(classify_request(None), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(429)), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(503)), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(413)), RequestOutcome::Split);
+        assert_eq!(classify_request(Some(401)), RequestOutcome::Fatal);
+        assert_eq!(classify_request(Some(400)), RequestOutcome::Malformed);
+    }
+}

@@ -1,0 +1,19 @@
+//! The Elasticsearch sink: a bulk processor that flushes at every checkpoint, with
+//! deterministic ids (and optionally external versions) so that a replay after a crash
+//! rewrites the same documents.
+//!
+//! One file per role: what the user configures ([`config`]), records to bulk actions
+//! ([`action`]), what an item result means ([`item_result`]), when to retry
+//! ([`retry`]), the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
+
+pub mod action;
+pub mod bulk;
+pub mod config;
+pub mod item_result;
+pub mod retry;
+pub mod sink;
+
+pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
+pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler};
+pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, Operation, Versioning};
+pub use sink::EsSink;

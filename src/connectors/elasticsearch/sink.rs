@@ -1,0 +1,125 @@
+//! The Elasticsearch sink subtask.
+//!
+//! At `Barrier(N)` it flushes and waits until nothing is pending: an acknowledged
+//! checkpoint means every record before it is in Elasticsearch. The wait is bounded by
+//! the checkpoint timeout; a sink that cannot finish in time declines the checkpoint,
+//! and a failure to write fails it. With `flush_on_checkpoint = false` the checkpoint
+//! does not wait and guarantees nothing about Elasticsearch.
+
+use super::action::{ActionBuilder, BulkAction};
+use super::bulk::{BulkProcessor, FailureHandler};
+use super::config::EsSinkConfig;
+use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::record::Batch;
+use async_trait::async_trait;
+use lockgate_state::CheckpointId;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An Elasticsearch sink subtask.
+pub struct EsSink {
+    cfg: Arc<EsSinkConfig>,
+    builder: Box<dyn ActionBuilder>,
+    handler: Arc<dyn FailureHandler>,
+    processor: Option<BulkProcessor>,
+    name: String,
+    actions: Vec<BulkAction>,
+}
+
+impl EsSink {
+    /// A sink subtask writing what `builder` makes of each record; `handler` decides
+    /// about refused actions.
+    pub fn new(
+        cfg: Arc<EsSinkConfig>,
+        builder: Box<dyn ActionBuilder>,
+        handler: Arc<dyn FailureHandler>,
+    ) -> EsSink {
+        EsSink {
+            cfg,
+            builder,
+            handler,
+            processor: None,
+            name: String::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    fn processor(&self) -> &BulkProcessor {
+        self.processor.as_ref().expect("opened")
+    }
+
+    /// Raises a recorded asynchronous failure.
+    fn check(&self) -> Result<()> {
+        match self.processor().shared().failure() {
+            Some(f) => Err(JobError::task(&self.name, f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Actions added and not yet written (for tests and metrics).
+    pub fn pending(&self) -> usize {
+        self.processor().shared().pending()
+    }
+}
+
+#[async_trait]
+impl Sink for EsSink {
+    async fn open(&mut self, info: &SubtaskInfo, _restored: &SinkRestore) -> Result<()> {
+        self.name = info.name.clone();
+        let p = BulkProcessor::start(self.cfg.clone(), self.handler.clone(), info.name.clone())
+            .map_err(|e| JobError::task(&self.name, e))?;
+        self.processor = Some(p);
+        Ok(())
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        self.check()?;
+        for r in &batch {
+            self.builder
+                .build(r, &mut self.actions)
+                .map_err(|e| JobError::task(&self.name, e))?;
+        }
+        if !self.actions.is_empty() {
+            let actions = std::mem::take(&mut self.actions);
+            self.processor()
+                .add(actions)
+                .await
+                .map_err(|e| JobError::task(&self.name, e))?;
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        self.check()?;
+        if !self.cfg.flush_on_checkpoint {
+            return Ok(Vec::new());
+        }
+        let wait = Duration::from_millis(self.cfg.flush_timeout_ms);
+        match tokio::time::timeout(wait, self.processor().flush()).await {
+            Ok(r) => r.map_err(|e| JobError::task(&self.name, e))?,
+            Err(_) => {
+                return Err(JobError::Declined(format!(
+                    "{}: {} actions still pending after {} ms at checkpoint {id}",
+                    self.name,
+                    self.pending(),
+                    wait.as_millis()
+                )))
+            }
+        }
+        self.check()?;
+        debug_assert_eq!(self.pending(), 0, "acknowledged with pending actions");
+        Ok(Vec::new())
+    }
+
+    async fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if let Some(p) = &self.processor {
+            p.close().await.map_err(|e| JobError::task(&self.name, e))?;
+        }
+        self.check()
+    }
+}
