@@ -14,6 +14,6 @@ pub mod retry;
 pub mod sink;
 
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
-pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler};
+pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
 pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, Operation, Versioning};
 pub use sink::EsSink;

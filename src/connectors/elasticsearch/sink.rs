@@ -7,7 +7,7 @@
 //! does not wait and guarantees nothing about Elasticsearch.
 
 use super::action::{ActionBuilder, BulkAction};
-use super::bulk::{BulkProcessor, FailureHandler};
+use super::bulk::{BulkProcessor, FailureHandler, Shared};
 use super::config::EsSinkConfig;
 use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
@@ -60,6 +60,11 @@ impl EsSink {
     /// Actions added and not yet written (for tests and metrics).
     pub fn pending(&self) -> usize {
         self.processor().shared().pending()
+    }
+
+    /// The processor's counters, readable while the sink waits (after `open`).
+    pub fn counters(&self) -> Arc<Shared> {
+        self.processor().shared().clone()
     }
 }
 

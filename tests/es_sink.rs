@@ -1,0 +1,285 @@
+//! The Elasticsearch sink's checkpoint contract, over HTTP against the test server
+//! (Flink's ElasticsearchSinkBase tests: failures rethrown on invoke, on checkpoint,
+//! on checkpoint after a flush started; at-least-once flush).
+
+use lockgate::connectors::elasticsearch::{
+    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, IdStrategy, ItemErrorPolicy,
+    PolicyFailureHandler,
+};
+use lockgate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use lockgate::record::{Origin, Record};
+use lockgate::state::CheckpointId;
+use lockgate::testkit::es::{EsServer, Faults};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn info() -> SubtaskInfo {
+    SubtaskInfo {
+        job: "t".into(),
+        name: "sink-0".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    }
+}
+
+fn rec(offset: i64, doc: &str) -> Record {
+    Record {
+        key: None,
+        value: doc.as_bytes().to_vec(),
+        origin: Some(Origin {
+            stream: Arc::from("orders"),
+            partition: 0,
+            offset,
+        }),
+    }
+}
+
+async fn server_with_mapping() -> EsServer {
+    let s = EsServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let c = reqwest::Client::new();
+    let r = c
+        .put(format!("{}/orders", s.url()))
+        .json(&serde_json::json!({"mappings": {"properties": {"amount": {"type": "long"}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    s
+}
+
+fn config(s: &EsServer) -> EsSinkConfig {
+    let mut c = EsSinkConfig::new(s.url(), "orders");
+    c.id = IdStrategy::Coordinates;
+    c.bulk_flush_interval_ms = 60_000;
+    c.retry_initial_ms = 20;
+    c.retry_max_ms = 100;
+    c.flush_timeout_ms = 10_000;
+    c
+}
+
+async fn sink(cfg: EsSinkConfig) -> EsSink {
+    let cfg = Arc::new(cfg);
+    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
+    let mut s = EsSink::new(
+        cfg.clone(),
+        Box::new(ConfigActionBuilder::new(&cfg)),
+        handler,
+    );
+    s.open(&info(), &SinkRestore::default()).await.unwrap();
+    s
+}
+
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+const BAD: &str = r#"{"amount":"not a number"}"#;
+const GOOD: &str = r#"{"amount":1}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_failure_is_rethrown_on_the_next_record() {
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 1;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(7, BAD)]).await.unwrap();
+    let counters = s.counters();
+    wait_until("the failure", || counters.failure().is_some()).await;
+    let err = s.invoke(vec![rec(8, GOOD)]).await.unwrap_err().to_string();
+    assert!(
+        err.contains("orders-0-7") && err.contains("document_parsing_exception"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_failure_is_rethrown_on_the_next_checkpoint() {
+    let server = server_with_mapping().await;
+    let mut s = sink(config(&server)).await;
+    s.invoke(vec![rec(1, GOOD), rec(2, BAD)]).await.unwrap();
+    assert_eq!(
+        server.stats().bulk_requests,
+        0,
+        "nothing sent before the checkpoint"
+    );
+    let err = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
+    assert!(
+        err.contains("orders-0-2") && err.contains("failed to parse field [amount]"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_failure_is_rethrown_on_a_checkpoint_after_the_flush_started() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        latency_ms: 300,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 1;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(3, BAD)]).await.unwrap();
+    wait_until("the bulk in flight", || server.stats().bulk_requests == 1).await;
+    assert!(
+        s.counters().failure().is_none(),
+        "the response is not back yet"
+    );
+    let err = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
+    assert!(err.contains("orders-0-3"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_bulk_failure_is_rethrown_on_the_next_record_and_checkpoint() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        fail_requests_status: 403,
+        fail_requests: 100,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 1;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(1, GOOD)]).await.unwrap();
+    let counters = s.counters();
+    wait_until("the failure", || counters.failure().is_some()).await;
+    let err = s.invoke(vec![rec(2, GOOD)]).await.unwrap_err().to_string();
+    assert!(err.contains("403"), "{err}");
+    let err = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
+    assert!(err.contains("403"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_item_keeps_the_checkpoint_waiting_until_it_is_written() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        reject_ids: ["orders-0-5".to_string()].into(),
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.retry_max_attempts = 1000;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(4, GOOD), rec(5, GOOD)]).await.unwrap();
+    let counters = s.counters();
+    let snapshot = tokio::spawn(async move {
+        let r = s.snapshot(CheckpointId(1)).await;
+        (s, r)
+    });
+    // The first flush wrote one item; the rejected one stays pending and is retried.
+    wait_until("a retry", || server.stats().bulk_requests >= 2).await;
+    assert_eq!(counters.pending(), 1, "the retried item is still pending");
+    assert!(!snapshot.is_finished(), "the checkpoint waits for it");
+    assert_eq!(server.documents("orders").len(), 1);
+    server.set_faults(Faults::default());
+    let (_s, r) = snapshot.await.unwrap();
+    r.unwrap();
+    assert_eq!(counters.pending(), 0);
+    assert_eq!(
+        server.documents("orders").len(),
+        2,
+        "acknowledged means written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_flush_on_checkpoint_the_checkpoint_does_not_wait() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        stall: true,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.flush_on_checkpoint = false;
+    cfg.bulk_max_actions = 1;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(1, GOOD)]).await.unwrap();
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), s.snapshot(CheckpointId(1)))
+        .await
+        .expect("no wait")
+        .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(s.pending(), 1, "acknowledged with the action still pending");
+    server.set_faults(Faults::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_cannot_flush_in_time_is_declined() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        stall: true,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.flush_timeout_ms = 300;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(1, GOOD)]).await.unwrap();
+    let err = s.snapshot(CheckpointId(1)).await.unwrap_err();
+    assert!(
+        matches!(err, lockgate::error::JobError::Declined(_)),
+        "{err}"
+    );
+    server.set_faults(Faults::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_sent_before_the_nth_action_of_bulk_max_actions() {
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 5;
+    let mut s = sink(cfg).await;
+    s.invoke((0..4).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.stats().bulk_requests, 0, "four actions: no bulk yet");
+    s.invoke(vec![rec(4, GOOD)]).await.unwrap();
+    wait_until("the bulk", || server.stats().bulk_requests == 1).await;
+    assert_eq!(server.stats().bulk_items, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flush_interval_sends_a_partial_bulk() {
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.bulk_flush_interval_ms = 100;
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(1, GOOD)]).await.unwrap();
+    wait_until("the interval flush", || server.stats().bulk_requests == 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_413_splits_the_bulk_and_a_dropped_response_is_retried_idempotently() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        max_body_bytes: 200,
+        drop_responses: 1,
+        ..Default::default()
+    });
+    let mut s = sink(config(&server)).await;
+    s.invoke((0..8).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let stats = server.stats();
+    assert!(
+        stats.too_large >= 1 && stats.dropped_responses == 1,
+        "{stats:?}"
+    );
+    let docs = server.documents("orders");
+    assert_eq!(docs.len(), 8);
+    assert!(
+        docs.values().any(|(_, v)| *v == 2),
+        "the dropped response's items were written again, same ids"
+    );
+}
