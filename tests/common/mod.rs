@@ -2,6 +2,7 @@
 //! and verifying what it committed.
 #![allow(dead_code)]
 
+pub mod es;
 pub mod kafka;
 
 use lockgate::testkit::file_output::{self, Verification};

@@ -1,0 +1,259 @@
+//! End to end: the real binary writes to an Elasticsearch-API server over HTTP, is
+//! killed with SIGKILL, restarted, and the index is checked document by document
+//! against the input — on the project's test server and on osmem-server.
+
+mod common;
+
+use common::es::*;
+use common::{bin, sigkill, tail, wait_timeout};
+use lockgate::testkit::file_output::verify_records;
+use rand::{Rng, SeedableRng};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn spawn(dir: &Path, extra: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("runs.log"))
+        .unwrap();
+    Command::new(bin())
+        .args(["run", "--config"])
+        .arg(dir.join("job.toml"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("runs.log")).unwrap_or_default()
+}
+
+/// Every sequence record is one document with its content and running total.
+fn assert_index_exact(es: &Es, dir: &Path, to: i64, keys: u32) {
+    let ids: Vec<String> = (1..=to).map(|s| sequence_id(s, keys)).collect();
+    let docs = es.get_many("seq", &ids);
+    let count = es.count("seq");
+    let v = verify_records(
+        docs.into_iter().map(|(id, src, _)| (id, src.to_string())),
+        1,
+        to,
+        keys,
+        Some("/total"),
+    );
+    assert!(
+        v.is_exact() && count == to as u64,
+        "index not exact: count {count} of {to}, {v:?}\n{}",
+        tail(&log(dir), 30)
+    );
+}
+
+fn kills_then_finish(es: Es) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (to, keys) = (30_000, 500);
+    write_es_job(tmp.path(), &es.url(), to, keys, 10_000, true, "");
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(common::seed(7));
+    for _ in 0..3 {
+        let mut child = spawn(tmp.path(), &[]);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(400..900)));
+        assert!(sigkill(&mut child), "the job ended before its kill");
+    }
+    assert!(
+        wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(120)).success(),
+        "{}",
+        tail(&log(tmp.path()), 30)
+    );
+    assert_index_exact(&es, tmp.path(), to, keys);
+}
+
+#[test]
+fn sigkills_between_accepted_bulks_and_checkpoints_replay_the_same_ids_on_the_test_server() {
+    kills_then_finish(Es::testkit());
+}
+
+#[test]
+fn sigkills_between_accepted_bulks_and_checkpoints_replay_the_same_ids_on_osmem() {
+    kills_then_finish(Es::osmem());
+}
+
+#[test]
+fn a_ten_second_storm_of_30_percent_item_rejections_loses_and_duplicates_nothing() {
+    let es = Es::testkit();
+    let tmp = tempfile::tempdir().unwrap();
+    let (to, keys) = (100_000, 1000);
+    write_es_job(tmp.path(), &es.url(), to, keys, 8_000, true, "");
+    let mut child = spawn(tmp.path(), &[]);
+    es.set_faults(serde_json::json!({"reject_item_fraction": 0.3, "seed": 11}));
+    std::thread::sleep(Duration::from_secs(10));
+    es.set_faults(serde_json::json!({}));
+    assert!(
+        wait_timeout(&mut child, Duration::from_secs(120)).success(),
+        "{}",
+        tail(&log(tmp.path()), 30)
+    );
+    let (_, stats) = es.call("GET", "/_lockgate/stats", None);
+    assert!(
+        stats["rejected_items"].as_u64().unwrap() > 10_000,
+        "the storm rejected items: {stats}"
+    );
+    assert_index_exact(&es, tmp.path(), to, keys);
+}
+
+fn external_versions_never_regress(es: Es) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (to, keys) = (40_000, 200);
+    // One document per key, version = the record's offset (the sequence number).
+    write_es_job(
+        tmp.path(),
+        &es.url(),
+        to,
+        keys,
+        40_000,
+        false,
+        "id = \"field:/key\"\nversioning = \"external\"",
+    );
+    assert!(
+        wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60)).success(),
+        "{}",
+        tail(&log(tmp.path()), 30)
+    );
+    let ids: Vec<String> = (0..keys).map(|k| k.to_string()).collect();
+    let before = es.get_many("seq", &ids);
+    assert_eq!(before.len(), keys as usize);
+    for (id, src, version) in &before {
+        let last = to - ((to - id.parse::<i64>().unwrap()) % i64::from(keys));
+        assert_eq!(
+            *version, last,
+            "document {id} holds the newest record's version"
+        );
+        assert_eq!(src["seq"].as_i64(), Some(last));
+    }
+    // Replay from an older checkpoint: every rewrite is older than what is indexed.
+    let mut chks: Vec<_> = std::fs::read_dir(tmp.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_metadata").exists())
+        .collect();
+    chks.sort();
+    let oldest = chks.first().unwrap().display().to_string();
+    assert!(
+        wait_timeout(
+            &mut spawn(tmp.path(), &["--restore", &oldest]),
+            Duration::from_secs(60)
+        )
+        .success(),
+        "{}",
+        tail(&log(tmp.path()), 30)
+    );
+    let after = es.get_many("seq", &ids);
+    let mut b = before.clone();
+    let mut a = after.clone();
+    b.sort_by(|x, y| x.0.cmp(&y.0));
+    a.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(a, b, "an older replay overwrote a newer document");
+}
+
+#[test]
+fn with_external_versioning_an_older_replay_never_overwrites_a_newer_document_on_the_test_server() {
+    external_versions_never_regress(Es::testkit());
+}
+
+#[test]
+fn with_external_versioning_an_older_replay_never_overwrites_a_newer_document_on_osmem() {
+    external_versions_never_regress(Es::osmem());
+}
+
+mod kafka_to_es {
+    use super::*;
+    use common::kafka::*;
+
+    fn job(dir: &Path, bootstrap: &str, es: &Es, on_item_error: &str) {
+        let text = format!(
+            "[job]\nname = \"k2es\"\nparallelism = 1\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+             [restart]\nstrategy = \"none\"\n\n\
+             [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+             [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\non_item_error = \"{on_item_error}\"\nbulk_flush_interval_ms = 100\n",
+            es.url()
+        );
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("job.toml"), text).unwrap();
+    }
+
+    fn setup(topics: &[(&str, i32)]) -> (KafkaProcess, Es) {
+        let kafka = KafkaProcess::start(topics);
+        let es = Es::testkit();
+        es.create_index("orders", &[("amount", "long")]);
+        produce_raw(
+            &kafka.bootstrap,
+            "orders",
+            0,
+            &[
+                br#"{"amount":1}"#,
+                br#"{"amount":"lots"}"#,
+                br#"{"amount":3}"#,
+            ],
+        );
+        (kafka, es)
+    }
+
+    #[test]
+    fn a_mapping_error_under_fail_fails_the_job_naming_the_document_and_the_reason() {
+        let (kafka, es) = setup(&[("orders", 1)]);
+        let tmp = tempfile::tempdir().unwrap();
+        job(tmp.path(), &kafka.bootstrap, &es, "fail");
+        let status = wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60));
+        let l = log(tmp.path());
+        assert_eq!(status.code(), Some(1), "{l}");
+        assert!(
+            l.contains("orders/orders-0-1") && l.contains("failed to parse field [amount]"),
+            "{}",
+            tail(&l, 20)
+        );
+    }
+
+    #[test]
+    fn a_mapping_error_under_dead_letter_reaches_the_dead_letter_topic_with_its_error() {
+        let (kafka, es) = setup(&[("orders", 1), ("orders-dlq", 1)]);
+        let tmp = tempfile::tempdir().unwrap();
+        job(tmp.path(), &kafka.bootstrap, &es, "dead-letter:orders-dlq");
+        let status = wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60));
+        assert!(status.success(), "{}", tail(&log(tmp.path()), 20));
+        assert_eq!(es.count("orders"), 2, "the two valid documents are indexed");
+        let c = consumer(&kafka.bootstrap, "dlq-reader");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("orders-dlq", 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        rdkafka::consumer::Consumer::assign(&c, &tpl).unwrap();
+        let start = std::time::Instant::now();
+        let m = loop {
+            if let Some(r) = c.poll(Duration::from_millis(200)) {
+                break r.unwrap().detach();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nothing in the dead-letter topic"
+            );
+        };
+        use rdkafka::message::{Headers, Message};
+        assert_eq!(m.payload(), Some(&br#"{"amount":"lots"}"#[..]));
+        let h: std::collections::HashMap<String, String> = m
+            .headers()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h.key.to_string(),
+                    String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(h["lockgate.id"], "orders-0-1");
+        assert!(
+            h["lockgate.error"].contains("document_parsing_exception"),
+            "{h:?}"
+        );
+    }
+}
