@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Starts a server.
+pub type Starter = fn() -> Es;
+
 /// A running server.
 pub enum Es {
     Testkit {
@@ -116,7 +119,7 @@ impl Es {
     }
 
     /// Both servers, for tests that must hold on each.
-    pub fn each() -> Vec<(&'static str, fn() -> Es)> {
+    pub fn each() -> Vec<(&'static str, Starter)> {
         vec![
             ("testkit", Es::testkit as fn() -> Es),
             ("osmem", Es::osmem as fn() -> Es),
