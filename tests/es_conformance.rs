@@ -281,3 +281,24 @@ fn a_missing_index_is_index_not_found() {
         assert_eq!(v["error"]["type"], json!("index_not_found_exception"));
     });
 }
+
+#[test]
+fn an_invalid_index_name_is_an_item_error() {
+    on_each(|es| {
+        let (_, r) = bulk(
+            es,
+            "/_bulk",
+            &[
+                json!({"index": {"_index": "INVALID-index", "_id": "1"}}),
+                json!({"a": 1}),
+            ],
+        );
+        let (_, v) = item(&r, 0);
+        assert_eq!(v["status"], json!(400), "{v}");
+        assert_eq!(
+            v["error"]["type"],
+            json!("invalid_index_name_exception"),
+            "{v}"
+        );
+    });
+}

@@ -283,3 +283,33 @@ async fn a_413_splits_the_bulk_and_a_dropped_response_is_retried_idempotently() 
         "the dropped response's items were written again, same ids"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_handler_can_requeue_a_refused_action_elsewhere() {
+    use lockgate::connectors::elasticsearch::{BulkAction, FailureDecision, ItemFailure};
+    struct Reroute;
+    impl FailureHandler for Reroute {
+        fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision {
+            assert_eq!(failure.error_type, "invalid_index_name_exception");
+            let mut a = action.clone();
+            a.index = "fixed".into();
+            FailureDecision::Requeue(vec![a])
+        }
+    }
+    let server = server_with_mapping().await;
+    let cfg = Arc::new(config(&server));
+    let builder = |r: &Record, out: &mut Vec<BulkAction>| {
+        out.push(BulkAction::index(
+            "BAD",
+            Some(r.origin.as_ref().unwrap().offset.to_string()),
+            r.value.clone(),
+        ));
+        Ok(())
+    };
+    let mut s = EsSink::new(cfg, Box::new(builder), Arc::new(Reroute));
+    s.open(&info(), &SinkRestore::default()).await.unwrap();
+    s.invoke(vec![rec(1, GOOD), rec(2, GOOD)]).await.unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    assert_eq!(s.pending(), 0);
+    assert_eq!(server.documents("fixed").len(), 2);
+}

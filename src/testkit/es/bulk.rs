@@ -114,6 +114,9 @@ pub(crate) fn apply(store: &mut Store, item: Item) -> Value {
             return json!({ item.op.clone(): error_item(&item.index, "", 400, "action_request_validation_exception", "Validation Failed: 1: id is missing;") });
         }
     };
+    if let Err(reason) = valid_index_name(&item.index) {
+        return json!({ item.op.clone(): error_item(&item.index, &id, 400, "invalid_index_name_exception", &reason) });
+    }
     let result = match (&item.versioning, item.op.as_str()) {
         (Err(e), _) => error_item(
             &item.index,
@@ -156,4 +159,28 @@ pub(crate) fn rejected(item: &Item) -> Value {
         "es_rejected_execution_exception",
         "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=0, max_coordinating_and_primary_bytes=0]",
     )})
+}
+
+/// Elasticsearch's index name rules (lowercase, no special characters, no leading
+/// `-`, `_` or `+`).
+pub(crate) fn valid_index_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!(
+            "Invalid index name [{name}], must not be empty, '.' or '..'"
+        ));
+    }
+    if name.chars().any(|c| c.is_uppercase()) {
+        return Err(format!("Invalid index name [{name}], must be lowercase"));
+    }
+    if name.starts_with(['-', '_', '+']) {
+        return Err(format!(
+            "Invalid index name [{name}], must not start with '_', '-', or '+'"
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| "\\/*?\"<>| ,#:".contains(*c)) {
+        return Err(format!(
+            "Invalid index name [{name}], must not contain '{c}'"
+        ));
+    }
+    Ok(())
 }
