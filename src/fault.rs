@@ -4,8 +4,6 @@
 //! or `exit`: an immediate process abort, as if the process were killed at that point.
 //! Without the `failpoints` feature every point compiles to nothing.
 
-use lockgate_state::StateError;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether any failpoint is configured: an unconfigured point costs one atomic load.
@@ -22,12 +20,29 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "a source subtask snapshotted its positions and emitted the barrier",
     ),
     (
+        "before-sink-flush",
+        "a sink subtask reached a barrier, before flushing",
+    ),
+    (
+        "after-sink-flush",
+        "a sink subtask flushed (everything written), before acknowledging",
+    ),
+    (
+        "rocksdb-checkpoint",
+        "a keyed subtask took its RocksDB checkpoint, before listing its files",
+    ),
+    (
         "before-metadata",
         "every subtask acknowledged, before `_metadata` is written",
     ),
+    ("mid-metadata", "half of `_metadata` is written"),
     (
         "after-publish",
         "checkpoint published, before subtasks are notified",
+    ),
+    (
+        "bulk-response",
+        "Elasticsearch accepted a bulk request, its response not yet read",
     ),
 ];
 
@@ -51,11 +66,11 @@ pub fn setup_from_env() -> Result<(), String> {
         }
         #[cfg(feature = "failpoints")]
         {
-            let action = if action == "exit" {
-                "return(exit)"
-            } else {
-                action
-            };
+            // `exit` anywhere in the action (`exit`, `20%exit`, `3*off->exit`) aborts.
+            let action = action
+                .replace("return(exit)", "exit")
+                .replace("exit", "return(exit)");
+            let action = action.as_str();
             fail::cfg(name, action).map_err(|e| format!("{ENV}: {name}: {e}"))?;
             ARMED.store(true, Ordering::Relaxed);
         }
@@ -98,10 +113,9 @@ fn eval(name: &str) {
     let _ = name;
 }
 
-/// Between the last acknowledgement and `_metadata` (a hook of the publish).
-pub fn before_metadata(_pending: &Path) -> Result<(), StateError> {
-    hit("before-metadata");
-    Ok(())
+/// The hook of a checkpoint publish (`before-metadata`, `mid-metadata`).
+pub fn publish_hook(point: &str) {
+    hit(point);
 }
 
 /// Between publishing and notifying subtasks.

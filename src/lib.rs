@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod chaos;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

@@ -313,3 +313,41 @@ async fn a_failure_handler_can_requeue_a_refused_action_elsewhere() {
     assert_eq!(s.pending(), 0);
     assert_eq!(server.documents("fixed").len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_update_never_overtakes_a_retried_one_on_the_same_document() {
+    use lockgate::connectors::elasticsearch::Operation;
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        reject_ids: ["u".to_string()].into(),
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 1;
+    cfg.max_in_flight = 2;
+    cfg.retry_initial_ms = 200;
+    cfg.retry_max_ms = 200;
+    cfg.retry_max_attempts = 100;
+    cfg.operation = Operation::Upsert;
+    cfg.id = IdStrategy::Field("/id".into());
+    let mut s = sink(cfg).await;
+    s.invoke(vec![rec(1, r#"{"id":"u","total":1}"#)])
+        .await
+        .unwrap();
+    wait_until("the first update rejected", || {
+        server.stats().rejected_items >= 1
+    })
+    .await;
+    // The first update now waits 200 ms for its retry; the second must wait behind it.
+    server.set_faults(Faults::default());
+    s.invoke(vec![rec(2, r#"{"id":"u","total":2}"#)])
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let docs = server.documents("orders");
+    assert_eq!(
+        docs["u"].0["total"],
+        serde_json::json!(2),
+        "the newer update is the one that stays"
+    );
+}

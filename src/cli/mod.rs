@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 done, 1 job failure, 2 usage or configuration error.
 
+mod chaos;
 mod checkpoints;
 mod demo;
 mod run;
@@ -44,6 +45,33 @@ enum Command {
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
     /// Run the demonstration job: crash it, resume it, verify it.
+    /// Run a job under SIGKILLs and failpoints, then verify its output exactly.
+    Chaos {
+        /// The job file (a Kafka -> Elasticsearch job).
+        #[arg(long, required_unless_present = "list_failpoints")]
+        config: Option<PathBuf>,
+        /// How many SIGKILLs.
+        #[arg(long, default_value_t = 10)]
+        kills: u32,
+        /// Seed of the kill schedule (the same seed replays the same schedule).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// LOCKGATE_FAILPOINTS for every run, e.g. "before-metadata=10%exit".
+        #[arg(long)]
+        failpoints: Option<String>,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Corrupt the newest checkpoint after the first kill (and check it is reported).
+        #[arg(long)]
+        corrupt_latest: bool,
+        /// Kill each run between MIN and MAX milliseconds after its start.
+        #[arg(long, default_value = "300..1500")]
+        kill_after_ms: String,
+        /// List the failpoints and exit.
+        #[arg(long)]
+        list_failpoints: bool,
+    },
     /// Embedded servers for tests and demos.
     #[command(subcommand)]
     Testkit(TestkitCommand),
@@ -110,6 +138,30 @@ pub fn main() -> i32 {
         Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
         Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
         Command::Demo { dir } => demo::demo(dir),
+        Command::Chaos {
+            config,
+            kills,
+            seed,
+            failpoints,
+            report,
+            corrupt_latest,
+            kill_after_ms,
+            list_failpoints,
+        } => {
+            if list_failpoints {
+                chaos::list_failpoints()
+            } else {
+                chaos::chaos(
+                    config.expect("required by clap"),
+                    kills,
+                    seed,
+                    failpoints,
+                    report,
+                    corrupt_latest,
+                    &kill_after_ms,
+                )
+            }
+        }
         Command::Testkit(TestkitCommand::Kafka {
             brokers,
             topics,

@@ -163,6 +163,7 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
         let backend = self.backend.as_mut().expect("opened");
         let dir_name = format!("{}-{}", self.uid, self.subtask);
         let files = backend.checkpoint(&pending_dir.join(&dir_name))?;
+        crate::fault::hit("rocksdb-checkpoint");
         Ok(Some(SubtaskSnapshot {
             operator: self.uid.clone(),
             subtask: self.subtask,

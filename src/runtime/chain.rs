@@ -128,7 +128,9 @@ impl Chain {
         match &mut self.tail {
             Tail::Exchange(x) => x.broadcast(|| Message::Barrier(id)).await?,
             Tail::Sink(s) => {
+                crate::fault::hit("before-sink-flush");
                 let state = s.snapshot(id).await?;
+                crate::fault::hit("after-sink-flush");
                 snaps.push(SubtaskSnapshot {
                     operator: SINK_UID.to_string(),
                     subtask: self.info.index,

@@ -450,7 +450,7 @@ async fn run_attempt(
                     let d = dir.clone();
                     let retain = job.checkpoint.retain;
                     let published = tokio::task::spawn_blocking(move || {
-                        let path = d.publish_with(&meta, crate::fault::before_metadata)?;
+                        let path = d.publish_with(&meta, &crate::fault::publish_hook)?;
                         // Retention is housekeeping: its failure does not undo a publish.
                         if let Err(e) = d.apply_retention(retain) {
                             warn!(error = %e, "retention failed; older checkpoints stay");

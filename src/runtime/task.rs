@@ -88,6 +88,7 @@ pub async fn run_source_task(
         chain.open(&sink_restore).await?;
         let mut finished = false;
         let mut stopped = false;
+        let mut emitted_any = false;
         let mut batch = Vec::with_capacity(1024);
         loop {
             loop {
@@ -144,6 +145,11 @@ pub async fn run_source_task(
                     .process(std::mem::replace(&mut batch, Vec::with_capacity(1024)))
                     .await?;
                 crate::fault::hit("source-batch");
+                if !emitted_any {
+                    emitted_any = true;
+                    // The fault harness measures recovery time up to this line.
+                    info!("first records emitted");
+                }
             }
         }
     }

@@ -28,12 +28,35 @@ pub fn fsync_file(path: &Path) -> Result<()> {
 ///
 /// Steps: `name.tmp` is written and fsynced, renamed to `name`, and `dir` is fsynced.
 pub fn publish(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    publish_with_midpoint(dir, name, bytes, || {})
+}
+
+/// [`publish`], calling `midpoint` when half of the temporary file is written (the
+/// fault harness aborts there to prove a torn write is never taken for a whole one).
+pub fn publish_with_midpoint(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    midpoint: impl FnOnce(),
+) -> Result<()> {
     let target = dir.join(name);
     if target.exists() {
         return Err(StateError::AlreadyExists { path: target });
     }
     let tmp = dir.join(format!("{name}.tmp"));
-    write_synced(&tmp, bytes)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(StateError::io("create", &tmp))?;
+    let half = bytes.len() / 2;
+    f.write_all(&bytes[..half])
+        .map_err(StateError::io("write", &tmp))?;
+    midpoint();
+    f.write_all(&bytes[half..])
+        .map_err(StateError::io("write", &tmp))?;
+    f.sync_all().map_err(StateError::io("fsync", &tmp))?;
     fs::rename(&tmp, &target).map_err(StateError::io("rename", &tmp))?;
     fsync_dir(dir)
 }

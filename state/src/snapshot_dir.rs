@@ -183,16 +183,13 @@ impl SnapshotDir {
     /// Writes `_metadata` (fsynced, never overwriting), then renames the directory to
     /// `chk-N` and fsyncs the root. Subtask files must already be durable.
     pub fn publish(&self, meta: &CheckpointMetadata) -> Result<PathBuf> {
-        self.publish_with(meta, |_| Ok(()))
+        self.publish_with(meta, &|_| {})
     }
 
-    /// [`SnapshotDir::publish`] with a hook run between the subtask directories being
-    /// synced and `_metadata` being written (the fault harness aborts there).
-    pub fn publish_with(
-        &self,
-        meta: &CheckpointMetadata,
-        before_metadata: impl FnOnce(&Path) -> Result<()>,
-    ) -> Result<PathBuf> {
+    /// [`SnapshotDir::publish`] calling `hook` at two named points: `before-metadata`
+    /// (subtask directories synced, `_metadata` not yet written) and `mid-metadata`
+    /// (half of `_metadata.tmp` written). The fault harness aborts there.
+    pub fn publish_with(&self, meta: &CheckpointMetadata, hook: &dyn Fn(&str)) -> Result<PathBuf> {
         let pending = self.in_progress_path(meta.id);
         for st in &meta.subtasks {
             if let Some(d) = &st.state_dir {
@@ -200,8 +197,10 @@ impl SnapshotDir {
             }
         }
         durable::fsync_dir(&pending)?;
-        before_metadata(&pending)?;
-        durable::publish(&pending, METADATA_FILE, &meta.encode()?)?;
+        hook("before-metadata");
+        durable::publish_with_midpoint(&pending, METADATA_FILE, &meta.encode()?, || {
+            hook("mid-metadata")
+        })?;
         let done = self.completed_path(meta.id);
         durable::rename_durable(&pending, &done)?;
         Ok(done)

@@ -163,6 +163,7 @@ impl BulkProcessor {
             last_send: Instant::now(),
             rng: rand::rngs::SmallRng::from_entropy(),
             name,
+            busy: std::collections::HashMap::new(),
         };
         tokio::spawn(service.run(rx));
         Ok(BulkProcessor { tx, shared })
@@ -211,6 +212,8 @@ struct Item {
     action: BulkAction,
     bytes: Bytes,
     attempts: u32,
+    /// `index` and `id`: actions on one document are sent in order, never two at once.
+    doc: Option<String>,
 }
 
 enum Sent {
@@ -236,6 +239,11 @@ struct Service {
     last_send: Instant,
     rng: rand::rngs::SmallRng,
     name: String,
+    /// Per document: actions outside the buffer (in flight, awaiting a retry, or split
+    /// for resending). A buffered action on a busy document waits: with several
+    /// requests in flight, or a retry, a later update could otherwise be applied first
+    /// and be overwritten by an earlier one.
+    busy: std::collections::HashMap<String, usize>,
 }
 
 impl Service {
@@ -298,10 +306,15 @@ impl Service {
             let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
             action.encode(&mut buf);
             self.buffer_bytes += buf.len();
+            let doc = action
+                .id
+                .as_ref()
+                .map(|id| format!("{}\u{0}{id}", action.index));
             self.buffer.push_back(Item {
                 action,
                 bytes: Bytes::from(buf),
                 attempts: 0,
+                doc,
             });
         }
         // The Nth action of `bulk_max_actions = N` sends a bulk.
@@ -314,6 +327,7 @@ impl Service {
             .partition(|(t, _)| *t <= now);
         self.retries = later;
         for (_, item) in due {
+            self.release(&item);
             self.buffer_bytes += item.bytes.len();
             self.buffer.push_front(item);
         }
@@ -334,18 +348,51 @@ impl Service {
             }
             let mut batch = Vec::new();
             let mut bytes = 0;
-            while let Some(item) = self.buffer.front() {
+            let mut waiting = VecDeque::new();
+            while let Some(item) = self.buffer.pop_front() {
+                if item.doc.as_ref().is_some_and(|d| self.busy.contains_key(d)) {
+                    waiting.push_back(item);
+                    continue;
+                }
                 if !batch.is_empty()
                     && (batch.len() >= self.cfg.bulk_max_actions
                         || bytes + item.bytes.len() > self.cfg.bulk_max_bytes)
                 {
+                    self.buffer.push_front(item);
                     break;
                 }
                 bytes += item.bytes.len();
-                batch.push(self.buffer.pop_front().expect("front exists"));
+                batch.push(item);
+            }
+            // Skipped actions keep their order, ahead of the rest.
+            while let Some(item) = waiting.pop_back() {
+                self.buffer.push_front(item);
             }
             self.buffer_bytes -= bytes;
+            if batch.is_empty() {
+                return;
+            }
+            for item in &batch {
+                self.hold(item);
+            }
             self.send(batch);
+        }
+    }
+
+    fn hold(&mut self, item: &Item) {
+        if let Some(d) = &item.doc {
+            *self.busy.entry(d.clone()).or_insert(0) += 1;
+        }
+    }
+
+    fn release(&mut self, item: &Item) {
+        if let Some(d) = &item.doc {
+            if let Some(n) = self.busy.get_mut(d) {
+                *n -= 1;
+                if *n == 0 {
+                    self.busy.remove(d);
+                }
+            }
         }
     }
 
@@ -366,6 +413,9 @@ impl Service {
             Sent::Items(results) if results.len() == items.len() => {
                 for (item, (status, ty, reason)) in items.into_iter().zip(results) {
                     let external = item.action.version.is_some();
+                    if classify(item.action.op, external, status, ty.as_deref()) != Outcome::Retry {
+                        self.release(&item);
+                    }
                     match classify(item.action.op, external, status, ty.as_deref()) {
                         Outcome::Done | Outcome::AlreadyWritten => self.shared.resolve(1),
                         Outcome::Retry => {
@@ -408,6 +458,7 @@ impl Service {
                 }
                 RequestOutcome::Split => {
                     let item = items.into_iter().next().expect("one item");
+                    self.release(&item);
                     let failure = ItemFailure {
                         status: 413,
                         error_type: "content_too_long".into(),
@@ -426,6 +477,7 @@ impl Service {
     fn retry(&mut self, mut item: Item, why: &str) {
         item.attempts += 1;
         if item.attempts > self.cfg.retry_max_attempts {
+            self.release(&item);
             self.shared.fail(format!(
                 "{} still failing after {} retries: {why}",
                 item.action.describe(),
@@ -543,6 +595,7 @@ async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
         Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), e.to_string()),
     };
     let status = response.status_code().as_u16();
+    crate::fault::hit("bulk-response");
     let bytes = match response.bytes().await {
         Ok(b) => b,
         Err(e) => return Sent::Request(None, format!("reading the bulk response: {e}")),

@@ -1,0 +1,294 @@
+//! Verifies an Elasticsearch index against the Kafka topics a job read: every input
+//! record present exactly once with the right content (`id = "coordinates"`), or every
+//! key's document carrying the sum of its inputs (ids by key or field, rolling_sum).
+
+use super::target::Target;
+use crate::connectors::elasticsearch::IdStrategy;
+use crate::operators::rolling_sum::set_pointer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// One input record.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Value,
+}
+
+/// What verification found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    pub inputs: u64,
+    pub expected_documents: u64,
+    pub documents: u64,
+    pub missing: u64,
+    pub duplicated: u64,
+    pub wrong: u64,
+    /// The first few problems, described.
+    pub examples: Vec<String>,
+}
+
+impl Verdict {
+    /// Nothing missing, duplicated or wrong.
+    pub fn exact(&self) -> bool {
+        self.missing == 0 && self.duplicated == 0 && self.wrong == 0
+    }
+
+    fn note(&mut self, what: String) {
+        if self.examples.len() < 10 {
+            self.examples.push(what);
+        }
+    }
+}
+
+/// Reads every record of the selected topics, from the beginning to the current end.
+pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap_servers)
+        .set("group.id", "lockgate-chaos-verifier")
+        .set("enable.auto.commit", "false")
+        .set("fetch.queue.backoff.ms", "10")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let md = c
+        .fetch_metadata(None, Duration::from_secs(10))
+        .map_err(|e| format!("metadata: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    for topic in md.topics().iter().filter(|x| t.selects(x.name())) {
+        for p in topic.partitions() {
+            let (low, high) = c
+                .fetch_watermarks(topic.name(), p.id(), Duration::from_secs(10))
+                .map_err(|e| format!("watermarks {}/{}: {e}", topic.name(), p.id()))?;
+            if high > low {
+                tpl.add_partition_offset(topic.name(), p.id(), Offset::Offset(low))
+                    .map_err(|e| e.to_string())?;
+                ends.insert((topic.name().to_string(), p.id()), high);
+            }
+        }
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut done: HashMap<(String, i32), bool> = ends.keys().map(|k| (k.clone(), false)).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done.values().any(|d| !d) {
+        if Instant::now() > deadline {
+            return Err("timed out reading the input topics".into());
+        }
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.map_err(|e| format!("reading inputs: {e}"))?;
+        let k = (m.topic().to_string(), m.partition());
+        let end = ends[&k];
+        if m.offset() >= end {
+            continue;
+        }
+        let value = m
+            .payload()
+            .and_then(|p| serde_json::from_slice(p).ok())
+            .unwrap_or(Value::Null);
+        out.push(Input {
+            topic: k.0.clone(),
+            partition: k.1,
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value,
+        });
+        if m.offset() + 1 >= end {
+            done.insert(k, true);
+        }
+    }
+    Ok(out)
+}
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .no_proxy()
+        .build()
+        .expect("http client")
+}
+
+/// `_count` of the index after a refresh.
+fn count(t: &Target) -> Result<u64, String> {
+    let c = http();
+    let _ = c.post(format!("{}/{}/_refresh", t.es_url, t.index)).send();
+    let v: Value = c
+        .get(format!("{}/{}/_count", t.es_url, t.index))
+        .send()
+        .and_then(|r| r.json())
+        .map_err(|e| format!("count: {e}"))?;
+    v["count"].as_u64().ok_or_else(|| format!("count: {v}"))
+}
+
+/// Documents by id (those found): id -> source.
+fn mget(t: &Target, ids: &[String]) -> Result<HashMap<String, Value>, String> {
+    let c = http();
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(2000) {
+        let v: Value = c
+            .post(format!("{}/{}/_mget", t.es_url, t.index))
+            .json(&json!({ "ids": chunk }))
+            .send()
+            .and_then(|r| r.json())
+            .map_err(|e| format!("mget: {e}"))?;
+        for d in v["docs"].as_array().ok_or_else(|| format!("mget: {v}"))? {
+            if d["found"] == json!(true) {
+                out.insert(
+                    d["_id"].as_str().unwrap_or_default().to_string(),
+                    d["_source"].clone(),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn as_i64(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64)
+}
+
+/// Verifies the index against the inputs.
+pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
+    let mut verdict = Verdict {
+        inputs: inputs.len() as u64,
+        ..Default::default()
+    };
+    // Running sums in partition order. A key read from one partition has a
+    // deterministic sum at every record; a key spread over several has a
+    // deterministic final sum only.
+    let mut expected_total: Vec<Option<i64>> = vec![None; inputs.len()];
+    let mut final_totals: BTreeMap<String, i64> = BTreeMap::new();
+    if let Some((key_ptr, field_ptr, _)) = &t.rolling_sum {
+        let mut order: Vec<usize> = (0..inputs.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&inputs[a], &inputs[b]);
+            (&x.topic, x.partition, x.offset).cmp(&(&y.topic, y.partition, y.offset))
+        });
+        let mut partitions_of: HashMap<String, std::collections::HashSet<(String, i32)>> =
+            HashMap::new();
+        let mut running: HashMap<String, i64> = HashMap::new();
+        for &i in &order {
+            let r = &inputs[i];
+            let key = r
+                .value
+                .pointer(key_ptr)
+                .map(|k| k.to_string())
+                .unwrap_or_default();
+            let n = as_i64(r.value.pointer(field_ptr)).unwrap_or(0);
+            let sum = running.entry(key.clone()).or_insert(0);
+            *sum += n;
+            expected_total[i] = Some(*sum);
+            partitions_of
+                .entry(key)
+                .or_default()
+                .insert((r.topic.clone(), r.partition));
+        }
+        for (i, r) in inputs.iter().enumerate() {
+            let key = r
+                .value
+                .pointer(key_ptr)
+                .map(|k| k.to_string())
+                .unwrap_or_default();
+            if partitions_of[&key].len() > 1 {
+                expected_total[i] = None;
+            }
+        }
+        final_totals = running.into_iter().collect();
+    }
+    match &t.id {
+        IdStrategy::Coordinates => {
+            let ids: Vec<String> = inputs
+                .iter()
+                .map(|r| format!("{}-{}-{}", r.topic, r.partition, r.offset))
+                .collect();
+            let docs = mget(t, &ids)?;
+            verdict.expected_documents = ids.len() as u64;
+            for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
+                let Some(doc) = docs.get(id) else {
+                    verdict.missing += 1;
+                    verdict.note(format!("missing {id}"));
+                    continue;
+                };
+                let mut want = r.value.clone();
+                if let Some((_, _, out)) = &t.rolling_sum {
+                    match expected_total[i] {
+                        Some(total) => {
+                            set_pointer(&mut want, out, json!(total));
+                        }
+                        None => {
+                            if let Some(got) = doc.pointer(out) {
+                                set_pointer(&mut want, out, got.clone());
+                            }
+                        }
+                    }
+                }
+                if *doc != want {
+                    verdict.wrong += 1;
+                    verdict.note(format!("{id}: indexed {doc}, expected {want}"));
+                }
+            }
+        }
+        IdStrategy::Key | IdStrategy::Field(_) => {
+            let Some((key_ptr, _, out)) = &t.rolling_sum else {
+                return Err("ids by key or field are verified through a rolling_sum".into());
+            };
+            let id_of = |r: &Input| -> Option<String> {
+                match &t.id {
+                    IdStrategy::Key => r
+                        .key
+                        .as_ref()
+                        .map(|k| String::from_utf8_lossy(k).into_owned()),
+                    IdStrategy::Field(p) => r.value.pointer(p).map(|v| {
+                        v.as_str()
+                            .map(String::from)
+                            .unwrap_or_else(|| v.to_string())
+                    }),
+                    IdStrategy::Coordinates => None,
+                }
+            };
+            let mut key_of_id: BTreeMap<String, String> = BTreeMap::new();
+            for r in inputs {
+                if let Some(id) = id_of(r) {
+                    key_of_id.insert(
+                        id,
+                        r.value
+                            .pointer(key_ptr)
+                            .map(|k| k.to_string())
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            let ids: Vec<String> = key_of_id.keys().cloned().collect();
+            let docs = mget(t, &ids)?;
+            verdict.expected_documents = ids.len() as u64;
+            for (id, key) in &key_of_id {
+                let Some(doc) = docs.get(id) else {
+                    verdict.missing += 1;
+                    verdict.note(format!("missing document {id}"));
+                    continue;
+                };
+                let want = final_totals.get(key).copied();
+                let got = as_i64(doc.pointer(out));
+                if got != want {
+                    verdict.wrong += 1;
+                    verdict.note(format!("{id}: total {got:?}, expected {want:?}"));
+                }
+            }
+        }
+    }
+    verdict.documents = count(t)?;
+    verdict.duplicated = verdict
+        .documents
+        .saturating_sub(verdict.expected_documents - verdict.missing);
+    Ok(verdict)
+}

@@ -1,0 +1,81 @@
+//! `lockgate chaos`.
+
+use super::{EXIT_FAILURE, EXIT_USAGE};
+use crate::chaos::{self, ChaosOptions};
+use std::path::PathBuf;
+
+/// Prints every failpoint with what it interrupts.
+pub fn list_failpoints() -> i32 {
+    for (name, what) in crate::fault::FAILPOINTS {
+        println!("{name:<24} {what}");
+    }
+    0
+}
+
+/// Parses `MIN..MAX`.
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once("..")?;
+    let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a <= b).then_some((a, b))
+}
+
+/// Runs the harness and prints its report; exits 0 only when the output is exact.
+pub fn chaos(
+    config: PathBuf,
+    kills: u32,
+    seed: u64,
+    failpoints: Option<String>,
+    report: Option<PathBuf>,
+    corrupt_latest: bool,
+    kill_after_ms: &str,
+) -> i32 {
+    let Some(range) = parse_range(kill_after_ms) else {
+        eprintln!("error: --kill-after-ms {kill_after_ms}: expected MIN..MAX milliseconds");
+        return EXIT_USAGE;
+    };
+    if let Err(e) = crate::config::load(&config) {
+        eprintln!("error: {e}");
+        return EXIT_USAGE;
+    }
+    let log = config.with_extension("chaos.log");
+    let opts = ChaosOptions {
+        config,
+        kills,
+        seed,
+        failpoints,
+        kill_after_ms: range,
+        corrupt_latest,
+        max_runs: kills + 1000,
+        log: log.clone(),
+        progress: true,
+    };
+    println!(
+        "lockgate chaos: {kills} SIGKILLs, seed {seed}; job log: {}",
+        log.display()
+    );
+    let r = match chaos::run(&opts, |_| {}) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    print!("{}", r.table());
+    for e in &r.verdict.examples {
+        println!("  ! {e}");
+    }
+    if let Some(path) = report {
+        let json = serde_json::to_string_pretty(&r).expect("a report serializes");
+        if let Err(e) = std::fs::write(&path, json) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return EXIT_FAILURE;
+        }
+    }
+    if r.passed() {
+        println!("  exactly-once: verified");
+        0
+    } else {
+        println!("  exactly-once: FAILED");
+        EXIT_FAILURE
+    }
+}
