@@ -116,3 +116,17 @@ fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
         "{out}"
     );
 }
+
+#[test]
+fn every_example_job_file_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            lockgate::config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 3);
+}

@@ -24,8 +24,10 @@ pub struct ChaosOptions {
     pub config: PathBuf,
     pub kills: u32,
     pub seed: u64,
-    /// `LOCKGATE_FAILPOINTS` of every run.
+    /// `LOCKGATE_FAILPOINTS` of the runs.
     pub failpoints: Option<String>,
+    /// Apply the failpoints to the first N runs only (None: every run).
+    pub failpoint_runs: Option<u32>,
     /// Each kill comes this many milliseconds after its run started (uniform).
     pub kill_after_ms: (u64, u64),
     /// Flip a byte in, or truncate, the newest checkpoint after the first kill.
@@ -125,11 +127,13 @@ struct RunEvents {
 
 fn spawn(
     opts: &ChaosOptions,
+    run: u32,
     log: &Arc<Mutex<std::fs::File>>,
 ) -> std::io::Result<(Child, Arc<Mutex<RunEvents>>)> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("run").arg("--config").arg(&opts.config);
-    match &opts.failpoints {
+    let armed = opts.failpoint_runs.is_none_or(|n| run <= n);
+    match opts.failpoints.as_ref().filter(|_| armed) {
         Some(f) => cmd.env(crate::fault::ENV, f),
         None => cmd.env_remove(crate::fault::ENV),
     };
@@ -247,7 +251,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         }
         let spawned = Instant::now();
         let (mut child, events) =
-            spawn(opts, &log).map_err(|e| format!("cannot start the job: {e}"))?;
+            spawn(opts, runs, &log).map_err(|e| format!("cannot start the job: {e}"))?;
         let kill_at = (report.kills < opts.kills).then(|| {
             spawned
                 + Duration::from_millis(rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1))

@@ -127,6 +127,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         seed: 2026,
         // Slows the job down so that the kills land mid-run.
         failpoints: Some("source-batch=sleep(40)".into()),
+        failpoint_runs: None,
         kill_after_ms: (900, 1500),
         corrupt_latest: false,
         max_runs: 20,

@@ -59,6 +59,9 @@ enum Command {
         /// LOCKGATE_FAILPOINTS for every run, e.g. "before-metadata=10%exit".
         #[arg(long)]
         failpoints: Option<String>,
+        /// Apply --failpoints to the first N runs only.
+        #[arg(long)]
+        failpoint_runs: Option<u32>,
         /// Write the report as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -143,6 +146,7 @@ pub fn main() -> i32 {
             kills,
             seed,
             failpoints,
+            failpoint_runs,
             report,
             corrupt_latest,
             kill_after_ms,
@@ -155,7 +159,7 @@ pub fn main() -> i32 {
                     config.expect("required by clap"),
                     kills,
                     seed,
-                    failpoints,
+                    (failpoints, failpoint_runs),
                     report,
                     corrupt_latest,
                     &kill_after_ms,

@@ -326,7 +326,8 @@ impl Service {
             .into_iter()
             .partition(|(t, _)| *t <= now);
         self.retries = later;
-        for (_, item) in due {
+        // Pushed to the front in reverse, so that they keep their order.
+        for (_, item) in due.into_iter().rev() {
             self.release(&item);
             self.buffer_bytes += item.bytes.len();
             self.buffer.push_front(item);
@@ -349,10 +350,20 @@ impl Service {
             let mut batch = Vec::new();
             let mut bytes = 0;
             let mut waiting = VecDeque::new();
+            // One action per document per request: Elasticsearch may reject one item of
+            // a request and apply a later one on the same document.
+            let mut in_batch = std::collections::HashSet::new();
             while let Some(item) = self.buffer.pop_front() {
-                if item.doc.as_ref().is_some_and(|d| self.busy.contains_key(d)) {
+                let blocked = item
+                    .doc
+                    .as_ref()
+                    .is_some_and(|d| self.busy.contains_key(d) || in_batch.contains(d));
+                if blocked {
                     waiting.push_back(item);
                     continue;
+                }
+                if let Some(d) = &item.doc {
+                    in_batch.insert(d.clone());
                 }
                 if !batch.is_empty()
                     && (batch.len() >= self.cfg.bulk_max_actions

@@ -1,0 +1,292 @@
+//! `lockgate chaos` end to end: the embedded Kafka in its own process, the Elasticsearch
+//! test server (or osmem-server), the job killed with SIGKILL or aborted at failpoints,
+//! and the index verified against the topic.
+
+mod common;
+
+use common::es::Es;
+use common::kafka::KafkaProcess;
+use common::{bin, wait_timeout};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const USERS: u64 = 500;
+
+/// Orders keyed by user: the producer's key partitioning puts a user in one partition.
+fn produce_orders(bootstrap: &str, topic: &str, count: u64) {
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    for i in 0..count {
+        let user = format!("user-{:04}", (i * 7919) % USERS);
+        let body = format!(
+            "{{\"order\":{i},\"user\":\"{user}\",\"amount\":{}}}",
+            1 + (i * 31) % 500
+        );
+        while p
+            .send(BaseRecord::to(topic).key(&user).payload(&body))
+            .is_err()
+        {
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(120)).unwrap();
+}
+
+fn job(dir: &Path, bootstrap: &str, es: &str, sink: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"chaos-test\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+         [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
+         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nbulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n{sink}\n"
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const UPSERT_BY_USER: &str = "id = \"field:/user\"\noperation = \"upsert\"";
+const COORDINATES: &str = "id = \"coordinates\"";
+
+/// Runs `lockgate chaos` and returns its exit code, stdout and JSON report.
+fn chaos(config: &Path, args: &[&str]) -> (Option<i32>, String, Value) {
+    let report = config.with_file_name("report.json");
+    let mut child = Command::new(bin())
+        .arg("chaos")
+        .arg("--config")
+        .arg(config)
+        .arg("--report")
+        .arg(&report)
+        .args(args)
+        .stdout(std::fs::File::create(config.with_file_name("chaos.out")).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(600));
+    let out = std::fs::read_to_string(config.with_file_name("chaos.out")).unwrap();
+    let r = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    (status.code(), out, r)
+}
+
+fn assert_exact(code: Option<i32>, out: &str, r: &Value) {
+    assert_eq!(code, Some(0), "{out}");
+    for k in ["missing", "duplicated", "wrong"] {
+        assert_eq!(r["verdict"][k], 0, "{k}: {out}");
+    }
+    assert!(r["verdict"]["inputs"].as_u64().unwrap() > 0, "{out}");
+}
+
+fn thirty_kills(sink: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 8)]);
+    produce_orders(&kafka.bootstrap, "orders", 200_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), sink);
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--kills",
+            "30",
+            "--seed",
+            "42",
+            "--failpoints",
+            "source-batch=sleep(200)",
+            "--kill-after-ms",
+            "300..900",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["kills"], 30, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 200_000);
+    assert!(r["recovery_ms"].as_array().unwrap().len() >= 25, "{out}");
+}
+
+#[test]
+fn thirty_sigkills_over_200k_records_with_rolling_sum_upserted_by_user() {
+    thirty_kills(UPSERT_BY_USER);
+}
+
+#[test]
+fn thirty_sigkills_over_200k_records_with_coordinates_ids() {
+    thirty_kills(COORDINATES);
+}
+
+/// Aborts the first run at `failpoint` (the process dies there), then lets the job
+/// finish, and verifies the index.
+fn abort_at(failpoint: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce_orders(&kafka.bootstrap, "orders", 20_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), COORDINATES);
+    let spec = format!("source-batch=sleep(20);{failpoint}=exit");
+    let spec = if failpoint == "source-batch" {
+        "source-batch=5*sleep(20)->exit".to_string()
+    } else {
+        spec
+    };
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--kills",
+            "0",
+            "--failpoints",
+            &spec,
+            "--failpoint-runs",
+            "1",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(
+        r["failpoint_aborts"], 1,
+        "the first run aborted at {failpoint}: {out}"
+    );
+}
+
+macro_rules! failpoint_tests {
+    ($($name:ident => $fp:literal),* $(,)?) => {
+        $(#[test] fn $name() { abort_at($fp); })*
+    };
+}
+
+failpoint_tests! {
+    abort_after_a_source_batch => "source-batch",
+    abort_after_a_source_snapshot => "after-source-snapshot",
+    abort_before_the_sink_flush => "before-sink-flush",
+    abort_after_the_sink_flush => "after-sink-flush",
+    abort_during_the_rocksdb_checkpoint => "rocksdb-checkpoint",
+    abort_after_the_last_ack_before_metadata => "before-metadata",
+    abort_halfway_through_writing_metadata => "mid-metadata",
+    abort_after_publish_before_notify => "after-publish",
+    abort_after_a_bulk_was_accepted_before_its_response_was_read => "bulk-response",
+}
+
+#[test]
+fn every_failpoint_is_listed_and_tested() {
+    let out = Command::new(bin())
+        .args(["chaos", "--list-failpoints"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(out.stdout).unwrap();
+    let tested = include_str!("chaos.rs");
+    for (name, _) in lockgate::fault::FAILPOINTS {
+        assert!(
+            listed.lines().any(|l| l.starts_with(name)),
+            "{name} not listed"
+        );
+        assert!(
+            tested.contains(&format!("=> \"{name}\"")),
+            "{name} has no abort test"
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_newest_checkpoint_is_reported_and_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce_orders(&kafka.bootstrap, "orders", 40_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), COORDINATES);
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--kills",
+            "3",
+            "--seed",
+            "5",
+            "--corrupt-latest",
+            "--failpoints",
+            "source-batch=sleep(50)",
+            "--kill-after-ms",
+            "600..900",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert!(r["corrupted"].is_string(), "{out}");
+    assert_eq!(
+        r["corruption_detected"], true,
+        "the run named the broken checkpoint: {out}"
+    );
+}
+
+#[test]
+fn network_faults_on_both_sides_lose_and_duplicate_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders", 6)]);
+    produce_orders(&kafka.bootstrap, "orders", 60_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), UPSERT_BY_USER);
+    let config2 = config.clone();
+    let runner = std::thread::spawn(move || {
+        chaos(
+            &config2,
+            &[
+                "--kills",
+                "5",
+                "--seed",
+                "9",
+                "--failpoints",
+                "source-batch=sleep(60)",
+                "--kill-after-ms",
+                "800..1500",
+            ],
+        )
+    });
+    let faults = [
+        serde_json::json!({"reject_item_fraction": 0.3, "seed": 3}),
+        serde_json::json!({"fail_requests_status": 503, "fail_requests": 5}),
+        serde_json::json!({"fail_requests_status": 429, "fail_requests": 5}),
+        serde_json::json!({"latency_ms": 150}),
+        serde_json::json!({"drop_responses": 3}),
+    ];
+    for f in faults {
+        es.set_faults(f);
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    es.set_faults(serde_json::json!({}));
+    kafka.control("down 1");
+    std::thread::sleep(Duration::from_secs(3));
+    kafka.control("up 1");
+    kafka.control("errors fetch 20");
+    let (code, out, r) = runner.join().unwrap();
+    assert_exact(code, &out, &r);
+    let (_, stats) = es.call("GET", "/_lockgate/stats", None);
+    assert!(stats["rejected_items"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats["failed_requests"].as_u64().unwrap() > 0, "{stats}");
+}
+
+#[test]
+fn ten_sigkills_against_osmem_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce_orders(&kafka.bootstrap, "orders", 40_000);
+    let es = Es::osmem();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), UPSERT_BY_USER);
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--kills",
+            "10",
+            "--seed",
+            "77",
+            "--failpoints",
+            "source-batch=sleep(100)",
+            "--kill-after-ms",
+            "300..800",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["kills"], 10, "{out}");
+}
