@@ -144,12 +144,12 @@ pub async fn run_source_task(
                 chain
                     .process(std::mem::replace(&mut batch, Vec::with_capacity(1024)))
                     .await?;
-                crate::fault::hit("source-batch");
                 if !emitted_any {
                     emitted_any = true;
                     // The fault harness measures recovery time up to this line.
                     info!("first records emitted");
                 }
+                crate::fault::hit("source-batch");
             }
         }
     }
