@@ -222,34 +222,8 @@ mod kafka_to_es {
         let status = wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60));
         assert!(status.success(), "{}", tail(&log(tmp.path()), 20));
         assert_eq!(es.count("orders"), 2, "the two valid documents are indexed");
-        let c = consumer(&kafka.bootstrap, "dlq-reader");
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset("orders-dlq", 0, rdkafka::Offset::Beginning)
-            .unwrap();
-        rdkafka::consumer::Consumer::assign(&c, &tpl).unwrap();
-        let start = std::time::Instant::now();
-        let m = loop {
-            if let Some(r) = c.poll(Duration::from_millis(200)) {
-                break r.unwrap().detach();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "nothing in the dead-letter topic"
-            );
-        };
-        use rdkafka::message::{Headers, Message};
-        assert_eq!(m.payload(), Some(&br#"{"amount":"lots"}"#[..]));
-        let h: std::collections::HashMap<String, String> = m
-            .headers()
-            .unwrap()
-            .iter()
-            .map(|h| {
-                (
-                    h.key.to_string(),
-                    String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                )
-            })
-            .collect();
+        let (payload, h) = first_dead_letter(&kafka.bootstrap, "orders-dlq");
+        assert_eq!(payload, br#"{"amount":"lots"}"#);
         assert_eq!(h["lockgate.id"], "orders-0-1");
         assert!(
             h["lockgate.error"].contains("document_parsing_exception"),

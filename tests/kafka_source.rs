@@ -436,33 +436,8 @@ fn invalid_json_under_dead_letter_reaches_the_dead_letter_topic_with_its_error()
     assert!(status.success(), "{log}");
     let got = committed_output(&tmp.path().join("out"));
     assert_eq!(got[&("orders".to_string(), 0)], vec![0, 2]);
-    let c = consumer(&kafka.bootstrap, "dlq-reader");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset("orders-dlq", 0, rdkafka::Offset::Beginning)
-        .unwrap();
-    rdkafka::consumer::Consumer::assign(&c, &tpl).unwrap();
-    let start = Instant::now();
-    let m = loop {
-        if let Some(r) = c.poll(Duration::from_millis(200)) {
-            break r.unwrap().detach();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nothing in the dead-letter topic"
-        );
-    };
-    use rdkafka::message::{Headers, Message};
-    assert_eq!(m.payload(), Some(&b"{not json"[..]));
-    let headers = m.headers().unwrap();
-    let h: std::collections::HashMap<String, String> = headers
-        .iter()
-        .map(|h| {
-            (
-                h.key.to_string(),
-                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-            )
-        })
-        .collect();
+    let (payload, h) = first_dead_letter(&kafka.bootstrap, "orders-dlq");
+    assert_eq!(payload, b"{not json");
     assert_eq!(h["lockgate.topic"], "orders");
     assert_eq!(h["lockgate.offset"], "1");
     assert!(h["lockgate.error"].contains("not valid JSON"), "{h:?}");

@@ -204,3 +204,40 @@ pub fn assert_partitions_exact(out: &Path, topic: &str, partitions: i32, from: i
         }
     }
 }
+
+/// The first record of a dead-letter topic: its payload and its headers.
+pub fn first_dead_letter(
+    bootstrap: &str,
+    topic: &str,
+) -> (Vec<u8>, std::collections::HashMap<String, String>) {
+    use rdkafka::message::{Headers, Message};
+    let c = consumer(bootstrap, "dlq-reader");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let start = std::time::Instant::now();
+    let m = loop {
+        if let Some(r) = c.poll(Duration::from_millis(200)) {
+            break r.unwrap().detach();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing in {topic}"
+        );
+    };
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (m.payload().unwrap_or_default().to_vec(), headers)
+}

@@ -137,6 +137,32 @@ fn ok_item(
     })
 }
 
+/// Stores a document and returns its `created` / `updated` item result.
+fn store_doc(
+    idx: &mut Index,
+    index: &str,
+    id: &str,
+    source: Value,
+    version: i64,
+    seq_no: i64,
+    existed: bool,
+) -> ItemResult {
+    idx.docs.insert(
+        id.to_string(),
+        Doc {
+            source,
+            version,
+            seq_no,
+        },
+    );
+    let (result, status) = if existed {
+        ("updated", 200)
+    } else {
+        ("created", 201)
+    };
+    ok_item(index, id, version, seq_no, result, status)
+}
+
 pub(crate) fn error_item(
     index: &str,
     id: &str,
@@ -247,20 +273,7 @@ impl Store {
         let _ = seq;
         let seq_no = self.next_seq();
         let idx = self.indices.get_mut(index).expect("created above");
-        idx.docs.insert(
-            id.to_string(),
-            Doc {
-                source,
-                version,
-                seq_no,
-            },
-        );
-        let (result, status) = if existing.is_some() {
-            ("updated", 200)
-        } else {
-            ("created", 201)
-        };
-        ok_item(index, id, version, seq_no, result, status)
+        store_doc(idx, index, id, source, version, seq_no, existing.is_some())
     }
 
     pub fn update(&mut self, index: &str, id: &str, body: &Value) -> ItemResult {
@@ -311,20 +324,15 @@ impl Store {
         let version = existing.unwrap_or(0) + 1;
         let seq_no = self.next_seq();
         let idx = self.indices.get_mut(index).expect("present");
-        idx.docs.insert(
-            id.to_string(),
-            Doc {
-                source: new_source,
-                version,
-                seq_no,
-            },
-        );
-        let (result, status) = if existing.is_some() {
-            ("updated", 200)
-        } else {
-            ("created", 201)
-        };
-        ok_item(index, id, version, seq_no, result, status)
+        store_doc(
+            idx,
+            index,
+            id,
+            new_source,
+            version,
+            seq_no,
+            existing.is_some(),
+        )
     }
 
     pub fn delete(&mut self, index: &str, id: &str, v: Versioning) -> ItemResult {
