@@ -34,6 +34,8 @@ pub struct ChaosOptions {
     pub corrupt_latest: bool,
     /// Give up after this many runs.
     pub max_runs: u32,
+    /// Cycle Elasticsearch faults on the test server while the job runs.
+    pub es_faults: bool,
     /// Where the runs' logs go.
     pub log: PathBuf,
     pub progress: bool,
@@ -55,6 +57,10 @@ pub struct Report {
     pub recovery_ms_p99: u64,
     pub corrupted: Option<String>,
     pub corruption_detected: Option<bool>,
+    /// Elasticsearch fault phases applied (with `es_faults`).
+    pub network_faults: Vec<String>,
+    /// The test server's counters at the end (with `es_faults`).
+    pub es_stats: Option<serde_json::Value>,
     pub elapsed_s: f64,
     pub verdict: Verdict,
 }
@@ -210,6 +216,48 @@ pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<Strin
     Some(format!("{how} {}", file.display()))
 }
 
+/// The Elasticsearch fault phases the harness cycles through (test server only).
+pub fn es_fault_phases() -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    vec![
+        (
+            "30% of items rejected with 429",
+            json!({"reject_item_fraction": 0.3, "seed": 1}),
+        ),
+        (
+            "5 requests failed with 503",
+            json!({"fail_requests_status": 503, "fail_requests": 5}),
+        ),
+        (
+            "5 requests failed with 429",
+            json!({"fail_requests_status": 429, "fail_requests": 5}),
+        ),
+        (
+            "3 requests failed with 500",
+            json!({"fail_requests_status": 500, "fail_requests": 3}),
+        ),
+        ("150 ms latency", json!({"latency_ms": 150})),
+        (
+            "3 responses dropped after the bulk was applied",
+            json!({"drop_responses": 3}),
+        ),
+        ("no fault", json!({})),
+    ]
+}
+
+fn set_es_faults(url: &str, faults: &serde_json::Value) -> Result<(), String> {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{url}/_lockgate/faults"))
+        .json(faults)
+        .send()
+        .map_err(|e| format!("{url}/_lockgate/faults: {e}"))?;
+    if r.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("{url}/_lockgate/faults answered {}: Elasticsearch faults need the lockgate test server", r.status()))
+    }
+}
+
 /// Runs the harness. `after_kill(i)` runs after the `i`-th kill (the demo creates a
 /// topic there).
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Report, String> {
@@ -241,6 +289,27 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     bar.enable_steady_tick(Duration::from_millis(100));
     let mut runs = 0;
     let mut expect_skip: Option<String> = None;
+    let stop_faults = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fault_thread = if opts.es_faults {
+        set_es_faults(&target.es_url, &serde_json::json!({}))?;
+        let (url, stop) = (target.es_url.clone(), stop_faults.clone());
+        Some(std::thread::spawn(move || {
+            let mut applied = Vec::new();
+            for (name, f) in es_fault_phases().into_iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                if set_es_faults(&url, &f).is_ok() {
+                    applied.push(name.to_string());
+                }
+                std::thread::sleep(Duration::from_millis(700));
+            }
+            let _ = set_es_faults(&url, &serde_json::json!({}));
+            applied
+        }))
+    } else {
+        None
+    };
     loop {
         runs += 1;
         if runs > opts.max_runs {
@@ -320,6 +389,13 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         report.restarts += 1;
     }
     bar.finish_and_clear();
+    if let Some(t) = fault_thread {
+        stop_faults.store(true, std::sync::atomic::Ordering::Relaxed);
+        report.network_faults = t.join().unwrap_or_default();
+        report.es_stats = reqwest::blocking::get(format!("{}/_lockgate/stats", target.es_url))
+            .and_then(|r| r.json())
+            .ok();
+    }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
     let inputs = verify::read_inputs(&target)?;

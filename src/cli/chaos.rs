@@ -26,7 +26,7 @@ pub fn chaos(
     seed: u64,
     (failpoints, failpoint_runs): (Option<String>, Option<u32>),
     report: Option<PathBuf>,
-    corrupt_latest: bool,
+    (corrupt_latest, es_faults): (bool, bool),
     kill_after_ms: &str,
 ) -> i32 {
     let Some(range) = parse_range(kill_after_ms) else {
@@ -46,6 +46,7 @@ pub fn chaos(
         failpoint_runs,
         kill_after_ms: range,
         corrupt_latest,
+        es_faults,
         max_runs: kills + 1000,
         log: log.clone(),
         progress: true,

@@ -130,6 +130,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         failpoint_runs: None,
         kill_after_ms: (900, 1500),
         corrupt_latest: false,
+        es_faults: false,
         max_runs: 20,
         log: dir.join("job.log"),
         progress: true,

@@ -68,6 +68,10 @@ enum Command {
         /// Corrupt the newest checkpoint after the first kill (and check it is reported).
         #[arg(long)]
         corrupt_latest: bool,
+        /// Cycle Elasticsearch faults (429 storms, 5xx, latency, dropped responses) on the
+        /// lockgate test server while the job runs.
+        #[arg(long)]
+        es_faults: bool,
         /// Kill each run between MIN and MAX milliseconds after its start.
         #[arg(long, default_value = "300..1500")]
         kill_after_ms: String,
@@ -149,6 +153,7 @@ pub fn main() -> i32 {
             failpoint_runs,
             report,
             corrupt_latest,
+            es_faults,
             kill_after_ms,
             list_failpoints,
         } => {
@@ -161,7 +166,7 @@ pub fn main() -> i32 {
                     seed,
                     (failpoints, failpoint_runs),
                     report,
-                    corrupt_latest,
+                    (corrupt_latest, es_faults),
                     &kill_after_ms,
                 )
             }
