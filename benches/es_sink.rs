@@ -49,6 +49,7 @@ fn batches() -> Vec<Batch> {
             assert_eq!(value.len(), 100);
             Record {
                 key: None,
+                route_key: None,
                 value,
                 origin: Some(Origin {
                     stream: stream.clone(),

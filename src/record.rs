@@ -12,10 +12,14 @@ pub struct Origin {
 }
 
 /// One record flowing through a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Record {
-    /// The partitioning key, set by the source (a Kafka key) or by `key_by`.
+    /// The source's key (the Kafka message key); `id = "key"` of the Elasticsearch
+    /// sink uses it.
     pub key: Option<Vec<u8>>,
+    /// The key of the last `key_by`, set by the exchange: keyed operators keep their
+    /// state under it.
+    pub route_key: Option<Vec<u8>>,
     /// The payload, as bytes (JSON for the built-in formats).
     pub value: Vec<u8>,
     pub origin: Option<Origin>,
@@ -25,9 +29,8 @@ impl Record {
     /// A record with only a value.
     pub fn from_value(value: Vec<u8>) -> Record {
         Record {
-            key: None,
             value,
-            origin: None,
+            ..Record::default()
         }
     }
 }

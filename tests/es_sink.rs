@@ -26,6 +26,7 @@ fn info() -> SubtaskInfo {
 fn rec(offset: i64, doc: &str) -> Record {
     Record {
         key: None,
+        route_key: None,
         value: doc.as_bytes().to_vec(),
         origin: Some(Origin {
             stream: Arc::from("orders"),

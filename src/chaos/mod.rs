@@ -290,6 +290,15 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     let mut runs = 0;
     let mut expect_skip: Option<String> = None;
     let stop_faults = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Whatever way this function returns, the fault thread stops (and clears the
+    // faults) instead of leaving them armed on the server.
+    struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let _stop_guard = StopOnDrop(stop_faults.clone());
     let fault_thread = if opts.es_faults {
         set_es_faults(&target.es_url, &serde_json::json!({}))?;
         let (url, stop) = (target.es_url.clone(), stop_faults.clone());
@@ -383,8 +392,14 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
                     opts.log.display()
                 ))
             }
-            Some(s) if s.code() == Some(1) => report.job_failures += 1,
-            Some(_) => report.failpoint_aborts += 1,
+            Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => {
+                report.failpoint_aborts += 1
+            }
+            Some(s) => {
+                // A job failure (exit 1), a panic or a crash: restarted, and counted.
+                let _ = s;
+                report.job_failures += 1
+            }
         }
         report.restarts += 1;
     }

@@ -167,6 +167,7 @@ impl Source for SequenceSource {
                 let i = split.next;
                 out.push(Record {
                     key: None,
+                    route_key: None,
                     value: record_json(i, self.cfg.keys),
                     origin: Some(Origin {
                         stream: self.stream.clone(),

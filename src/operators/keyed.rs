@@ -123,7 +123,7 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
     fn process(&mut self, batch: Batch, out: &mut Batch) -> Result<()> {
         let backend = self.backend.as_ref().expect("opened");
         for mut record in batch {
-            let key = record.key.take().ok_or_else(|| {
+            let key = record.route_key.take().ok_or_else(|| {
                 JobError::task(&self.task, "keyed operator received a record without a key")
             })?;
             let group = key_group_of(&key, self.max_parallelism);
@@ -137,13 +137,7 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
                 group,
                 key: &key,
             };
-            let before = out.len();
             self.function.process(&key, record, &mut state, out)?;
-            for r in &mut out[before..] {
-                if r.key.is_none() {
-                    r.key = Some(key.clone());
-                }
-            }
         }
         if !self.overlay.is_empty() {
             let mut wb = StateBatch::default();

@@ -40,7 +40,7 @@ impl Exchange {
             let key = (self.key_fn)(&r)?;
             let g = key_group_of(&key, self.max_parallelism);
             let to = usize::from(subtask_for_group(self.max_parallelism, p, g));
-            r.key = Some(key);
+            r.route_key = Some(key);
             self.buffers[to].push(r);
             if self.buffers[to].len() >= EXCHANGE_BATCH {
                 let full =

@@ -222,6 +222,7 @@ mod tests {
     fn rec() -> Record {
         Record {
             key: Some(b"user-7".to_vec()),
+            route_key: None,
             value: br#"{"user":"u7","n":3}"#.to_vec(),
             origin: Some(Origin {
                 stream: Arc::from("orders"),

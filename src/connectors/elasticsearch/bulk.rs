@@ -251,7 +251,15 @@ impl Service {
         let mut closing: Option<oneshot::Sender<()>> = None;
         let interval = Duration::from_millis(self.cfg.bulk_flush_interval_ms.max(1));
         loop {
-            let accept = closing.is_none() && self.buffer.len() < 4 * self.cfg.bulk_max_actions;
+            let failed = self.shared.failure().is_some();
+            if failed && !self.buffer.is_empty() {
+                // The job is failing: nothing more is sent, so nothing is kept.
+                self.buffer.clear();
+                self.retries.clear();
+                self.buffer_bytes = 0;
+            }
+            let accept =
+                closing.is_none() && (failed || self.buffer.len() < 4 * self.cfg.bulk_max_actions);
             let wake = self.next_wake(interval);
             tokio::select! {
                 cmd = rx.recv(), if accept => match cmd {
@@ -293,29 +301,41 @@ impl Service {
     fn next_wake(&self, interval: Duration) -> Instant {
         let far = Instant::now() + Duration::from_secs(3600);
         let retry = self.retries.iter().map(|(t, _)| *t).min().unwrap_or(far);
-        let flush = if self.buffer.is_empty() {
-            far
-        } else {
+        // The interval flush only matters when something could be sent now: otherwise
+        // the loop wakes on a completed request or a due retry (no busy waiting).
+        let sendable = self.in_flight.len() < self.cfg.max_in_flight
+            && self
+                .buffer
+                .iter()
+                .any(|i| i.doc.as_ref().is_none_or(|d| !self.busy.contains_key(d)));
+        let flush = if sendable {
             self.last_send + interval
+        } else {
+            far
         };
         retry.min(flush)
     }
 
+    fn encode(&self, action: BulkAction) -> Item {
+        let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
+        action.encode(&mut buf);
+        let doc = action
+            .id
+            .as_ref()
+            .map(|id| format!("{}\u{0}{id}", action.index));
+        Item {
+            action,
+            bytes: Bytes::from(buf),
+            attempts: 0,
+            doc,
+        }
+    }
+
     fn add(&mut self, actions: Vec<BulkAction>) {
         for action in actions {
-            let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
-            action.encode(&mut buf);
-            self.buffer_bytes += buf.len();
-            let doc = action
-                .id
-                .as_ref()
-                .map(|id| format!("{}\u{0}{id}", action.index));
-            self.buffer.push_back(Item {
-                action,
-                bytes: Bytes::from(buf),
-                attempts: 0,
-                doc,
-            });
+            let item = self.encode(action);
+            self.buffer_bytes += item.bytes.len();
+            self.buffer.push_back(item);
         }
         // The Nth action of `bulk_max_actions = N` sends a bulk.
         self.dispatch(false);
@@ -513,11 +533,29 @@ impl Service {
                 self.shared.resolve(1);
             }
             FailureDecision::Requeue(actions) => {
+                // Requeued actions take the refused one's place: at the front, in order,
+                // so that no later action on the same document overtakes them; and they
+                // count its attempts, so that a handler requeuing forever fails the job.
+                let attempts = item.attempts + 1;
+                if attempts > self.cfg.retry_max_attempts {
+                    self.shared.fail(format!(
+                        "{} requeued {} times by the failure handler and still refused: {}",
+                        item.action.describe(),
+                        item.attempts,
+                        failure.reason
+                    ));
+                    return;
+                }
                 self.shared
                     .pending
                     .fetch_add(actions.len(), Ordering::SeqCst);
                 self.shared.resolve(1);
-                self.add(actions);
+                for action in actions.into_iter().rev() {
+                    let mut item = self.encode(action);
+                    item.attempts = attempts;
+                    self.buffer_bytes += item.bytes.len();
+                    self.buffer.push_front(item);
+                }
             }
             FailureDecision::DeadLetter(topic) => {
                 match self.dead_letter(&item.action, &failure, &topic).await {

@@ -37,10 +37,15 @@ pub struct KafkaSource {
     /// Bounded mode: where each owned partition ends.
     ends: BTreeMap<Tp, NextOffset>,
     pending_commits: BTreeMap<CheckpointId, Vec<(Tp, NextOffset)>>,
-    discovered: Option<mpsc::Receiver<Vec<Tp>>>,
+    discovered: Option<mpsc::Receiver<Listing>>,
     dead_letter: Option<FutureProducer>,
     skipped: u64,
     last_committed: Option<TopicPartitionList>,
+    /// The restored positions (all partitions of the checkpoint), kept so that a
+    /// partition found only after the start still resumes where it was.
+    restored: Option<BTreeMap<Tp, NextOffset>>,
+    /// Consecutive listings without a known partition.
+    missing: BTreeMap<Tp, u32>,
 }
 
 impl KafkaSource {
@@ -60,6 +65,8 @@ impl KafkaSource {
             dead_letter: None,
             skipped: 0,
             last_committed: None,
+            restored: None,
+            missing: BTreeMap::new(),
         }
     }
 
@@ -155,33 +162,45 @@ impl KafkaSource {
     }
 
     /// Adds partitions discovered while running: they start at EARLIEST.
-    async fn apply_discovery(&mut self, listing: Vec<Tp>) -> Result<()> {
-        let listed: BTreeSet<Tp> = listing.iter().cloned().collect();
-        let gone: Vec<Tp> = self
-            .positions
-            .keys()
-            .filter(|tp| !listed.contains(*tp))
-            .cloned()
-            .collect();
-        for tp in gone {
+    async fn apply_discovery(&mut self, listing: Listing) -> Result<()> {
+        let listed: BTreeSet<Tp> = listing.partitions.iter().cloned().collect();
+        // A partition is dropped only after three listings in a row without it and
+        // without an error on its topic: a metadata hiccup during a broker bounce must
+        // never reset a position (re-adding it would start it over at EARLIEST).
+        let known: Vec<Tp> = self.positions.keys().cloned().collect();
+        for tp in known {
+            if listed.contains(&tp) {
+                self.missing.remove(&tp);
+                continue;
+            }
+            if listing.errored.contains(&tp.0) {
+                continue;
+            }
+            let streak = self.missing.entry(tp.clone()).or_insert(0);
+            *streak += 1;
+            if *streak < 3 {
+                continue;
+            }
             warn!(topic = %tp.0, partition = tp.1, "partition no longer exists; dropped");
+            self.missing.remove(&tp);
             self.positions.remove(&tp);
             self.ends.remove(&tp);
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&tp.0, tp.1);
             let _ = self.consumer().incremental_unassign(&tpl);
         }
+        let listing = listing.partitions;
         let new: BTreeMap<Tp, Start> = listing
             .into_iter()
             .filter(|tp| self.owns(tp) && !self.positions.contains_key(tp))
-            .map(|tp| (tp, Start::Earliest))
-            .collect();
+            .collect::<Vec<_>>()
+            .pipe_starts(self.restored.as_ref());
         if new.is_empty() {
             return Ok(());
         }
         let resolved = self.blocking(|s| s.resolve_with_ends(&new)).await?;
         for (tp, next) in &resolved {
-            info!(topic = %tp.0, partition = tp.1, start = next.0, "new partition discovered; reading from earliest");
+            info!(topic = %tp.0, partition = tp.1, start = next.0, "partition discovered");
         }
         self.assign(&resolved)?;
         self.positions.extend(resolved);
@@ -269,24 +288,38 @@ impl KafkaSource {
 }
 
 /// Lists the partitions of the selected topics.
+/// A successful metadata listing of the selected topics.
+#[derive(Debug, Clone, Default)]
+struct Listing {
+    partitions: Vec<Tp>,
+    /// Selected topics the broker reported with an error: their partitions are unknown
+    /// in this listing, not gone.
+    errored: BTreeSet<String>,
+}
+
+/// Lists the partitions of the selected topics.
 fn discover(
     consumer: &KafkaConsumer,
     cfg: &KafkaSourceConfig,
     timeout: Duration,
-) -> std::result::Result<Vec<Tp>, String> {
+) -> std::result::Result<Listing, String> {
     let md = consumer
         .fetch_metadata(None, timeout)
         .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     for t in md.topics() {
-        if t.error().is_some() || !cfg.topics.matches(t.name()) {
+        if !cfg.topics.matches(t.name()) {
+            continue;
+        }
+        if t.error().is_some() {
+            out.errored.insert(t.name().to_string());
             continue;
         }
         for p in t.partitions() {
-            out.push((t.name().to_string(), p.id()));
+            out.partitions.push((t.name().to_string(), p.id()));
         }
     }
-    out.sort();
+    out.partitions.sort();
     Ok(out)
 }
 
@@ -321,6 +354,7 @@ impl Source for KafkaSource {
                 cfg.connect_timeout_ms
             ))
         })?;
+        let listing = listing.partitions;
         if listing.is_empty() {
             warn!(subtask = %self.name, "no partition matches the configured topics (yet)");
         }
@@ -347,6 +381,7 @@ impl Source for KafkaSource {
         }
         let owned: Vec<Tp> = listing.iter().filter(|tp| self.owns(tp)).cloned().collect();
         let starts = start_positions(restored_map.as_ref(), &owned, &cfg.startup);
+        self.restored = restored_map;
         let resolved = self.blocking(|s| s.resolve_with_ends(&starts)).await?;
         for (tp, next) in &resolved {
             info!(subtask = %self.name, topic = %tp.0, partition = tp.1, start = next.0, how = ?starts[tp], end = ?self.ends.get(tp).map(|e| e.0), "partition assigned");
@@ -454,6 +489,7 @@ impl Source for KafkaSource {
             *next = NextOffset::after(f.offset);
             out.push(Record {
                 key: f.key,
+                route_key: None,
                 value: f.payload.unwrap_or_default(),
                 origin: Some(Origin {
                     stream: f.topic,
@@ -525,5 +561,24 @@ impl Source for KafkaSource {
             }
         }
         Ok(())
+    }
+}
+
+/// Start decisions for partitions found while running.
+trait PipeStarts {
+    fn pipe_starts(self, restored: Option<&BTreeMap<Tp, NextOffset>>) -> BTreeMap<Tp, Start>;
+}
+
+impl PipeStarts for Vec<Tp> {
+    /// A partition found while running starts at EARLIEST (it is new since the start or
+    /// since the checkpoint), unless the restored checkpoint holds it (its topic was
+    /// unavailable at the start): then it resumes at its checkpointed offset.
+    fn pipe_starts(self, restored: Option<&BTreeMap<Tp, NextOffset>>) -> BTreeMap<Tp, Start> {
+        let empty = BTreeMap::new();
+        start_positions(
+            Some(restored.unwrap_or(&empty)),
+            &self,
+            &super::Startup::Earliest,
+        )
     }
 }
