@@ -505,3 +505,35 @@ fn retriable_request_errors_lose_and_duplicate_nothing() {
     );
     assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 4000);
 }
+
+#[test]
+fn a_metadata_error_on_a_topic_never_resets_its_positions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce(&kafka.bootstrap, "orders", 4, 0, 6000);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topic_pattern = \"orders\"",
+        "bounded = \"latest\"",
+    );
+    let log_path = tmp.path().join("hiccup.log");
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(tmp.path().join("job.toml"))
+        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(300)")
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Several discovery rounds (every 500 ms) see the topic only with an error.
+    kafka.control("topic-error orders");
+    std::thread::sleep(Duration::from_millis(2500));
+    kafka.control("topic-error orders clear");
+    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("no longer exists"), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 6000);
+}

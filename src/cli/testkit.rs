@@ -39,7 +39,7 @@ pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> 
     }
     println!("{}", cluster.bootstrap_servers());
     eprintln!(
-        "embedded Kafka: {brokers} brokers at {} (topics: {}); control on stdin: topic NAME:PARTITIONS | down ID | up ID",
+        "embedded Kafka: {brokers} brokers at {} (topics: {}); control on stdin: topic NAME:PARTITIONS | down ID | up ID | errors API N | topic-error TOPIC [clear]",
         cluster.bootstrap_servers(),
         topics.join(", ")
     );

@@ -14,6 +14,8 @@ enum Cmd {
     CreateTopic(String, i32),
     /// Fail the next N requests of an API with a retriable error.
     RequestErrors(RDKafkaApiKey, usize),
+    /// Report a topic with LEADER_NOT_AVAILABLE in metadata (false: clear it).
+    TopicError(String, bool),
     BrokerDown(i32),
     BrokerUp(i32),
     Stop,
@@ -62,6 +64,14 @@ impl EmbeddedKafka {
                                 vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; n];
                             cluster.request_errors(api, &errors);
                             Ok(())
+                        }
+                        Cmd::TopicError(topic, on) => {
+                            let e = if on {
+                                RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE
+                            } else {
+                                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+                            };
+                            cluster.topic_error(&topic, e).map_err(|e| e.to_string())
                         }
                         Cmd::BrokerDown(id) => cluster.broker_down(id).map_err(|e| e.to_string()),
                         Cmd::BrokerUp(id) => cluster.broker_up(id).map_err(|e| e.to_string()),
@@ -118,8 +128,14 @@ impl EmbeddedKafka {
         self.call(Cmd::RequestErrors(api, n))
     }
 
+    /// Makes metadata report `topic` with LEADER_NOT_AVAILABLE (`on`), or clears it.
+    pub fn topic_error(&self, topic: &str, on: bool) -> Result<(), String> {
+        self.call(Cmd::TopicError(topic.to_string(), on))
+    }
+
     /// Executes one control line of `lockgate testkit kafka`'s stdin protocol:
-    /// `topic NAME:PARTITIONS`, `down ID`, `up ID`, `errors fetch|list-offsets|metadata N`.
+    /// `topic NAME:PARTITIONS`, `down ID`, `up ID`, `errors fetch|list-offsets|metadata N`,
+    /// `topic-error TOPIC [clear]`.
     pub fn control(&self, line: &str) -> Result<(), String> {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
@@ -132,6 +148,10 @@ impl EmbeddedKafka {
             }
             (Some("up"), Some(id)) => {
                 self.broker_up(id.parse().map_err(|_| format!("bad broker id {id}"))?)
+            }
+            (Some("topic-error"), Some(topic)) => {
+                let on = words.next() != Some("clear");
+                self.topic_error(topic, on)
             }
             (Some("errors"), Some(api)) => {
                 let api = match api {
