@@ -113,11 +113,6 @@ fn eval(name: &str) {
     let _ = name;
 }
 
-/// The hook of a checkpoint publish (`before-metadata`, `mid-metadata`).
-pub fn publish_hook(point: &str) {
-    hit(point);
-}
-
 /// Between publishing and notifying subtasks.
 pub fn after_publish() {
     hit("after-publish");

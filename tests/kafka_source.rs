@@ -35,17 +35,28 @@ fn run_job(dir: &Path, failpoints: Option<&str>, extra: &[&str]) -> (ExitStatus,
     (status, std::fs::read_to_string(&log_path).unwrap())
 }
 
+/// Starts `lockgate run` on `dir/job.toml` in the background, with failpoints (if
+/// any), logging to `dir/<name>.log`; returns the child and the log's path.
+fn spawn_job(
+    dir: &Path,
+    failpoints: Option<&str>,
+    name: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let log_path = dir.join(format!("{name}.log"));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--config"])
+        .arg(dir.join("job.toml"))
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    if let Some(f) = failpoints {
+        cmd.env("LOCKGATE_FAILPOINTS", f);
+    }
+    (cmd.spawn().unwrap(), log_path)
+}
+
 /// Starts the job slowed down by a failpoint, waits for `n` complete checkpoints, and
 /// kills it with SIGKILL.
 fn run_then_sigkill_after_checkpoints(dir: &Path, n: usize) {
-    let log = std::fs::File::create(dir.join("killed.log")).unwrap();
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(dir.join("job.toml"))
-        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(100)")
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let (mut child, _) = spawn_job(dir, Some("source-batch=sleep(100)"), "killed");
     let start = Instant::now();
     loop {
         let done = std::fs::read_dir(dir.join("checkpoints"))
@@ -211,13 +222,7 @@ fn startup_latest_reads_only_records_produced_after_the_start() {
         "topics = [\"orders\"]",
         "startup = \"latest\"",
     );
-    let log_path = tmp.path().join("latest.log");
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(tmp.path().join("job.toml"))
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut child, log_path) = spawn_job(tmp.path(), None, "latest");
     let start = Instant::now();
     while !std::fs::read_to_string(&log_path)
         .unwrap()
@@ -362,14 +367,7 @@ fn broker_down_for_ten_seconds_loses_and_duplicates_nothing() {
         "topics = [\"orders\"]",
         "bounded = \"latest\"",
     );
-    let log_path = tmp.path().join("down.log");
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(tmp.path().join("job.toml"))
-        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(100)")
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(100)"), "down");
     std::thread::sleep(Duration::from_millis(500));
     kafka.control("down 1");
     std::thread::sleep(Duration::from_secs(10));
@@ -486,14 +484,7 @@ fn retriable_request_errors_lose_and_duplicate_nothing() {
     );
     // The first fetches of the job fail: the consumer must refresh and retry.
     kafka.control("errors fetch 30");
-    let log_path = tmp.path().join("errors.log");
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(tmp.path().join("job.toml"))
-        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(40)")
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(40)"), "errors");
     std::thread::sleep(Duration::from_millis(300));
     kafka.control("errors fetch 30");
     kafka.control("errors offset-commit 5");
@@ -518,14 +509,7 @@ fn a_metadata_error_on_a_topic_never_resets_its_positions() {
         "topic_pattern = \"orders\"",
         "bounded = \"latest\"",
     );
-    let log_path = tmp.path().join("hiccup.log");
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(tmp.path().join("job.toml"))
-        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(300)")
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(300)"), "hiccup");
     std::thread::sleep(Duration::from_millis(500));
     // Several discovery rounds (every 500 ms) see the topic only with an error.
     kafka.control("topic-error orders");

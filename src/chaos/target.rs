@@ -34,11 +34,9 @@ impl Target {
             Some(cur)
         };
         let s = |p: &[&str]| get(p).and_then(|x| x.as_str().map(String::from));
-        let kafka =
-            get(&["source", "kafka"]).ok_or("the chaos harness verifies [source.kafka] jobs")?;
-        let es = get(&["sink", "elasticsearch"])
+        get(&["source", "kafka"]).ok_or("the chaos harness verifies [source.kafka] jobs")?;
+        get(&["sink", "elasticsearch"])
             .ok_or("the chaos harness verifies [sink.elasticsearch] jobs")?;
-        let _ = (kafka, es);
         let topics = get(&["source", "kafka", "topics"])
             .and_then(|t| {
                 t.as_array().map(|a| {

@@ -13,7 +13,7 @@ use crate::operators::OperatorContext;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir};
 use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
@@ -450,7 +450,7 @@ async fn run_attempt(
                     let d = dir.clone();
                     let retain = job.checkpoint.retain;
                     let published = tokio::task::spawn_blocking(move || {
-                        let path = d.publish_with(&meta, &crate::fault::publish_hook)?;
+                        let path = d.publish_with(&meta, &crate::fault::hit)?;
                         // Retention is housekeeping: its failure does not undo a publish.
                         if let Err(e) = d.apply_retention(retain) {
                             warn!(error = %e, "retention failed; older checkpoints stay");
@@ -532,9 +532,4 @@ fn sink_restore(restored: Option<&Restored>) -> SinkRestore {
             parallelism: r.metadata.parallelism,
         },
     }
-}
-
-/// Where the working state of a job lives (rebuilt from the checkpoint at every start).
-pub fn work_dir(checkpoint_root: &Path) -> PathBuf {
-    checkpoint_root.join(".work")
 }

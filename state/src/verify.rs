@@ -83,8 +83,3 @@ pub fn verify_checkpoint(chk_dir: &Path) -> Result<CheckpointMetadata, String> {
     }
     Ok(meta)
 }
-
-/// Convenience for callers that only want the metadata of a verified checkpoint.
-pub fn read_verified(chk_dir: &Path) -> Result<CheckpointMetadata, String> {
-    verify_checkpoint(chk_dir)
-}

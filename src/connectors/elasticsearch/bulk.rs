@@ -187,24 +187,23 @@ impl BulkProcessor {
 
     /// Sends everything buffered and waits until nothing is pending (or a failure).
     pub async fn flush(&self) -> Result<(), String> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Flush(tx))
-            .await
-            .map_err(|_| "the bulk processor stopped".to_string())?;
-        rx.await
-            .map_err(|_| "the bulk processor stopped".to_string())
+        self.ask(Cmd::Flush).await
     }
 
     /// Flushes and stops the processor task.
     pub async fn close(&self) -> Result<(), String> {
+        self.ask(Cmd::Close).await
+    }
+
+    /// Sends a command that answers when it is done.
+    async fn ask(&self, cmd: fn(oneshot::Sender<()>) -> Cmd) -> Result<(), String> {
+        let stopped = "the bulk processor stopped";
         let (tx, rx) = oneshot::channel();
         self.tx
-            .send(Cmd::Close(tx))
+            .send(cmd(tx))
             .await
-            .map_err(|_| "the bulk processor stopped".to_string())?;
-        rx.await
-            .map_err(|_| "the bulk processor stopped".to_string())
+            .map_err(|_| stopped.to_string())?;
+        rx.await.map_err(|_| stopped.to_string())
     }
 }
 

@@ -242,7 +242,6 @@ impl Store {
         v: Versioning,
         create_only: bool,
     ) -> ItemResult {
-        let seq = self.seq_no;
         let idx = self.indices.entry(index.to_string()).or_default();
         let existing = idx.docs.get(id).map(|d| d.version);
         if create_only && existing.is_some() {
@@ -270,7 +269,6 @@ impl Store {
         if let Err(reason) = idx.map(id, &source) {
             return error_item(index, id, 400, "document_parsing_exception", &reason);
         }
-        let _ = seq;
         let seq_no = self.next_seq();
         let idx = self.indices.get_mut(index).expect("created above");
         store_doc(idx, index, id, source, version, seq_no, existing.is_some())
