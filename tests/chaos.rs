@@ -7,6 +7,7 @@ mod common;
 use common::es::Es;
 use common::kafka::KafkaProcess;
 use common::{bin, wait_timeout};
+use rand::SeedableRng;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -100,16 +101,48 @@ fn thirty_kills(sink: &str) {
             "30",
             "--seed",
             "42",
+            // The slower subtask owns at least 100k records, at least 98 batches:
+            // 30 runs of at most 900 ms, throttled to a batch per 300 ms, read at most
+            // 90 of them, so the job cannot finish before its 30th kill, however fast
+            // the machine. The run after the last kill is not throttled.
             "--failpoints",
-            "source-batch=sleep(200)",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "30",
             "--kill-after-ms",
             "300..900",
         ],
     );
     assert_exact(code, &out, &r);
     assert_eq!(r["kills"], 30, "{out}");
+    assert_eq!(r["job_failures"], 0, "{out}");
     assert_eq!(r["verdict"]["inputs"], 200_000);
-    assert!(r["recovery_ms"].as_array().unwrap().len() >= 25, "{out}");
+    assert_every_run_after_a_checkpoint_restored_one(&r, &out);
+    assert!(
+        !r["recovery_ms"].as_array().unwrap().is_empty(),
+        "a restarted run emitted records: {out}"
+    );
+}
+
+/// No run that follows a completed checkpoint starts empty: it restores a checkpoint
+/// (or was killed before it logged its decision).
+fn assert_every_run_after_a_checkpoint_restored_one(r: &Value, out: &str) {
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.len() as u64,
+        r["restarts"].as_u64().unwrap() + 1,
+        "{out}"
+    );
+    let mut completed = 0;
+    for (i, run) in runs.iter().enumerate() {
+        if completed > 0 {
+            assert_ne!(
+                run["restored"], "empty",
+                "run {i} started empty after {completed} checkpoints: {run}\n{out}"
+            );
+        }
+        completed += run["checkpoints"].as_u64().unwrap();
+    }
 }
 
 #[test]
@@ -207,18 +240,74 @@ fn a_corrupted_newest_checkpoint_is_reported_and_skipped() {
             "--seed",
             "5",
             "--corrupt-latest",
+            // Slow enough that two checkpoints complete while the first run lives (the
+            // harness waits for them before the kill that precedes the corruption).
             "--failpoints",
-            "source-batch=sleep(50)",
+            "source-batch=sleep(200)",
+            "--failpoint-runs",
+            "3",
             "--kill-after-ms",
             "600..900",
         ],
     );
     assert_exact(code, &out, &r);
-    assert!(r["corrupted"].is_string(), "{out}");
-    assert_eq!(
-        r["corruption_detected"], true,
-        "the run named the broken checkpoint: {out}"
+    assert_eq!(r["job_failures"], 0, "{out}");
+    let c = &r["corruption"];
+    let (broken, fallback) = (
+        c["checkpoint"].as_str().unwrap(),
+        c["fallback"].as_str().unwrap(),
     );
+    assert!(
+        fallback < broken,
+        "the fallback is older than the corrupted checkpoint: {c}"
+    );
+    assert_eq!(c["reported"], true, "the run named {broken}: {out}");
+    assert_eq!(
+        c["restored"]["checkpoint"], fallback,
+        "the run after the corruption restored {fallback}: {out}"
+    );
+    assert_eq!(r["corruption_detected"], true, "{out}");
+}
+
+#[test]
+fn a_corrupted_only_checkpoint_refuses_the_start_and_stops_the_harness() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce_orders(&kafka.bootstrap, "orders", 5_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), COORDINATES);
+    // The first run dies right after publishing its first checkpoint: exactly one.
+    let first = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("LOCKGATE_FAILPOINTS", "after-publish=exit")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!first.success(), "the first run aborted at after-publish");
+    let checkpoints = tmp.path().join("checkpoints");
+    assert_eq!(lockgate::chaos::complete_checkpoints(&checkpoints).len(), 1);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(common::seed(3));
+    let (only, what) = lockgate::chaos::corrupt_latest(&checkpoints, &mut rng).unwrap();
+    let only = only.file_name().unwrap().to_string_lossy().to_string();
+
+    let (code, out, r) = chaos(&config, &["--kills", "0"]);
+    assert_eq!(code, Some(1), "{out}");
+    let stopped = r["stopped"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        stopped.contains("none verifies") && stopped.contains(&only),
+        "the report names the refusal and {only} ({what}): {stopped}"
+    );
+    assert!(out.contains(&only) && out.contains("stopped:"), "{out}");
+    assert_eq!(r["job_failures"], 3, "{out}");
+    assert_eq!(r["restarts"], 2, "{out}");
+    for run in r["runs"].as_array().unwrap() {
+        assert!(
+            run["ended"].as_str().unwrap().contains(&only),
+            "each run refused, naming {only}: {run}"
+        );
+    }
+    assert!(out.contains("exactly-once: FAILED"), "{out}");
 }
 
 #[test]
@@ -247,7 +336,12 @@ fn network_faults_on_both_sides_lose_and_duplicate_nothing() {
             ],
         )
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // The broker goes down while the job reads, not before it started.
+    common::wait::for_log(
+        &config.with_extension("chaos.log"),
+        "first records emitted",
+        Duration::from_secs(120),
+    );
     kafka.control("down 1");
     std::thread::sleep(Duration::from_secs(3));
     kafka.control("up 1");
@@ -255,7 +349,21 @@ fn network_faults_on_both_sides_lose_and_duplicate_nothing() {
     let (code, out, r) = runner.join().unwrap();
     assert_exact(code, &out, &r);
     let stats = &r["es_stats"];
-    assert!(r["network_faults"].as_array().unwrap().len() >= 3, "{out}");
+    // A phase is reported once its fault fired: item rejections, then failed requests.
+    let fired = r["network_faults"].as_array().unwrap();
+    assert!(fired.len() >= 3, "{out}");
+    assert!(
+        fired.iter().all(|f| f["count"].as_u64().unwrap() > 0),
+        "{out}"
+    );
+    assert!(
+        fired[0]["phase"]
+            .as_str()
+            .unwrap()
+            .contains("items rejected"),
+        "{out}"
+    );
+    assert!(fired[1]["phase"].as_str().unwrap().contains("503"), "{out}");
     assert!(stats["rejected_items"].as_u64().unwrap() > 0, "{out}");
     assert!(stats["failed_requests"].as_u64().unwrap() > 0, "{out}");
 }
@@ -274,8 +382,12 @@ fn ten_sigkills_against_osmem_server() {
             "10",
             "--seed",
             "77",
+            // The slower subtask has at least 20 batches; 10 runs of at most 800 ms at
+            // a batch per 500 ms read at most 16: ten kills land before the end.
             "--failpoints",
-            "source-batch=sleep(100)",
+            "source-batch=sleep(500)",
+            "--failpoint-runs",
+            "10",
             "--kill-after-ms",
             "300..800",
         ],

@@ -4,15 +4,19 @@
 //! between two runs, and then verifies the Elasticsearch index against the Kafka input.
 //! The same seed replays the same kill schedule.
 
+pub mod es_faults;
+pub mod outcome;
 pub mod target;
 pub mod verify;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use outcome::{Restored, RunOutcome};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 pub use target::Target;
@@ -30,7 +34,8 @@ pub struct ChaosOptions {
     pub failpoint_runs: Option<u32>,
     /// Each kill comes this many milliseconds after its run started (uniform).
     pub kill_after_ms: (u64, u64),
-    /// Flip a byte in, or truncate, the newest checkpoint after the first kill.
+    /// Flip a byte in, or truncate, the newest checkpoint once at least two complete
+    /// checkpoints exist, so that the next run must fall back to the older one.
     pub corrupt_latest: bool,
     /// Give up after this many runs.
     pub max_runs: u32,
@@ -39,6 +44,41 @@ pub struct ChaosOptions {
     /// Where the runs' logs go.
     pub log: PathBuf,
     pub progress: bool,
+}
+
+/// The corruption of one checkpoint and what the next run made of it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Corruption {
+    /// What was done to which file.
+    pub what: String,
+    /// The corrupted checkpoint (the newest complete one).
+    pub checkpoint: String,
+    /// The checkpoint the next run must fall back to (the second newest).
+    pub fallback: String,
+    /// Whether the next run logged that it skipped the corrupted checkpoint.
+    pub reported: bool,
+    /// What the next run restored.
+    pub restored: Option<Restored>,
+}
+
+impl Corruption {
+    /// The next run named the corrupted checkpoint and restored the one before it.
+    pub fn fell_back(&self) -> bool {
+        self.reported && self.restored == Some(Restored::Checkpoint(self.fallback.clone()))
+    }
+}
+
+/// One run of the job, as the harness saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    /// `killed`, `finished`, `failpoint-abort`, or `failed: <error>`.
+    pub ended: String,
+    /// The checkpoint it restored.
+    pub restored: Restored,
+    /// Checkpoints it completed.
+    pub checkpoints: u64,
+    /// Process start to its first record, in milliseconds.
+    pub first_record_ms: Option<u64>,
 }
 
 /// What happened, and what verification found.
@@ -51,14 +91,23 @@ pub struct Report {
     pub job_failures: u32,
     pub restarts: u32,
     pub checkpoints_completed: u64,
+    /// Every run, in order.
+    pub runs: Vec<RunRecord>,
     /// Per restart: process start to first record emitted, in milliseconds.
     pub recovery_ms: Vec<u64>,
     pub recovery_ms_p50: u64,
     pub recovery_ms_p99: u64,
+    /// `what` of [`Report::corruption`] (kept for scripts that read it).
     pub corrupted: Option<String>,
+    /// `fell_back()` of [`Report::corruption`].
     pub corruption_detected: Option<bool>,
-    /// Elasticsearch fault phases applied (with `es_faults`).
-    pub network_faults: Vec<String>,
+    pub corruption: Option<Corruption>,
+    /// Set when the harness stopped before the job finished: the reason, such as the
+    /// error of a job that failed at start-up several times in a row. Nothing was
+    /// verified then.
+    pub stopped: Option<String>,
+    /// Elasticsearch fault phases that fired, in order (with `es_faults`).
+    pub network_faults: Vec<es_faults::Fired>,
     /// The test server's counters at the end (with `es_faults`).
     pub es_stats: Option<serde_json::Value>,
     pub elapsed_s: f64,
@@ -66,14 +115,18 @@ pub struct Report {
 }
 
 impl Report {
-    /// Exact output and (when a checkpoint was corrupted) the corruption was reported.
+    /// The job finished, its output is exact, and a corrupted checkpoint (if any) was
+    /// reported and fallen back from.
     pub fn passed(&self) -> bool {
-        self.verdict.exact() && self.corruption_detected != Some(false)
+        self.stopped.is_none()
+            && self.verdict.exact()
+            && self.corruption.as_ref().is_none_or(Corruption::fell_back)
     }
 
     /// The report as a table.
     pub fn table(&self) -> String {
-        let rows: Vec<(&str, String)> = vec![
+        let c = self.corruption.as_ref();
+        let mut rows: Vec<(&str, String)> = vec![
             ("seed", self.seed.to_string()),
             ("SIGKILLs", self.kills.to_string()),
             ("failpoint aborts", self.failpoint_aborts.to_string()),
@@ -87,27 +140,43 @@ impl Report {
             ("recovery p99 (ms)", self.recovery_ms_p99.to_string()),
             (
                 "corrupted checkpoint",
-                self.corrupted.clone().unwrap_or_else(|| "-".into()),
+                c.map_or("-".into(), |c| c.checkpoint.clone()),
             ),
             (
                 "corruption reported",
-                self.corruption_detected
-                    .map_or("-".into(), |d| d.to_string()),
+                c.map_or("-".into(), |c| c.reported.to_string()),
             ),
-            ("input records", self.verdict.inputs.to_string()),
             (
-                "expected documents",
-                self.verdict.expected_documents.to_string(),
+                "restored instead",
+                c.map_or("-".into(), |c| match &c.restored {
+                    Some(Restored::Checkpoint(n)) => n.clone(),
+                    Some(Restored::Empty) => "nothing".into(),
+                    Some(Restored::Unknown) | None => "?".into(),
+                }),
             ),
-            ("documents", self.verdict.documents.to_string()),
-            ("missing", self.verdict.missing.to_string()),
-            ("duplicated", self.verdict.duplicated.to_string()),
-            ("wrong", self.verdict.wrong.to_string()),
-            ("elapsed (s)", format!("{:.1}", self.elapsed_s)),
         ];
+        if self.stopped.is_none() {
+            rows.extend([
+                ("input records", self.verdict.inputs.to_string()),
+                (
+                    "expected documents",
+                    self.verdict.expected_documents.to_string(),
+                ),
+                ("documents", self.verdict.documents.to_string()),
+                ("missing", self.verdict.missing.to_string()),
+                ("duplicated", self.verdict.duplicated.to_string()),
+                ("wrong", self.verdict.wrong.to_string()),
+            ]);
+        } else {
+            rows.push(("verification", "not run".into()));
+        }
+        rows.push(("elapsed (s)", format!("{:.1}", self.elapsed_s)));
         let mut s = String::new();
         for (k, v) in rows {
             s.push_str(&format!("  {k:<24} {v:>14}\n"));
+        }
+        if let Some(why) = &self.stopped {
+            s.push_str(&format!("  stopped: {why}\n"));
         }
         s
     }
@@ -128,14 +197,18 @@ pub fn percentile(values: &[u64], p: f64) -> u64 {
 struct RunEvents {
     first_record: Option<Instant>,
     checkpoints: u64,
-    lines: Vec<String>,
+    restored: Option<Restored>,
+    /// Names of checkpoints it skipped because they did not verify.
+    skipped: Vec<String>,
+    /// Its last `error:` line.
+    error: Option<String>,
 }
 
 fn spawn(
     opts: &ChaosOptions,
     run: u32,
     log: &Arc<Mutex<std::fs::File>>,
-) -> std::io::Result<(Child, Arc<Mutex<RunEvents>>)> {
+) -> std::io::Result<(Child, Arc<Mutex<RunEvents>>, std::thread::JoinHandle<()>)> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("run").arg("--config").arg(&opts.config);
     let armed = opts.failpoint_runs.is_none_or(|n| run <= n);
@@ -147,7 +220,7 @@ fn spawn(
     let events = Arc::new(Mutex::new(RunEvents::default()));
     let stderr = child.stderr.take().expect("piped");
     let (ev, log) = (events.clone(), log.clone());
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let mut e = ev.lock().expect("lock");
             if e.first_record.is_none() && line.contains("first records emitted") {
@@ -156,32 +229,50 @@ fn spawn(
             if line.contains("checkpoint completed") {
                 e.checkpoints += 1;
             }
-            if line.contains("skipping checkpoint")
-                || line.contains("ERROR")
-                || line.contains("error:")
-            {
-                e.lines.push(line.clone());
+            if e.restored.is_none() {
+                e.restored = outcome::restore_decision(&line);
+            }
+            if line.contains("skipping checkpoint") {
+                if let Some(name) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("checkpoint="))
+                    .and_then(|p| p.trim_end_matches('/').rsplit('/').next())
+                {
+                    e.skipped.push(name.to_string());
+                }
+            }
+            if let Some(err) = line.strip_prefix("error: ") {
+                e.error = Some(err.to_string());
             }
             let _ = writeln!(log.lock().expect("lock"), "{line}");
         }
     });
-    Ok((child, events))
+    Ok((child, events, reader))
 }
 
-/// Damages the newest complete checkpoint: a flipped byte or a truncation of its
-/// `_metadata` or of one of its state files. Returns what was done.
-pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<String> {
+/// The complete checkpoints of `checkpoint_dir` (`chk-N` with a `_metadata`), oldest first.
+pub fn complete_checkpoints(checkpoint_dir: &Path) -> Vec<PathBuf> {
     let mut chks: Vec<PathBuf> = std::fs::read_dir(checkpoint_dir)
-        .ok()?
+        .into_iter()
+        .flatten()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.join("_metadata").exists()
-                && p.file_name()
-                    .is_some_and(|n| !n.to_string_lossy().contains('.'))
+                && p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.starts_with("chk-") && !n.contains('.')
+                })
         })
         .collect();
     chks.sort();
-    let newest = chks.pop()?;
+    chks
+}
+
+/// Damages the newest complete checkpoint: a flipped byte or a truncation of its
+/// `_metadata` or of one of its state files. Returns the checkpoint's directory and what
+/// was done.
+pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<(PathBuf, String)> {
+    let newest = complete_checkpoints(checkpoint_dir).pop()?;
     let mut files = vec![newest.join("_metadata")];
     if let Ok(rd) = std::fs::read_dir(&newest) {
         for d in rd
@@ -213,53 +304,43 @@ pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<Strin
     let tmp = file.with_extension("corrupting");
     std::fs::write(&tmp, &bytes).ok()?;
     std::fs::rename(&tmp, &file).ok()?;
-    Some(format!("{how} {}", file.display()))
+    Some((newest, format!("{how} {}", file.display())))
 }
 
-/// The Elasticsearch fault phases the harness cycles through (test server only).
-pub fn es_fault_phases() -> Vec<(&'static str, serde_json::Value)> {
-    use serde_json::json;
-    vec![
-        (
-            "30% of items rejected with 429",
-            json!({"reject_item_fraction": 0.3, "seed": 1}),
-        ),
-        (
-            "5 requests failed with 503",
-            json!({"fail_requests_status": 503, "fail_requests": 5}),
-        ),
-        (
-            "5 requests failed with 429",
-            json!({"fail_requests_status": 429, "fail_requests": 5}),
-        ),
-        (
-            "3 requests failed with 500",
-            json!({"fail_requests_status": 500, "fail_requests": 3}),
-        ),
-        ("150 ms latency", json!({"latency_ms": 150})),
-        (
-            "3 responses dropped after the bulk was applied",
-            json!({"drop_responses": 3}),
-        ),
-        ("no fault", json!({})),
-    ]
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-fn set_es_faults(url: &str, faults: &serde_json::Value) -> Result<(), String> {
-    let r = reqwest::blocking::Client::new()
-        .post(format!("{url}/_lockgate/faults"))
-        .json(faults)
-        .send()
-        .map_err(|e| format!("{url}/_lockgate/faults: {e}"))?;
-    if r.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!("{url}/_lockgate/faults answered {}: Elasticsearch faults need the lockgate test server", r.status()))
+/// Waits for `child`; kills it at `kill_at`, but not before `may_kill()` holds (the
+/// moment a kill is meant to hit). Returns the exit status, or None if it was killed.
+fn supervise(
+    child: &mut Child,
+    kill_at: Option<Instant>,
+    mut may_kill: impl FnMut() -> bool,
+) -> Result<Option<ExitStatus>, String> {
+    loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(Some(s));
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) && may_kill() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 /// Runs the harness. `after_kill(i)` runs after the `i`-th kill (the demo creates a
 /// topic there).
+///
+/// The harness never assumes a timing: a kill meant to leave a checkpoint to corrupt
+/// waits until two complete checkpoints exist, the run after a corruption is not killed
+/// before it logged its restore decision, and a job that fails at start-up with the same
+/// error [`outcome::HOPELESS_AFTER`] times in a row stops the harness with that error in
+/// the report (`stopped`) instead of being restarted again and again.
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Report, String> {
     let target = Target::from_job_file(&opts.config)?;
     crate::config::load(&opts.config).map_err(|e| e.to_string())?;
@@ -287,105 +368,66 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
             .expect("template"),
     );
     bar.enable_steady_tick(Duration::from_millis(100));
-    let mut runs = 0;
-    let mut expect_skip: Option<String> = None;
-    let stop_faults = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_faults = Arc::new(AtomicBool::new(false));
     // Whatever way this function returns, the fault thread stops (and clears the
     // faults) instead of leaving them armed on the server.
-    struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+    struct StopOnDrop(Arc<AtomicBool>);
     impl Drop for StopOnDrop {
         fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.0.store(true, Ordering::Relaxed);
         }
     }
     let _stop_guard = StopOnDrop(stop_faults.clone());
     let fault_thread = if opts.es_faults {
-        set_es_faults(&target.es_url, &serde_json::json!({}))?;
-        let (url, stop) = (target.es_url.clone(), stop_faults.clone());
-        Some(std::thread::spawn(move || {
-            let mut applied = Vec::new();
-            for (name, f) in es_fault_phases().into_iter().cycle() {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                if set_es_faults(&url, &f).is_ok() {
-                    applied.push(name.to_string());
-                }
-                std::thread::sleep(Duration::from_millis(700));
-            }
-            let _ = set_es_faults(&url, &serde_json::json!({}));
-            applied
-        }))
+        es_faults::set(&target.es_url, &serde_json::json!({}))?;
+        Some(es_faults::cycle(target.es_url.clone(), stop_faults.clone()))
     } else {
         None
     };
+    let mut outcomes: Vec<RunOutcome> = Vec::new();
+    let mut checking: Option<Corruption> = None;
+    let mut runs = 0;
     loop {
         runs += 1;
         if runs > opts.max_runs {
-            return Err(format!(
+            report.stopped = Some(format!(
                 "the job did not finish within {} runs",
                 opts.max_runs
             ));
+            break;
         }
         let spawned = Instant::now();
-        let (mut child, events) =
+        let (mut child, events, reader) =
             spawn(opts, runs, &log).map_err(|e| format!("cannot start the job: {e}"))?;
         let kill_at = (report.kills < opts.kills).then(|| {
             spawned
                 + Duration::from_millis(rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1))
         });
-        let status = loop {
-            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-                break Some(s);
-            }
-            if kill_at.is_some_and(|t| Instant::now() >= t) {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        // Let the log reader drain the dead process's output.
-        std::thread::sleep(Duration::from_millis(20));
-        let ev = events.lock().expect("lock");
+        let corrupt_next = opts.corrupt_latest && report.corruption.is_none();
+        let status = supervise(&mut child, kill_at, || {
+            let decided = events.lock().expect("lock").restored.is_some();
+            let enough = !corrupt_next || complete_checkpoints(&target.checkpoint_dir).len() >= 2;
+            (checking.is_none() || decided) && enough
+        })?;
+        // The process is gone: its log ends.
+        let _ = reader.join();
+        let ev = std::mem::take(&mut *events.lock().expect("lock"));
         report.checkpoints_completed += ev.checkpoints;
+        let first_record_ms = ev
+            .first_record
+            .map(|t| t.duration_since(spawned).as_millis() as u64);
         if runs > 1 {
-            if let Some(first) = ev.first_record {
-                report
-                    .recovery_ms
-                    .push(first.duration_since(spawned).as_millis() as u64);
-            }
+            report.recovery_ms.extend(first_record_ms);
         }
-        if let Some(name) = expect_skip.take() {
-            report.corruption_detected = Some(
-                ev.lines
-                    .iter()
-                    .any(|l| l.contains("skipping checkpoint") && l.contains(&name)),
-            );
+        if let Some(mut c) = checking.take() {
+            c.reported = ev.skipped.contains(&c.checkpoint);
+            c.restored = ev.restored.clone();
+            report.corruption_detected = Some(c.fell_back());
+            report.corruption = Some(c);
         }
-        drop(ev);
-        match status {
-            None => {
-                report.kills += 1;
-                bar.inc(1);
-                bar.set_message(format!(
-                    "runs {runs}, checkpoints {}",
-                    report.checkpoints_completed
-                ));
-                after_kill(report.kills);
-                if opts.corrupt_latest && report.corrupted.is_none() {
-                    if let Some(what) = corrupt_latest(&target.checkpoint_dir, &mut rng) {
-                        let chk = what
-                            .split('/')
-                            .find(|s| s.starts_with("chk-"))
-                            .unwrap_or_default()
-                            .to_string();
-                        expect_skip = Some(chk);
-                        report.corrupted = Some(what);
-                    }
-                }
-            }
-            Some(s) if s.success() => break,
+        let outcome = match status {
+            None => RunOutcome::Killed,
+            Some(s) if s.success() => RunOutcome::Finished,
             Some(s) if s.code() == Some(2) => {
                 return Err(format!(
                     "the job refused its configuration (see {})",
@@ -393,25 +435,78 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
                 ))
             }
             Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => {
-                report.failpoint_aborts += 1
+                RunOutcome::FailpointAbort
             }
             // A job failure (exit 1), a panic or a crash: restarted, and counted.
-            Some(_) => report.job_failures += 1,
+            Some(s) => RunOutcome::Failed {
+                error: ev.error.clone().unwrap_or_else(|| format!("{s}")),
+                started: ev.first_record.is_some() || ev.checkpoints > 0,
+            },
+        };
+        report.runs.push(RunRecord {
+            ended: match &outcome {
+                RunOutcome::Killed => "killed".into(),
+                RunOutcome::Finished => "finished".into(),
+                RunOutcome::FailpointAbort => "failpoint-abort".into(),
+                RunOutcome::Failed { error, .. } => format!("failed: {error}"),
+            },
+            restored: ev.restored.clone().unwrap_or(Restored::Unknown),
+            checkpoints: ev.checkpoints,
+            first_record_ms,
+        });
+        outcomes.push(outcome.clone());
+        match outcome {
+            RunOutcome::Finished => break,
+            RunOutcome::Killed => {
+                report.kills += 1;
+                bar.inc(1);
+                bar.set_message(format!(
+                    "runs {runs}, checkpoints {}",
+                    report.checkpoints_completed
+                ));
+                after_kill(report.kills);
+                let chks = complete_checkpoints(&target.checkpoint_dir);
+                if corrupt_next && chks.len() >= 2 {
+                    let fallback = file_name(&chks[chks.len() - 2]);
+                    if let Some((chk, what)) = corrupt_latest(&target.checkpoint_dir, &mut rng) {
+                        report.corrupted = Some(what.clone());
+                        checking = Some(Corruption {
+                            what,
+                            checkpoint: file_name(&chk),
+                            fallback,
+                            ..Default::default()
+                        });
+                        // Recorded now, completed by the next run.
+                        report.corruption = checking.clone();
+                    }
+                }
+            }
+            RunOutcome::FailpointAbort => report.failpoint_aborts += 1,
+            RunOutcome::Failed { .. } => {
+                report.job_failures += 1;
+                if let Some(error) = outcome::hopeless(&outcomes) {
+                    report.stopped = Some(format!(
+                        "the job failed at start-up {} times in a row: {error}",
+                        outcome::HOPELESS_AFTER
+                    ));
+                    break;
+                }
+            }
         }
         report.restarts += 1;
     }
     bar.finish_and_clear();
     if let Some(t) = fault_thread {
-        stop_faults.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop_faults.store(true, Ordering::Relaxed);
         report.network_faults = t.join().unwrap_or_default();
-        report.es_stats = reqwest::blocking::get(format!("{}/_lockgate/stats", target.es_url))
-            .and_then(|r| r.json())
-            .ok();
+        report.es_stats = es_faults::stats(&target.es_url);
     }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
-    let inputs = verify::read_inputs(&target)?;
-    report.verdict = verify::verify(&target, &inputs)?;
+    if report.stopped.is_none() {
+        let inputs = verify::read_inputs(&target)?;
+        report.verdict = verify::verify(&target, &inputs)?;
+    }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

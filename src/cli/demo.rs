@@ -152,14 +152,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         println!("  ! {e}");
     }
     let chk = dir.join("checkpoints");
-    let mut complete: Vec<PathBuf> = std::fs::read_dir(&chk)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("_metadata").exists())
-                .collect()
-        })
-        .unwrap_or_default();
-    complete.sort();
+    let complete = chaos::complete_checkpoints(&chk);
     println!();
     println!(
         "  orders: {ORDERS} in orders-a + {LATE_ORDERS} in orders-b (created after the first kill)"

@@ -1,0 +1,143 @@
+//! What one run of the job under the harness did, read from its exit status and its log,
+//! and the harness's decisions over those outcomes: plain functions over data.
+
+use serde::Serialize;
+
+/// How many consecutive start-up failures with the same error make the harness stop:
+/// a run that cannot start will not start on the next attempt either.
+pub const HOPELESS_AFTER: usize = 3;
+
+/// How a run of the job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// SIGKILLed by the harness.
+    Killed,
+    /// Aborted at a failpoint (`exit` aborts the process).
+    FailpointAbort,
+    /// Exited 0: the bounded job reached its end.
+    Finished,
+    /// Exited with a failure. `started` is whether it got past start-up (emitted records
+    /// or completed a checkpoint); `error` is its last `error:` line.
+    Failed { error: String, started: bool },
+}
+
+/// Which checkpoint a run restored, from its log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Restored {
+    /// The name of the checkpoint directory it restored (`chk-0000000042`).
+    Checkpoint(String),
+    /// It started without a checkpoint.
+    Empty,
+    /// It ended before it logged its restore decision.
+    Unknown,
+}
+
+/// The restore decision in one line of a run's log, if the line is one: `restoring ...
+/// checkpoint=<path>` or `starting without a checkpoint`.
+pub fn restore_decision(line: &str) -> Option<Restored> {
+    if line.contains("starting without a checkpoint") {
+        return Some(Restored::Empty);
+    }
+    if !line.contains(" restoring ") && !line.ends_with(" restoring") {
+        return None;
+    }
+    let path = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("checkpoint="))?;
+    let name = path.trim_end_matches('/').rsplit('/').next()?;
+    Some(Restored::Checkpoint(name.to_string()))
+}
+
+/// The error that makes further runs pointless: the last [`HOPELESS_AFTER`] runs all
+/// failed at start-up with the same error. A run that got past start-up, was killed or
+/// finished breaks the streak.
+pub fn hopeless(outcomes: &[RunOutcome]) -> Option<&str> {
+    let last = outcomes.get(outcomes.len().checked_sub(HOPELESS_AFTER)?..)?;
+    let mut errors = last.iter().map(|o| match o {
+        RunOutcome::Failed {
+            error,
+            started: false,
+        } => Some(error.as_str()),
+        _ => None,
+    });
+    let first = errors.next()??;
+    errors.all(|e| e == Some(first)).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(e: &str, started: bool) -> RunOutcome {
+        RunOutcome::Failed {
+            error: e.into(),
+            started,
+        }
+    }
+
+    #[test]
+    fn three_identical_start_up_failures_in_a_row_are_hopeless() {
+        let a = failed("error: none verifies", false);
+        let cases: Vec<(Vec<RunOutcome>, Option<&str>)> = vec![
+            (vec![], None),
+            (vec![a.clone(), a.clone()], None),
+            (
+                vec![a.clone(), a.clone(), a.clone()],
+                Some("error: none verifies"),
+            ),
+            (
+                vec![RunOutcome::Killed, a.clone(), a.clone(), a.clone()],
+                Some("error: none verifies"),
+            ),
+            // A kill, a finish or a run that started breaks the streak.
+            (
+                vec![a.clone(), RunOutcome::Killed, a.clone(), a.clone()],
+                None,
+            ),
+            (vec![a.clone(), a.clone(), RunOutcome::FailpointAbort], None),
+            (
+                vec![a.clone(), failed("error: none verifies", true), a.clone()],
+                None,
+            ),
+            // Different errors are not one hopeless error.
+            (
+                vec![a.clone(), failed("error: other", false), a.clone()],
+                None,
+            ),
+            (
+                vec![
+                    RunOutcome::Finished,
+                    RunOutcome::Finished,
+                    RunOutcome::Finished,
+                ],
+                None,
+            ),
+        ];
+        for (outcomes, want) in cases {
+            assert_eq!(hopeless(&outcomes), want, "{outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn restore_decisions_are_read_from_log_lines() {
+        let cases = [
+            (
+                "2026-12-03T01:02:03Z  INFO restoring job=j checkpoint=/tmp/x/checkpoints/chk-0000000004 first_new_checkpoint=6",
+                Some(Restored::Checkpoint("chk-0000000004".into())),
+            ),
+            (
+                "2026-12-03T01:02:03Z  INFO starting without a checkpoint job=j first_new_checkpoint=1",
+                Some(Restored::Empty),
+            ),
+            (
+                "2026-12-03T01:02:03Z  WARN skipping checkpoint that does not verify checkpoint=/x/chk-0000000005",
+                None,
+            ),
+            ("INFO checkpoint completed checkpoint=3", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(restore_decision(line), want, "{line}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Waiting for a moment instead of assuming it: process-level tests poll for the state
+//! they depend on (a log line, a checkpoint count, a fault that fired) with a generous
+//! deadline, so that a loaded machine makes them slower, never wrong.
+
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// The deadline of a wait for a moment of a job: an upper bound only, generous enough
+/// for a busy machine.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
+pub fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the file at `path` contains `needle` (a log line, usually).
+pub fn for_log(path: &Path, needle: &str, timeout: Duration) {
+    until(
+        &format!("{needle:?} in {}", path.display()),
+        timeout,
+        || std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)),
+    );
+}
+
+/// How many times `needle` occurs in the file at `path` (0 while it does not exist).
+pub fn count(path: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.matches(needle).count())
+}
+
+/// Polls `cond` every 20 ms until it holds while `child` keeps running. Fails at once,
+/// with the tail of `log`, if the child exits before `cond` holds, and after `timeout`.
+pub fn while_running(
+    child: &mut Child,
+    log: &Path,
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) {
+    let start = Instant::now();
+    let log_tail = || super::tail(&std::fs::read_to_string(log).unwrap_or_default(), 40);
+    loop {
+        if cond() {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            if cond() {
+                return;
+            }
+            panic!(
+                "the process ended ({status}) before {what}; log tail:\n{}",
+                log_tail()
+            );
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; log tail:\n{}",
+                log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits, while `child` runs, until `needle` occurs at least `n` times in `log`.
+pub fn for_log_while_running(
+    child: &mut Child,
+    log: &Path,
+    needle: &str,
+    n: usize,
+    timeout: Duration,
+) {
+    while_running(
+        child,
+        log,
+        &format!("{n} x {needle:?} in {}", log.display()),
+        timeout,
+        || count(log, needle) >= n,
+    );
+}
+
+/// Whether `child` is still running.
+pub fn running(child: &mut Child) -> bool {
+    child.try_wait().unwrap().is_none()
+}
