@@ -215,6 +215,8 @@ struct EsSection {
     on_item_error: String,
     #[serde(default = "d_true")]
     flush_on_checkpoint: bool,
+    #[serde(default = "d_true")]
+    coalesce: bool,
 }
 
 fn d_id() -> String {
@@ -558,6 +560,7 @@ fn es_sink(
         ItemErrorPolicy::parse(&e.on_item_error).map_err(|m| err(&key("on_item_error"), m))?;
     c.dead_letter_bootstrap_servers = kafka_servers;
     c.flush_on_checkpoint = e.flush_on_checkpoint;
+    c.coalesce = e.coalesce;
     c.flush_timeout_ms = checkpoint_timeout_ms;
     if let Err((k, m)) = c.validate() {
         let k = if k == "operation" {

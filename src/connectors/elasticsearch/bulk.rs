@@ -8,9 +8,11 @@
 //! record, the next checkpoint, or close — never lost.
 
 use super::action::BulkAction;
+pub use super::batcher::ItemFailure;
+use super::batcher::{Batcher, ItemResult, Limits, RequestId, Resolution, Response};
+use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
-use super::item_result::{classify, classify_request, Outcome, RequestOutcome};
-use super::retry::backoff;
+use super::item_result::{classify, classify_request};
 use bytes::Bytes;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::{BulkParts, Elasticsearch};
@@ -18,22 +20,12 @@ use rand::{Rng, SeedableRng};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
-
-/// Why Elasticsearch refused an action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemFailure {
-    /// The item's (or the request's) HTTP status.
-    pub status: u16,
-    pub error_type: String,
-    pub reason: String,
-}
 
 /// What to do with a refused action (Flink's ActionRequestFailureHandler).
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +70,8 @@ pub struct Shared {
     pending: AtomicUsize,
     failure: Mutex<Option<String>>,
     bulks: AtomicUsize,
+    coalesced: AtomicU64,
+    superseded: AtomicU64,
 }
 
 impl Shared {
@@ -94,6 +88,18 @@ impl Shared {
     /// Bulk requests sent so far.
     pub fn bulks(&self) -> usize {
         self.bulks.load(Ordering::SeqCst)
+    }
+
+    /// Actions dropped unsent because a newer action on the same document made them
+    /// irrelevant (coalescing).
+    pub fn coalesced(&self) -> u64 {
+        self.coalesced.load(Ordering::Relaxed)
+    }
+
+    /// Actions that failed retriably but were not retried, because a later action on
+    /// the same document that makes them irrelevant was written.
+    pub fn superseded(&self) -> u64 {
+        self.superseded.load(Ordering::Relaxed)
     }
 
     fn fail(&self, message: String) {
@@ -148,22 +154,28 @@ impl BulkProcessor {
         };
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel(4);
+        let limits = Limits {
+            max_actions: cfg.bulk_max_actions,
+            max_bytes: cfg.bulk_max_bytes,
+            max_in_flight: cfg.max_in_flight.max(1),
+            flush_interval_ms: cfg.bulk_flush_interval_ms.max(1),
+            coalesce: cfg.coalesce,
+            retry_max_attempts: cfg.retry_max_attempts,
+            retry_initial_ms: cfg.retry_initial_ms,
+            retry_max_ms: cfg.retry_max_ms,
+        };
         let service = Service {
             client: Elasticsearch::new(transport),
             cfg,
             shared: shared.clone(),
             handler,
             dead_letter,
-            buffer: VecDeque::new(),
-            buffer_bytes: 0,
-            ready: VecDeque::new(),
-            retries: Vec::new(),
+            batcher: Batcher::new(limits, 0),
             in_flight: JoinSet::new(),
             waiters: Vec::new(),
-            last_send: Instant::now(),
+            epoch: Instant::now(),
             rng: rand::rngs::SmallRng::from_entropy(),
             name,
-            busy: std::collections::HashMap::new(),
         };
         tokio::spawn(service.run(rx));
         Ok(BulkProcessor { tx, shared })
@@ -210,9 +222,6 @@ impl BulkProcessor {
 struct Item {
     action: BulkAction,
     bytes: Bytes,
-    attempts: u32,
-    /// `index` and `id`: actions on one document are sent in order, never two at once.
-    doc: Option<String>,
 }
 
 enum Sent {
@@ -228,38 +237,38 @@ struct Service {
     shared: Arc<Shared>,
     handler: Arc<dyn FailureHandler>,
     dead_letter: Option<FutureProducer>,
-    buffer: VecDeque<Item>,
-    buffer_bytes: usize,
-    /// Batches to send as they are (halves of a request refused with 413).
-    ready: VecDeque<Vec<Item>>,
-    retries: Vec<(Instant, Item)>,
-    in_flight: JoinSet<(Vec<Item>, Sent)>,
+    /// Every batching decision (order per document, coalescing, retries, splits).
+    batcher: Batcher<Item>,
+    in_flight: JoinSet<(RequestId, Sent)>,
     waiters: Vec<oneshot::Sender<()>>,
-    last_send: Instant,
+    /// The batcher's clock starts here.
+    epoch: Instant,
     rng: rand::rngs::SmallRng,
     name: String,
-    /// Per document: actions outside the buffer (in flight, awaiting a retry, or split
-    /// for resending). A buffered action on a busy document waits: with several
-    /// requests in flight, or a retry, a later update could otherwise be applied first
-    /// and be overwritten by an earlier one.
-    busy: std::collections::HashMap<String, usize>,
 }
 
 impl Service {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
         let mut closing: Option<oneshot::Sender<()>> = None;
-        let interval = Duration::from_millis(self.cfg.bulk_flush_interval_ms.max(1));
         loop {
             let failed = self.shared.failure().is_some();
-            if failed && !self.buffer.is_empty() {
+            if failed {
                 // The job is failing: nothing more is sent, so nothing is kept.
-                self.buffer.clear();
-                self.retries.clear();
-                self.buffer_bytes = 0;
+                let dropped = self.batcher.clear_unsent();
+                self.shared.resolve(dropped);
             }
-            let accept =
-                closing.is_none() && (failed || self.buffer.len() < 4 * self.cfg.bulk_max_actions);
-            let wake = self.next_wake(interval);
+            let accept = closing.is_none()
+                && (failed || self.batcher.queued() < 4 * self.cfg.bulk_max_actions);
+            let wake = self
+                .batcher
+                .next_wake_ms()
+                .map_or(Instant::now() + Duration::from_secs(3600), |ms| {
+                    self.epoch + Duration::from_millis(ms)
+                });
             tokio::select! {
                 cmd = rx.recv(), if accept => match cmd {
                     Some(Cmd::Add(actions)) => self.add(actions),
@@ -268,19 +277,16 @@ impl Service {
                     None => return,
                 },
                 Some(done) = self.in_flight.join_next(), if !self.in_flight.is_empty() => match done {
-                    Ok((items, sent)) => self.complete(items, sent).await,
+                    Ok((id, sent)) => self.complete(id, sent),
                     Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
-            let now = Instant::now();
-            self.promote_due(now);
+            self.settle().await;
             let failed = self.shared.failure().is_some();
             if !failed {
-                let force = !self.waiters.is_empty()
-                    || closing.is_some()
-                    || now.duration_since(self.last_send) >= interval;
-                self.dispatch(force);
+                self.dispatch(!self.waiters.is_empty() || closing.is_some());
+                self.settle().await;
             }
             let idle = self.shared.pending() == 0 && self.in_flight.is_empty();
             if (idle || failed) && !self.waiters.is_empty() {
@@ -297,234 +303,107 @@ impl Service {
         }
     }
 
-    fn next_wake(&self, interval: Duration) -> Instant {
-        let far = Instant::now() + Duration::from_secs(3600);
-        let retry = self.retries.iter().map(|(t, _)| *t).min().unwrap_or(far);
-        // The interval flush only matters when something could be sent now: otherwise
-        // the loop wakes on a completed request or a due retry (no busy waiting).
-        let sendable = self.in_flight.len() < self.cfg.max_in_flight
-            && self
-                .buffer
-                .iter()
-                .any(|i| i.doc.as_ref().is_none_or(|d| !self.busy.contains_key(d)));
-        let flush = if sendable {
-            self.last_send + interval
-        } else {
-            far
-        };
-        retry.min(flush)
-    }
-
-    fn encode(&self, action: BulkAction) -> Item {
-        let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
-        action.encode(&mut buf);
-        let doc = action
-            .id
-            .as_ref()
-            .map(|id| format!("{}\u{0}{id}", action.index));
-        Item {
-            action,
-            bytes: Bytes::from(buf),
-            attempts: 0,
-            doc,
-        }
-    }
-
     fn add(&mut self, actions: Vec<BulkAction>) {
         for action in actions {
-            let item = self.encode(action);
-            self.buffer_bytes += item.bytes.len();
-            self.buffer.push_back(item);
-        }
-        // The Nth action of `bulk_max_actions = N` sends a bulk.
-        self.dispatch(false);
-    }
-
-    fn promote_due(&mut self, now: Instant) {
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
-            .into_iter()
-            .partition(|(t, _)| *t <= now);
-        self.retries = later;
-        // Pushed to the front in reverse, so that they keep their order.
-        for (_, item) in due.into_iter().rev() {
-            self.release(&item);
-            self.buffer_bytes += item.bytes.len();
-            self.buffer.push_front(item);
+            let (doc, effect, bytes) = describe(&action);
+            let item = encode(action);
+            self.batcher
+                .add(doc, effect, bytes.max(item.bytes.len()), item);
         }
     }
 
-    /// Sends full batches, and with `force` also a partial one, while in-flight slots
-    /// are free.
+    /// Sends every request the batcher has ready (`force`: a flush or close is waiting).
     fn dispatch(&mut self, force: bool) {
-        while self.in_flight.len() < self.cfg.max_in_flight {
-            if let Some(batch) = self.ready.pop_front() {
-                self.send(batch);
-                continue;
-            }
-            let full = self.buffer.len() >= self.cfg.bulk_max_actions
-                || self.buffer_bytes >= self.cfg.bulk_max_bytes;
-            if self.buffer.is_empty() || !(full || force) {
-                return;
-            }
-            let mut batch = Vec::new();
-            let mut bytes = 0;
-            let mut waiting = VecDeque::new();
-            // One action per document per request: Elasticsearch may reject one item of
-            // a request and apply a later one on the same document.
-            let mut in_batch = std::collections::HashSet::new();
-            while let Some(item) = self.buffer.pop_front() {
-                let blocked = item
-                    .doc
-                    .as_ref()
-                    .is_some_and(|d| self.busy.contains_key(d) || in_batch.contains(d));
-                if blocked {
-                    waiting.push_back(item);
-                    continue;
-                }
-                if let Some(d) = &item.doc {
-                    in_batch.insert(d.clone());
-                }
-                if !batch.is_empty()
-                    && (batch.len() >= self.cfg.bulk_max_actions
-                        || bytes + item.bytes.len() > self.cfg.bulk_max_bytes)
-                {
-                    self.buffer.push_front(item);
-                    break;
-                }
-                bytes += item.bytes.len();
-                batch.push(item);
-            }
-            // Skipped actions keep their order, ahead of the rest.
-            while let Some(item) = waiting.pop_back() {
-                self.buffer.push_front(item);
-            }
-            self.buffer_bytes -= bytes;
-            if batch.is_empty() {
-                return;
-            }
-            for item in &batch {
-                self.hold(item);
-            }
-            self.send(batch);
+        let now = self.now_ms();
+        while let Some((id, items)) = self.batcher.next_request(now, force) {
+            let body: Vec<Bytes> = items.iter().map(|i| i.bytes.clone()).collect();
+            self.shared.bulks.fetch_add(1, Ordering::SeqCst);
+            debug!(
+                sink = %self.name,
+                actions = body.len(),
+                queued = self.batcher.queued(),
+                pending = self.shared.pending(),
+                force,
+                "sending bulk request"
+            );
+            let client = self.client.clone();
+            self.in_flight
+                .spawn(async move { (id, send_bulk(&client, body).await) });
         }
     }
 
-    fn hold(&mut self, item: &Item) {
-        if let Some(d) = &item.doc {
-            *self.busy.entry(d.clone()).or_insert(0) += 1;
-        }
-    }
-
-    fn release(&mut self, item: &Item) {
-        if let Some(d) = &item.doc {
-            if let Some(n) = self.busy.get_mut(d) {
-                *n -= 1;
-                if *n == 0 {
-                    self.busy.remove(d);
-                }
-            }
-        }
-    }
-
-    fn send(&mut self, batch: Vec<Item>) {
-        self.last_send = Instant::now();
-        self.shared.bulks.fetch_add(1, Ordering::SeqCst);
-        let client = self.client.clone();
-        let body: Vec<Bytes> = batch.iter().map(|i| i.bytes.clone()).collect();
-        debug!(sink = %self.name, actions = batch.len(), "sending bulk request");
-        self.in_flight.spawn(async move {
-            let sent = send_bulk(&client, body).await;
-            (batch, sent)
-        });
-    }
-
-    async fn complete(&mut self, items: Vec<Item>, sent: Sent) {
-        match sent {
-            Sent::Items(results) if results.len() == items.len() => {
-                for (item, (status, ty, reason)) in items.into_iter().zip(results) {
-                    let external = item.action.version.is_some();
-                    if classify(item.action.op, external, status, ty.as_deref()) != Outcome::Retry {
-                        self.release(&item);
-                    }
-                    match classify(item.action.op, external, status, ty.as_deref()) {
-                        Outcome::Done | Outcome::AlreadyWritten => self.shared.resolve(1),
-                        Outcome::Retry => {
-                            self.retry(item, &format!("{status} {}", ty.unwrap_or_default()))
-                        }
-                        Outcome::Rejected => {
-                            let failure = ItemFailure {
-                                status,
-                                error_type: ty.unwrap_or_default(),
-                                reason: reason.unwrap_or_default(),
-                            };
-                            self.refused(item, failure).await;
-                        }
-                        Outcome::Fatal => self.shared.fail(format!(
-                            "Elasticsearch refused {}: {status} {}: {} (authorization)",
-                            item.action.describe(),
-                            ty.unwrap_or_default(),
-                            reason.unwrap_or_default()
-                        )),
-                    }
-                }
-            }
+    /// Hands a response to the batcher, with what each item result means.
+    fn complete(&mut self, id: RequestId, sent: Sent) {
+        let response = match sent {
             Sent::Items(results) => {
-                let why = format!("{} item results for {} actions", results.len(), items.len());
-                for item in items {
-                    self.retry(item, &why);
+                let items = self.batcher.in_flight_payloads(id);
+                if items.len() != results.len() {
+                    Response::Items(Vec::new())
+                } else {
+                    Response::Items(
+                        items
+                            .iter()
+                            .zip(results)
+                            .map(|(item, (status, ty, reason))| {
+                                let a = &item.action;
+                                ItemResult {
+                                    outcome: classify(
+                                        a.op,
+                                        a.version.is_some(),
+                                        status,
+                                        ty.as_deref(),
+                                    ),
+                                    failure: ItemFailure {
+                                        status,
+                                        error_type: ty.unwrap_or_default(),
+                                        reason: reason.unwrap_or_default(),
+                                    },
+                                }
+                            })
+                            .collect(),
+                    )
                 }
             }
-            Sent::Request(status, why) => match classify_request(status) {
-                RequestOutcome::Retry => {
-                    for item in items {
-                        self.retry(item, &why);
+            Sent::Request(status, why) => Response::Failed(classify_request(status), why),
+        };
+        let (now, jitter) = (self.now_ms(), self.rng.gen());
+        self.batcher.on_response(id, response, now, jitter);
+    }
+
+    /// Acts on what the batcher resolved: counts, failure handler, dead letters.
+    async fn settle(&mut self) {
+        loop {
+            let resolved = self.batcher.drain_resolved();
+            if resolved.is_empty() {
+                return;
+            }
+            for r in resolved {
+                match r {
+                    Resolution::Written(_) => self.shared.resolve(1),
+                    Resolution::Coalesced(_) => {
+                        self.shared.coalesced.fetch_add(1, Ordering::Relaxed);
+                        self.shared.resolve(1)
                     }
+                    Resolution::Superseded(_) => {
+                        self.shared.superseded.fetch_add(1, Ordering::Relaxed);
+                        self.shared.resolve(1)
+                    }
+                    Resolution::Refused(item, failure, attempts) => {
+                        self.refused(item, failure, attempts).await
+                    }
+                    Resolution::Exhausted(item, why) => self
+                        .shared
+                        .fail(format!("{} {why}", item.action.describe())),
+                    Resolution::Fatal(item, why) => self.shared.fail(format!(
+                        "Elasticsearch refused {}: {why}",
+                        item.action.describe()
+                    )),
                 }
-                RequestOutcome::Split if items.len() > 1 => {
-                    let mut first = items;
-                    let second = first.split_off(first.len() / 2);
-                    self.ready.push_back(first);
-                    self.ready.push_back(second);
-                }
-                RequestOutcome::Split => {
-                    let item = items.into_iter().next().expect("one item");
-                    self.release(&item);
-                    let failure = ItemFailure {
-                        status: 413,
-                        error_type: "content_too_long".into(),
-                        reason: why,
-                    };
-                    self.refused(item, failure).await;
-                }
-                RequestOutcome::Fatal | RequestOutcome::Malformed => self.shared.fail(format!(
-                    "bulk request refused with {}: {why}",
-                    status.map_or("no status".to_string(), |s| s.to_string())
-                )),
-            },
+            }
         }
     }
 
-    fn retry(&mut self, mut item: Item, why: &str) {
-        item.attempts += 1;
-        if item.attempts > self.cfg.retry_max_attempts {
-            self.release(&item);
-            self.shared.fail(format!(
-                "{} still failing after {} retries: {why}",
-                item.action.describe(),
-                self.cfg.retry_max_attempts
-            ));
-            return;
-        }
-        let delay = backoff(
-            item.attempts,
-            self.cfg.retry_initial_ms,
-            self.cfg.retry_max_ms,
-            self.rng.gen(),
-        );
-        self.retries.push((Instant::now() + delay, item));
-    }
-
-    async fn refused(&mut self, item: Item, failure: ItemFailure) {
+    async fn refused(&mut self, item: Item, failure: ItemFailure, attempts: u32) {
         match self.handler.on_failure(&item.action, &failure) {
             FailureDecision::Fail(message) => self.shared.fail(message),
             FailureDecision::Drop => {
@@ -532,15 +411,16 @@ impl Service {
                 self.shared.resolve(1);
             }
             FailureDecision::Requeue(actions) => {
-                // Requeued actions take the refused one's place: at the front, in order,
-                // so that no later action on the same document overtakes them; and they
-                // count its attempts, so that a handler requeuing forever fails the job.
-                let attempts = item.attempts + 1;
+                // Requeued actions take the refused one's place: at the front of their
+                // documents' queues, in order, so that no later action on the same
+                // document overtakes them; and they count its attempts, so that a
+                // handler requeuing forever fails the job.
+                let attempts = attempts + 1;
                 if attempts > self.cfg.retry_max_attempts {
                     self.shared.fail(format!(
                         "{} requeued {} times by the failure handler and still refused: {}",
                         item.action.describe(),
-                        item.attempts,
+                        attempts - 1,
                         failure.reason
                     ));
                     return;
@@ -550,10 +430,10 @@ impl Service {
                     .fetch_add(actions.len(), Ordering::SeqCst);
                 self.shared.resolve(1);
                 for action in actions.into_iter().rev() {
-                    let mut item = self.encode(action);
-                    item.attempts = attempts;
-                    self.buffer_bytes += item.bytes.len();
-                    self.buffer.push_front(item);
+                    let (doc, effect, bytes) = describe(&action);
+                    let item = encode(action);
+                    self.batcher
+                        .requeue(doc, effect, bytes.max(item.bytes.len()), item, attempts);
                 }
             }
             FailureDecision::DeadLetter(topic) => {
@@ -635,6 +515,27 @@ impl Service {
                 )
             })
     }
+}
+
+/// The NDJSON lines of an action.
+fn encode(action: BulkAction) -> Item {
+    let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
+    action.encode(&mut buf);
+    Item {
+        action,
+        bytes: Bytes::from(buf),
+    }
+}
+
+/// What the batcher needs of an action: its document (index and id), its effect on
+/// that document, and an estimate of its size.
+fn describe(action: &BulkAction) -> (Option<String>, Effect, usize) {
+    let doc = action
+        .id
+        .as_ref()
+        .map(|id| format!("{}\u{0}{id}", action.index));
+    let size = action.body.as_ref().map_or(0, Vec::len) + 64;
+    (doc, Effect::of(action), size)
 }
 
 async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {

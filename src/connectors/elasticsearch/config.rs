@@ -91,6 +91,10 @@ pub struct EsSinkConfig {
     pub flush_timeout_ms: u64,
     /// Timeout of one bulk request.
     pub request_timeout_ms: u64,
+    /// Drop an unsent action when a newer action on the same document makes it
+    /// irrelevant (an `index`, a delete, or an upsert that sets every field the older
+    /// upsert set): each request carries the latest write per document.
+    pub coalesce: bool,
 }
 
 impl EsSinkConfig {
@@ -114,6 +118,7 @@ impl EsSinkConfig {
             flush_on_checkpoint: true,
             flush_timeout_ms: 60_000,
             request_timeout_ms: 30_000,
+            coalesce: true,
         }
     }
 

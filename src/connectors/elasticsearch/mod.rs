@@ -7,7 +7,9 @@
 //! ([`retry`]), the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
 
 pub mod action;
+pub mod batcher;
 pub mod bulk;
+pub mod coalesce;
 pub mod config;
 pub mod item_result;
 pub mod retry;

@@ -15,7 +15,8 @@ use crate::record::Batch;
 use async_trait::async_trait;
 use lockgate_state::CheckpointId;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tracing::{debug, warn};
 
 /// An Elasticsearch sink subtask.
 pub struct EsSink {
@@ -101,7 +102,34 @@ impl Sink for EsSink {
             return Ok(Vec::new());
         }
         let wait = Duration::from_millis(self.cfg.flush_timeout_ms);
-        match tokio::time::timeout(wait, self.processor().flush()).await {
+        let (started, pending_at_barrier) = (Instant::now(), self.pending());
+        let flushed = tokio::time::timeout(wait, self.processor().flush()).await;
+        let took = started.elapsed();
+        if took * 2 >= wait {
+            // Past half the timeout, the next larger backlog declines the checkpoint:
+            // say so while there is time to act (fewer in-flight limits, a faster
+            // cluster, a longer checkpoint timeout).
+            warn!(
+                sink = %self.name,
+                checkpoint = %id,
+                flush_ms = took.as_millis() as u64,
+                timeout_ms = wait.as_millis() as u64,
+                pending_at_barrier,
+                "the checkpoint flush took more than half of the checkpoint timeout"
+            );
+        }
+        let shared = self.processor().shared();
+        debug!(
+            sink = %self.name,
+            checkpoint = %id,
+            flush_ms = took.as_millis() as u64,
+            pending_at_barrier,
+            bulks = shared.bulks(),
+            coalesced = shared.coalesced(),
+            superseded = shared.superseded(),
+            "flushed at checkpoint"
+        );
+        match flushed {
             Ok(r) => r.map_err(|e| JobError::task(&self.name, e))?,
             Err(_) => {
                 return Err(JobError::Declined(format!(
