@@ -274,6 +274,29 @@ pub fn load(path: &Path) -> Result<JobGraph, ConfigError> {
     parse(&text, path)
 }
 
+/// Parses job-file text into a TOML table with every `${NAME}` / `${NAME:-default}`
+/// expanded from the environment ([`crate::interpolate`]).
+pub fn expanded_table(text: &str, path: &Path) -> Result<toml::Table, ConfigError> {
+    let err = |key: &str, message: String| ConfigError {
+        file: path.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        err(
+            "(syntax)",
+            e.to_string().lines().collect::<Vec<_>>().join(" "),
+        )
+    })?;
+    let mut value = toml::Value::Table(table);
+    crate::interpolate::expand_toml(&mut value, "", &|name| std::env::var(name).ok())
+        .map_err(|(key, message)| err(&key, message))?;
+    match value {
+        toml::Value::Table(t) => Ok(t),
+        _ => unreachable!("a table stays a table"),
+    }
+}
+
 /// Parses job-file text; `path` names errors and anchors relative paths.
 pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
     let err = |key: &str, message: String| ConfigError {
@@ -281,13 +304,14 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         key: key.to_string(),
         message,
     };
-    let de = toml::Deserializer::new(text);
-    let file: JobFile = serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        let inner = e.into_inner();
-        let message = inner.message().to_string();
-        err(&key, message)
-    })?;
+    let table = expanded_table(text, path)?;
+    let file: JobFile =
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let message = inner.message().to_string();
+            err(&key, message)
+        })?;
     let base = path.parent().unwrap_or(Path::new("."));
     let resolve = |p: &Path| {
         if p.is_absolute() {

@@ -31,6 +31,7 @@ pub mod config;
 pub mod connectors;
 pub mod error;
 pub mod fault;
+pub mod interpolate;
 pub mod job;
 pub mod operators;
 pub mod record;

@@ -23,9 +23,7 @@ impl Target {
     /// validated in full by `config::load` before the harness starts.
     pub fn from_job_file(path: &Path) -> Result<Target, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let v: toml::Table = text
-            .parse()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let v = crate::config::expanded_table(&text, path).map_err(|e| e.to_string())?;
         let get = |p: &[&str]| -> Option<toml::Value> {
             let mut cur = toml::Value::Table(v.clone());
             for k in p {

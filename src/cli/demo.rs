@@ -10,37 +10,14 @@ use super::EXIT_FAILURE;
 use crate::chaos::{self, ChaosOptions};
 use crate::testkit::es::EsServer;
 use crate::testkit::kafka::EmbeddedKafka;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::path::PathBuf;
-use std::time::Duration;
 
 const ORDERS: u64 = 100_000;
 const LATE_ORDERS: u64 = 10_000;
 const USERS: u64 = 1_000;
 
 fn produce(bootstrap: &str, topic: &str, from: u64, count: u64) -> Result<(), String> {
-    let p: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "20")
-        .set("compression.type", "lz4")
-        .create()
-        .map_err(|e| e.to_string())?;
-    for i in from..from + count {
-        let user = format!("user-{:04}", (i * 7919) % USERS);
-        let body = format!(
-            "{{\"order\":{i},\"user\":\"{user}\",\"amount\":{}}}",
-            1 + (i * 31) % 500
-        );
-        loop {
-            match p.send(BaseRecord::to(topic).key(&user).payload(&body)) {
-                Ok(()) => break,
-                Err(_) => {
-                    p.poll(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(60)).map_err(|e| e.to_string())
+    crate::testkit::kafka::produce_orders(bootstrap, topic, from, count, USERS)
 }
 
 fn job_file(dir: &std::path::Path, bootstrap: &str, es: &str) -> String {

@@ -30,6 +30,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a job; restarting after a crash is running the same command again.
+    ///
+    /// The job resumes from the newest checkpoint of its checkpoint directory that
+    /// verifies (a corrupt one is named and skipped; if checkpoints exist but none
+    /// verifies, the run refuses to start empty). SIGTERM or Ctrl-C completes a final
+    /// checkpoint and exits 0. Exit codes: 0 done, 1 job failure, 2 configuration error
+    /// (the message names the file and the key).
     Run {
         /// The TOML job file.
         #[arg(long)]
@@ -41,11 +47,18 @@ enum Command {
         #[arg(long)]
         allow_non_restored_state: bool,
     },
-    /// List or inspect checkpoints.
+    /// List a checkpoint directory, or inspect and verify one checkpoint.
+    ///
+    /// Reading only: nothing is changed, and a checkpoint that fails verification is
+    /// reported with the reason, as `lockgate run` would skip it.
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
-    /// Run the demonstration job: crash it, resume it, verify it.
     /// Run a job under SIGKILLs and failpoints, then verify its output exactly.
+    ///
+    /// The job (Kafka -> Elasticsearch, bounded) runs as a child process, is killed at
+    /// seeded moments (the same seed replays the same schedule) and restarted with the
+    /// same command until it finishes; then every input record is checked against the
+    /// index. Exits 0 only when nothing is missing, duplicated or wrong.
     Chaos {
         /// The job file (a Kafka -> Elasticsearch job).
         #[arg(long, required_unless_present = "list_failpoints")]
@@ -65,7 +78,8 @@ enum Command {
         /// Write the report as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
-        /// Corrupt the newest checkpoint after the first kill (and check it is reported).
+        /// Corrupt the newest checkpoint once two exist (and check the next run reports it
+        /// and restores the one before).
         #[arg(long)]
         corrupt_latest: bool,
         /// Cycle Elasticsearch faults (429 storms, 5xx, latency, dropped responses) on the
@@ -79,9 +93,15 @@ enum Command {
         #[arg(long)]
         list_failpoints: bool,
     },
-    /// Embedded servers for tests and demos.
+    /// Embedded Kafka and Elasticsearch test servers for tests, demos and examples.
     #[command(subcommand)]
     Testkit(TestkitCommand),
+    /// Run the demonstration job on embedded servers: crash it, resume it, verify it.
+    ///
+    /// Starts an embedded Kafka and the Elasticsearch test server, runs
+    /// Kafka -> rolling_sum -> Elasticsearch, kills it twice with SIGKILL, restarts it,
+    /// and checks every user's total. Needs nothing installed; exits 0 only when the
+    /// result is exact.
     Demo {
         /// Where to keep the demo's files (default: a new directory under the system temp dir).
         #[arg(long)]
@@ -92,12 +112,21 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum TestkitCommand {
     /// An in-memory Elasticsearch-compatible server with fault injection.
+    ///
+    /// Bulk (index, create, update, delete, external versions), get, mget, count,
+    /// search; faults through POST /_lockgate/faults, counters at GET /_lockgate/stats.
+    /// Keeps nothing across restarts.
     Es {
+        /// The address to listen on (port 0: any free port, printed at start).
         #[arg(long, default_value = "127.0.0.1:9200")]
         listen: std::net::SocketAddr,
     },
     /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
+    ///
+    /// Prints its bootstrap servers; takes control lines on stdin (topic, down, up,
+    /// errors, topic-error). In memory only: about 100k messages or 5 MiB per partition.
     Kafka {
+        /// How many brokers.
         #[arg(long, default_value_t = 3)]
         brokers: i32,
         /// NAME:PARTITIONS, repeatable.
@@ -106,15 +135,29 @@ enum TestkitCommand {
         /// Where to write the bootstrap servers list.
         #[arg(long)]
         bootstrap_file: Option<PathBuf>,
+        /// Also serve the cluster at 127.0.0.1:PORT (a fixed bootstrap address for job
+        /// files; 0 picks a free port).
+        #[arg(long)]
+        port: Option<u16>,
+        /// TOPIC:COUNT, repeatable: produce COUNT sample orders
+        /// ({"order","user","amount"}, keyed by user) into TOPIC at start.
+        #[arg(long = "orders")]
+        orders: Vec<String>,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum CheckpointsCommand {
-    /// One line per checkpoint of a checkpoint directory.
-    List { dir: PathBuf },
+    /// One line per checkpoint of a checkpoint directory, newest last.
+    List {
+        /// The job's checkpoint directory (`checkpoint.dir`).
+        dir: PathBuf,
+    },
     /// Id, time, job, positions, files, and whether every CRC verifies.
-    Inspect { chk: PathBuf },
+    Inspect {
+        /// A `chk-N` directory.
+        chk: PathBuf,
+    },
 }
 
 fn init_logging() {
@@ -175,7 +218,9 @@ pub fn main() -> i32 {
             brokers,
             topics,
             bootstrap_file,
-        }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref()),
+            port,
+            orders,
+        }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref(), port, &orders),
         Command::Testkit(TestkitCommand::Es { listen }) => testkit::es(listen),
     }
 }
@@ -186,4 +231,50 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command and subcommand, as `lockgate a b`.
+    fn commands(c: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+        for sub in c.get_subcommands() {
+            let p = format!("{path} {}", sub.get_name());
+            out.push((p.clone(), sub.clone()));
+            commands(sub, p, out);
+        }
+    }
+
+    #[test]
+    fn every_command_has_its_own_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        let mut all = Vec::new();
+        commands(&cli, "lockgate".into(), &mut all);
+        assert!(all.len() >= 9, "{all:?}");
+        let mut seen = std::collections::HashMap::new();
+        for (path, c) in &all {
+            let about = c
+                .get_about()
+                .unwrap_or_else(|| panic!("`{path}` has no description"))
+                .to_string();
+            assert!(
+                !about.contains('\n') && about.len() > 20,
+                "`{path}`: one line that says what it does: {about:?}"
+            );
+            if let Some(other) = seen.insert(about.clone(), path.clone()) {
+                panic!("`{path}` and `{other}` share the description {about:?}");
+            }
+        }
+        // The top-level commands also say what they guarantee.
+        for name in ["run", "chaos", "demo", "checkpoints"] {
+            let c = cli.find_subcommand(name).unwrap();
+            assert!(
+                c.get_long_about().is_some(),
+                "`lockgate {name}` has a long help"
+            );
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! `lockgate testkit`: the embedded servers tests and demos run against.
 
 use super::{EXIT_FAILURE, EXIT_USAGE};
-use crate::testkit::kafka::{parse_topic, EmbeddedKafka};
+use crate::testkit::kafka::{bootstrap_proxy, parse_topic, produce_orders, EmbeddedKafka};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -10,13 +10,37 @@ use std::path::Path;
 /// read from stdin (`topic NAME:PARTITIONS`, `down ID`, `up ID`), answering `ok` or
 /// `error: ...` on stdout (`errors fetch|list-offsets|metadata|offset-commit N` fails the next N
 /// requests of that API with a retriable error). Closing stdin does not stop the cluster.
-pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> i32 {
+///
+/// With `port`, the cluster is also reachable at `127.0.0.1:PORT` (a bootstrap proxy),
+/// and the printed bootstrap list is that address. `orders` (`TOPIC:COUNT`) produces
+/// sample orders before the cluster is announced.
+pub fn kafka(
+    brokers: i32,
+    topics: &[String],
+    bootstrap_file: Option<&Path>,
+    port: Option<u16>,
+    orders: &[String],
+) -> i32 {
     let mut parsed = Vec::new();
     for t in topics {
         match parse_topic(t) {
             Ok(p) => parsed.push(p),
             Err(e) => {
                 eprintln!("error: --topic {e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let mut samples = Vec::new();
+    for o in orders {
+        match parse_topic(o) {
+            Ok((t, n)) if parsed.iter().any(|(p, _)| *p == t) => samples.push((t, n as u64)),
+            Ok((t, _)) => {
+                eprintln!("error: --orders {o}: no --topic {t}");
+                return EXIT_USAGE;
+            }
+            Err(e) => {
+                eprintln!("error: --orders {}", e.replace("PARTITIONS", "COUNT"));
                 return EXIT_USAGE;
             }
         }
@@ -28,19 +52,39 @@ pub fn kafka(brokers: i32, topics: &[String], bootstrap_file: Option<&Path>) -> 
             return EXIT_FAILURE;
         }
     };
+    for (topic, n) in &samples {
+        if let Err(e) = produce_orders(cluster.bootstrap_servers(), topic, 0, *n, 1000) {
+            eprintln!("error: producing sample orders to {topic}: {e}");
+            return EXIT_FAILURE;
+        }
+    }
+    let bootstrap = match port {
+        None => cluster.bootstrap_servers().to_string(),
+        Some(p) => {
+            let first = cluster
+                .bootstrap_servers()
+                .split(',')
+                .next()
+                .unwrap_or_default();
+            match bootstrap_proxy(p, first.to_string()) {
+                Ok(port) => format!("127.0.0.1:{port}"),
+                Err(e) => {
+                    eprintln!("error: cannot listen on 127.0.0.1:{p}: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
+        }
+    };
     if let Some(f) = bootstrap_file {
         let tmp = f.with_extension("tmp");
-        if let Err(e) =
-            std::fs::write(&tmp, cluster.bootstrap_servers()).and_then(|_| std::fs::rename(&tmp, f))
-        {
+        if let Err(e) = std::fs::write(&tmp, &bootstrap).and_then(|_| std::fs::rename(&tmp, f)) {
             eprintln!("error: cannot write {}: {e}", f.display());
             return EXIT_FAILURE;
         }
     }
-    println!("{}", cluster.bootstrap_servers());
+    println!("{bootstrap}");
     eprintln!(
-        "embedded Kafka: {brokers} brokers at {} (topics: {}); control on stdin: topic NAME:PARTITIONS | down ID | up ID | errors API N | topic-error TOPIC [clear]",
-        cluster.bootstrap_servers(),
+        "embedded Kafka: {brokers} brokers at {bootstrap} (topics: {}); control on stdin: topic NAME:PARTITIONS | down ID | up ID | errors API N | topic-error TOPIC [clear]",
         topics.join(", ")
     );
     for line in std::io::stdin().lock().lines() {

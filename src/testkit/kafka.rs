@@ -192,6 +192,69 @@ pub fn parse_topic(spec: &str) -> Result<(String, i32), String> {
     Ok((name.to_string(), parts))
 }
 
+/// Sample orders for demos and examples: order `i` is
+/// `{"order":i,"user":"user-NNNN","amount":A}`, keyed by its user (so a user's orders
+/// stay in one partition), `users` users. Returns once the broker acknowledged all.
+pub fn produce_orders(
+    bootstrap: &str,
+    topic: &str,
+    from: u64,
+    count: u64,
+    users: u64,
+) -> Result<(), String> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::Duration;
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .map_err(|e| e.to_string())?;
+    for i in from..from + count {
+        let user = format!("user-{:04}", (i * 7919) % users.max(1));
+        let body = format!(
+            "{{\"order\":{i},\"user\":\"{user}\",\"amount\":{}}}",
+            1 + (i * 31) % 500
+        );
+        while p
+            .send(BaseRecord::to(topic).key(&user).payload(&body))
+            .is_err()
+        {
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(60)).map_err(|e| e.to_string())
+}
+
+/// Listens on a fixed loopback port and forwards every connection to `target` (a mock
+/// broker), so that a job file can name a fixed bootstrap address: Kafka clients only
+/// bootstrap through it, then connect to the brokers the metadata names.
+pub fn bootstrap_proxy(port: u16, target: String) -> std::io::Result<u16> {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let port = listener.local_addr()?.port();
+    std::thread::Builder::new()
+        .name("kafka-bootstrap-proxy".into())
+        .spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let Ok(broker) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                if let (Ok(c2), Ok(b2)) = (client.try_clone(), broker.try_clone()) {
+                    pipe(client, b2);
+                    pipe(broker, c2);
+                }
+            }
+        })?;
+    Ok(port)
+}
+
 impl Drop for EmbeddedKafka {
     fn drop(&mut self) {
         let _ = self.call(Cmd::Stop);
