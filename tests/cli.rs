@@ -2,9 +2,9 @@
 
 mod common;
 
+use common::wait::{self, DEADLINE};
 use common::*;
 use std::process::Command;
-use std::time::Duration;
 
 fn lockgate(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(bin()).args(args).output().unwrap();
@@ -50,11 +50,30 @@ fn config_errors_exit_2_and_name_the_file_and_the_key() {
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(20_000);
-    spec.rate_per_sec = 10_000;
+    // A run would last 20 s: killed long before its end.
+    spec.rate_per_sec = 1_000;
     let j = JobDir::new(tmp.path(), spec);
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(2, Duration::from_secs(30));
-    assert!(sigkill(&mut child));
+    // Two checkpoints, the newest with keyed state in an SST file.
+    wait::while_running(
+        &mut child,
+        &j.log(),
+        "2 checkpoints, the newest with an SST file",
+        DEADLINE,
+        || {
+            let chks = j.checkpoints().exists().then(|| j.complete_checkpoints());
+            chks.is_some_and(|c| {
+                c.len() >= 2
+                    && lockgate::state::CheckpointMetadata::read(c.last().unwrap()).is_ok_and(|m| {
+                        m.subtasks
+                            .iter()
+                            .find(|s| s.state_dir.is_some())
+                            .is_some_and(|s| s.files.iter().any(|f| f.name.ends_with(".sst")))
+                    })
+            })
+        },
+    );
+    assert!(sigkill(&mut child), "the job ended before its kill");
     let chk = j.complete_checkpoints().pop().unwrap();
     let chk_s = chk.display().to_string();
 

@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::wait::{self, DEADLINE};
 use common::*;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
 enum Damage {
@@ -33,7 +33,11 @@ fn damage(file: &Path, how: Damage) {
 }
 
 fn newest_sst(chk: &Path) -> PathBuf {
-    for d in std::fs::read_dir(chk).unwrap() {
+    find_newest_sst(chk).unwrap_or_else(|| panic!("no SST file in {}", chk.display()))
+}
+
+fn find_newest_sst(chk: &Path) -> Option<PathBuf> {
+    for d in std::fs::read_dir(chk).ok()? {
         let d = d.unwrap().path();
         if d.is_dir()
             && d.file_name()
@@ -48,23 +52,40 @@ fn newest_sst(chk: &Path) -> PathBuf {
                 .collect();
             ssts.sort();
             if let Some(p) = ssts.pop() {
-                return p;
+                return Some(p);
             }
         }
     }
-    panic!("no SST file in {}", chk.display());
+    None
 }
 
-/// Runs the job until a few checkpoints exist, kills it, damages the newest
-/// checkpoint, and checks the restart falls back and stays exact.
+/// A job that would run for 30 s: killed long before its end.
+fn slow_spec() -> Spec {
+    let mut spec = Spec::new(60_000);
+    spec.rate_per_sec = 2_000;
+    spec
+}
+
+/// Runs the job until a few checkpoints exist, the newest with keyed state, kills it,
+/// damages the newest checkpoint, and checks the restart falls back and stays exact.
 fn fall_back_past(target: fn(&Path) -> PathBuf, how: Damage) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut spec = Spec::new(60_000);
-    spec.rate_per_sec = 20_000;
-    let j = JobDir::new(&tmp.path().join("job"), spec);
+    let spec = slow_spec();
+    let j = JobDir::new(&tmp.path().join("job"), spec.clone());
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(3, Duration::from_secs(30));
-    assert!(sigkill(&mut child));
+    // Keyed state only grows: once the newest checkpoint holds an SST, every later one
+    // does too.
+    wait::while_running(
+        &mut child,
+        &j.log(),
+        "3 checkpoints, the newest with keyed state",
+        DEADLINE,
+        || {
+            let chks = j.checkpoints().exists().then(|| j.complete_checkpoints());
+            chks.is_some_and(|c| c.len() >= 3 && find_newest_sst(c.last().unwrap()).is_some())
+        },
+    );
+    assert!(sigkill(&mut child), "the job ended before its kill");
     let chks = j.complete_checkpoints();
     let newest = chks.last().unwrap().clone();
     let previous = chks[chks.len() - 2].clone();
@@ -74,6 +95,10 @@ fn fall_back_past(target: fn(&Path) -> PathBuf, how: Damage) {
     damage(&file, how);
 
     let before = j.log_text().len();
+    // The restart need not be slow.
+    let mut fast = spec.clone();
+    fast.rate_per_sec = 0;
+    j.write_config(&fast);
     assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 40));
     let log = j.log_text()[before..].to_string();
     let skip_line = log
@@ -138,12 +163,10 @@ fn restore_skips_newest_checkpoint_with_truncated_state_file() {
 #[test]
 fn checkpoints_existing_but_none_valid_refuses_to_start_empty() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut spec = Spec::new(60_000);
-    spec.rate_per_sec = 20_000;
-    let j = JobDir::new(&tmp.path().join("job"), spec);
+    let j = JobDir::new(&tmp.path().join("job"), slow_spec());
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(2, Duration::from_secs(30));
-    assert!(sigkill(&mut child));
+    j.wait_for_checkpoints(2, DEADLINE);
+    assert!(sigkill(&mut child), "the job ended before its kill");
     for c in j.complete_checkpoints() {
         damage(&c.join("_metadata"), Damage::FlipByte);
     }

@@ -3,9 +3,41 @@
 
 mod common;
 
+use common::wait::{self, DEADLINE};
 use common::*;
 use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The id of a checkpoint directory (`chk-<id>`).
+fn checkpoint_id(chk: &std::path::Path) -> u64 {
+    chk.file_name()
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches("chk-")
+        .parse()
+        .unwrap()
+}
+
+/// The checkpoint ids of the committed part files (`part-<subtask>-<id>`).
+fn committed_part_ids(j: &JobDir) -> Vec<u64> {
+    let Ok(rd) = std::fs::read_dir(j.out()) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| {
+        let name = e.ok()?.file_name().to_string_lossy().to_string();
+        name.strip_prefix("part-")?.split_once('-')?.1.parse().ok()
+    })
+    .collect()
+}
+
+/// The job file with the other settings of `spec` and `rate_per_sec = 0`: the run that
+/// finishes a job after its kills need not be slow.
+fn at_full_speed(j: &JobDir, spec: &Spec) {
+    let mut s = spec.clone();
+    s.rate_per_sec = 0;
+    j.write_config(&s);
+}
 
 /// The output a failure-free run of the same job commits (the reference).
 fn failure_free_lines(tmp: &std::path::Path, spec: &Spec) -> Vec<String> {
@@ -22,21 +54,30 @@ fn ten_sigkills_at_seeded_moments_commit_every_record_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed(20261202));
     let mut spec = Spec::new(200_000);
-    // Slow enough that ten kills of at most 1.2 s each cannot outrun the job.
-    spec.rate_per_sec = 15_000;
+    // A run would last 100 s: each one is killed shortly after it published a
+    // checkpoint, long before its end, however slowly the machine starts it.
+    spec.rate_per_sec = 2_000;
     let j = JobDir::new(&tmp.path().join("job"), spec.clone());
-    let mut kills = 0;
-    for _ in 0..10 {
+    for kill in 1..=10 {
+        let published = wait::count(&j.log(), "checkpoint completed");
         let mut child = j.spawn(&[]);
-        std::thread::sleep(Duration::from_millis(rng.gen_range(300..1200)));
+        // Each run publishes a checkpoint before its kill, so every later run resumes.
+        wait::while_running(
+            &mut child,
+            &j.log(),
+            &format!("a checkpoint of run {kill}"),
+            DEADLINE,
+            || wait::count(&j.log(), "checkpoint completed") > published,
+        );
+        // The seeded moment: somewhere after that checkpoint, records in flight.
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..600)));
         assert!(
             sigkill(&mut child),
-            "the job ended before its kill; log:\n{}",
+            "run {kill} ended before its kill; log:\n{}",
             tail(&j.log_text(), 30)
         );
-        kills += 1;
     }
-    assert_eq!(kills, 10);
+    at_full_speed(&j, &spec);
     assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 40));
     assert_exact(&j);
     assert_eq!(
@@ -44,10 +85,16 @@ fn ten_sigkills_at_seeded_moments_commit_every_record_exactly_once() {
         failure_free_lines(tmp.path(), &spec),
         "running totals differ from a run without kills"
     );
-    let restores = j.log_text().matches("restoring").count();
-    assert!(
-        restores >= 5,
-        "most restarts resume from a checkpoint ({restores} did)"
+    let log = j.log_text();
+    assert_eq!(
+        log.matches("starting without a checkpoint").count(),
+        1,
+        "only the first run starts empty"
+    );
+    assert_eq!(
+        log.matches("restoring").count(),
+        10,
+        "every run after a checkpoint resumes from one (nine restarts and the final run)"
     );
 }
 
@@ -55,12 +102,12 @@ fn ten_sigkills_at_seeded_moments_commit_every_record_exactly_once() {
 fn checkpoint_taken_at_parallelism_2_restores_at_parallelism_3_with_the_same_output() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(100_000);
-    spec.rate_per_sec = 40_000;
+    // A run would last 50 s: the kill comes long before its end.
+    spec.rate_per_sec = 2_000;
     let j = JobDir::new(&tmp.path().join("job"), spec.clone());
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(2, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(sigkill(&mut child));
+    j.wait_for_checkpoints(2, DEADLINE);
+    assert!(sigkill(&mut child), "the job ended before its kill");
     let mut rescaled = spec.clone();
     rescaled.parallelism = 3;
     rescaled.rate_per_sec = 0;
@@ -78,13 +125,16 @@ fn checkpoint_taken_at_parallelism_2_restores_at_parallelism_3_with_the_same_out
 fn sigterm_completes_a_final_checkpoint_and_the_next_run_replays_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(100_000);
-    spec.rate_per_sec = 20_000;
-    let j = JobDir::new(&tmp.path().join("job"), spec);
+    // A run would last 50 s: the stop comes long before its end.
+    spec.rate_per_sec = 2_000;
+    let j = JobDir::new(&tmp.path().join("job"), spec.clone());
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(1, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(500));
+    // Records were emitted and a checkpoint completed: the stop is mid-run.
+    wait::for_log_while_running(&mut child, &j.log(), "first records emitted", 1, DEADLINE);
+    j.wait_for_checkpoints(1, DEADLINE);
+    assert!(wait::running(&mut child), "the job ended before its stop");
     signal(&child, libc::SIGTERM);
-    let status = wait_timeout(&mut child, Duration::from_secs(30));
+    let status = wait_timeout(&mut child, DEADLINE);
     assert_eq!(
         status.code(),
         Some(0),
@@ -117,6 +167,7 @@ fn sigterm_completes_a_final_checkpoint_and_the_next_run_replays_nothing() {
         "committed output equals the final positions"
     );
 
+    at_full_speed(&j, &spec);
     assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 40));
     assert_exact(&j);
     assert!(
@@ -132,7 +183,7 @@ fn a_second_run_on_a_held_checkpoint_directory_is_refused() {
     spec.rate_per_sec = 1_000;
     let j = JobDir::new(&tmp.path().join("job"), spec);
     let mut first = j.spawn(&[]);
-    j.wait_for_checkpoints(1, Duration::from_secs(30));
+    j.wait_for_checkpoints(1, DEADLINE);
     let second = std::process::Command::new(bin())
         .args(["run", "--config"])
         .arg(j.config())
@@ -151,7 +202,8 @@ fn a_second_run_on_a_held_checkpoint_directory_is_refused() {
     assert!(sigkill(&mut first));
     // The kernel released the dead holder's lock: the same command resumes.
     let mut again = j.spawn(&[]);
-    std::thread::sleep(Duration::from_millis(500));
+    // Restoring comes after taking the lock: the restart got past it.
+    wait::for_log_while_running(&mut again, &j.log(), "restoring", 1, DEADLINE);
     assert!(sigkill(&mut again), "the restart was not refused");
     assert_eq!(
         j.log_text().matches("locked by another").count(),
@@ -165,14 +217,26 @@ fn crash_between_publish_and_notify_commits_the_staged_files_on_restore() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(50_000);
     spec.rate_per_sec = 20_000;
+    // The first checkpoint comes 2 s after the start, when records have long been
+    // flowing: it has part files to stage.
+    spec.interval_ms = 2_000;
     let j = JobDir::new(&tmp.path().join("job"), spec);
     // The process aborts right after publishing its first checkpoint: the sink never
     // heard that it completed, so its part files are still staged.
     let status = wait_timeout(
         &mut j.spawn_env(&[], &[("LOCKGATE_FAILPOINTS", "after-publish=exit")]),
-        Duration::from_secs(30),
+        DEADLINE,
     );
     assert!(!status.success(), "aborted at the failpoint");
+    let log = j.log_text();
+    assert!(
+        matches!(
+            (log.find("first records emitted"), log.find("checkpoint completed")),
+            (Some(emitted), Some(published)) if emitted < published
+        ),
+        "records were emitted before the checkpoint:\n{}",
+        tail(&log, 30)
+    );
     let staged = std::fs::read_dir(j.out())
         .unwrap()
         .filter(|e| {
@@ -194,16 +258,41 @@ fn crash_between_publish_and_notify_commits_the_staged_files_on_restore() {
 #[test]
 fn retention_keeps_the_newest_three_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut spec = Spec::new(40_000);
-    spec.rate_per_sec = 20_000;
+    let mut spec = Spec::new(1_000_000);
+    spec.rate_per_sec = 2_000;
     let j = JobDir::new(&tmp.path().join("job"), spec);
-    assert!(j.run_to_end(&[]).success());
-    let published = j.log_text().matches("checkpoint completed").count();
-    assert!(published > 3, "the run published {published} checkpoints");
+    let mut child = j.spawn(&[]);
+    // More checkpoints than retained, then a stop with a final one.
+    wait::for_log_while_running(&mut child, &j.log(), "checkpoint completed", 5, DEADLINE);
+    signal(&child, libc::SIGTERM);
+    let status = wait_timeout(&mut child, DEADLINE);
+    assert!(status.success(), "{}", tail(&j.log_text(), 20));
+    let mut published: Vec<u64> = j
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("checkpoint completed"))
+        .map(|l| {
+            l.split("checkpoint=")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(published.len() > 3, "the run published {published:?}");
+    published.sort_unstable();
+    let kept: Vec<u64> = j
+        .complete_checkpoints()
+        .iter()
+        .map(|c| checkpoint_id(c))
+        .collect();
     assert_eq!(
-        j.complete_checkpoints().len(),
-        3,
-        "retain = 3 (the default)"
+        kept,
+        published[published.len() - 3..],
+        "retain = 3 (the default) keeps the newest three"
     );
 }
 
@@ -211,23 +300,43 @@ fn retention_keeps_the_newest_three_checkpoints() {
 fn restoring_an_older_checkpoint_abandons_newer_ones_even_across_in_process_restarts() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(60_000);
-    spec.rate_per_sec = 20_000;
+    // A run would last 30 s: the kill comes long before its end.
+    spec.rate_per_sec = 2_000;
     spec.restart_attempts = 3;
-    let j = JobDir::new(&tmp.path().join("job"), spec);
+    let j = JobDir::new(&tmp.path().join("job"), spec.clone());
+    // Nothing is retired meanwhile: the checkpoint chosen below still exists at the kill.
+    keep_all_checkpoints(&j);
     let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(3, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(250));
-    assert!(sigkill(&mut child));
-    let chks = j.complete_checkpoints();
-    let older = chks[chks.len() - 3].clone();
+    // An older checkpoint with two newer ones, and output committed after it.
+    let mut older = PathBuf::new();
+    wait::while_running(
+        &mut child,
+        &j.log(),
+        "two checkpoints after one, with output committed after it",
+        DEADLINE,
+        || {
+            if !j.checkpoints().exists() {
+                return false;
+            }
+            let chks = j.complete_checkpoints();
+            if chks.len() < 3 {
+                return false;
+            }
+            older = chks[chks.len() - 3].clone();
+            let id = checkpoint_id(&older);
+            committed_part_ids(&j).iter().any(|&p| p > id)
+        },
+    );
+    assert!(sigkill(&mut child), "the job ended before its kill");
     let older_s = older.display().to_string();
+    at_full_speed(&j, &spec);
     // One in-process restart happens after the restore, before anything new is published.
     let status = wait_timeout(
         &mut j.spawn_env(
             &["--restore", &older_s],
             &[("LOCKGATE_FAILPOINTS", "before-metadata=1*panic")],
         ),
-        Duration::from_secs(60),
+        DEADLINE,
     );
     let log = j.log_text();
     assert!(status.success(), "{}", tail(&log, 40));
@@ -245,4 +354,15 @@ fn restoring_an_older_checkpoint_abandons_newer_ones_even_across_in_process_rest
         "output committed after the restored checkpoint was moved aside"
     );
     assert_exact(&j);
+}
+
+/// Sets `retain = 100` in the job file.
+fn keep_all_checkpoints(j: &JobDir) {
+    let text = std::fs::read_to_string(j.config()).unwrap();
+    assert!(text.contains("\ninterval_ms = "), "{text}");
+    std::fs::write(
+        j.config(),
+        text.replacen("\ninterval_ms = ", "\nretain = 100\ninterval_ms = ", 1),
+    )
+    .unwrap();
 }

@@ -5,6 +5,7 @@
 mod common;
 
 use common::es::*;
+use common::wait::{self, DEADLINE};
 use common::{bin, sigkill, tail, wait_timeout};
 use lockgate::testkit::file_output::verify_records;
 use rand::{Rng, SeedableRng};
@@ -22,6 +23,7 @@ fn spawn(dir: &Path, extra: &[&str]) -> Child {
         .args(["run", "--config"])
         .arg(dir.join("job.toml"))
         .args(extra)
+        .env("LOCKGATE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -30,6 +32,10 @@ fn spawn(dir: &Path, extra: &[&str]) -> Child {
 
 fn log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("runs.log")).unwrap_or_default()
+}
+
+fn log_path(dir: &Path) -> std::path::PathBuf {
+    dir.join("runs.log")
 }
 
 /// Every sequence record is one document with its content and running total.
@@ -54,17 +60,40 @@ fn assert_index_exact(es: &Es, dir: &Path, to: i64, keys: u32) {
 fn kills_then_finish(es: Es) {
     let tmp = tempfile::tempdir().unwrap();
     let (to, keys) = (30_000, 500);
-    write_es_job(tmp.path(), &es.url(), to, keys, 10_000, true, "");
+    // A run would last 15 s: each one is killed shortly after it published a
+    // checkpoint, long before its end.
+    write_es_job(tmp.path(), &es.url(), to, keys, 2_000, true, "");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(common::seed(7));
-    for _ in 0..3 {
+    let log_file = log_path(tmp.path());
+    for kill in 1..=3 {
+        let published = wait::count(&log_file, "checkpoint completed");
         let mut child = spawn(tmp.path(), &[]);
-        std::thread::sleep(Duration::from_millis(rng.gen_range(400..900)));
-        assert!(sigkill(&mut child), "the job ended before its kill");
+        wait::while_running(
+            &mut child,
+            &log_file,
+            &format!("a checkpoint of run {kill}"),
+            DEADLINE,
+            || wait::count(&log_file, "checkpoint completed") > published,
+        );
+        // The seeded moment: bulks accepted after that checkpoint, before the next.
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..400)));
+        assert!(
+            sigkill(&mut child),
+            "run {kill} ended before its kill; log:\n{}",
+            tail(&log(tmp.path()), 30)
+        );
     }
+    // The last run need not be slow.
+    write_es_job(tmp.path(), &es.url(), to, keys, 0, true, "");
     assert!(
-        wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(120)).success(),
+        wait_timeout(&mut spawn(tmp.path(), &[]), DEADLINE).success(),
         "{}",
         tail(&log(tmp.path()), 30)
+    );
+    assert_eq!(
+        log(tmp.path()).matches("restoring").count(),
+        3,
+        "every run after a kill resumed from a checkpoint"
     );
     assert_index_exact(&es, tmp.path(), to, keys);
 }
@@ -85,12 +114,34 @@ fn a_ten_second_storm_of_30_percent_item_rejections_loses_and_duplicates_nothing
     let tmp = tempfile::tempdir().unwrap();
     let (to, keys) = (100_000, 1000);
     write_es_job(tmp.path(), &es.url(), to, keys, 8_000, true, "");
+    let stat = |name: &str| {
+        es.call("GET", "/_lockgate/stats", None).1[name]
+            .as_u64()
+            .unwrap()
+    };
     let mut child = spawn(tmp.path(), &[]);
+    // The storm starts once the job is writing, and it lasts ten seconds and at least
+    // until it rejected 10 000 items: the job has 100 000 to write, 30 % of which the
+    // storm rejects while it lasts.
+    wait::while_running(
+        &mut child,
+        &log_path(tmp.path()),
+        "the first bulk",
+        DEADLINE,
+        || stat("bulk_requests") > 0,
+    );
     es.set_faults(serde_json::json!({"reject_item_fraction": 0.3, "seed": 11}));
     std::thread::sleep(Duration::from_secs(10));
+    wait::while_running(
+        &mut child,
+        &log_path(tmp.path()),
+        "10 000 rejected items",
+        DEADLINE,
+        || stat("rejected_items") > 10_000,
+    );
     es.set_faults(serde_json::json!({}));
     assert!(
-        wait_timeout(&mut child, Duration::from_secs(120)).success(),
+        wait_timeout(&mut child, DEADLINE).success(),
         "{}",
         tail(&log(tmp.path()), 30)
     );
@@ -105,18 +156,35 @@ fn a_ten_second_storm_of_30_percent_item_rejections_loses_and_duplicates_nothing
 fn external_versions_never_regress(es: Es) {
     let tmp = tempfile::tempdir().unwrap();
     let (to, keys) = (40_000, 200);
-    // One document per key, version = the record's offset (the sequence number).
+    // One document per key, version = the record's offset (the sequence number). The
+    // run lasts 10 s or more; every checkpoint is kept.
     write_es_job(
         tmp.path(),
         &es.url(),
         to,
         keys,
-        40_000,
+        4_000,
         false,
         "id = \"field:/key\"\nversioning = \"external\"",
     );
+    let job = tmp.path().join("job.toml");
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        text.replacen("\ninterval_ms = ", "\nretain = 100\ninterval_ms = ", 1),
+    )
+    .unwrap();
+    let mut child = spawn(tmp.path(), &[]);
+    // A checkpoint taken mid-run, to replay from below.
+    wait::for_log_while_running(
+        &mut child,
+        &log_path(tmp.path()),
+        "is_final=false",
+        1,
+        DEADLINE,
+    );
     assert!(
-        wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60)).success(),
+        wait_timeout(&mut child, DEADLINE).success(),
         "{}",
         tail(&log(tmp.path()), 30)
     );
@@ -135,18 +203,23 @@ fn external_versions_never_regress(es: Es) {
     let mut chks: Vec<_> = std::fs::read_dir(tmp.path().join("checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().contains('.'))
         .filter(|p| p.join("_metadata").exists())
         .collect();
     chks.sort();
-    let oldest = chks.first().unwrap().display().to_string();
+    let oldest = chks.first().unwrap();
+    let meta = lockgate::state::CheckpointMetadata::read(oldest).unwrap();
+    assert!(!meta.is_final, "the oldest checkpoint was taken mid-run");
+    let oldest = oldest.display().to_string();
+    let emitted = wait::count(&log_path(tmp.path()), "first records emitted");
     assert!(
-        wait_timeout(
-            &mut spawn(tmp.path(), &["--restore", &oldest]),
-            Duration::from_secs(60)
-        )
-        .success(),
+        wait_timeout(&mut spawn(tmp.path(), &["--restore", &oldest]), DEADLINE).success(),
         "{}",
         tail(&log(tmp.path()), 30)
+    );
+    assert!(
+        wait::count(&log_path(tmp.path()), "first records emitted") > emitted,
+        "the replay wrote records again"
     );
     let after = es.get_many("seq", &ids);
     let mut b = before.clone();
@@ -204,7 +277,7 @@ mod kafka_to_es {
         let (kafka, es) = setup(&[("orders", 1)]);
         let tmp = tempfile::tempdir().unwrap();
         job(tmp.path(), &kafka.bootstrap, &es, "fail");
-        let status = wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60));
+        let status = wait_timeout(&mut spawn(tmp.path(), &[]), DEADLINE);
         let l = log(tmp.path());
         assert_eq!(status.code(), Some(1), "{l}");
         assert!(
@@ -219,7 +292,7 @@ mod kafka_to_es {
         let (kafka, es) = setup(&[("orders", 1), ("orders-dlq", 1)]);
         let tmp = tempfile::tempdir().unwrap();
         job(tmp.path(), &kafka.bootstrap, &es, "dead-letter:orders-dlq");
-        let status = wait_timeout(&mut spawn(tmp.path(), &[]), Duration::from_secs(60));
+        let status = wait_timeout(&mut spawn(tmp.path(), &[]), DEADLINE);
         assert!(status.success(), "{}", tail(&log(tmp.path()), 20));
         assert_eq!(es.count("orders"), 2, "the two valid documents are indexed");
         let (payload, h) = first_dead_letter(&kafka.bootstrap, "orders-dlq");

@@ -73,11 +73,12 @@ async fn sink(cfg: EsSinkConfig) -> EsSink {
     s
 }
 
+/// Waits for a state of the sink or the server; the deadline is an upper bound only.
 async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "timed out waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -123,8 +124,9 @@ async fn item_failure_is_rethrown_on_the_next_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item_failure_is_rethrown_on_a_checkpoint_after_the_flush_started() {
     let server = server_with_mapping().await;
+    // The server holds the bulk until the stall is cleared.
     server.set_faults(Faults {
-        latency_ms: 300,
+        stall: true,
         ..Default::default()
     });
     let mut cfg = config(&server);
@@ -136,7 +138,11 @@ async fn item_failure_is_rethrown_on_a_checkpoint_after_the_flush_started() {
         s.counters().failure().is_none(),
         "the response is not back yet"
     );
-    let err = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
+    // The checkpoint starts while the bulk is held; the response comes back after.
+    let (r, ()) = tokio::join!(s.snapshot(CheckpointId(1)), async {
+        server.set_faults(Faults::default());
+    });
+    let err = r.unwrap_err().to_string();
     assert!(err.contains("orders-0-3"), "{err}");
 }
 
@@ -204,12 +210,12 @@ async fn without_flush_on_checkpoint_the_checkpoint_does_not_wait() {
     cfg.bulk_max_actions = 1;
     let mut s = sink(cfg).await;
     s.invoke(vec![rec(1, GOOD)]).await.unwrap();
-    let start = Instant::now();
-    tokio::time::timeout(Duration::from_secs(2), s.snapshot(CheckpointId(1)))
+    // The server holds every bulk until the stall is cleared, so a checkpoint that waited
+    // for the action would never succeed (it would be declined after flush_timeout_ms).
+    tokio::time::timeout(Duration::from_secs(60), s.snapshot(CheckpointId(1)))
         .await
         .expect("no wait")
         .unwrap();
-    assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(s.pending(), 1, "acknowledged with the action still pending");
     server.set_faults(Faults::default());
 }
@@ -326,8 +332,10 @@ async fn a_later_update_never_overtakes_a_retried_one_on_the_same_document() {
     let mut cfg = config(&server);
     cfg.bulk_max_actions = 1;
     cfg.max_in_flight = 2;
-    cfg.retry_initial_ms = 200;
-    cfg.retry_max_ms = 200;
+    // The first retry comes 1 to 2 s after the rejection: the second update is added
+    // well within that window.
+    cfg.retry_initial_ms = 2000;
+    cfg.retry_max_ms = 2000;
     cfg.retry_max_attempts = 100;
     cfg.operation = Operation::Upsert;
     cfg.id = IdStrategy::Field("/id".into());
@@ -339,7 +347,7 @@ async fn a_later_update_never_overtakes_a_retried_one_on_the_same_document() {
         server.stats().rejected_items >= 1
     })
     .await;
-    // The first update now waits 200 ms for its retry; the second must wait behind it.
+    // The first update now waits for its retry; the second must wait behind it.
     server.set_faults(Faults::default());
     s.invoke(vec![rec(2, r#"{"id":"u","total":2}"#)])
         .await

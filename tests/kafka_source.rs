@@ -4,6 +4,7 @@
 mod common;
 
 use common::kafka::*;
+use common::wait::{self, DEADLINE};
 use common::{bin, wait_timeout};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -46,6 +47,8 @@ fn spawn_job(
     let mut cmd = Command::new(bin());
     cmd.args(["run", "--config"])
         .arg(dir.join("job.toml"))
+        .env("LOCKGATE_LOG", "info")
+        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log_path).unwrap());
     if let Some(f) = failpoints {
         cmd.env("LOCKGATE_FAILPOINTS", f);
@@ -53,29 +56,30 @@ fn spawn_job(
     (cmd.spawn().unwrap(), log_path)
 }
 
-/// Starts the job slowed down by a failpoint, waits for `n` complete checkpoints, and
-/// kills it with SIGKILL.
+/// Starts the job slowed down by a failpoint (every batch of at most 1024 records takes
+/// at least 500 ms: the busiest subtask's records / 1024 * 0.5 s is a lower bound of the
+/// run), waits for `n` complete checkpoints, and kills it with SIGKILL.
 fn run_then_sigkill_after_checkpoints(dir: &Path, n: usize) {
-    let (mut child, _) = spawn_job(dir, Some("source-batch=sleep(100)"), "killed");
-    let start = Instant::now();
-    loop {
-        let done = std::fs::read_dir(dir.join("checkpoints"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .filter(|e| e.path().join("_metadata").exists())
-                    .count()
-            })
-            .unwrap_or(0);
-        if done >= n {
-            break;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before {n} checkpoints"
-        );
-        assert!(start.elapsed() < Duration::from_secs(30), "no checkpoints");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let (mut child, log) = spawn_job(dir, Some("source-batch=sleep(500)"), "killed");
+    wait::while_running(
+        &mut child,
+        &log,
+        &format!("{n} complete checkpoints"),
+        DEADLINE,
+        || {
+            std::fs::read_dir(dir.join("checkpoints"))
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok())
+                        // Published checkpoints only: `chk-N.inprogress` may hold a
+                        // `_metadata` before it is renamed into place.
+                        .filter(|e| !e.file_name().to_string_lossy().contains('.'))
+                        .filter(|e| e.path().join("_metadata").exists())
+                        .count()
+                })
+                .unwrap_or(0)
+                >= n
+        },
+    );
     assert!(common::sigkill(&mut child), "the job ended before the kill");
 }
 
@@ -138,7 +142,7 @@ fn more_subtasks_than_partitions_5_partitions_parallelism_8() {
 fn sigkill_mid_run_and_restart_is_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 4)]);
-    produce(&kafka.bootstrap, "orders", 4, 0, 8000);
+    produce(&kafka.bootstrap, "orders", 4, 0, 20_000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -146,12 +150,13 @@ fn sigkill_mid_run_and_restart_is_exactly_once() {
         "topics = [\"orders\"]",
         "bounded = \"latest\"",
     );
-    // About 32 batches: the abort comes after 12 of them, several checkpoints later.
+    // 40 000 records a subtask: the slowed run lasts 20 s or more; the kill comes two
+    // checkpoints into it.
     run_then_sigkill_after_checkpoints(tmp.path(), 2);
     let (status, log) = run_job(tmp.path(), None, &[]);
     assert!(status.success(), "{log}");
     assert!(log.contains("restoring"), "{log}");
-    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 8000);
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 20_000);
 }
 
 #[test]
@@ -223,34 +228,20 @@ fn startup_latest_reads_only_records_produced_after_the_start() {
         "startup = \"latest\"",
     );
     let (mut child, log_path) = spawn_job(tmp.path(), None, "latest");
-    let start = Instant::now();
-    while !std::fs::read_to_string(&log_path)
-        .unwrap()
-        .contains("partition assigned")
-    {
-        assert!(start.elapsed() < Duration::from_secs(20), "never assigned");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Both partitions' start positions are resolved before anything new is produced.
+    wait::for_log_while_running(&mut child, &log_path, "partition assigned", 2, DEADLINE);
     produce(&kafka.bootstrap, "orders", 2, 200, 100);
     // Wait until the new records are committed, then stop with a final checkpoint.
     let out = tmp.path().join("out");
-    loop {
-        let n: usize = if out.exists() {
-            committed_output(&out).values().map(Vec::len).sum()
-        } else {
-            0
-        };
-        if n >= 200 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "only {n} records committed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait::while_running(
+        &mut child,
+        &log_path,
+        "the 200 new records committed",
+        DEADLINE,
+        || out.exists() && committed_output(&out).values().map(Vec::len).sum::<usize>() >= 200,
+    );
     common::signal(&child, libc::SIGTERM);
-    assert!(wait_timeout(&mut child, Duration::from_secs(30)).success());
+    assert!(wait_timeout(&mut child, DEADLINE).success());
     assert_partitions_exact(&out, "orders", 2, 200, 300);
 }
 
@@ -281,7 +272,8 @@ fn startup_timestamp_on_the_mock_cluster_starts_at_the_end() {
 fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
     let tmp = tempfile::tempdir().unwrap();
     let mut kafka = KafkaProcess::start(&[("orders-a", 3)]);
-    produce(&kafka.bootstrap, "orders-a", 3, 0, 4000);
+    // Up to 40 000 records a subtask: the slowed first run lasts 20 s or more.
+    produce(&kafka.bootstrap, "orders-a", 3, 0, 20_000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -297,7 +289,7 @@ fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
     assert!(status.success(), "{log}");
     assert!(log.contains("restoring"), "{log}");
     let out = tmp.path().join("out");
-    assert_partitions_exact(&out, "orders-a", 3, 0, 4000);
+    assert_partitions_exact(&out, "orders-a", 3, 0, 20_000);
     assert_partitions_exact(&out, "orders-b", 2, 0, 700);
 }
 
@@ -305,7 +297,8 @@ fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
 fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("t1", 2), ("t2", 2)]);
-    produce(&kafka.bootstrap, "t1", 2, 0, 6000);
+    // 20 000 records a subtask: the slowed first run lasts 10 s or more.
+    produce(&kafka.bootstrap, "t1", 2, 0, 20_000);
     produce(&kafka.bootstrap, "t2", 2, 0, 300);
     write_job(
         tmp.path(),
@@ -327,7 +320,7 @@ fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
     let (status, log) = run_job(tmp.path(), None, &[]);
     assert!(status.success(), "{log}");
     assert!(log.contains("restoring"), "{log}");
-    assert_partitions_exact(&tmp.path().join("out"), "t1", 2, 0, 6000);
+    assert_partitions_exact(&tmp.path().join("out"), "t1", 2, 0, 20_000);
     assert_partitions_exact(&tmp.path().join("out"), "t2", 2, 0, 300);
 }
 
@@ -335,7 +328,7 @@ fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
 fn bounded_mode_stops_at_the_end_offsets_captured_at_first_start() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 2)]);
-    produce(&kafka.bootstrap, "orders", 2, 0, 1000);
+    produce(&kafka.bootstrap, "orders", 2, 0, 5000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -343,23 +336,28 @@ fn bounded_mode_stops_at_the_end_offsets_captured_at_first_start() {
         "topics = [\"orders\"]",
         "bounded = \"latest\"",
     );
-    let bootstrap = kafka.bootstrap.clone();
-    let late = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        produce(&bootstrap, "orders", 2, 1000, 500);
-    });
-    let (status, log) = run_job(tmp.path(), Some("source-batch=sleep(100)"), &[]);
-    late.join().unwrap();
+    // 10 000 records in batches of at most 1024, each taking 1 s: the run lasts 10 s or
+    // more after its start.
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(1000)"), "bounded");
+    // The end offsets are captured with the start positions, before this line.
+    wait::for_log_while_running(&mut child, &log_path, "partition assigned", 2, DEADLINE);
+    produce(&kafka.bootstrap, "orders", 2, 5000, 500);
+    assert!(
+        wait::running(&mut child),
+        "the job was still reading when the later records arrived"
+    );
+    let status = wait_timeout(&mut child, DEADLINE);
+    let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("is_final=true"), "{log}");
-    assert_partitions_exact(&tmp.path().join("out"), "orders", 2, 0, 1000);
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 2, 0, 5000);
 }
 
 #[test]
 fn broker_down_for_ten_seconds_loses_and_duplicates_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mut kafka = KafkaProcess::start(&[("orders", 6)]);
-    produce(&kafka.bootstrap, "orders", 6, 0, 3000);
+    produce(&kafka.bootstrap, "orders", 6, 0, 8000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -367,18 +365,30 @@ fn broker_down_for_ten_seconds_loses_and_duplicates_nothing() {
         "topics = [\"orders\"]",
         "bounded = \"latest\"",
     );
-    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(100)"), "down");
-    std::thread::sleep(Duration::from_millis(500));
+    // 24 000 records a subtask in batches of at most 1024, each taking 500 ms: the run
+    // lasts 12 s or more after its first records.
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(500)"), "down");
+    // Both subtasks are reading (past their start, which needs every leader).
+    wait::for_log_while_running(&mut child, &log_path, "first records emitted", 2, DEADLINE);
     kafka.control("down 1");
+    assert!(
+        wait::running(&mut child),
+        "the broker went down while the job was reading"
+    );
+    assert!(
+        (0..6).any(|p| watermarks(&kafka.bootstrap, "orders", p).is_err()),
+        "the cluster serves no longer every partition"
+    );
+    // The outage itself.
     std::thread::sleep(Duration::from_secs(10));
     kafka.control("up 1");
-    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    let status = wait_timeout(&mut child, DEADLINE);
     assert!(
         status.success(),
         "{}",
         std::fs::read_to_string(&log_path).unwrap()
     );
-    assert_partitions_exact(&tmp.path().join("out"), "orders", 6, 0, 3000);
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 6, 0, 8000);
 }
 
 fn decode_error_case(
@@ -459,14 +469,16 @@ fn no_reachable_broker_fails_within_the_timeout_naming_the_servers() {
     let start = Instant::now();
     let (status, log) = run_job(tmp.path(), None, &[]);
     assert_eq!(status.code(), Some(1), "{log}");
+    // It gives up after the configured timeout (the message names it) instead of
+    // retrying forever; the bound only tells giving up from hanging.
     assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        start.elapsed()
+        log.contains(&servers) && log.contains("no broker reachable within 2000 ms"),
+        "{log}"
     );
     assert!(
-        log.contains(&servers) && log.contains("no broker reachable"),
-        "{log}"
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
     );
 }
 
@@ -474,7 +486,7 @@ fn no_reachable_broker_fails_within_the_timeout_naming_the_servers() {
 fn retriable_request_errors_lose_and_duplicate_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mut kafka = KafkaProcess::start(&[("orders", 4)]);
-    produce(&kafka.bootstrap, "orders", 4, 0, 4000);
+    produce(&kafka.bootstrap, "orders", 4, 0, 10_000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -484,24 +496,31 @@ fn retriable_request_errors_lose_and_duplicate_nothing() {
     );
     // The first fetches of the job fail: the consumer must refresh and retry.
     kafka.control("errors fetch 30");
-    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(40)"), "errors");
-    std::thread::sleep(Duration::from_millis(300));
+    // 20 000 records a subtask in batches of at most 1024, each taking 250 ms: the run
+    // lasts 5 s or more after its first records.
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(250)"), "errors");
+    // More errors once both subtasks are reading, on fetches and on offset commits.
+    wait::for_log_while_running(&mut child, &log_path, "first records emitted", 2, DEADLINE);
     kafka.control("errors fetch 30");
     kafka.control("errors offset-commit 5");
-    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    assert!(
+        wait::running(&mut child),
+        "the errors were injected while the job was reading"
+    );
+    let status = wait_timeout(&mut child, DEADLINE);
     assert!(
         status.success(),
         "{}",
         std::fs::read_to_string(&log_path).unwrap()
     );
-    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 4000);
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 10_000);
 }
 
 #[test]
 fn a_metadata_error_on_a_topic_never_resets_its_positions() {
     let tmp = tempfile::tempdir().unwrap();
     let mut kafka = KafkaProcess::start(&[("orders", 4)]);
-    produce(&kafka.bootstrap, "orders", 4, 0, 6000);
+    produce(&kafka.bootstrap, "orders", 4, 0, 15_000);
     write_job(
         tmp.path(),
         &kafka.bootstrap,
@@ -509,15 +528,27 @@ fn a_metadata_error_on_a_topic_never_resets_its_positions() {
         "topic_pattern = \"orders\"",
         "bounded = \"latest\"",
     );
-    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(300)"), "hiccup");
-    std::thread::sleep(Duration::from_millis(500));
-    // Several discovery rounds (every 500 ms) see the topic only with an error.
+    // 30 000 records a subtask in batches of at most 1024, each taking 400 ms: the run
+    // lasts 12 s or more after its first records.
+    let (mut child, log_path) = spawn_job(tmp.path(), Some("source-batch=sleep(400)"), "hiccup");
+    // Both subtasks have positions past their start when the error begins: a reset
+    // would show. (A subtask still opening would list no partition at all.)
+    wait::for_log_while_running(&mut child, &log_path, "first records emitted", 2, DEADLINE);
     kafka.control("topic-error orders");
+    assert!(
+        topic_metadata_error(&kafka.bootstrap, "orders").is_some(),
+        "the cluster reports the topic with an error"
+    );
+    // Several discovery rounds (every 500 ms) see the topic only with an error.
     std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        wait::running(&mut child),
+        "the job was running through the discovery rounds that saw the error"
+    );
     kafka.control("topic-error orders clear");
-    let status = wait_timeout(&mut child, Duration::from_secs(90));
+    let status = wait_timeout(&mut child, DEADLINE);
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(status.success(), "{log}");
     assert!(!log.contains("no longer exists"), "{log}");
-    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 6000);
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 15_000);
 }

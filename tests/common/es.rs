@@ -110,7 +110,7 @@ impl Es {
         let start = Instant::now();
         while reqwest::blocking::get(&url).is_err() {
             assert!(
-                start.elapsed() < Duration::from_secs(20),
+                start.elapsed() < super::wait::DEADLINE,
                 "osmem-server did not start"
             );
             std::thread::sleep(Duration::from_millis(50));

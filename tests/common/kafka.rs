@@ -112,7 +112,7 @@ pub fn produce_raw(bootstrap: &str, topic: &str, partition: i32, payloads: &[&[u
             )
             .unwrap();
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    producer.flush(Duration::from_secs(60)).unwrap();
 }
 
 /// A consumer of the cluster (for watermarks and group offsets).
@@ -132,13 +132,29 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    let got = c.committed_offsets(tpl, Duration::from_secs(30)).unwrap();
     (0..partitions)
         .map(|p| match got.find_partition(topic, p).unwrap().offset() {
             Offset::Offset(o) => Some(o),
             _ => None,
         })
         .collect()
+}
+
+/// The error the cluster's metadata reports for `topic` (None: no error).
+pub fn topic_metadata_error(bootstrap: &str, topic: &str) -> Option<String> {
+    let md = consumer(bootstrap, "metadata-probe")
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .unwrap();
+    let t = md.topics().iter().find(|t| t.name() == topic).unwrap();
+    t.error().map(|e| format!("{e:?}"))
+}
+
+/// The low and high watermarks of a partition (an error while its leader is down).
+pub fn watermarks(bootstrap: &str, topic: &str, partition: i32) -> Result<(i64, i64), String> {
+    consumer(bootstrap, "watermark-probe")
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .map_err(|e| e.to_string())
 }
 
 /// A Kafka -> file job file. `source_extra` is appended to `[source.kafka]`.
@@ -222,7 +238,7 @@ pub fn first_dead_letter(
             break r.unwrap().detach();
         }
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            start.elapsed() < super::wait::DEADLINE,
             "nothing in {topic}"
         );
     };
