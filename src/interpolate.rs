@@ -36,9 +36,11 @@ pub fn expand(s: &str, var: impl Fn(&str) -> Option<String>) -> Result<String, S
         match (var(name).filter(|v| !v.is_empty()), default) {
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(d),
-            (None, None) => return Err(format!(
+            (None, None) => {
+                return Err(format!(
                 "environment variable {name} is not set (write ${{{name}:-default}} for a default)"
-            )),
+            ))
+            }
         }
         rest = &body[end + 1..];
     }

@@ -5,5 +5,6 @@
 //! runtime's driver performs the I/O its actions ask for.
 
 pub mod coordinator;
+pub mod start;
 
 pub use coordinator::{Action, Coordinator, CoordinatorConfig};

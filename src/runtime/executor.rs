@@ -5,6 +5,9 @@
 use super::chain::{Chain, Exchange, Tail, SINK_UID};
 use super::message::{Control, Report, TaskId};
 use super::task::{run_input_task, run_source_task, TaskIo};
+use crate::checkpoint::start::{
+    compatibility, restart_source, start_decision, Abandon, Source, StartDecision, StartFacts,
+};
 use crate::checkpoint::{Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
@@ -61,7 +64,7 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
         warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify; falling back to an older one");
     }
     summary.skipped = startup.skipped.clone();
-    let mut restored = match &opts.restore {
+    let explicit = match &opts.restore {
         Some(p) => {
             let (r, skipped) = resolve_restore_path(p).map_err(JobError::Restore)?;
             for (path, why) in &skipped {
@@ -70,38 +73,49 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
             summary.skipped.extend(skipped);
             Some(r)
         }
-        None => {
-            if startup.restored.is_none() && !startup.skipped.is_empty() {
-                return Err(JobError::Restore(format!(
-                    "{} holds checkpoints but none verifies ({}); refusing to start empty",
-                    root.display(),
-                    startup
-                        .skipped
-                        .iter()
-                        .map(|(p, why)| format!("{}: {why}", p.display()))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )));
-            }
-            startup.restored
+        None => None,
+    };
+    // The rules are plain functions (checkpoint::start); this is the I/O around them.
+    let own_root = root.canonicalize().ok();
+    let facts = StartFacts {
+        newest_valid: startup.restored.as_ref().map(|r| r.metadata.id),
+        skipped: startup
+            .skipped
+            .iter()
+            .map(|(p, why)| (p.display().to_string(), why.clone()))
+            .collect(),
+        explicit: explicit.as_ref().map(|r| {
+            let own = r.path.parent().and_then(|p| p.canonicalize().ok()) == own_root;
+            (r.metadata.id, own)
+        }),
+        next_id_on_disk: startup.next_id,
+    };
+    let (source, abandon, mut next_id) = match start_decision(&facts) {
+        StartDecision::Refuse(why) => {
+            return Err(JobError::Restore(format!("{} {why}", root.display())))
         }
+        StartDecision::Start {
+            source,
+            abandon,
+            next_id,
+        } => (source, abandon, next_id),
+    };
+    let mut restored = match source {
+        Source::Empty => None,
+        Source::Newest(_) => startup.restored,
+        Source::Explicit(_) => explicit,
     };
     if let Some(r) = &restored {
         check_compatible(job, &r.metadata, opts.allow_non_restored_state)?;
-        // Continuing from an older checkpoint (or from another directory) abandons the
-        // newer line of checkpoints: no later restart may resume it.
-        let own = r.path.parent().and_then(|p| p.canonicalize().ok()) == root.canonicalize().ok();
-        let abandoned =
-            tokio::task::block_in_place(|| dir.abandon_newer(own.then_some(r.metadata.id)))?;
+        let abandoned = tokio::task::block_in_place(|| match abandon {
+            Abandon::Nothing => Ok(Vec::new()),
+            Abandon::NewerThan(id) => dir.abandon_newer(Some(id)),
+            Abandon::All => dir.abandon_newer(None),
+        })?;
         for name in abandoned {
             warn!(checkpoint = %name, restored = %r.path.display(), "newer checkpoint abandoned: the job continues from an older one");
         }
     }
-    let mut next_id = startup.next_id.max(
-        restored
-            .as_ref()
-            .map_or(CheckpointId(1), |r| r.metadata.id.next()),
-    );
     summary.restored_from = restored.as_ref().map(|r| r.path.clone());
     let mut stop = opts.stop.clone();
     loop {
@@ -137,41 +151,37 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                 // Resume from the newest checkpoint this run published; before the
                 // first one, from where the run started.
-                if let Some(id) = summary.last_checkpoint {
-                    let (r, _) =
-                        resolve_restore_path(&dir.completed_path(id)).map_err(JobError::Restore)?;
-                    restored = Some(r);
+                if let Source::Newest(id) = restart_source(summary.last_checkpoint, source) {
+                    if summary.last_checkpoint == Some(id) {
+                        let (r, _) = resolve_restore_path(&dir.completed_path(id))
+                            .map_err(JobError::Restore)?;
+                        restored = Some(r);
+                    }
                 }
             }
         }
     }
 }
 
-/// Refuses a checkpoint of another job unless non-restored state is allowed.
+/// Refuses a checkpoint of another job unless non-restored state is allowed
+/// ([`compatibility`]).
 fn check_compatible(job: &JobGraph, meta: &CheckpointMetadata, allow: bool) -> Result<()> {
-    if meta.max_parallelism != job.max_parallelism {
-        return Err(JobError::Restore(format!(
-            "checkpoint {} was taken with max_parallelism {}, the job has {}; key groups cannot be remapped",
-            meta.id, meta.max_parallelism, job.max_parallelism
-        )));
-    }
-    if meta.fingerprint != job.fingerprint() || meta.job_name != job.name {
-        let msg = format!(
-            "checkpoint {} belongs to job {:?} with another graph (fingerprint {:016x}, this job {:016x}: {})",
-            meta.id,
-            meta.job_name,
-            meta.fingerprint,
-            job.fingerprint(),
-            job.describe()
-        );
-        if !allow {
-            return Err(JobError::Restore(format!(
-                "{msg}; pass --allow-non-restored-state to restore what matches"
-            )));
+    match compatibility(
+        (&meta.job_name, meta.fingerprint, meta.max_parallelism),
+        (&job.name, job.fingerprint(), job.max_parallelism),
+        allow,
+    ) {
+        Ok(None) => Ok(()),
+        Ok(Some(warning)) => {
+            warn!("checkpoint {} {warning}", meta.id);
+            Ok(())
         }
-        warn!("{msg}; restoring matching state only (--allow-non-restored-state)");
+        Err(why) => Err(JobError::Restore(format!(
+            "checkpoint {} {why} (this job: {})",
+            meta.id,
+            job.describe()
+        ))),
     }
-    Ok(())
 }
 
 /// A vertex: a chain of operators after a source or after an exchange.
