@@ -552,3 +552,66 @@ fn a_metadata_error_on_a_topic_never_resets_its_positions() {
     assert!(!log.contains("no longer exists"), "{log}");
     assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 15_000);
 }
+
+/// A bounded job that starts while its topic's metadata reports an error waits for the
+/// partitions instead of reading the topic as empty (and exiting 0 with nothing read);
+/// once the error clears it reads everything.
+#[test]
+fn a_bounded_job_started_during_a_metadata_error_waits_for_its_partitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce(&kafka.bootstrap, "orders", 4, 0, 500);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"",
+    );
+    kafka.control("topic-error orders");
+    assert!(topic_metadata_error(&kafka.bootstrap, "orders").is_some());
+    let (mut child, log_path) = spawn_job(tmp.path(), None, "waits");
+    wait::for_log_while_running(
+        &mut child,
+        &log_path,
+        "bounded: waiting for the partitions",
+        2,
+        DEADLINE,
+    );
+    kafka.control("topic-error orders clear");
+    let status = wait_timeout(&mut child, DEADLINE);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(status.success(), "{log}");
+    assert_partitions_exact(&tmp.path().join("out"), "orders", 4, 0, 500);
+}
+
+/// If the partitions stay unknown past `connect_timeout_ms`, the bounded job fails and
+/// names the topic.
+#[test]
+fn a_bounded_job_whose_topic_stays_unknown_fails_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\", \"missing-topic\"]",
+        "bounded = \"latest\"",
+    );
+    let job = tmp.path().join("job.toml");
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("connect_timeout_ms = 10000", "connect_timeout_ms = 1500")
+        .replace(
+            "strategy = \"fixed-delay\"\nattempts = 3\ndelay_ms = 100",
+            "strategy = \"none\"",
+        );
+    assert!(text.contains("connect_timeout_ms = 1500") && text.contains("\"none\""));
+    std::fs::write(&job, text).unwrap();
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("missing-topic") && log.contains("refusing to read it as empty"),
+        "{log}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The Kafka source subtask.
 
 use super::assign::owner;
-use super::config::{DecodeErrorPolicy, KafkaSourceConfig};
+use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
 use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext};
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
@@ -297,6 +297,20 @@ struct Listing {
     errored: BTreeSet<String>,
 }
 
+/// Selected topics whose partitions a listing does not know: reported with an error,
+/// or named in `topics` and absent.
+fn unknown_topics(listing: &Listing, selector: &TopicSelector) -> BTreeSet<String> {
+    let mut unknown = listing.errored.clone();
+    if let TopicSelector::List(names) = selector {
+        for n in names {
+            if !listing.partitions.iter().any(|(t, _)| t == n) {
+                unknown.insert(n.clone());
+            }
+        }
+    }
+    unknown
+}
+
 /// Lists the partitions of the selected topics.
 fn discover(
     consumer: &KafkaConsumer,
@@ -341,19 +355,37 @@ impl Source for KafkaSource {
         self.consumer = Some(consumer.clone());
         let cfg = self.cfg.clone();
         let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-        let listing = tokio::task::spawn_blocking({
-            let consumer = consumer.clone();
-            let cfg = cfg.clone();
-            move || discover(&consumer, &cfg, timeout)
-        })
-        .await
-        .map_err(|e| self.err(e))?
-        .map_err(|e| {
-            self.err(format!(
-                "no broker reachable within {} ms: {e}",
-                cfg.connect_timeout_ms
-            ))
-        })?;
+        let deadline = std::time::Instant::now() + timeout;
+        let listing = loop {
+            let listing = tokio::task::spawn_blocking({
+                let consumer = consumer.clone();
+                let cfg = cfg.clone();
+                move || discover(&consumer, &cfg, timeout)
+            })
+            .await
+            .map_err(|e| self.err(e))?
+            .map_err(|e| {
+                self.err(format!(
+                    "no broker reachable within {} ms: {e}",
+                    cfg.connect_timeout_ms
+                ))
+            })?;
+            // A bounded job captures the end of every partition at its first start: a
+            // topic whose partitions are unknown now would be read as empty.
+            let unknown = unknown_topics(&listing, &cfg.topics);
+            if !cfg.bounded || unknown.is_empty() {
+                break listing;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(self.err(format!(
+                    "bounded: the partitions of {} are unknown after {} ms (the topic does not exist or its metadata reports an error); refusing to read it as empty",
+                    unknown.iter().cloned().collect::<Vec<_>>().join(", "),
+                    cfg.connect_timeout_ms
+                )));
+            }
+            warn!(subtask = %self.name, topics = ?unknown, "bounded: waiting for the partitions of these topics");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         let listing = listing.partitions;
         if listing.is_empty() {
             warn!(subtask = %self.name, "no partition matches the configured topics (yet)");
@@ -580,5 +612,31 @@ impl PipeStarts for Vec<Tp> {
             &self,
             &super::Startup::Earliest,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_with_unknown_partitions() {
+        let listing = Listing {
+            partitions: vec![("a".into(), 0), ("a".into(), 1)],
+            errored: ["b".to_string()].into_iter().collect(),
+        };
+        let list = TopicSelector::List(vec!["a".into(), "b".into(), "c".into()]);
+        let unknown: Vec<String> = unknown_topics(&listing, &list).into_iter().collect();
+        assert_eq!(unknown, vec!["b".to_string(), "c".to_string()]);
+        // A pattern names no topic that must exist: only errors are unknown.
+        let pattern = TopicSelector::Pattern(regex::Regex::new("a|b|c").unwrap());
+        let unknown: Vec<String> = unknown_topics(&listing, &pattern).into_iter().collect();
+        assert_eq!(unknown, vec!["b".to_string()]);
+        let clean = Listing {
+            partitions: vec![("a".into(), 0)],
+            errored: BTreeSet::new(),
+        };
+        let only_a = TopicSelector::List(vec!["a".into()]);
+        assert!(unknown_topics(&clean, &only_a).is_empty());
     }
 }
