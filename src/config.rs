@@ -449,12 +449,14 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
         }
         (None, Some(e)) => {
-            let kafka_servers = file
+            // Dead letters go to the source's Kafka cluster, reached the way the source
+            // reaches it.
+            let kafka = file
                 .source
                 .kafka
                 .as_ref()
-                .map(|k| k.bootstrap_servers.clone());
-            es_sink(b, e, kafka_servers, c.timeout_ms, &err)?
+                .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
+            es_sink(b, e, kafka, c.timeout_ms, &err)?
         }
         (Some(_), Some(_)) => {
             return Err(err(
@@ -541,7 +543,7 @@ fn kafka_source(
 fn es_sink(
     b: crate::job::JobBuilder,
     e: &EsSection,
-    kafka_servers: Option<String>,
+    kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
     checkpoint_timeout_ms: u64,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<crate::job::JobBuilder, ConfigError> {
@@ -582,7 +584,10 @@ fn es_sink(
     c.retry_max_attempts = e.retry_max_attempts;
     c.on_item_error =
         ItemErrorPolicy::parse(&e.on_item_error).map_err(|m| err(&key("on_item_error"), m))?;
-    c.dead_letter_bootstrap_servers = kafka_servers;
+    if let Some((servers, properties)) = kafka {
+        c.dead_letter_bootstrap_servers = Some(servers);
+        c.dead_letter_properties = properties;
+    }
     c.flush_on_checkpoint = e.flush_on_checkpoint;
     c.coalesce = e.coalesce;
     c.flush_timeout_ms = checkpoint_timeout_ms;

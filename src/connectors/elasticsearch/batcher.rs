@@ -1,22 +1,32 @@
 //! The bulk batcher: every decision of the bulk processor, without I/O. Its inputs are
-//! actions, responses and the clock (milliseconds); its outputs are requests to send
-//! and [`Resolution`]s. The processor task ([`super::bulk`]) only drives it.
+//! actions, responses, the failure handler's answers and the clock (milliseconds); its
+//! outputs are requests to send and [`Resolution`]s. The processor task
+//! ([`super::bulk`]) only drives it.
 //!
-//! The rules, per document (actions without an id have no order to keep):
-//! - **Coalescing** (`coalesce = true`): an unsent action that a newer action on the
+//! Each document keeps one ordered list of its live actions, whatever their state
+//! (queued, in a request, awaiting a retry, refused and awaiting the failure handler):
+//! that list is the document's order, and nothing ever reorders it. The rules
+//! (actions without an id have no order to keep):
+//! - **Coalescing** (`coalesce = true`): a queued action that a newer action on the
 //!   same document makes irrelevant ([`Effect::supersedes`]) is dropped, so a request
 //!   carries the latest write of each hot document and a document's update rate is
 //!   not bound by the round trip.
-//! - **Order**: a document's actions are sent in the order they were added. A request
-//!   carries a document's first unsent action plus the following ones while each
-//!   supersedes the one before it (Elasticsearch applies the items of one document in
-//!   request order); the rest wait until every action of that document in flight or
-//!   awaiting a retry is settled.
+//! - **Order**: a document is sent only when none of its actions is in a request,
+//!   awaiting a retry or awaiting the failure handler. A request carries its first
+//!   queued action plus the following ones while each supersedes the one before it
+//!   (Elasticsearch applies the items of one document in request order).
 //! - **Partial failure**: a retriable failure followed, in the same request, by a
-//!   written action that supersedes it is not retried (it is [`Resolution::Superseded`]).
-//!   Retried actions go back to the front of their document's queue, in order.
+//!   written action that supersedes it is not retried ([`Resolution::Superseded`]). A
+//!   retried action keeps its place in the list.
+//! - **Refusals**: a refused action keeps its place until the failure handler answers
+//!   ([`Batcher::settle_refused`] or [`Batcher::requeue`]); replacements on the same
+//!   document take exactly that place. If a later action on the document was already
+//!   written in the same request, a replacement it supersedes is superseded, and one it
+//!   does not supersede cannot be applied in order: that fails the job
+//!   ([`Resolution::Fatal`]) rather than reorder the document.
 //! - **Pending** counts every action added and not yet resolved; it reaches 0 exactly
-//!   when everything added is written, refused by policy or superseded by a write.
+//!   when everything added is written, settled by the failure handler, or superseded
+//!   by a write.
 //!
 //! Building a request costs what it carries: documents with something to send wait in a
 //! ready queue, documents blocked by an action in flight are not scanned.
@@ -48,22 +58,33 @@ pub struct ItemFailure {
     pub reason: String,
 }
 
-/// What became of an action: it leaves the batcher (and `pending`) with it.
+/// A refused action's place in its document's order, held until the failure handler
+/// answers with [`Batcher::settle_refused`] or [`Batcher::requeue`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal(usize);
+
+/// What became of an action.
 #[derive(Debug)]
 pub enum Resolution<T> {
     /// Written, or already written (a replay under external versions or `create`).
     Written(T),
     /// Dropped unsent: a newer action on its document made it irrelevant.
     Coalesced(T),
-    /// Failed retriably, but a later action on its document that makes it irrelevant was
-    /// written in the same request.
+    /// Not (re)sent: a later action on its document that makes it irrelevant was
+    /// written.
     Superseded(T),
-    /// Refused for this document: the failure handler decides. `attempts` is how often
-    /// it was sent.
-    Refused(T, ItemFailure, u32),
+    /// Refused for this document: the failure handler decides, and answers with the
+    /// [`Refusal`]. `attempts` is how often it was sent before.
+    Refused {
+        refusal: Refusal,
+        payload: T,
+        failure: ItemFailure,
+        attempts: u32,
+    },
     /// Still failing after `retry_max_attempts` retries: the job fails.
     Exhausted(T, String),
-    /// The job cannot go on (authorization, or a request Elasticsearch cannot parse).
+    /// The job cannot go on (authorization, a request Elasticsearch cannot parse, or a
+    /// replacement that cannot keep its document's order).
     Fatal(T, String),
 }
 
@@ -83,7 +104,7 @@ pub enum Response {
     Failed(RequestOutcome, String),
 }
 
-/// A request the caller sends: its id (for [`Batcher::on_response`]) and its actions.
+/// A request's id, for [`Batcher::on_response`].
 pub type RequestId = u64;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -93,18 +114,33 @@ enum Key {
     Alone(u64),
 }
 
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Queued,
+    InFlight,
+    Retrying,
+    /// Refused, awaiting the failure handler. `overtaken`: the effect of a later action
+    /// on the document written in the same request.
+    Refused {
+        overtaken: Option<Effect>,
+    },
+}
+
 struct Entry<T> {
     key: Key,
     effect: Effect,
     bytes: usize,
     attempts: u32,
-    payload: T,
+    state: State,
+    /// Taken while the failure handler holds it.
+    payload: Option<T>,
 }
 
 #[derive(Default)]
 struct Group {
-    queued: VecDeque<usize>,
-    /// Actions of this document in a request or awaiting a retry.
+    /// Every live action of the document, in order.
+    items: VecDeque<usize>,
+    /// How many of them are not queued.
     outstanding: usize,
     in_ready: bool,
 }
@@ -131,7 +167,7 @@ pub struct Batcher<T> {
     in_flight: HashMap<RequestId, Vec<usize>>,
     /// Halves of a request refused as too large, sent before anything else.
     split: VecDeque<Vec<usize>>,
-    /// Retries by due time (ms); each batch keeps its order.
+    /// Retries by due time (ms).
     retries: Vec<(u64, Vec<usize>)>,
     resolved: Vec<Resolution<T>>,
     next_id: u64,
@@ -167,7 +203,7 @@ impl<T> Batcher<T> {
         self.pending
     }
 
-    /// Actions waiting to be sent (not in flight, not awaiting a retry).
+    /// Actions waiting to be sent (not in flight, not awaiting a retry or a handler).
     pub fn queued(&self) -> usize {
         self.queued_actions
     }
@@ -185,7 +221,11 @@ impl<T> Batcher<T> {
     pub fn in_flight_payloads(&self, id: RequestId) -> Vec<&T> {
         self.in_flight
             .get(&id)
-            .map(|b| b.iter().map(|&s| &self.entry(s).payload).collect())
+            .map(|b| {
+                b.iter()
+                    .filter_map(|&s| self.entry(s).payload.as_ref())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -198,7 +238,16 @@ impl<T> Batcher<T> {
         self.entries[slot].as_ref().expect("a live entry")
     }
 
+    fn entry_mut(&mut self, slot: usize) -> &mut Entry<T> {
+        self.entries[slot].as_mut().expect("a live entry")
+    }
+
+    fn group(&mut self, key: &Key) -> &mut Group {
+        self.groups.get_mut(key).expect("the entry's group")
+    }
+
     fn insert(&mut self, e: Entry<T>) -> usize {
+        self.pending += 1;
         match self.free.pop() {
             Some(s) => {
                 self.entries[s] = Some(e);
@@ -211,104 +260,189 @@ impl<T> Batcher<T> {
         }
     }
 
-    fn remove(&mut self, slot: usize) -> Entry<T> {
+    /// Removes an entry from its group and from `pending`; returns its payload.
+    fn remove(&mut self, slot: usize) -> T {
         let e = self.entries[slot].take().expect("a live entry");
         self.free.push(slot);
         self.pending -= 1;
-        e
+        if let Some(g) = self.groups.get_mut(&e.key) {
+            if let Some(at) = g.items.iter().position(|&x| x == slot) {
+                g.items.remove(at);
+            }
+            if e.state == State::Queued {
+                self.queued_actions -= 1;
+                self.queued_bytes -= e.bytes;
+            } else {
+                g.outstanding -= 1;
+            }
+        }
+        self.make_ready(&e.key);
+        e.payload.expect("a payload not held by the handler")
+    }
+
+    /// Sets an entry's state, keeping the counts of its group.
+    fn set_state(&mut self, slot: usize, state: State) {
+        let (key, was, bytes) = {
+            let e = self.entry(slot);
+            (e.key.clone(), e.state.clone(), e.bytes)
+        };
+        let (was_q, is_q) = (was == State::Queued, state == State::Queued);
+        self.entry_mut(slot).state = state;
+        if was_q && !is_q {
+            self.group(&key).outstanding += 1;
+            self.queued_actions -= 1;
+            self.queued_bytes -= bytes;
+        } else if !was_q && is_q {
+            self.group(&key).outstanding -= 1;
+            self.queued_actions += 1;
+            self.queued_bytes += bytes;
+        }
+        self.make_ready(&key);
     }
 
     fn make_ready(&mut self, key: &Key) {
         if let Some(g) = self.groups.get_mut(key) {
-            if g.outstanding == 0 && !g.queued.is_empty() && !g.in_ready {
+            if g.outstanding == 0 && !g.items.is_empty() && !g.in_ready {
                 g.in_ready = true;
                 self.ready.push_back(key.clone());
             }
-            if g.outstanding == 0 && g.queued.is_empty() && !g.in_ready {
+            if g.items.is_empty() && !g.in_ready {
                 self.groups.remove(key);
             }
         }
     }
 
-    /// Adds an action on document `doc` (None: an action without an id). With
-    /// coalescing, unsent actions it makes irrelevant are resolved as
-    /// [`Resolution::Coalesced`].
-    pub fn add(&mut self, doc: Option<String>, effect: Effect, bytes: usize, payload: T) {
-        self.push(doc, effect, bytes, payload, 0, false);
-    }
-
-    /// Puts an action at the front of its document's queue (a failure handler's
-    /// replacement for a refused action, which takes its place), counting `attempts`.
-    pub fn requeue(
-        &mut self,
-        doc: Option<String>,
-        effect: Effect,
-        bytes: usize,
-        payload: T,
-        attempts: u32,
-    ) {
-        self.push(doc, effect, bytes, payload, attempts, true);
-    }
-
-    fn push(
-        &mut self,
-        doc: Option<String>,
-        effect: Effect,
-        bytes: usize,
-        payload: T,
-        attempts: u32,
-        front: bool,
-    ) {
-        self.pending += 1;
-        let key = match doc {
+    fn key_of(&mut self, doc: Option<String>) -> Key {
+        match doc {
             Some(d) => Key::Doc(d),
             None => {
                 self.next_id += 1;
                 Key::Alone(self.next_id)
             }
-        };
-        if self.limits.coalesce && !front {
-            let drop = self.groups.get(&key).map_or(0, |g| {
-                g.queued
+        }
+    }
+
+    /// Adds an action on document `doc` (None: an action without an id). With
+    /// coalescing, queued actions it makes irrelevant are resolved as
+    /// [`Resolution::Coalesced`].
+    pub fn add(&mut self, doc: Option<String>, effect: Effect, bytes: usize, payload: T) {
+        let key = self.key_of(doc);
+        if self.limits.coalesce {
+            // Only a queued tail is coalesced: an action that left the queue (in a
+            // request, awaiting a retry or a handler) keeps its place.
+            let drop: Vec<usize> = self.groups.get(&key).map_or_else(Vec::new, |g| {
+                g.items
                     .iter()
                     .rev()
                     .take_while(|&&s| {
                         let older = self.entries[s].as_ref().expect("a live entry");
-                        effect.supersedes(&older.effect)
+                        older.state == State::Queued && effect.supersedes(&older.effect)
                     })
-                    .count()
+                    .copied()
+                    .collect()
             });
-            for _ in 0..drop {
-                let g = self.groups.get_mut(&key).expect("the group");
-                let s = g.queued.pop_back().expect("a queued action");
-                let e = self.remove(s);
-                self.queued_actions -= 1;
-                self.queued_bytes -= e.bytes;
+            for s in drop {
+                let p = self.remove(s);
                 self.counters.coalesced += 1;
-                self.resolved.push(Resolution::Coalesced(e.payload));
+                self.resolved.push(Resolution::Coalesced(p));
             }
         }
+        self.append(key, effect, bytes, 0, payload);
+    }
+
+    fn append(&mut self, key: Key, effect: Effect, bytes: usize, attempts: u32, payload: T) {
         let slot = self.insert(Entry {
             key: key.clone(),
             effect,
             bytes,
             attempts,
-            payload,
+            state: State::Queued,
+            payload: Some(payload),
         });
-        let g = self.groups.entry(key.clone()).or_default();
-        if front {
-            g.queued.push_front(slot);
-        } else {
-            g.queued.push_back(slot);
-        }
+        self.groups
+            .entry(key.clone())
+            .or_default()
+            .items
+            .push_back(slot);
         self.queued_actions += 1;
         self.queued_bytes += bytes;
         self.make_ready(&key);
     }
 
-    /// Moves retries due at `now_ms` back to the front of their documents' queues, in
-    /// order. With coalescing, one that the action behind it makes irrelevant is
-    /// resolved as superseded instead.
+    /// The failure handler settled a refused action (dead-lettered, dropped, or the job
+    /// fails): it leaves its document's order.
+    pub fn settle_refused(&mut self, refusal: Refusal) {
+        let slot = refusal.0;
+        let e = self.entries[slot].take().expect("a held refusal");
+        self.free.push(slot);
+        self.pending -= 1;
+        if let Some(g) = self.groups.get_mut(&e.key) {
+            g.items.retain(|&x| x != slot);
+            g.outstanding -= 1;
+        }
+        self.make_ready(&e.key);
+    }
+
+    /// The failure handler's replacements for a refused action, each `(document,
+    /// effect, size, payload)`. Those on the refused action's document take exactly its
+    /// place (before anything later on that document); those on other documents are
+    /// added behind what those documents hold. They count the refused action's
+    /// attempts plus one, and are never coalesced into what follows them.
+    pub fn requeue(
+        &mut self,
+        refusal: Refusal,
+        replacements: Vec<(Option<String>, Effect, usize, T)>,
+    ) {
+        let slot = refusal.0;
+        let (key, attempts, overtaken) = {
+            let e = self.entry(slot);
+            let State::Refused { overtaken } = &e.state else {
+                panic!("requeue of an action that is not refused");
+            };
+            (e.key.clone(), e.attempts + 1, overtaken.clone())
+        };
+        let mut at = self
+            .groups
+            .get(&key)
+            .and_then(|g| g.items.iter().position(|&x| x == slot))
+            .expect("the refusal's place");
+        for (doc, effect, bytes, payload) in replacements {
+            let rkey = self.key_of(doc);
+            if rkey != key {
+                self.append(rkey, effect, bytes, attempts, payload);
+                continue;
+            }
+            if let Some(later) = &overtaken {
+                // A later action on the document is already written.
+                if later.supersedes(&effect) {
+                    self.counters.superseded += 1;
+                    self.resolved.push(Resolution::Superseded(payload));
+                } else {
+                    self.resolved.push(Resolution::Fatal(
+                        payload,
+                        "a replacement for a refused action cannot be applied in order: a later action on the same document was already written".into(),
+                    ));
+                }
+                continue;
+            }
+            let new = self.insert(Entry {
+                key: key.clone(),
+                effect,
+                bytes,
+                attempts,
+                state: State::Queued,
+                payload: Some(payload),
+            });
+            self.group(&key).items.insert(at, new);
+            at += 1;
+            self.queued_actions += 1;
+            self.queued_bytes += bytes;
+        }
+        self.settle_refused(Refusal(slot));
+    }
+
+    /// Retries due at `now_ms` become queued again, in place. With coalescing, one that
+    /// the queued action behind it makes irrelevant is resolved as superseded instead.
     fn promote_due(&mut self, now_ms: u64) {
         if self.retries.iter().all(|(due, _)| *due > now_ms) {
             return;
@@ -317,30 +451,23 @@ impl<T> Batcher<T> {
             .into_iter()
             .partition(|(t, _)| *t <= now_ms);
         self.retries = later;
-        for (_, batch) in due {
-            for slot in batch.into_iter().rev() {
-                let key = self.entry(slot).key.clone();
-                let g = self.groups.get_mut(&key).expect("the group");
-                g.outstanding -= 1;
-                let behind = g.queued.front().copied();
-                let superseded = self.limits.coalesce
-                    && behind
-                        .is_some_and(|b| self.entry(b).effect.supersedes(&self.entry(slot).effect));
-                if superseded {
-                    let e = self.remove(slot);
-                    self.counters.superseded += 1;
-                    self.resolved.push(Resolution::Superseded(e.payload));
-                } else {
-                    let bytes = self.entry(slot).bytes;
-                    self.groups
-                        .get_mut(&key)
-                        .expect("the group")
-                        .queued
-                        .push_front(slot);
-                    self.queued_actions += 1;
-                    self.queued_bytes += bytes;
-                }
-                self.make_ready(&key);
+        for slot in due.into_iter().flat_map(|(_, b)| b) {
+            let key = self.entry(slot).key.clone();
+            let behind = self.groups.get(&key).and_then(|g| {
+                let at = g.items.iter().position(|&x| x == slot)?;
+                g.items.get(at + 1).copied()
+            });
+            let superseded = self.limits.coalesce
+                && behind.is_some_and(|b| {
+                    let b = self.entry(b);
+                    b.state == State::Queued && b.effect.supersedes(&self.entry(slot).effect)
+                });
+            if superseded {
+                let p = self.remove(slot);
+                self.counters.superseded += 1;
+                self.resolved.push(Resolution::Superseded(p));
+            } else {
+                self.set_state(slot, State::Queued);
             }
         }
     }
@@ -367,16 +494,15 @@ impl<T> Batcher<T> {
                 self.build()
             }
         };
+        if batch.is_empty() {
+            return None;
+        }
         self.last_send_ms = now_ms;
         self.counters.requests += 1;
         self.next_id += 1;
         let id = self.next_id;
         self.in_flight.insert(id, batch);
-        let payloads = self.in_flight[&id]
-            .iter()
-            .map(|&s| &self.entry(s).payload)
-            .collect();
-        Some((id, payloads))
+        Some((id, self.in_flight_payloads(id)))
     }
 
     fn build(&mut self) -> Vec<usize> {
@@ -387,9 +513,9 @@ impl<T> Batcher<T> {
             let g = self.groups.get(&key).expect("a ready group");
             // The first action, and those after it that each supersede the one before.
             let mut take = 1;
-            let mut take_bytes = self.entry(g.queued[0]).bytes;
-            while take < g.queued.len() {
-                let (prev, next) = (self.entry(g.queued[take - 1]), self.entry(g.queued[take]));
+            let mut take_bytes = self.entry(g.items[0]).bytes;
+            while take < g.items.len() {
+                let (prev, next) = (self.entry(g.items[take - 1]), self.entry(g.items[take]));
                 if !next.effect.supersedes(&prev.effect)
                     || batch.len() + take + 1 > max_actions
                     || bytes + take_bytes + next.bytes > max_bytes
@@ -404,13 +530,14 @@ impl<T> Batcher<T> {
                 self.ready.push_front(key);
                 break;
             }
-            let g = self.groups.get_mut(&key).expect("a ready group");
+            let g = self.group(&key);
             g.in_ready = false;
-            g.outstanding += take;
-            batch.extend(g.queued.drain(..take));
+            let slots: Vec<usize> = g.items.iter().take(take).copied().collect();
+            for &s in &slots {
+                self.set_state(s, State::InFlight);
+            }
+            batch.extend(slots);
             bytes += take_bytes;
-            self.queued_actions -= take;
-            self.queued_bytes -= take_bytes;
         }
         batch
     }
@@ -434,106 +561,92 @@ impl<T> Batcher<T> {
             Response::Failed(RequestOutcome::Split, why) => self.split(batch, why),
             Response::Failed(RequestOutcome::Fatal | RequestOutcome::Malformed, why) => {
                 for slot in batch {
-                    self.settle(slot);
-                    let e = self.remove(slot);
-                    self.resolved
-                        .push(Resolution::Fatal(e.payload, why.clone()));
-                    self.make_ready(&e.key);
+                    let p = self.remove(slot);
+                    self.resolved.push(Resolution::Fatal(p, why.clone()));
                 }
             }
-        }
-    }
-
-    /// One fewer outstanding action on the slot's document.
-    fn settle(&mut self, slot: usize) {
-        let key = &self.entries[slot].as_ref().expect("a live entry").key;
-        if let Some(g) = self.groups.get_mut(key) {
-            g.outstanding -= 1;
         }
     }
 
     fn on_items(&mut self, batch: Vec<usize>, items: Vec<ItemResult>, now_ms: u64, jitter: f64) {
         // A document's actions in a request are contiguous and each supersedes the one
-        // before: a retriable failure before a written action of its document is moot.
-        let mut written_later = vec![false; batch.len()];
+        // before: what a later written action of its document supersedes is moot.
+        let mut written_later: Vec<Option<Effect>> = vec![None; batch.len()];
         for i in (0..batch.len().saturating_sub(1)).rev() {
-            let same = self.entry(batch[i]).key == self.entry(batch[i + 1]).key;
-            written_later[i] = same
-                && (written_later[i + 1]
-                    || matches!(
-                        items[i + 1].outcome,
-                        Outcome::Done | Outcome::AlreadyWritten
-                    ));
+            if self.entry(batch[i]).key != self.entry(batch[i + 1]).key {
+                continue;
+            }
+            written_later[i] = match items[i + 1].outcome {
+                Outcome::Done | Outcome::AlreadyWritten => {
+                    Some(self.entry(batch[i + 1]).effect.clone())
+                }
+                _ => written_later[i + 1].clone(),
+            };
         }
         let mut retry = Vec::new();
         let mut why = String::new();
-        let mut touched = Vec::new();
-        for ((slot, item), moot) in batch.into_iter().zip(items).zip(written_later) {
-            self.settle(slot);
-            touched.push(self.entry(slot).key.clone());
+        for ((slot, item), later) in batch.into_iter().zip(items).zip(written_later) {
             match item.outcome {
                 Outcome::Done | Outcome::AlreadyWritten => {
-                    let e = self.remove(slot);
-                    self.resolved.push(Resolution::Written(e.payload));
+                    let p = self.remove(slot);
+                    self.resolved.push(Resolution::Written(p));
                 }
-                Outcome::Retry if moot => {
-                    let e = self.remove(slot);
+                Outcome::Retry if later.is_some() => {
+                    let p = self.remove(slot);
                     self.counters.superseded += 1;
-                    self.resolved.push(Resolution::Superseded(e.payload));
+                    self.resolved.push(Resolution::Superseded(p));
                 }
                 Outcome::Retry => {
                     why = format!("{} {}", item.failure.status, item.failure.error_type);
                     retry.push(slot);
                 }
-                Outcome::Rejected => {
-                    let e = self.remove(slot);
-                    let attempts = e.attempts;
-                    self.resolved
-                        .push(Resolution::Refused(e.payload, item.failure, attempts));
-                }
+                Outcome::Rejected => self.refuse(slot, item.failure, later),
                 Outcome::Fatal => {
-                    let e = self.remove(slot);
+                    let p = self.remove(slot);
                     let why = format!(
                         "{} {}: {} (authorization)",
                         item.failure.status, item.failure.error_type, item.failure.reason
                     );
-                    self.resolved.push(Resolution::Fatal(e.payload, why));
+                    self.resolved.push(Resolution::Fatal(p, why));
                 }
             }
         }
         if !retry.is_empty() {
-            // Re-held: `retry` counts them outstanding again.
-            for &s in &retry {
-                let key = self.entry(s).key.clone();
-                self.groups.get_mut(&key).expect("the group").outstanding += 1;
-            }
             self.retry(retry, &why, now_ms, jitter);
-        }
-        for key in touched {
-            self.make_ready(&key);
         }
     }
 
-    /// Schedules `batch` (outstanding, in order) for another attempt, or resolves what
-    /// has no attempts left.
+    /// Hands a refused action to the failure handler; it keeps its place meanwhile.
+    fn refuse(&mut self, slot: usize, failure: ItemFailure, overtaken: Option<Effect>) {
+        self.set_state(slot, State::Refused { overtaken });
+        let e = self.entry_mut(slot);
+        let (payload, attempts) = (e.payload.take().expect("a payload"), e.attempts);
+        self.resolved.push(Resolution::Refused {
+            refusal: Refusal(slot),
+            payload,
+            failure,
+            attempts,
+        });
+    }
+
+    /// Schedules `batch` (in flight) for another attempt, or resolves what has no
+    /// attempts left.
     fn retry(&mut self, batch: Vec<usize>, why: &str, now_ms: u64, jitter: f64) {
         let mut again = Vec::with_capacity(batch.len());
         let mut attempts = 0;
+        let max = self.limits.retry_max_attempts;
         for slot in batch {
-            let max = self.limits.retry_max_attempts;
-            let e = self.entries[slot].as_mut().expect("a live entry");
+            let e = self.entry_mut(slot);
             e.attempts += 1;
             if e.attempts > max {
-                let key = e.key.clone();
-                self.settle(slot);
-                let e = self.remove(slot);
+                let p = self.remove(slot);
                 self.resolved.push(Resolution::Exhausted(
-                    e.payload,
+                    p,
                     format!("still failing after {max} retries: {why}"),
                 ));
-                self.make_ready(&key);
             } else {
                 attempts = attempts.max(e.attempts);
+                self.set_state(slot, State::Retrying);
                 again.push(slot);
             }
         }
@@ -552,41 +665,27 @@ impl<T> Batcher<T> {
     }
 
     /// A request refused as too large: its halves are sent separately. A document cut
-    /// by the split keeps its order: its actions in the second half go back to the front
-    /// of its queue, behind the first half.
+    /// by the split keeps its order: its actions in the second half become queued
+    /// again, behind the first half.
     fn split(&mut self, mut batch: Vec<usize>, why: String) {
         if batch.len() == 1 {
-            let slot = batch[0];
-            let key = self.entry(slot).key.clone();
-            self.settle(slot);
-            let e = self.remove(slot);
-            let attempts = e.attempts;
-            self.resolved.push(Resolution::Refused(
-                e.payload,
+            self.refuse(
+                batch[0],
                 ItemFailure {
                     status: 413,
                     error_type: "content_too_long".into(),
                     reason: why,
                 },
-                attempts,
-            ));
-            self.make_ready(&key);
+                None,
+            );
             return;
         }
         let second = batch.split_off(batch.len() / 2);
         let cut = self.entry(*batch.last().expect("a first half")).key.clone();
         let (back, second): (Vec<usize>, Vec<usize>) =
             second.into_iter().partition(|&s| self.entry(s).key == cut);
-        for &slot in back.iter().rev() {
-            self.settle(slot);
-            let bytes = self.entry(slot).bytes;
-            self.groups
-                .get_mut(&cut)
-                .expect("the group")
-                .queued
-                .push_front(slot);
-            self.queued_actions += 1;
-            self.queued_bytes += bytes;
+        for slot in back {
+            self.set_state(slot, State::Queued);
         }
         self.split.push_back(batch);
         if !second.is_empty() {
@@ -607,15 +706,10 @@ impl<T> Batcher<T> {
         }
     }
 
-    /// Drops everything not in flight (the job is failing: nothing more is sent).
-    /// Returns how many actions were dropped; requests in flight still get their
-    /// responses.
+    /// Drops everything not in flight (the job is failing: nothing more is sent), refused
+    /// actions still held by the handler included. Returns how many actions were
+    /// dropped; requests in flight still get their responses.
     pub fn clear_unsent(&mut self) -> usize {
-        let mut slots: Vec<usize> = Vec::new();
-        for g in self.groups.values_mut() {
-            slots.extend(g.queued.drain(..));
-            g.in_ready = false;
-        }
         let held: Vec<usize> = self
             .retries
             .drain(..)
@@ -623,17 +717,26 @@ impl<T> Batcher<T> {
             .chain(self.split.drain(..).flatten())
             .collect();
         for &s in &held {
-            self.settle(s);
+            self.set_state(s, State::Queued);
         }
-        slots.extend(held);
-        let n = slots.len();
-        for s in slots {
-            self.remove(s);
+        let doomed: Vec<usize> = self
+            .groups
+            .values()
+            .flat_map(|g| g.items.iter().copied())
+            .filter(|&s| self.entry(s).state != State::InFlight)
+            .collect();
+        let n = doomed.len();
+        for s in doomed {
+            if matches!(self.entry(s).state, State::Refused { .. }) {
+                self.settle_refused(Refusal(s));
+            } else {
+                self.remove(s);
+            }
         }
-        self.groups.retain(|_, g| g.outstanding > 0);
+        for g in self.groups.values_mut() {
+            g.in_ready = false;
+        }
         self.ready.clear();
-        self.queued_actions = 0;
-        self.queued_bytes = 0;
         n
     }
 }
@@ -677,6 +780,17 @@ mod tests {
                 status: 429,
                 error_type: "es_rejected_execution_exception".into(),
                 reason: "queue full".into(),
+            },
+        }
+    }
+
+    fn refused() -> ItemResult {
+        ItemResult {
+            outcome: Outcome::Rejected,
+            failure: ItemFailure {
+                status: 400,
+                error_type: "mapper_parsing_exception".into(),
+                reason: "failed to parse".into(),
             },
         }
     }
@@ -795,6 +909,9 @@ mod tests {
         /// Applied by the server, but the response is lost (a connection error).
         DroppedAfterApply,
         TooLarge,
+        /// Item i is refused (400) where bit i % 8 is set; the failure handler requeues
+        /// the same action, in its place.
+        Refuse(u8),
     }
 
     #[derive(Debug, Clone)]
@@ -829,6 +946,7 @@ mod tests {
                 1 => Just(How::Whole503),
                 1 => Just(How::DroppedAfterApply),
                 1 => Just(How::TooLarge),
+                1 => any::<u8>().prop_map(How::Refuse),
             ]).prop_map(|(i, h)| Step::Respond(i, h)),
             1 => (0u64..200).prop_map(Step::Tick),
         ]
@@ -905,24 +1023,48 @@ mod tests {
         let mut store = Store::new();
         let mut requests: Vec<(RequestId, Vec<usize>)> = Vec::new();
         let mut now = 0;
-        let drain =
-            |b: &mut Batcher<usize>, resolved: &mut Vec<bool>| -> Result<(), TestCaseError> {
-                for r in b.drain_resolved() {
+        // The place of each action in its document's history: a requeued action takes
+        // its refused predecessor's.
+        let mut order: Vec<usize> = Vec::new();
+        let drain = |b: &mut Batcher<usize>,
+                     resolved: &mut Vec<bool>,
+                     actions: &mut Vec<BulkAction>,
+                     order: &mut Vec<usize>|
+         -> Result<(), TestCaseError> {
+            loop {
+                let batch = b.drain_resolved();
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                for r in batch {
                     let seq = match r {
                         Resolution::Written(s)
                         | Resolution::Coalesced(s)
                         | Resolution::Superseded(s) => s,
+                        Resolution::Refused {
+                            refusal, payload, ..
+                        } => {
+                            // The handler requeues the same action in its place.
+                            let a = actions[payload].clone();
+                            let new = actions.len();
+                            actions.push(a.clone());
+                            resolved.push(false);
+                            let at = order.iter().position(|&x| x == payload).unwrap();
+                            order[at] = new;
+                            b.requeue(refusal, vec![(a.id.clone(), Effect::of(&a), 10, new)]);
+                            payload
+                        }
                         other => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
                     };
                     prop_assert!(!resolved[seq], "action {} resolved twice", seq);
                     resolved[seq] = true;
                 }
-                Ok(())
-            };
-        let expected = |actions: &[BulkAction]| {
+            }
+        };
+        let expected = |actions: &[BulkAction], order: &[usize]| {
             let mut s = Store::new();
-            for a in actions {
-                apply(&mut s, a);
+            for &i in order {
+                apply(&mut s, &actions[i]);
             }
             s
         };
@@ -956,12 +1098,19 @@ mod tests {
                     }
                     Response::Failed(RequestOutcome::Retry, "connection closed".into())
                 }
-                How::TooLarge if seqs.len() > 1 => {
-                    Response::Failed(RequestOutcome::Split, "413".into())
-                }
-                How::TooLarge => {
-                    Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
-                }
+                How::TooLarge => Response::Failed(RequestOutcome::Split, "413".into()),
+                How::Refuse(mask) => Response::Items(
+                    seqs.iter()
+                        .enumerate()
+                        .map(|(i, &s)| {
+                            if mask & (1 << (i % 8)) != 0 {
+                                refused()
+                            } else {
+                                apply(store, &actions[s])
+                            }
+                        })
+                        .collect(),
+                ),
             };
             b.on_response(id, response, now, 0.5);
         };
@@ -973,6 +1122,7 @@ mod tests {
                     b.add(a.id.clone(), Effect::of(&a), 10, seq);
                     actions.push(a);
                     resolved.push(false);
+                    order.push(seq);
                 }
                 Step::Send(force) => {
                     while let Some((id, p)) = b.next_request(now, force) {
@@ -987,13 +1137,13 @@ mod tests {
                 Step::Respond(..) => {}
                 Step::Tick(ms) => now += ms,
             }
-            drain(&mut b, &mut resolved)?;
+            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
             let open = resolved.iter().filter(|r| !**r).count();
             prop_assert_eq!(b.pending(), open);
             if b.pending() == 0 {
                 prop_assert_eq!(
                     &store,
-                    &expected(&actions),
+                    &expected(&actions, &order),
                     "pending is 0: everything is written"
                 );
             }
@@ -1011,13 +1161,13 @@ mod tests {
             for (id, seqs) in std::mem::take(&mut requests) {
                 respond(&mut b, &mut store, id, &seqs, &How::AllOk, &actions, now);
             }
-            drain(&mut b, &mut resolved)?;
+            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
         }
         prop_assert_eq!(b.pending(), 0);
         prop_assert!(resolved.iter().all(|r| *r));
         prop_assert_eq!(
             &store,
-            &expected(&actions),
+            &expected(&actions, &order),
             "the last write per document wins"
         );
         Ok(())
@@ -1050,5 +1200,318 @@ mod tests {
         ) {
             run_model(steps, true, max_actions, max_in_flight, coalesce)?;
         }
+    }
+}
+
+/// Cases found by review: each kills a mistake the model test did not see.
+#[cfg(test)]
+mod review_tests {
+    use super::*;
+    use crate::connectors::elasticsearch::action::BulkAction;
+    use serde_json::json;
+
+    fn limits(max_actions: usize, max_in_flight: usize, coalesce: bool) -> Limits {
+        Limits {
+            max_actions,
+            max_bytes: 1 << 20,
+            max_in_flight,
+            flush_interval_ms: 1000,
+            coalesce,
+            retry_max_attempts: u32::MAX,
+            retry_initial_ms: 10,
+            retry_max_ms: 100,
+        }
+    }
+    fn result(outcome: Outcome, status: u16) -> ItemResult {
+        ItemResult {
+            outcome,
+            failure: ItemFailure {
+                status,
+                error_type: String::new(),
+                reason: String::new(),
+            },
+        }
+    }
+    fn ok() -> ItemResult {
+        result(Outcome::Done, 200)
+    }
+    fn too_many() -> ItemResult {
+        result(Outcome::Retry, 429)
+    }
+    fn refused() -> ItemResult {
+        result(Outcome::Rejected, 400)
+    }
+    fn index(v: i64) -> Effect {
+        Effect::of(&BulkAction::index(
+            "i",
+            Some("d".into()),
+            json!({ "v": v }).to_string().into_bytes(),
+        ))
+    }
+    fn sent(b: &mut Batcher<i64>, now: u64, force: bool) -> Option<(RequestId, Vec<i64>)> {
+        b.next_request(now, force)
+            .map(|(id, p)| (id, p.into_iter().copied().collect()))
+    }
+    /// Takes the one refusal among the resolutions.
+    fn refusal(b: &mut Batcher<i64>) -> (Refusal, i64, ItemFailure, u32) {
+        let mut r = b.drain_resolved();
+        let at = r
+            .iter()
+            .position(|x| matches!(x, Resolution::Refused { .. }))
+            .unwrap_or_else(|| panic!("a refusal in {r:?}"));
+        match r.remove(at) {
+            Resolution::Refused {
+                refusal,
+                payload,
+                failure,
+                attempts,
+            } => (refusal, payload, failure, attempts),
+            _ => unreachable!(),
+        }
+    }
+    /// Answers every request with success until nothing is pending; returns what was
+    /// sent, in order, and what was superseded or coalesced.
+    fn drain_all(b: &mut Batcher<i64>, mut now: u64) -> (Vec<i64>, Vec<i64>) {
+        let (mut out, mut gone) = (vec![], vec![]);
+        for _ in 0..100 {
+            for r in b.drain_resolved() {
+                if let Resolution::Superseded(v) | Resolution::Coalesced(v) = r {
+                    gone.push(v)
+                }
+            }
+            if b.pending() == 0 {
+                break;
+            }
+            now += 1000;
+            while let Some((id, p)) = sent(b, now, true) {
+                out.extend(&p);
+                b.on_response(id, Response::Items(vec![ok(); p.len()]), now, 0.5);
+            }
+        }
+        (out, gone)
+    }
+
+    #[test]
+    fn max_bytes_bounds_a_request_and_an_oversized_action_goes_alone() {
+        let mut l = limits(1000, 4, false);
+        l.max_bytes = 25;
+        let mut b = Batcher::new(l, 0);
+        for (doc, bytes, v) in [("a", 10, 1), ("b", 10, 2), ("c", 10, 3), ("d", 100, 4)] {
+            b.add(Some(doc.into()), Effect::Opaque, bytes, v);
+        }
+        let mut got = vec![];
+        while let Some((_, p)) = sent(&mut b, 0, true) {
+            got.push(p);
+        }
+        assert_eq!(got, vec![vec![1, 2], vec![3], vec![4]]);
+    }
+
+    #[test]
+    fn a_single_action_refused_as_too_large_goes_to_the_handler_and_then_releases_its_document() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let (id, _) = sent(&mut b, 0, true).unwrap();
+        b.add(Some("d".into()), Effect::Opaque, 10, 2);
+        b.on_response(
+            id,
+            Response::Failed(RequestOutcome::Split, "413".into()),
+            1,
+            0.5,
+        );
+        let (r, payload, failure, attempts) = refusal(&mut b);
+        assert_eq!((payload, failure.status, attempts), (1, 413, 0));
+        assert!(sent(&mut b, 1, true).is_none(), "d waits for the handler");
+        b.settle_refused(r);
+        assert_eq!(b.pending(), 1);
+        assert_eq!(sent(&mut b, 1, true).expect("d is free again").1, vec![2]);
+    }
+
+    #[test]
+    fn an_unforced_batch_waits_for_its_trigger_and_the_wake_says_when() {
+        let mut b = Batcher::new(limits(3, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        assert!(
+            sent(&mut b, 10, false).is_none(),
+            "not due before the interval"
+        );
+        assert_eq!(b.next_wake_ms(), Some(1000));
+        let (id, p) = sent(&mut b, 1000, false).expect("due at the interval");
+        assert_eq!(p, vec![1]);
+        assert_eq!(b.next_wake_ms(), None, "nothing sendable, nothing to retry");
+        b.on_response(id, Response::Items(vec![too_many()]), 1005, 0.0);
+        assert_eq!(b.next_wake_ms(), Some(1010), "the retry's due time");
+        for v in 2..5 {
+            b.add(Some(format!("k{v}")), Effect::Opaque, 10, v);
+        }
+        assert_eq!(
+            sent(&mut b, 1006, false).expect("max_actions queued").1,
+            vec![2, 3, 4]
+        );
+    }
+
+    #[test]
+    fn clear_unsent_drops_everything_not_in_flight_and_frees_the_documents() {
+        let mut b = Batcher::new(limits(1000, 2, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        b.add(Some("e".into()), Effect::Opaque, 10, 2);
+        let (id, _) = sent(&mut b, 0, true).unwrap();
+        b.on_response(id, Response::Items(vec![too_many(), ok()]), 1, 0.5);
+        b.add(Some("d".into()), Effect::Opaque, 10, 3);
+        b.add(Some("f".into()), Effect::Opaque, 10, 4);
+        let (in_flight, p) = sent(&mut b, 1, true).unwrap();
+        assert_eq!(p, vec![4]);
+        b.add(Some("f".into()), Effect::Opaque, 10, 5);
+        b.drain_resolved();
+        assert_eq!(
+            b.clear_unsent(),
+            3,
+            "1 (awaiting a retry), 3 and 5 (queued)"
+        );
+        assert_eq!((b.pending(), b.queued(), b.next_wake_ms()), (1, 0, None));
+        b.on_response(in_flight, Response::Items(vec![ok()]), 2, 0.5);
+        assert_eq!(b.pending(), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 6);
+        assert_eq!(sent(&mut b, 3, true).expect("d is free").1, vec![6]);
+    }
+
+    #[test]
+    fn retries_are_bounded() {
+        let mut l = limits(1000, 1, false);
+        l.retry_max_attempts = 2;
+        let mut b = Batcher::new(l, 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        for now in [0, 1000, 2000] {
+            assert!(b.drain_resolved().is_empty());
+            let (id, _) = sent(&mut b, now, true).unwrap();
+            b.on_response(id, Response::Items(vec![too_many()]), now, 0.5);
+        }
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Exhausted(1, _)]
+        ));
+        assert_eq!(b.pending(), 0);
+    }
+
+    #[test]
+    fn a_requeued_action_goes_before_later_actions_and_is_not_coalesced_into_them() {
+        for coalesce in [false, true] {
+            let mut b = Batcher::new(limits(1000, 1, coalesce), 0);
+            b.add(Some("d".into()), index(1), 10, 1);
+            let (id, _) = sent(&mut b, 0, true).unwrap();
+            b.add(Some("d".into()), index(2), 10, 2);
+            b.on_response(id, Response::Items(vec![refused()]), 1, 0.5);
+            let (r, payload, _, _) = refusal(&mut b);
+            assert_eq!(payload, 1);
+            b.requeue(r, vec![(Some("d".into()), index(11), 10, 11)]);
+            assert_eq!(
+                sent(&mut b, 1, true).unwrap().1,
+                vec![11, 2],
+                "coalesce={coalesce}"
+            );
+            assert!(b.drain_resolved().is_empty(), "nothing coalesced");
+        }
+    }
+
+    #[test]
+    fn a_fatal_request_releases_its_documents() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let (id, _) = sent(&mut b, 0, true).unwrap();
+        b.add(Some("d".into()), Effect::Opaque, 10, 2);
+        b.on_response(
+            id,
+            Response::Failed(RequestOutcome::Malformed, "400".into()),
+            1,
+            0.5,
+        );
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Fatal(1, _)]
+        ));
+        assert_eq!(sent(&mut b, 1, true).unwrap().1, vec![2]);
+    }
+
+    #[test]
+    fn a_retriable_failure_before_a_refused_action_is_retried() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), index(1), 10, 1);
+        b.add(Some("d".into()), index(2), 10, 2);
+        let (id, p) = sent(&mut b, 0, true).unwrap();
+        assert_eq!(p, vec![1, 2]);
+        b.on_response(id, Response::Items(vec![too_many(), refused()]), 1, 0.5);
+        let (r, payload, _, _) = refusal(&mut b);
+        assert_eq!(payload, 2);
+        b.settle_refused(r);
+        assert_eq!(b.pending(), 1, "1 was not written: it awaits a retry");
+    }
+
+    /// [1 refused, 2 rejected with 429]: the handler's replacement for 1 keeps 1's place,
+    /// before 2, with or without coalescing (2 is never superseded by it).
+    #[test]
+    fn a_replacement_stays_before_a_later_retried_action() {
+        for coalesce in [false, true] {
+            let mut b: Batcher<i64> = Batcher::new(limits(1000, 1, coalesce), 0);
+            if coalesce {
+                // With coalescing, the chain [r, 2] forms behind a requeued action.
+                b.add(Some("d".into()), index(0), 10, 0);
+                let (id, _) = sent(&mut b, 0, true).unwrap();
+                b.add(Some("d".into()), index(2), 10, 2);
+                b.on_response(id, Response::Items(vec![refused()]), 0, 0.5);
+                let (r, _, _, _) = refusal(&mut b);
+                b.requeue(r, vec![(Some("d".into()), index(1), 10, 1)]);
+            } else {
+                b.add(Some("d".into()), index(1), 10, 1);
+                b.add(Some("d".into()), index(2), 10, 2);
+            }
+            let (id, p) = sent(&mut b, 0, true).unwrap();
+            assert_eq!(p, vec![1, 2]);
+            b.on_response(id, Response::Items(vec![refused(), too_many()]), 1, 0.5);
+            let (r, payload, _, _) = refusal(&mut b);
+            assert_eq!(payload, 1);
+            b.requeue(r, vec![(Some("d".into()), index(11), 10, 11)]);
+            let (out, gone) = drain_all(&mut b, 1);
+            assert_eq!(out, vec![11, 2], "coalesce={coalesce}: 11 then 2");
+            assert!(gone.is_empty(), "coalesce={coalesce}: {gone:?}");
+        }
+    }
+
+    /// [1 refused, delete written]: a replacement for 1 would resurrect the document
+    /// after the delete. One the written action supersedes is superseded; one it does
+    /// not supersede fails the job instead of reordering the document.
+    #[test]
+    fn a_replacement_never_follows_a_later_written_action() {
+        let delete = Effect::Delete { version: None };
+        let mut b: Batcher<i64> = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), index(1), 10, 1);
+        b.add(Some("d".into()), delete.clone(), 10, 2);
+        let (id, p) = sent(&mut b, 0, true).unwrap();
+        assert_eq!(p, vec![1, 2]);
+        b.on_response(id, Response::Items(vec![refused(), ok()]), 1, 0.5);
+        let (r, _, _, _) = refusal(&mut b);
+        b.requeue(r, vec![(Some("d".into()), index(11), 10, 11)]);
+        let (out, gone) = drain_all(&mut b, 1);
+        assert!(
+            out.is_empty(),
+            "nothing is written after the delete: {out:?}"
+        );
+        assert_eq!(gone, vec![11]);
+
+        let upsert = |doc: &str| Effect::of(&BulkAction::upsert("i", "d".into(), doc.as_bytes()));
+        let mut b: Batcher<i64> = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), upsert(r#"{"a":1}"#), 10, 1);
+        b.add(Some("d".into()), upsert(r#"{"a":2,"b":2}"#), 10, 2);
+        let (id, _) = sent(&mut b, 0, true).unwrap();
+        b.on_response(id, Response::Items(vec![refused(), ok()]), 1, 0.5);
+        let (r, _, _, _) = refusal(&mut b);
+        // A replacement that sets a field the written action does not: out of order.
+        b.requeue(
+            r,
+            vec![(Some("d".into()), upsert(r#"{"a":1,"c":1}"#), 10, 11)],
+        );
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Fatal(11, _)]
+        ));
+        assert_eq!(b.pending(), 0);
     }
 }

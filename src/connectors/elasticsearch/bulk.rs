@@ -9,16 +9,15 @@
 
 use super::action::BulkAction;
 pub use super::batcher::ItemFailure;
-use super::batcher::{Batcher, ItemResult, Limits, RequestId, Resolution, Response};
+use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
 use super::item_result::{classify, classify_request};
+use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use bytes::Bytes;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::{BulkParts, Elasticsearch};
 use rand::{Rng, SeedableRng};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -143,13 +142,7 @@ impl BulkProcessor {
             .build()
             .map_err(|e| format!("Elasticsearch client: {e}"))?;
         let dead_letter = match &cfg.dead_letter_bootstrap_servers {
-            Some(servers) => Some(
-                rdkafka::ClientConfig::new()
-                    .set("bootstrap.servers", servers)
-                    .set("acks", "all")
-                    .create::<FutureProducer>()
-                    .map_err(|e| format!("dead-letter producer: {e}"))?,
-            ),
+            Some(servers) => Some(DeadLetterWriter::new(servers, &cfg.dead_letter_properties)?),
             None => None,
         };
         let shared = Arc::new(Shared::default());
@@ -236,7 +229,7 @@ struct Service {
     cfg: Arc<EsSinkConfig>,
     shared: Arc<Shared>,
     handler: Arc<dyn FailureHandler>,
-    dead_letter: Option<FutureProducer>,
+    dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
     batcher: Batcher<Item>,
     in_flight: JoinSet<(RequestId, Sent)>,
@@ -388,9 +381,12 @@ impl Service {
                         self.shared.superseded.fetch_add(1, Ordering::Relaxed);
                         self.shared.resolve(1)
                     }
-                    Resolution::Refused(item, failure, attempts) => {
-                        self.refused(item, failure, attempts).await
-                    }
+                    Resolution::Refused {
+                        refusal,
+                        payload,
+                        failure,
+                        attempts,
+                    } => self.refused(refusal, payload, failure, attempts).await,
                     Resolution::Exhausted(item, why) => self
                         .shared
                         .fail(format!("{} {why}", item.action.describe())),
@@ -403,24 +399,28 @@ impl Service {
         }
     }
 
-    async fn refused(&mut self, item: Item, failure: ItemFailure, attempts: u32) {
+    /// Asks the failure handler about a refused action; the batcher holds its place in
+    /// its document's order until the answer.
+    async fn refused(&mut self, refusal: Refusal, item: Item, failure: ItemFailure, attempts: u32) {
         match self.handler.on_failure(&item.action, &failure) {
-            FailureDecision::Fail(message) => self.shared.fail(message),
+            FailureDecision::Fail(message) => {
+                self.batcher.settle_refused(refusal);
+                self.shared.fail(message)
+            }
             FailureDecision::Drop => {
                 warn!(action = %item.action.describe(), error = %failure.reason, "refused action dropped by the failure handler");
+                self.batcher.settle_refused(refusal);
                 self.shared.resolve(1);
             }
             FailureDecision::Requeue(actions) => {
-                // Requeued actions take the refused one's place: at the front of their
-                // documents' queues, in order, so that no later action on the same
-                // document overtakes them; and they count its attempts, so that a
-                // handler requeuing forever fails the job.
-                let attempts = attempts + 1;
-                if attempts > self.cfg.retry_max_attempts {
+                // Requeued actions take the refused one's place in its document's order,
+                // and count its attempts, so that a handler requeuing forever fails the
+                // job.
+                if attempts + 1 > self.cfg.retry_max_attempts {
+                    self.batcher.settle_refused(refusal);
                     self.shared.fail(format!(
-                        "{} requeued {} times by the failure handler and still refused: {}",
+                        "{} requeued {attempts} times by the failure handler and still refused: {}",
                         item.action.describe(),
-                        attempts - 1,
                         failure.reason
                     ));
                     return;
@@ -429,15 +429,21 @@ impl Service {
                     .pending
                     .fetch_add(actions.len(), Ordering::SeqCst);
                 self.shared.resolve(1);
-                for action in actions.into_iter().rev() {
-                    let (doc, effect, bytes) = describe(&action);
-                    let item = encode(action);
-                    self.batcher
-                        .requeue(doc, effect, bytes.max(item.bytes.len()), item, attempts);
-                }
+                let replacements = actions
+                    .into_iter()
+                    .map(|action| {
+                        let (doc, effect, bytes) = describe(&action);
+                        let item = encode(action);
+                        let bytes = bytes.max(item.bytes.len());
+                        (doc, effect, bytes, item)
+                    })
+                    .collect();
+                self.batcher.requeue(refusal, replacements);
             }
             FailureDecision::DeadLetter(topic) => {
-                match self.dead_letter(&item.action, &failure, &topic).await {
+                let written = self.dead_letter(&item.action, &failure, &topic).await;
+                self.batcher.settle_refused(refusal);
+                match written {
                     Ok(()) => self.shared.resolve(1),
                     Err(e) => self.shared.fail(e),
                 }
@@ -453,67 +459,32 @@ impl Service {
         failure: &ItemFailure,
         topic: &str,
     ) -> Result<(), String> {
-        let producer = self.dead_letter.as_ref().ok_or_else(|| {
+        let writer = self.dead_letter.as_ref().ok_or_else(|| {
             format!("dead-letter to {topic}: no Kafka bootstrap servers configured")
         })?;
-        let reason = format!(
+        let error = format!(
             "{} {}: {}",
             failure.status, failure.error_type, failure.reason
         );
-        let id = action.id.clone().unwrap_or_default();
-        let mut headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "lockgate.error",
-                value: Some(&reason),
-            })
-            .insert(Header {
-                key: "lockgate.index",
-                value: Some(&action.index),
-            })
-            .insert(Header {
-                key: "lockgate.id",
-                value: Some(&id),
-            });
-        let origin = action.origin.as_ref().map(|o| {
-            (
-                o.stream.to_string(),
-                o.partition.to_string(),
-                o.offset.to_string(),
-            )
-        });
-        if let Some((t, p, o)) = &origin {
-            headers = headers
-                .insert(Header {
-                    key: "lockgate.topic",
-                    value: Some(t),
-                })
-                .insert(Header {
-                    key: "lockgate.partition",
-                    value: Some(p),
-                })
-                .insert(Header {
-                    key: "lockgate.offset",
-                    value: Some(o),
-                });
-        }
-        let payload = action
-            .record
-            .clone()
-            .or_else(|| action.body.clone())
-            .unwrap_or_default();
-        let record = FutureRecord::<[u8], [u8]>::to(topic)
-            .payload(&payload)
-            .headers(headers);
-        producer
-            .send(record, Duration::from_secs(30))
+        let letter = DeadLetter {
+            error: &error,
+            origin: action
+                .origin
+                .as_ref()
+                .map(|o| (&*o.stream, o.partition, o.offset)),
+            index: Some(&action.index),
+            id: Some(action.id.as_deref().unwrap_or_default()),
+            key: None,
+            payload: action
+                .record
+                .as_deref()
+                .or(action.body.as_deref())
+                .unwrap_or_default(),
+        };
+        writer
+            .send(topic, &letter)
             .await
-            .map(|_| ())
-            .map_err(|(e, _)| {
-                format!(
-                    "dead-letter of {} to {topic} failed: {e}",
-                    action.describe()
-                )
-            })
+            .map_err(|e| format!("{e} ({})", action.describe()))
     }
 }
 

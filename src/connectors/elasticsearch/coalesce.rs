@@ -148,6 +148,22 @@ mod tests {
             "no upsert: 404 if absent"
         );
         assert!(matches!(upsert(r#"{"n":1}"#), Effect::Merge(_)));
+        for body in [
+            r#"{"doc":{"n":1},"doc_as_upsert":false}"#,
+            r#"{"doc":{"n":1},"doc_as_upsert":true,"detect_noop":false}"#,
+        ] {
+            let a = BulkAction {
+                op: OpType::Update,
+                body: Some(body.into()),
+                ..idx.clone()
+            };
+            assert_eq!(Effect::of(&a), Effect::Opaque, "{body}");
+        }
+        let versioned = BulkAction {
+            version: Some(3),
+            ..BulkAction::upsert("i", "d".into(), br#"{"n":1}"#)
+        };
+        assert_eq!(Effect::of(&versioned), Effect::Opaque, "a versioned update");
     }
 
     #[test]
@@ -183,6 +199,10 @@ mod tests {
             (upsert(r#"{"a":1}"#), upsert(r#"{"a":{"x":0}}"#), true),
             (upsert(r#"{"a":{"x":1}}"#), upsert(r#"{"a":1}"#), false),
             (upsert(r#"{"a":[1]}"#), upsert(r#"{"a":[0,0]}"#), true),
+            (delete(Some(3)), replace(Some(4)), false),
+            (delete(None), replace(Some(4)), false),
+            (delete(Some(4)), delete(Some(4)), false),
+            (upsert(r#"{"a":1}"#), Effect::Opaque, false),
             (upsert(r#"{"a":1}"#), replace(None), false),
             (upsert(r#"{"a":1}"#), delete(None), false),
             (Effect::Opaque, replace(None), false),

@@ -84,6 +84,8 @@ pub struct EsSinkConfig {
     pub on_item_error: ItemErrorPolicy,
     /// Kafka bootstrap servers of the dead-letter topic.
     pub dead_letter_bootstrap_servers: Option<String>,
+    /// librdkafka properties of that cluster (its connection and security ones are used).
+    pub dead_letter_properties: std::collections::BTreeMap<String, String>,
     /// Wait at each checkpoint until every action is written. Without it, a checkpoint
     /// guarantees nothing about Elasticsearch.
     pub flush_on_checkpoint: bool,
@@ -115,6 +117,7 @@ impl EsSinkConfig {
             retry_max_attempts: 10,
             on_item_error: ItemErrorPolicy::Fail,
             dead_letter_bootstrap_servers: None,
+            dead_letter_properties: std::collections::BTreeMap::new(),
             flush_on_checkpoint: true,
             flush_timeout_ms: 60_000,
             request_timeout_ms: 30_000,

@@ -6,14 +6,13 @@ use super::decode;
 use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext};
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
+use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
 use async_trait::async_trait;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -38,7 +37,7 @@ pub struct KafkaSource {
     ends: BTreeMap<Tp, NextOffset>,
     pending_commits: BTreeMap<CheckpointId, Vec<(Tp, NextOffset)>>,
     discovered: Option<mpsc::Receiver<Listing>>,
-    dead_letter: Option<FutureProducer>,
+    dead_letter: Option<DeadLetterWriter>,
     skipped: u64,
     last_committed: Option<TopicPartitionList>,
     /// The restored positions (all partitions of the checkpoint), kept so that a
@@ -245,45 +244,22 @@ impl KafkaSource {
             DecodeErrorPolicy::DeadLetter(t) => t.clone(),
             _ => unreachable!("dead_letter only under the dead-letter policy"),
         };
-        let producer = self.dead_letter.as_ref().expect("created in open");
-        let partition = f.partition.to_string();
-        let offset = f.offset.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "lockgate.error",
-                value: Some(error),
-            })
-            .insert(Header {
-                key: "lockgate.topic",
-                value: Some(&*f.topic),
-            })
-            .insert(Header {
-                key: "lockgate.partition",
-                value: Some(&partition),
-            })
-            .insert(Header {
-                key: "lockgate.offset",
-                value: Some(&offset),
-            });
-        let empty: &[u8] = &[];
-        let mut rec = FutureRecord::<[u8], [u8]>::to(&topic)
-            .payload(f.payload.as_deref().unwrap_or(empty))
-            .headers(headers);
-        if let Some(k) = &f.key {
-            rec = rec.key(k.as_slice());
-        }
-        // Waiting for the broker's ack keeps the record from being lost: the position
-        // only moves past it once it is in the dead-letter topic.
-        producer
-            .send(rec, Duration::from_secs(30))
-            .await
-            .map_err(|(e, _)| {
-                self.err(format!(
-                    "dead-letter to {topic} failed for {}/{}@{}: {e}",
-                    f.topic, f.partition, f.offset
-                ))
-            })?;
-        Ok(())
+        let writer = self.dead_letter.as_ref().expect("created in open");
+        let letter = DeadLetter {
+            error,
+            origin: Some((&f.topic, f.partition, f.offset)),
+            key: f.key.as_deref(),
+            payload: f.payload.as_deref().unwrap_or_default(),
+            ..DeadLetter::default()
+        };
+        // The position only moves past the record once the broker acknowledged it in
+        // the dead-letter topic.
+        writer.send(&topic, &letter).await.map_err(|e| {
+            self.err(format!(
+                "{e} (record {}/{}@{})",
+                f.topic, f.partition, f.offset
+            ))
+        })
     }
 }
 
@@ -421,12 +397,9 @@ impl Source for KafkaSource {
         self.assign(&resolved)?;
         self.positions = resolved;
         if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
-            let mut pc = ClientConfig::new();
-            pc.set("bootstrap.servers", &cfg.bootstrap_servers)
-                .set("acks", "all");
             self.dead_letter = Some(
-                pc.create()
-                    .map_err(|e| self.err(format!("dead-letter producer: {e}")))?,
+                DeadLetterWriter::new(&cfg.bootstrap_servers, &cfg.properties)
+                    .map_err(|e| self.err(e))?,
             );
         }
         self.fetcher = Some(Fetcher::start(consumer.clone(), self.name.clone()));
