@@ -23,9 +23,30 @@
 //! lockgate::runtime::run(&job, Default::default()).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Where things are
+//!
+//! | you look for | it is in |
+//! |---|---|
+//! | what a job file means, its keys and defaults | [`config`] (dispatch), each connector's `config.rs` |
+//! | `${NAME}` in job files | [`interpolate`] |
+//! | where a barrier is emitted | [`runtime`] `task.rs` (a source snapshots its positions, then emits) |
+//! | where barriers are aligned | [`runtime`] `align.rs` (a pure state machine) |
+//! | when a checkpoint is triggered, completes, expires | [`checkpoint::coordinator`] (pure) |
+//! | where a snapshot is published | [`runtime`] `executor.rs`, through `lockgate_state::snapshot_dir` |
+//! | what a start restores, abandons, refuses | [`checkpoint::start`] (pure), `lockgate_state::restore` (which checkpoint verifies) |
+//! | where a Kafka partition starts | [`connectors::kafka::start_position`] (pure) |
+//! | what one bulk item result means | [`connectors::elasticsearch::item_result`] (pure) |
+//! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
+//! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
+//! | dead letters | [`connectors::dead_letter`] |
+//! | failpoints | [`fault`] |
+//! | the command line, the chaos harness, the test servers | `cli`, `chaos`, `testkit` (feature `harness`, on by default) |
 
+#[cfg(feature = "harness")]
 pub mod chaos;
 pub mod checkpoint;
+#[cfg(feature = "harness")]
 pub mod cli;
 pub mod config;
 pub mod connectors;
@@ -36,6 +57,7 @@ pub mod job;
 pub mod operators;
 pub mod record;
 pub mod runtime;
+#[cfg(feature = "harness")]
 pub mod testkit;
 
 pub use lockgate_state as state;
