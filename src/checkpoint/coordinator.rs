@@ -11,7 +11,7 @@
 //! - when every source finished, or a stop was requested, a final checkpoint is taken
 //!   at once, retried if it fails, and the job finishes when it is published.
 
-use crate::runtime::message::TaskId;
+use super::TaskId;
 use lockgate_state::{CheckpointId, SourcePosition, SubtaskSnapshot};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -8,3 +8,19 @@ pub mod coordinator;
 pub mod start;
 
 pub use coordinator::{Action, Coordinator, CoordinatorConfig};
+
+use std::fmt;
+
+/// Identity of a task: its vertex (0 = the source vertex) and subtask index. Defined
+/// here, below the runtime, because the coordinator counts acknowledgements by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId {
+    pub vertex: u16,
+    pub subtask: u16,
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vertex{}-{}", self.vertex, self.subtask)
+    }
+}

@@ -2,7 +2,6 @@
 
 use crate::record::Batch;
 use lockgate_state::{CheckpointId, SourcePosition, SubtaskSnapshot};
-use std::fmt;
 
 /// A message on a data channel. A barrier cuts the stream: every record before
 /// `Barrier(N)` belongs to checkpoint `N`, every record after it to a later one.
@@ -13,18 +12,7 @@ pub enum Message {
     EndOfInput,
 }
 
-/// Identity of a task: its vertex (0 = the source vertex) and subtask index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId {
-    pub vertex: u16,
-    pub subtask: u16,
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vertex{}-{}", self.vertex, self.subtask)
-    }
-}
+pub use crate::checkpoint::TaskId;
 
 /// Coordinator -> task.
 #[derive(Debug, Clone)]
