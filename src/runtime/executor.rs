@@ -432,7 +432,9 @@ async fn run_attempt(
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Trigger { id, is_final } => {
-                    *next_id = id.next();
+                    // The coordinator owns the sequence; the next attempt starts where
+                    // it stands.
+                    *next_id = coord.next_id();
                     if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
                         return fail_attempt(&mut tasks, e.into()).await;
                     }

@@ -5,7 +5,6 @@ use super::chain::Chain;
 use super::message::{Control, Message, Report, TaskId};
 use crate::connectors::{SinkRestore, Source, SourcePoll};
 use crate::error::{JobError, Result};
-use lockgate_state::snapshot_dir::chk_name;
 use lockgate_state::{CheckpointId, SourcePosition};
 use std::future::poll_fn;
 use std::path::PathBuf;
@@ -24,8 +23,7 @@ pub struct TaskIo {
 
 impl TaskIo {
     fn pending_dir(&self, id: CheckpointId) -> PathBuf {
-        self.checkpoint_root
-            .join(format!("{}.inprogress", chk_name(id)))
+        lockgate_state::snapshot_dir::in_progress_path(&self.checkpoint_root, id)
     }
 
     async fn report(&self, r: Report) -> Result<()> {

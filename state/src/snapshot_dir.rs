@@ -30,6 +30,11 @@ pub fn chk_name(id: CheckpointId) -> String {
     format!("{PREFIX}{:010}", id.0)
 }
 
+/// The directory an unfinished checkpoint `id` of `root` is written into.
+pub fn in_progress_path(root: &Path, id: CheckpointId) -> PathBuf {
+    root.join(format!("{}{IN_PROGRESS}", chk_name(id)))
+}
+
 /// The kind of a checkpoint directory name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameKind {
@@ -165,7 +170,7 @@ impl SnapshotDir {
 
     /// The directory an unfinished checkpoint is written into.
     pub fn in_progress_path(&self, id: CheckpointId) -> PathBuf {
-        self.root.join(format!("{}{IN_PROGRESS}", chk_name(id)))
+        in_progress_path(&self.root, id)
     }
 
     /// The directory of a completed checkpoint.
