@@ -183,71 +183,7 @@ fn d_output() -> String {
 #[serde(deny_unknown_fields)]
 struct SinkSection {
     file: Option<FileSection>,
-    elasticsearch: Option<EsSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EsSection {
-    url: String,
-    index: String,
-    #[serde(default = "d_id")]
-    id: String,
-    #[serde(default = "d_operation")]
-    operation: String,
-    #[serde(default = "d_versioning")]
-    versioning: String,
-    #[serde(default = "d_bulk_actions")]
-    bulk_max_actions: usize,
-    #[serde(default = "d_bulk_bytes")]
-    bulk_max_bytes: usize,
-    #[serde(default = "d_interval")]
-    bulk_flush_interval_ms: u64,
-    #[serde(default = "d_in_flight")]
-    max_in_flight: usize,
-    #[serde(default = "d_retry_initial")]
-    retry_initial_ms: u64,
-    #[serde(default = "d_retry_max")]
-    retry_max_ms: u64,
-    #[serde(default = "d_retry_attempts")]
-    retry_max_attempts: u32,
-    #[serde(default = "d_decode")]
-    on_item_error: String,
-    #[serde(default = "d_true")]
-    flush_on_checkpoint: bool,
-    #[serde(default = "d_true")]
-    coalesce: bool,
-}
-
-fn d_id() -> String {
-    "coordinates".into()
-}
-fn d_operation() -> String {
-    "index".into()
-}
-fn d_versioning() -> String {
-    "none".into()
-}
-fn d_bulk_actions() -> usize {
-    1000
-}
-fn d_bulk_bytes() -> usize {
-    5 * 1024 * 1024
-}
-fn d_in_flight() -> usize {
-    2
-}
-fn d_retry_initial() -> u64 {
-    100
-}
-fn d_retry_max() -> u64 {
-    10_000
-}
-fn d_retry_attempts() -> u32 {
-    10
-}
-fn d_true() -> bool {
-    true
+    elasticsearch: Option<crate::connectors::elasticsearch::config::EsSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -297,6 +233,80 @@ pub fn expanded_table(text: &str, path: &Path) -> Result<toml::Table, ConfigErro
     }
 }
 
+fn read_file(text: &str, path: &Path) -> Result<JobFile, ConfigError> {
+    let table = expanded_table(text, path)?;
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        ConfigError {
+            file: path.to_path_buf(),
+            key,
+            message: inner.message().to_string(),
+        }
+    })
+}
+
+/// The typed settings of a job file, for tools that reason about a job (the chaos
+/// harness verifies against them): the same parse, defaults and validation as [`load`].
+#[derive(Debug, Clone)]
+pub struct JobDescription {
+    pub name: String,
+    /// The checkpoint directory, resolved against the job file's directory.
+    pub checkpoint_dir: PathBuf,
+    pub kafka: Option<crate::connectors::kafka::KafkaSourceConfig>,
+    pub elasticsearch: Option<crate::connectors::elasticsearch::EsSinkConfig>,
+    /// `(key, field, output)` JSON pointers of each `rolling_sum`, in order.
+    pub rolling_sums: Vec<(String, String, String)>,
+}
+
+/// Reads a job file's typed settings (after validating the whole file with [`load`]).
+pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
+    load(path)?;
+    let err = |key: &str, message: String| ConfigError {
+        file: path.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
+    let file = read_file(&text, path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let kafka = match &file.source.kafka {
+        Some(k) => Some(kafka_config(k, &file.job.name, &err)?),
+        None => None,
+    };
+    let elasticsearch = match &file.sink.elasticsearch {
+        Some(e) => {
+            let ctx = crate::connectors::elasticsearch::config::SinkContext {
+                dead_letter_kafka: kafka
+                    .as_ref()
+                    .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
+                checkpoint_timeout_ms: file.checkpoint.timeout_ms,
+            };
+            Some(
+                e.config(&ctx)
+                    .map_err(|(k, m)| err(&format!("sink.elasticsearch.{k}"), m))?,
+            )
+        }
+        None => None,
+    };
+    Ok(JobDescription {
+        name: file.job.name.clone(),
+        checkpoint_dir: base.join(&file.checkpoint.dir),
+        kafka,
+        elasticsearch,
+        rolling_sums: file
+            .transform
+            .iter()
+            .map(|t| match t {
+                TransformSection::RollingSum { key, field, output } => {
+                    (key.clone(), field.clone(), output.clone())
+                }
+            })
+            .collect(),
+    })
+}
+
 /// Parses job-file text; `path` names errors and anchors relative paths.
 pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
     let err = |key: &str, message: String| ConfigError {
@@ -304,14 +314,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         key: key.to_string(),
         message,
     };
-    let table = expanded_table(text, path)?;
-    let file: JobFile =
-        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let message = inner.message().to_string();
-            err(&key, message)
-        })?;
+    let file = read_file(text, path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let resolve = |p: &Path| {
         if p.is_absolute() {
@@ -456,7 +459,19 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
                 .kafka
                 .as_ref()
                 .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
-            es_sink(b, e, kafka, c.timeout_ms, &err)?
+            let ctx = crate::connectors::elasticsearch::config::SinkContext {
+                dead_letter_kafka: kafka,
+                checkpoint_timeout_ms: c.timeout_ms,
+            };
+            e.build(b, &ctx).map_err(|(k, m)| {
+                // "operation and versioning": both keys, each named in full.
+                let k = k
+                    .split(" and ")
+                    .map(|k| format!("sink.elasticsearch.{k}"))
+                    .collect::<Vec<_>>()
+                    .join(" and ");
+                err(&k, m)
+            })?
         }
         (Some(_), Some(_)) => {
             return Err(err(
@@ -480,8 +495,19 @@ fn kafka_source(
     job_name: &str,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<crate::job::JobBuilder, ConfigError> {
+    let kc = std::sync::Arc::new(kafka_config(k, job_name, err)?);
+    Ok(b.source("kafka", move |_| {
+        Box::new(crate::connectors::kafka::KafkaSource::new(kc.clone()))
+    }))
+}
+
+fn kafka_config(
+    k: &KafkaSection,
+    job_name: &str,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<crate::connectors::kafka::KafkaSourceConfig, ConfigError> {
     use crate::connectors::kafka::{
-        DecodeErrorPolicy, Format, KafkaSource, KafkaSourceConfig, Startup, TopicSelector,
+        DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicSelector,
     };
     let topics = match (&k.topics, &k.topic_pattern) {
         (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
@@ -536,79 +562,7 @@ fn kafka_source(
     }
     kc.connect_timeout_ms = k.connect_timeout_ms;
     kc.properties = k.properties.clone();
-    let kc = std::sync::Arc::new(kc);
-    Ok(b.source("kafka", move |_| Box::new(KafkaSource::new(kc.clone()))))
-}
-
-fn es_sink(
-    b: crate::job::JobBuilder,
-    e: &EsSection,
-    kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
-    checkpoint_timeout_ms: u64,
-    err: &dyn Fn(&str, String) -> ConfigError,
-) -> Result<crate::job::JobBuilder, ConfigError> {
-    use crate::connectors::elasticsearch::{
-        ConfigActionBuilder, EsSink, EsSinkConfig, IdStrategy, ItemErrorPolicy, Operation,
-        PolicyFailureHandler, Versioning,
-    };
-    let key = |k: &str| format!("sink.elasticsearch.{k}");
-    let mut c = EsSinkConfig::new(e.url.clone(), e.index.clone());
-    c.id = IdStrategy::parse(&e.id).map_err(|m| err(&key("id"), m))?;
-    c.operation = match e.operation.as_str() {
-        "index" => Operation::Index,
-        "create" => Operation::Create,
-        "upsert" => Operation::Upsert,
-        other => {
-            return Err(err(
-                &key("operation"),
-                format!("`{other}` is not one of index, create, upsert"),
-            ))
-        }
-    };
-    c.versioning = match e.versioning.as_str() {
-        "none" => Versioning::None,
-        "external" => Versioning::External,
-        other => {
-            return Err(err(
-                &key("versioning"),
-                format!("`{other}` is not one of none, external"),
-            ))
-        }
-    };
-    c.bulk_max_actions = e.bulk_max_actions;
-    c.bulk_max_bytes = e.bulk_max_bytes;
-    c.bulk_flush_interval_ms = e.bulk_flush_interval_ms;
-    c.max_in_flight = e.max_in_flight;
-    c.retry_initial_ms = e.retry_initial_ms;
-    c.retry_max_ms = e.retry_max_ms;
-    c.retry_max_attempts = e.retry_max_attempts;
-    c.on_item_error =
-        ItemErrorPolicy::parse(&e.on_item_error).map_err(|m| err(&key("on_item_error"), m))?;
-    if let Some((servers, properties)) = kafka {
-        c.dead_letter_bootstrap_servers = Some(servers);
-        c.dead_letter_properties = properties;
-    }
-    c.flush_on_checkpoint = e.flush_on_checkpoint;
-    c.coalesce = e.coalesce;
-    c.flush_timeout_ms = checkpoint_timeout_ms;
-    if let Err((k, m)) = c.validate() {
-        let k = if k == "operation" {
-            format!("{} and {}", key("operation"), key("versioning"))
-        } else {
-            key(&k)
-        };
-        return Err(err(&k, m));
-    }
-    let c = std::sync::Arc::new(c);
-    let handler: std::sync::Arc<dyn crate::connectors::elasticsearch::FailureHandler> =
-        std::sync::Arc::new(PolicyFailureHandler(c.on_item_error.clone()));
-    Ok(b.sink("elasticsearch", move |_| {
-        Box::new(EsSink::new(
-            c.clone(),
-            Box::new(ConfigActionBuilder::new(&c)),
-            handler.clone(),
-        ))
-    }))
+    Ok(kc)
 }
 
 #[cfg(test)]

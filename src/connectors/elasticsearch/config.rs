@@ -1,4 +1,6 @@
-//! What the user configures for the Elasticsearch sink (`[sink.elasticsearch]`).
+//! What the user configures for the Elasticsearch sink (`[sink.elasticsearch]`): the
+//! job-file section, its defaults (one place: [`EsSinkConfig::new`]), its validation,
+//! and the sink it builds. A new setting touches this file only.
 
 /// How document ids are derived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +69,7 @@ impl ItemErrorPolicy {
 }
 
 /// The sink's configuration; defaults as in the job file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EsSinkConfig {
     pub url: String,
     pub index: String,
@@ -152,6 +154,130 @@ impl EsSinkConfig {
     }
 }
 
+/// `[sink.elasticsearch]` as written in a job file. A key that is absent takes
+/// [`EsSinkConfig::new`]'s default, so the job file and the Rust API cannot disagree.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EsSection {
+    pub url: String,
+    pub index: String,
+    id: Option<String>,
+    operation: Option<String>,
+    versioning: Option<String>,
+    bulk_max_actions: Option<usize>,
+    bulk_max_bytes: Option<usize>,
+    bulk_flush_interval_ms: Option<u64>,
+    max_in_flight: Option<usize>,
+    retry_initial_ms: Option<u64>,
+    retry_max_ms: Option<u64>,
+    retry_max_attempts: Option<u32>,
+    on_item_error: Option<String>,
+    flush_on_checkpoint: Option<bool>,
+    coalesce: Option<bool>,
+}
+
+/// What the sink's section takes from the rest of the job file.
+#[derive(Debug, Clone, Default)]
+pub struct SinkContext {
+    /// The Kafka cluster dead letters go to (the source's), with its librdkafka
+    /// properties.
+    pub dead_letter_kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
+    /// How long a checkpoint may wait for the flush.
+    pub checkpoint_timeout_ms: u64,
+}
+
+impl EsSection {
+    /// The sink's configuration. An error is `(key, message)`, the key relative to the
+    /// section.
+    pub fn config(&self, ctx: &SinkContext) -> Result<EsSinkConfig, (String, String)> {
+        fn at(k: &'static str) -> impl Fn(String) -> (String, String) {
+            move |m| (k.to_string(), m)
+        }
+        let mut c = EsSinkConfig::new(self.url.clone(), self.index.clone());
+        if let Some(id) = &self.id {
+            c.id = IdStrategy::parse(id).map_err(at("id"))?;
+        }
+        if let Some(op) = &self.operation {
+            c.operation = Operation::parse(op).map_err(at("operation"))?;
+        }
+        if let Some(v) = &self.versioning {
+            c.versioning = Versioning::parse(v).map_err(at("versioning"))?;
+        }
+        let set = |slot: &mut usize, v: Option<usize>| *slot = v.unwrap_or(*slot);
+        set(&mut c.bulk_max_actions, self.bulk_max_actions);
+        set(&mut c.bulk_max_bytes, self.bulk_max_bytes);
+        set(&mut c.max_in_flight, self.max_in_flight);
+        c.bulk_flush_interval_ms = self
+            .bulk_flush_interval_ms
+            .unwrap_or(c.bulk_flush_interval_ms);
+        c.retry_initial_ms = self.retry_initial_ms.unwrap_or(c.retry_initial_ms);
+        c.retry_max_ms = self.retry_max_ms.unwrap_or(c.retry_max_ms);
+        c.retry_max_attempts = self.retry_max_attempts.unwrap_or(c.retry_max_attempts);
+        if let Some(p) = &self.on_item_error {
+            c.on_item_error = ItemErrorPolicy::parse(p).map_err(at("on_item_error"))?;
+        }
+        c.flush_on_checkpoint = self.flush_on_checkpoint.unwrap_or(c.flush_on_checkpoint);
+        c.coalesce = self.coalesce.unwrap_or(c.coalesce);
+        if let Some((servers, properties)) = &ctx.dead_letter_kafka {
+            c.dead_letter_bootstrap_servers = Some(servers.clone());
+            c.dead_letter_properties = properties.clone();
+        }
+        c.flush_timeout_ms = ctx.checkpoint_timeout_ms;
+        c.validate().map_err(|(k, m)| {
+            let k = if k == "operation" {
+                "operation and versioning".to_string()
+            } else {
+                k
+            };
+            (k, m)
+        })?;
+        Ok(c)
+    }
+
+    /// Adds the sink this section describes to `b`.
+    pub fn build(
+        &self,
+        b: crate::job::JobBuilder,
+        ctx: &SinkContext,
+    ) -> Result<crate::job::JobBuilder, (String, String)> {
+        use super::{ConfigActionBuilder, EsSink, FailureHandler, PolicyFailureHandler};
+        use std::sync::Arc;
+        let c = Arc::new(self.config(ctx)?);
+        let handler: Arc<dyn FailureHandler> =
+            Arc::new(PolicyFailureHandler(c.on_item_error.clone()));
+        Ok(b.sink("elasticsearch", move |_| {
+            Box::new(EsSink::new(
+                c.clone(),
+                Box::new(ConfigActionBuilder::new(&c)),
+                handler.clone(),
+            ))
+        }))
+    }
+}
+
+impl Operation {
+    /// Parses `index`, `create` or `upsert`.
+    pub fn parse(s: &str) -> Result<Operation, String> {
+        match s {
+            "index" => Ok(Operation::Index),
+            "create" => Ok(Operation::Create),
+            "upsert" => Ok(Operation::Upsert),
+            other => Err(format!("`{other}` is not one of index, create, upsert")),
+        }
+    }
+}
+
+impl Versioning {
+    /// Parses `none` or `external`.
+    pub fn parse(s: &str) -> Result<Versioning, String> {
+        match s {
+            "none" => Ok(Versioning::None),
+            "external" => Ok(Versioning::External),
+            other => Err(format!("`{other}` is not one of none, external")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +304,69 @@ mod tests {
             Ok(ItemErrorPolicy::DeadLetter("dlq".into()))
         );
         assert!(ItemErrorPolicy::parse("skip").is_err());
+    }
+
+    #[test]
+    fn the_job_file_defaults_are_the_rust_api_defaults() {
+        let section: EsSection =
+            toml::from_str("url = \"http://es:9200\"\nindex = \"orders\"").unwrap();
+        let ctx = SinkContext {
+            dead_letter_kafka: None,
+            checkpoint_timeout_ms: 60_000,
+        };
+        assert_eq!(
+            section.config(&ctx).unwrap(),
+            EsSinkConfig::new("http://es:9200", "orders")
+        );
+    }
+
+    #[test]
+    fn every_key_of_the_section_is_applied_and_errors_name_the_key() {
+        let text = r#"
+url = "u"
+index = "i"
+id = "key"
+operation = "create"
+versioning = "external"
+bulk_max_actions = 7
+bulk_max_bytes = 8
+bulk_flush_interval_ms = 9
+max_in_flight = 3
+retry_initial_ms = 11
+retry_max_ms = 12
+retry_max_attempts = 13
+on_item_error = "dead-letter:dlq"
+flush_on_checkpoint = false
+coalesce = false
+"#;
+        let section: EsSection = toml::from_str(text).unwrap();
+        let ctx = SinkContext {
+            dead_letter_kafka: Some(("k:9092".into(), Default::default())),
+            checkpoint_timeout_ms: 5,
+        };
+        let c = section.config(&ctx).unwrap();
+        let mut want = EsSinkConfig::new("u", "i");
+        want.id = IdStrategy::Key;
+        want.operation = Operation::Create;
+        want.versioning = Versioning::External;
+        want.bulk_max_actions = 7;
+        want.bulk_max_bytes = 8;
+        want.bulk_flush_interval_ms = 9;
+        want.max_in_flight = 3;
+        want.retry_initial_ms = 11;
+        want.retry_max_ms = 12;
+        want.retry_max_attempts = 13;
+        want.on_item_error = ItemErrorPolicy::DeadLetter("dlq".into());
+        want.flush_on_checkpoint = false;
+        want.coalesce = false;
+        want.flush_timeout_ms = 5;
+        want.dead_letter_bootstrap_servers = Some("k:9092".into());
+        assert_eq!(c, want);
+        let bad: EsSection =
+            toml::from_str("url = \"u\"\nindex = \"i\"\noperation = \"merge\"").unwrap();
+        assert_eq!(
+            bad.config(&SinkContext::default()).unwrap_err().0,
+            "operation"
+        );
     }
 }
