@@ -49,56 +49,57 @@ fn default_max_parallelism() -> u16 {
     128
 }
 
+/// `[checkpoint]`: absent keys take [`CheckpointSettings::new`]'s defaults.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckpointSection {
     dir: PathBuf,
-    #[serde(default = "d_interval")]
-    interval_ms: u64,
-    #[serde(default = "d_timeout")]
-    timeout_ms: u64,
-    #[serde(default)]
-    min_pause_ms: u64,
-    #[serde(default = "d_retain")]
-    retain: usize,
-    #[serde(default)]
-    tolerable_failures: u32,
+    interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    min_pause_ms: Option<u64>,
+    retain: Option<usize>,
+    tolerable_failures: Option<u32>,
 }
 
-fn d_interval() -> u64 {
-    1000
-}
-fn d_timeout() -> u64 {
-    60_000
-}
-fn d_retain() -> usize {
-    3
+impl CheckpointSection {
+    /// The settings, with `dir` as given (resolved by the caller).
+    fn settings(&self, dir: PathBuf) -> CheckpointSettings {
+        let d = CheckpointSettings::new(dir);
+        CheckpointSettings {
+            interval_ms: self.interval_ms.unwrap_or(d.interval_ms),
+            timeout_ms: self.timeout_ms.unwrap_or(d.timeout_ms),
+            min_pause_ms: self.min_pause_ms.unwrap_or(d.min_pause_ms),
+            retain: self.retain.unwrap_or(d.retain),
+            tolerable_failures: self.tolerable_failures.unwrap_or(d.tolerable_failures),
+            dir: d.dir,
+        }
+    }
 }
 
-#[derive(Debug, Deserialize)]
+/// `[restart]`: absent keys take [`RestartPolicy::default`]'s values.
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RestartSection {
-    #[serde(default = "d_strategy")]
-    strategy: String,
-    #[serde(default = "d_attempts")]
-    attempts: u32,
-    #[serde(default = "d_interval")]
-    delay_ms: u64,
+    strategy: Option<String>,
+    attempts: Option<u32>,
+    delay_ms: Option<u64>,
 }
 
-fn d_strategy() -> String {
-    "fixed-delay".into()
-}
-fn d_attempts() -> u32 {
-    3
-}
-
-impl Default for RestartSection {
-    fn default() -> Self {
-        RestartSection {
-            strategy: d_strategy(),
-            attempts: d_attempts(),
-            delay_ms: d_interval(),
+impl RestartSection {
+    fn policy(&self) -> Result<RestartPolicy, (String, String)> {
+        let RestartPolicy::FixedDelay { attempts, delay_ms } = RestartPolicy::default() else {
+            unreachable!("the default restarts");
+        };
+        match self.strategy.as_deref().unwrap_or("fixed-delay") {
+            "none" => Ok(RestartPolicy::None),
+            "fixed-delay" => Ok(RestartPolicy::FixedDelay {
+                attempts: self.attempts.unwrap_or(attempts),
+                delay_ms: self.delay_ms.unwrap_or(delay_ms),
+            }),
+            other => Err((
+                "restart.strategy".into(),
+                format!("`{other}` is not one of fixed-delay, none"),
+            )),
         }
     }
 }
@@ -107,42 +108,7 @@ impl Default for RestartSection {
 #[serde(deny_unknown_fields)]
 struct SourceSection {
     sequence: Option<SequenceSection>,
-    kafka: Option<KafkaSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KafkaSection {
-    bootstrap_servers: String,
-    topics: Option<Vec<String>>,
-    topic_pattern: Option<String>,
-    group_id: Option<String>,
-    #[serde(default = "d_startup")]
-    startup: String,
-    #[serde(default = "d_discovery")]
-    partition_discovery_ms: u64,
-    bounded: Option<String>,
-    #[serde(default = "d_format")]
-    format: String,
-    #[serde(default = "d_decode")]
-    on_decode_error: String,
-    #[serde(default = "d_connect")]
-    connect_timeout_ms: u64,
-    #[serde(default)]
-    properties: std::collections::BTreeMap<String, String>,
-}
-
-fn d_startup() -> String {
-    "earliest".into()
-}
-fn d_discovery() -> u64 {
-    5000
-}
-fn d_decode() -> String {
-    "fail".into()
-}
-fn d_connect() -> u64 {
-    30_000
+    kafka: Option<crate::connectors::kafka::config::KafkaSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -281,7 +247,7 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
                 dead_letter_kafka: kafka
                     .as_ref()
                     .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
-                checkpoint_timeout_ms: file.checkpoint.timeout_ms,
+                checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
             };
             Some(
                 e.config(&ctx)
@@ -340,7 +306,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             ),
         ));
     }
-    let c = &file.checkpoint;
+    let c = file.checkpoint.settings(resolve(&file.checkpoint.dir));
     if c.retain < 2 {
         return Err(err(
             "checkpoint.retain",
@@ -350,31 +316,13 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
     if c.timeout_ms == 0 {
         return Err(err("checkpoint.timeout_ms", "must be positive".into()));
     }
-    let restart = match file.restart.strategy.as_str() {
-        "none" => RestartPolicy::None,
-        "fixed-delay" => RestartPolicy::FixedDelay {
-            attempts: file.restart.attempts,
-            delay_ms: file.restart.delay_ms,
-        },
-        other => {
-            return Err(err(
-                "restart.strategy",
-                format!("`{other}` is not one of fixed-delay, none"),
-            ))
-        }
-    };
+    let restart = file.restart.policy().map_err(|(k, m)| err(&k, m))?;
+    let timeout_ms = c.timeout_ms;
     let mut b = Job::builder(&j.name)
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
         .restart(restart)
-        .checkpointing(CheckpointSettings {
-            dir: resolve(&c.dir),
-            interval_ms: c.interval_ms,
-            timeout_ms: c.timeout_ms,
-            min_pause_ms: c.min_pause_ms,
-            retain: c.retain,
-            tolerable_failures: c.tolerable_failures,
-        });
+        .checkpointing(c);
 
     b = match (&file.source.sequence, &file.source.kafka) {
         (Some(s), None) => {
@@ -461,7 +409,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
                 .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
                 dead_letter_kafka: kafka,
-                checkpoint_timeout_ms: c.timeout_ms,
+                checkpoint_timeout_ms: timeout_ms,
             };
             e.build(b, &ctx).map_err(|(k, m)| {
                 // "operation and versioning": both keys, each named in full.
@@ -491,7 +439,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
 
 fn kafka_source(
     b: crate::job::JobBuilder,
-    k: &KafkaSection,
+    k: &crate::connectors::kafka::config::KafkaSection,
     job_name: &str,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<crate::job::JobBuilder, ConfigError> {
@@ -502,72 +450,30 @@ fn kafka_source(
 }
 
 fn kafka_config(
-    k: &KafkaSection,
+    k: &crate::connectors::kafka::config::KafkaSection,
     job_name: &str,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<crate::connectors::kafka::KafkaSourceConfig, ConfigError> {
-    use crate::connectors::kafka::{
-        DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicSelector,
-    };
-    let topics = match (&k.topics, &k.topic_pattern) {
-        (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
-        (None, Some(p)) => TopicSelector::Pattern(
-            regex::Regex::new(p)
-                .map_err(|e| err("source.kafka.topic_pattern", format!("not a regex: {e}")))?,
-        ),
-        _ => {
-            return Err(err(
-                "source.kafka.topics",
-                "give exactly one of topics (non-empty) or topic_pattern".into(),
-            ))
-        }
-    };
-    let mut kc = KafkaSourceConfig::new(
-        k.bootstrap_servers.clone(),
-        topics,
-        k.group_id
-            .clone()
-            .unwrap_or_else(|| format!("lockgate-{job_name}")),
-    );
-    kc.startup = Startup::parse(&k.startup).map_err(|e| err("source.kafka.startup", e))?;
-    kc.partition_discovery_ms = k.partition_discovery_ms;
-    kc.bounded = match k.bounded.as_deref() {
-        None => false,
-        Some("latest") => true,
-        Some(other) => {
-            return Err(err(
-                "source.kafka.bounded",
-                format!("`{other}` is not supported (latest)"),
-            ))
-        }
-    };
-    kc.format = match k.format.as_str() {
-        "json" => Format::Json,
-        "text" => Format::Text,
-        "bytes" => Format::Bytes,
-        other => {
-            return Err(err(
-                "source.kafka.format",
-                format!("`{other}` is not one of json, text, bytes"),
-            ))
-        }
-    };
-    kc.on_decode_error = DecodeErrorPolicy::parse(&k.on_decode_error)
-        .map_err(|e| err("source.kafka.on_decode_error", e))?;
-    if k.connect_timeout_ms == 0 {
-        return Err(err(
-            "source.kafka.connect_timeout_ms",
-            "must be positive".into(),
-        ));
-    }
-    kc.connect_timeout_ms = k.connect_timeout_ms;
-    kc.properties = k.properties.clone();
-    Ok(kc)
+    k.config(job_name)
+        .map_err(|(key, m)| err(&format!("source.kafka.{key}"), m))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_file_defaults_are_the_rust_api_defaults() {
+        let c: CheckpointSection = toml::from_str("dir = \"d\"").unwrap();
+        assert_eq!(c.settings("d".into()), CheckpointSettings::new("d"));
+        let r: RestartSection = toml::from_str("").unwrap();
+        assert_eq!(r.policy().unwrap(), RestartPolicy::default());
+        assert_eq!(
+            RestartSection::default().policy().unwrap(),
+            RestartPolicy::default(),
+            "a job file without [restart]"
+        );
+    }
 
     const GOOD: &str = r#"
 [job]

@@ -54,6 +54,16 @@ pub enum RestartPolicy {
     FixedDelay { attempts: u32, delay_ms: u64 },
 }
 
+impl Default for RestartPolicy {
+    /// The job file's default: three restarts, a second apart.
+    fn default() -> RestartPolicy {
+        RestartPolicy::FixedDelay {
+            attempts: 3,
+            delay_ms: 1000,
+        }
+    }
+}
+
 /// One step between the source and the sink.
 #[derive(Clone)]
 pub(crate) enum Stage {
@@ -121,10 +131,7 @@ impl Job {
             parallelism: 1,
             max_parallelism: 128,
             checkpoint: None,
-            restart: RestartPolicy::FixedDelay {
-                attempts: 3,
-                delay_ms: 1000,
-            },
+            restart: RestartPolicy::default(),
             source: None,
             stages: Vec::new(),
             sink: None,

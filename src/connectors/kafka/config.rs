@@ -1,4 +1,5 @@
-//! What the user configures for the Kafka source (`[source.kafka]`).
+//! What the user configures for the Kafka source (`[source.kafka]`): the job-file
+//! section, its defaults (one place: [`KafkaSourceConfig::new`]), its validation.
 
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -94,7 +95,7 @@ impl DecodeErrorPolicy {
 }
 
 /// The Kafka source's configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSourceConfig {
     pub bootstrap_servers: String,
     pub topics: TopicSelector,
@@ -135,6 +136,100 @@ impl KafkaSourceConfig {
     }
 }
 
+impl PartialEq for TopicSelector {
+    fn eq(&self, other: &TopicSelector) -> bool {
+        match (self, other) {
+            (TopicSelector::List(a), TopicSelector::List(b)) => a == b,
+            (TopicSelector::Pattern(a), TopicSelector::Pattern(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+/// `[source.kafka]` as written in a job file. A key that is absent takes
+/// [`KafkaSourceConfig::new`]'s default, so the job file and the Rust API cannot
+/// disagree.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    pub bootstrap_servers: String,
+    topics: Option<Vec<String>>,
+    topic_pattern: Option<String>,
+    group_id: Option<String>,
+    startup: Option<String>,
+    partition_discovery_ms: Option<u64>,
+    bounded: Option<String>,
+    format: Option<String>,
+    on_decode_error: Option<String>,
+    connect_timeout_ms: Option<u64>,
+    /// Passed to librdkafka unchanged (dead letters use its connection and security
+    /// properties too).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaSection {
+    /// The source's configuration (`group_id` defaults to `lockgate-<job name>`). An
+    /// error is `(key, message)`, the key relative to the section.
+    pub fn config(&self, job_name: &str) -> Result<KafkaSourceConfig, (String, String)> {
+        fn at(k: &'static str) -> impl Fn(String) -> (String, String) {
+            move |m| (k.to_string(), m)
+        }
+        let topics = match (&self.topics, &self.topic_pattern) {
+            (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
+            (None, Some(p)) => TopicSelector::Pattern(
+                Regex::new(p).map_err(|e| at("topic_pattern")(format!("not a regex: {e}")))?,
+            ),
+            _ => {
+                return Err(at("topics")(
+                    "give exactly one of topics (non-empty) or topic_pattern".into(),
+                ))
+            }
+        };
+        let group = self
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("lockgate-{job_name}"));
+        let mut c = KafkaSourceConfig::new(self.bootstrap_servers.clone(), topics, group);
+        if let Some(s) = &self.startup {
+            c.startup = Startup::parse(s).map_err(at("startup"))?;
+        }
+        c.partition_discovery_ms = self
+            .partition_discovery_ms
+            .unwrap_or(c.partition_discovery_ms);
+        c.bounded = match self.bounded.as_deref() {
+            None => false,
+            Some("latest") => true,
+            Some(other) => {
+                return Err(at("bounded")(format!(
+                    "`{other}` is not supported (latest)"
+                )))
+            }
+        };
+        if let Some(f) = &self.format {
+            c.format = match f.as_str() {
+                "json" => Format::Json,
+                "text" => Format::Text,
+                "bytes" => Format::Bytes,
+                other => {
+                    return Err(at("format")(format!(
+                        "`{other}` is not one of json, text, bytes"
+                    )))
+                }
+            };
+        }
+        if let Some(p) = &self.on_decode_error {
+            c.on_decode_error = DecodeErrorPolicy::parse(p).map_err(at("on_decode_error"))?;
+        }
+        c.connect_timeout_ms = self.connect_timeout_ms.unwrap_or(c.connect_timeout_ms);
+        if c.connect_timeout_ms == 0 {
+            return Err(at("connect_timeout_ms")("must be positive".into()));
+        }
+        c.properties = self.properties.clone();
+        Ok(c)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +254,69 @@ mod tests {
         let s = TopicSelector::Pattern(Regex::new("orders-.*").unwrap());
         assert!(s.matches("orders-eu"));
         assert!(!s.matches("old-orders-eu"));
+    }
+
+    #[test]
+    fn the_job_file_defaults_are_the_rust_api_defaults() {
+        let section: KafkaSection =
+            toml::from_str("bootstrap_servers = \"k:9092\"\ntopics = [\"orders\"]").unwrap();
+        assert_eq!(
+            section.config("job").unwrap(),
+            KafkaSourceConfig::new(
+                "k:9092",
+                TopicSelector::List(vec!["orders".into()]),
+                "lockgate-job"
+            )
+        );
+    }
+
+    #[test]
+    fn every_key_of_the_section_is_applied_and_errors_name_the_key() {
+        let text = r#"
+bootstrap_servers = "k:9092"
+topic_pattern = "orders-.*"
+group_id = "g"
+startup = "latest"
+partition_discovery_ms = 7
+bounded = "latest"
+format = "text"
+on_decode_error = "skip"
+connect_timeout_ms = 9
+[properties]
+"fetch.wait.max.ms" = "5"
+"#;
+        let section: KafkaSection = toml::from_str(text).unwrap();
+        let mut want = KafkaSourceConfig::new(
+            "k:9092",
+            TopicSelector::Pattern(Regex::new("orders-.*").unwrap()),
+            "g",
+        );
+        want.startup = Startup::Latest;
+        want.partition_discovery_ms = 7;
+        want.bounded = true;
+        want.format = Format::Text;
+        want.on_decode_error = DecodeErrorPolicy::Skip;
+        want.connect_timeout_ms = 9;
+        want.properties
+            .insert("fetch.wait.max.ms".into(), "5".into());
+        assert_eq!(section.config("job").unwrap(), want);
+        for (bad, key) in [
+            ("bootstrap_servers = \"k\"", "topics"),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"xml\"",
+                "format",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nconnect_timeout_ms = 0",
+                "connect_timeout_ms",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopic_pattern = \"(\"",
+                "topic_pattern",
+            ),
+        ] {
+            let s: KafkaSection = toml::from_str(bad).unwrap();
+            assert_eq!(s.config("job").unwrap_err().0, key, "{bad}");
+        }
     }
 }
