@@ -166,14 +166,15 @@ fn d_format() -> String {
 
 /// Reads and validates a job file.
 pub fn load(path: &Path) -> Result<JobGraph, ConfigError> {
-    let err = |key: &str, message: String| ConfigError {
+    parse(&read_text(path)?, path)
+}
+
+fn read_text(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: path.to_path_buf(),
-        key: key.to_string(),
-        message,
-    };
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
-    parse(&text, path)
+        key: "(file)".into(),
+        message: format!("cannot read: {e}"),
+    })
 }
 
 /// Parses job-file text into a TOML table with every `${NAME}` / `${NAME:-default}`
@@ -233,9 +234,7 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
         key: key.to_string(),
         message,
     };
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err("(file)", format!("cannot read: {e}")))?;
-    let file = read_file(&text, path)?;
+    let file = read_file(&read_text(path)?, path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let kafka = match &file.source.kafka {
         Some(k) => Some(kafka_config(k, &file.job.name, &err)?),

@@ -8,7 +8,6 @@ use common::es::Es;
 use common::kafka::KafkaProcess;
 use common::{bin, wait_timeout};
 use rand::SeedableRng;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,26 +17,7 @@ const USERS: u64 = 500;
 
 /// Orders keyed by user: the producer's key partitioning puts a user in one partition.
 fn produce_orders(bootstrap: &str, topic: &str, count: u64) {
-    let p: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "20")
-        .set("compression.type", "lz4")
-        .create()
-        .unwrap();
-    for i in 0..count {
-        let user = format!("user-{:04}", (i * 7919) % USERS);
-        let body = format!(
-            "{{\"order\":{i},\"user\":\"{user}\",\"amount\":{}}}",
-            1 + (i * 31) % 500
-        );
-        while p
-            .send(BaseRecord::to(topic).key(&user).payload(&body))
-            .is_err()
-        {
-            p.poll(Duration::from_millis(5));
-        }
-    }
-    p.flush(Duration::from_secs(120)).unwrap();
+    lockgate::testkit::kafka::produce_orders(bootstrap, topic, 0, count, USERS).unwrap();
 }
 
 fn job(dir: &Path, bootstrap: &str, es: &str, sink: &str) -> PathBuf {

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::es::free_port;
 use common::{bin, tail, wait_timeout};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -27,14 +28,6 @@ fn workdir() -> tempfile::TempDir {
         std::fs::copy(&p, jobs.join(p.file_name().unwrap())).unwrap();
     }
     tmp
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `sh -c line` in `dir` with the binary's directory first on the PATH.

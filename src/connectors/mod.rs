@@ -12,6 +12,12 @@ pub mod kafka;
 pub mod sequence;
 
 use crate::error::Result;
+
+/// Tags a job-file section's error with its key (relative to the section), as the
+/// sections' `config` functions return them: `(key, message)`.
+pub(crate) fn at_key(key: &'static str) -> impl Fn(String) -> (String, String) {
+    move |message| (key.to_string(), message)
+}
 use crate::record::Batch;
 use async_trait::async_trait;
 use lockgate_state::{CheckpointId, SourcePosition};

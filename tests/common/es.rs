@@ -73,7 +73,8 @@ pub fn osmem_binary() -> PathBuf {
     find().expect("osmem-server installed but its binary was not found")
 }
 
-fn free_port() -> u16 {
+/// A free loopback port.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -749,7 +749,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::collections::HashMap;
 
-    fn limits(max_actions: usize, max_in_flight: usize, coalesce: bool) -> Limits {
+    pub(super) fn limits(max_actions: usize, max_in_flight: usize, coalesce: bool) -> Limits {
         Limits {
             max_actions,
             max_bytes: 1 << 20,
@@ -762,7 +762,7 @@ mod tests {
         }
     }
 
-    fn ok() -> ItemResult {
+    pub(super) fn ok() -> ItemResult {
         ItemResult {
             outcome: Outcome::Done,
             failure: ItemFailure {
@@ -773,7 +773,7 @@ mod tests {
         }
     }
 
-    fn too_many() -> ItemResult {
+    pub(super) fn too_many() -> ItemResult {
         ItemResult {
             outcome: Outcome::Retry,
             failure: ItemFailure {
@@ -784,7 +784,7 @@ mod tests {
         }
     }
 
-    fn refused() -> ItemResult {
+    pub(super) fn refused() -> ItemResult {
         ItemResult {
             outcome: Outcome::Rejected,
             failure: ItemFailure {
@@ -1075,22 +1075,27 @@ mod tests {
                        how: &How,
                        actions: &[BulkAction],
                        now: u64| {
-            let response = match how {
-                How::AllOk => {
-                    Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
-                }
-                How::Reject429(mask) => Response::Items(
+            // Item i fails with `failure()` where bit i % 8 of `mask` is set; the others
+            // are applied in order.
+            let masked = |store: &mut Store, mask: u8, failure: fn() -> ItemResult| {
+                Response::Items(
                     seqs.iter()
                         .enumerate()
                         .map(|(i, &s)| {
                             if mask & (1 << (i % 8)) != 0 {
-                                too_many()
+                                failure()
                             } else {
                                 apply(store, &actions[s])
                             }
                         })
                         .collect(),
-                ),
+                )
+            };
+            let response = match how {
+                How::AllOk => {
+                    Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
+                }
+                How::Reject429(mask) => masked(store, *mask, too_many),
                 How::Whole503 => Response::Failed(RequestOutcome::Retry, "503".into()),
                 How::DroppedAfterApply => {
                     for &s in seqs {
@@ -1099,18 +1104,7 @@ mod tests {
                     Response::Failed(RequestOutcome::Retry, "connection closed".into())
                 }
                 How::TooLarge => Response::Failed(RequestOutcome::Split, "413".into()),
-                How::Refuse(mask) => Response::Items(
-                    seqs.iter()
-                        .enumerate()
-                        .map(|(i, &s)| {
-                            if mask & (1 << (i % 8)) != 0 {
-                                refused()
-                            } else {
-                                apply(store, &actions[s])
-                            }
-                        })
-                        .collect(),
-                ),
+                How::Refuse(mask) => masked(store, *mask, refused),
             };
             b.on_response(id, response, now, 0.5);
         };
@@ -1206,41 +1200,11 @@ mod tests {
 /// Cases found by review: each kills a mistake the model test did not see.
 #[cfg(test)]
 mod review_tests {
+    use super::tests::{limits, ok, refused, too_many};
     use super::*;
     use crate::connectors::elasticsearch::action::BulkAction;
     use serde_json::json;
 
-    fn limits(max_actions: usize, max_in_flight: usize, coalesce: bool) -> Limits {
-        Limits {
-            max_actions,
-            max_bytes: 1 << 20,
-            max_in_flight,
-            flush_interval_ms: 1000,
-            coalesce,
-            retry_max_attempts: u32::MAX,
-            retry_initial_ms: 10,
-            retry_max_ms: 100,
-        }
-    }
-    fn result(outcome: Outcome, status: u16) -> ItemResult {
-        ItemResult {
-            outcome,
-            failure: ItemFailure {
-                status,
-                error_type: String::new(),
-                reason: String::new(),
-            },
-        }
-    }
-    fn ok() -> ItemResult {
-        result(Outcome::Done, 200)
-    }
-    fn too_many() -> ItemResult {
-        result(Outcome::Retry, 429)
-    }
-    fn refused() -> ItemResult {
-        result(Outcome::Rejected, 400)
-    }
     fn index(v: i64) -> Effect {
         Effect::of(&BulkAction::index(
             "i",

@@ -190,9 +190,7 @@ impl EsSection {
     /// The sink's configuration. An error is `(key, message)`, the key relative to the
     /// section.
     pub fn config(&self, ctx: &SinkContext) -> Result<EsSinkConfig, (String, String)> {
-        fn at(k: &'static str) -> impl Fn(String) -> (String, String) {
-            move |m| (k.to_string(), m)
-        }
+        use crate::connectors::at_key as at;
         let mut c = EsSinkConfig::new(self.url.clone(), self.index.clone());
         if let Some(id) = &self.id {
             c.id = IdStrategy::parse(id).map_err(at("id"))?;

@@ -172,9 +172,7 @@ impl KafkaSection {
     /// The source's configuration (`group_id` defaults to `lockgate-<job name>`). An
     /// error is `(key, message)`, the key relative to the section.
     pub fn config(&self, job_name: &str) -> Result<KafkaSourceConfig, (String, String)> {
-        fn at(k: &'static str) -> impl Fn(String) -> (String, String) {
-            move |m| (k.to_string(), m)
-        }
+        use crate::connectors::at_key as at;
         let topics = match (&self.topics, &self.topic_pattern) {
             (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
             (None, Some(p)) => TopicSelector::Pattern(
