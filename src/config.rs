@@ -3,8 +3,8 @@
 //! Unknown keys are errors; every error names the file and the key. Relative paths are
 //! resolved against the directory of the job file, so a job runs the same from anywhere.
 
-use crate::connectors::file_sink::{FileSink, FileSinkConfig};
-use crate::connectors::sequence::{SequenceConfig, SequenceSource};
+use crate::connectors::file_sink::FileSink;
+use crate::connectors::sequence::SequenceSource;
 use crate::job::{CheckpointSettings, Job, JobGraph, RestartPolicy};
 use crate::operators::rolling_sum::{json_key, RollingSum};
 use serde::Deserialize;
@@ -107,27 +107,8 @@ impl RestartSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SourceSection {
-    sequence: Option<SequenceSection>,
+    sequence: Option<crate::connectors::sequence::SequenceSection>,
     kafka: Option<crate::connectors::kafka::config::KafkaSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SequenceSection {
-    #[serde(default = "one_i64")]
-    from: i64,
-    to: i64,
-    #[serde(default = "d_keys")]
-    keys: u32,
-    #[serde(default)]
-    rate_per_sec: u64,
-}
-
-fn one_i64() -> i64 {
-    1
-}
-fn d_keys() -> u32 {
-    1000
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,20 +129,8 @@ fn d_output() -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SinkSection {
-    file: Option<FileSection>,
+    file: Option<crate::connectors::file_sink::FileSection>,
     elasticsearch: Option<crate::connectors::elasticsearch::config::EsSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSection {
-    dir: PathBuf,
-    #[serde(default = "d_format")]
-    format: String,
-}
-
-fn d_format() -> String {
-    "json".into()
 }
 
 /// Reads and validates a job file.
@@ -325,22 +294,9 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
 
     b = match (&file.source.sequence, &file.source.kafka) {
         (Some(s), None) => {
-            if s.to < s.from {
-                return Err(err(
-                    "source.sequence.to",
-                    format!("{} is below from ({})", s.to, s.from),
-                ));
-            }
-            if s.keys == 0 {
-                return Err(err("source.sequence.keys", "must be at least 1".into()));
-            }
-            let cfg = SequenceConfig {
-                from: s.from,
-                to: s.to,
-                keys: s.keys,
-                rate_per_sec: s.rate_per_sec,
-                splits: j.max_parallelism,
-            };
+            let cfg = s
+                .config(j.max_parallelism)
+                .map_err(|(k, m)| err(&format!("source.sequence.{k}"), m))?;
             b.source("sequence", move |_| {
                 Box::new(SequenceSource::new(cfg.clone()))
             })
@@ -387,15 +343,9 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
 
     b = match (&file.sink.file, &file.sink.elasticsearch) {
         (Some(f), None) => {
-            if f.format != "json" {
-                return Err(err(
-                    "sink.file.format",
-                    format!("`{}` is not supported (json)", f.format),
-                ));
-            }
-            let cfg = FileSinkConfig {
-                dir: resolve(&f.dir),
-            };
+            let cfg = f
+                .config(&resolve)
+                .map_err(|(k, m)| err(&format!("sink.file.{k}"), m))?;
             b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
         }
         (None, Some(e)) => {

@@ -34,6 +34,33 @@ pub struct FileSinkConfig {
     pub dir: PathBuf,
 }
 
+/// `[sink.file]` as written in a job file.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSection {
+    dir: PathBuf,
+    format: Option<String>,
+}
+
+impl FileSection {
+    /// The sink's configuration, its directory resolved by `resolve` (against the job
+    /// file's directory). An error is `(key, message)`.
+    pub fn config(
+        &self,
+        resolve: &dyn Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<FileSinkConfig, (String, String)> {
+        match self.format.as_deref().unwrap_or("json") {
+            "json" => Ok(FileSinkConfig {
+                dir: resolve(&self.dir),
+            }),
+            other => Err((
+                "format".into(),
+                format!("`{other}` is not supported (json)"),
+            )),
+        }
+    }
+}
+
 /// A file name the sink owns, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartName {

@@ -31,6 +31,38 @@ pub struct SequenceConfig {
     pub splits: u16,
 }
 
+/// `[source.sequence]` as written in a job file.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SequenceSection {
+    from: Option<i64>,
+    to: i64,
+    keys: Option<u32>,
+    rate_per_sec: Option<u64>,
+}
+
+impl SequenceSection {
+    /// The source's configuration (defaults: from 1, 1000 keys, as fast as possible)
+    /// with `splits` splits. An error is `(key, message)`.
+    pub fn config(&self, splits: u16) -> Result<SequenceConfig, (String, String)> {
+        let from = self.from.unwrap_or(1);
+        if self.to < from {
+            return Err(("to".into(), format!("{} is below from ({from})", self.to)));
+        }
+        let keys = self.keys.unwrap_or(1000);
+        if keys == 0 {
+            return Err(("keys".into(), "must be at least 1".into()));
+        }
+        Ok(SequenceConfig {
+            from,
+            to: self.to,
+            keys,
+            rate_per_sec: self.rate_per_sec.unwrap_or(0),
+            splits,
+        })
+    }
+}
+
 /// The JSON text of record `i`.
 pub fn record_json(i: i64, keys: u32) -> Vec<u8> {
     format!(
