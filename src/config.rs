@@ -6,7 +6,6 @@
 use crate::connectors::file_sink::FileSink;
 use crate::connectors::sequence::SequenceSource;
 use crate::job::{CheckpointSettings, Job, JobGraph, RestartPolicy};
-use crate::operators::rolling_sum::{json_key, RollingSum};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -114,16 +113,7 @@ struct SourceSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
 enum TransformSection {
-    RollingSum {
-        key: String,
-        field: String,
-        #[serde(default = "d_output")]
-        output: String,
-    },
-}
-
-fn d_output() -> String {
-    "/total".into()
+    RollingSum(crate::operators::rolling_sum::RollingSumSection),
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,9 +223,7 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
             .transform
             .iter()
             .map(|t| match t {
-                TransformSection::RollingSum { key, field, output } => {
-                    (key.clone(), field.clone(), output.clone())
-                }
+                TransformSection::RollingSum(r) => r.pointers(),
             })
             .collect(),
     })
@@ -318,25 +306,10 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
 
     for (i, t) in file.transform.iter().enumerate() {
         match t {
-            TransformSection::RollingSum { key, field, output } => {
-                for (k, v) in [("key", key), ("field", field), ("output", output)] {
-                    if !v.starts_with('/') {
-                        return Err(err(
-                            &format!("transform[{i}].{k}"),
-                            format!("`{v}` is not a JSON pointer (it starts with /)"),
-                        ));
-                    }
-                }
-                let key = key.clone();
-                let (field, output) = (field.clone(), output.clone());
-                b = b.key_by(move |r| json_key(r, &key)).keyed(
-                    "rolling_sum",
-                    &format!("rolling_sum-{i}"),
-                    move |_| RollingSum {
-                        field: field.clone(),
-                        output: output.clone(),
-                    },
-                );
+            TransformSection::RollingSum(r) => {
+                b = r
+                    .build(b, i)
+                    .map_err(|(k, m)| err(&format!("transform[{i}].{k}"), m))?;
             }
         }
     }
@@ -476,6 +449,13 @@ dir = "out"
                 .starts_with("/jobs/job.toml: checkpoint.interval:"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_transform_is_refused() {
+        let e = parse_err(&GOOD.replace("key = \"/key\"", "key = \"/key\"\nkeys = 3"));
+        assert!(e.key.starts_with("transform"), "{e}");
+        assert!(e.message.contains("keys"), "{e}");
     }
 
     #[test]

@@ -78,6 +78,49 @@ pub struct RollingSum {
     pub output: String,
 }
 
+/// A `[[transform]]` of `type = "rolling_sum"` as written in a job file.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollingSumSection {
+    key: String,
+    field: String,
+    output: Option<String>,
+}
+
+impl RollingSumSection {
+    /// `(key, field, output)` JSON pointers (`output` defaults to `/total`).
+    pub fn pointers(&self) -> (String, String, String) {
+        let output = self.output.clone().unwrap_or_else(|| "/total".into());
+        (self.key.clone(), self.field.clone(), output)
+    }
+
+    /// Adds `key_by(key)` and the rolling sum (uid `rolling_sum-<i>`) to `b`. An error is
+    /// `(key, message)`.
+    pub fn build(
+        &self,
+        b: crate::job::JobBuilder,
+        i: usize,
+    ) -> Result<crate::job::JobBuilder, (String, String)> {
+        let (key, field, output) = self.pointers();
+        for (k, v) in [("key", &key), ("field", &field), ("output", &output)] {
+            if !v.starts_with('/') {
+                return Err((
+                    k.to_string(),
+                    format!("`{v}` is not a JSON pointer (it starts with /)"),
+                ));
+            }
+        }
+        Ok(b.key_by(move |r| json_key(r, &key)).keyed(
+            "rolling_sum",
+            &format!("rolling_sum-{i}"),
+            move |_| RollingSum {
+                field: field.clone(),
+                output: output.clone(),
+            },
+        ))
+    }
+}
+
 const STATE: &str = "sum";
 
 impl KeyedFunction for RollingSum {

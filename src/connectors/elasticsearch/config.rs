@@ -174,6 +174,7 @@ pub struct EsSection {
     on_item_error: Option<String>,
     flush_on_checkpoint: Option<bool>,
     coalesce: Option<bool>,
+    request_timeout_ms: Option<u64>,
 }
 
 /// What the sink's section takes from the rest of the job file.
@@ -216,6 +217,7 @@ impl EsSection {
         }
         c.flush_on_checkpoint = self.flush_on_checkpoint.unwrap_or(c.flush_on_checkpoint);
         c.coalesce = self.coalesce.unwrap_or(c.coalesce);
+        c.request_timeout_ms = self.request_timeout_ms.unwrap_or(c.request_timeout_ms);
         if let Some((servers, properties)) = &ctx.dead_letter_kafka {
             c.dead_letter_bootstrap_servers = Some(servers.clone());
             c.dead_letter_properties = properties.clone();
@@ -336,6 +338,7 @@ retry_max_attempts = 13
 on_item_error = "dead-letter:dlq"
 flush_on_checkpoint = false
 coalesce = false
+request_timeout_ms = 14
 "#;
         let section: EsSection = toml::from_str(text).unwrap();
         let ctx = SinkContext {
@@ -357,6 +360,7 @@ coalesce = false
         want.on_item_error = ItemErrorPolicy::DeadLetter("dlq".into());
         want.flush_on_checkpoint = false;
         want.coalesce = false;
+        want.request_timeout_ms = 14;
         want.flush_timeout_ms = 5;
         want.dead_letter_bootstrap_servers = Some("k:9092".into());
         assert_eq!(c, want);
