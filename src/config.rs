@@ -322,6 +322,20 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
         }
         (None, Some(e)) => {
+            // Elasticsearch takes JSON objects: a text or bytes record would reach it as
+            // is, and no transform of the job file makes JSON of it.
+            if let Some(k) = &file.source.kafka {
+                let format = kafka_config(k, &j.name, &err)?.format;
+                if format != crate::connectors::kafka::Format::Json {
+                    return Err(err(
+                        "source.kafka.format and sink.elasticsearch",
+                        format!(
+                            "format = {:?} cannot feed the Elasticsearch sink, which writes JSON objects; use format = \"json\"",
+                            format!("{format:?}").to_lowercase()
+                        ),
+                    ));
+                }
+            }
             // Dead letters go to the source's Kafka cluster, reached the way the source
             // reaches it.
             let kafka = file
@@ -456,6 +470,30 @@ dir = "out"
         let e = parse_err(&GOOD.replace("key = \"/key\"", "key = \"/key\"\nkeys = 3"));
         assert!(e.key.starts_with("transform"), "{e}");
         assert!(e.message.contains("keys"), "{e}");
+    }
+
+    #[test]
+    fn text_records_cannot_feed_the_elasticsearch_sink() {
+        let text = r#"
+[job]
+name = "t"
+[checkpoint]
+dir = "c"
+[source.kafka]
+bootstrap_servers = "k:9092"
+topics = ["t"]
+format = "text"
+[sink.elasticsearch]
+url = "http://es:9200"
+index = "i"
+"#;
+        let e = parse_err(text);
+        assert_eq!(e.key, "source.kafka.format and sink.elasticsearch", "{e}");
+        assert!(parse(
+            &text.replace("\"text\"", "\"json\""),
+            Path::new("/jobs/job.toml")
+        )
+        .is_ok());
     }
 
     #[test]

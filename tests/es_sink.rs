@@ -360,3 +360,32 @@ async fn a_later_update_never_overtakes_a_retried_one_on_the_same_document() {
         "the newer update is the one that stays"
     );
 }
+
+/// A pretty-printed record (line breaks are legal JSON whitespace) is written on one
+/// line; a record that would add bulk actions of its own, or keys to an upsert, never
+/// reaches a request: the sink fails naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_can_never_break_or_extend_a_bulk_request() {
+    let server = server_with_mapping().await;
+    let mut s = sink(config(&server)).await;
+    s.invoke(vec![rec(1, "{\n  \"amount\": 5,\n  \"user\": \"u1\"\n}\n")])
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let docs = server.documents("orders");
+    assert_eq!(docs["orders-0-1"].0["amount"], 5, "{docs:?}");
+    assert_eq!(server.stats().bulk_items, 1);
+
+    let smuggler = "x\n{\"delete\":{\"_index\":\"orders\",\"_id\":\"orders-0-1\"}}";
+    let err = s
+        .invoke(vec![rec(2, smuggler)])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("orders/0@2") && err.contains("not a JSON object"),
+        "{err}"
+    );
+    assert_eq!(server.stats().bulk_items, 1, "nothing more was sent");
+    assert!(server.documents("orders").contains_key("orders-0-1"));
+}

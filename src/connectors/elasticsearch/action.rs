@@ -106,6 +106,31 @@ impl BulkAction {
     }
 }
 
+/// Checks that a document body is one line of JSON whose top level is an object, as a
+/// bulk request needs: a body with a line break (pretty-printed JSON) is re-serialized
+/// on one line (`Ok(Some(compact))`), a valid one-line body is used as is (`Ok(None)`),
+/// and anything else is refused with the reason, so that no record can break a bulk
+/// request or add actions of its own.
+pub fn frame(body: &[u8]) -> std::result::Result<Option<Vec<u8>>, String> {
+    let starts_object = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    if !starts_object {
+        return Err("the document is not a JSON object".into());
+    }
+    if !body.iter().any(|&b| b == b'\n' || b == b'\r') {
+        return serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .map(|_| None)
+            .map_err(|e| format!("the document is not JSON: {e}"));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("the document is not JSON: {e}"))?;
+    serde_json::to_vec(&v)
+        .map(Some)
+        .map_err(|e| format!("the document cannot be written: {e}"))
+}
+
 fn json_string(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
 }
@@ -198,13 +223,24 @@ impl ActionBuilder for ConfigActionBuilder {
                 })?)
             }
         };
+        // The record must be one JSON object: an upsert embeds it in its body, where a
+        // crafted record could otherwise add keys (a script) of its own.
+        let framed = frame(&record.value).map_err(|why| {
+            let at = record.origin.as_ref().map_or(String::new(), |o| {
+                format!(" {}/{}@{}", o.stream, o.partition, o.offset)
+            });
+            JobError::Other(format!(
+                "record{at} cannot be written to Elasticsearch: {why}"
+            ))
+        })?;
+        let doc = framed.unwrap_or_else(|| record.value.clone());
         let mut action = match self.operation {
-            Operation::Index => BulkAction::index(&self.index, Some(id), record.value.clone()),
+            Operation::Index => BulkAction::index(&self.index, Some(id), doc),
             Operation::Create => BulkAction {
                 op: OpType::Create,
-                ..BulkAction::index(&self.index, Some(id), record.value.clone())
+                ..BulkAction::index(&self.index, Some(id), doc)
             },
-            Operation::Upsert => BulkAction::upsert(&self.index, id, &record.value),
+            Operation::Upsert => BulkAction::upsert(&self.index, id, &doc),
         };
         action.version = version;
         action.origin = record.origin.clone();
@@ -230,6 +266,66 @@ mod tests {
                 offset: 41,
             }),
         }
+    }
+
+    #[test]
+    fn every_body_is_one_line_of_a_json_object() {
+        let cases: &[(&str, Result<Option<&str>, &str>)] = &[
+            (r#"{"a":1}"#, Ok(None)),
+            ("  {\"a\": [1, 2]}  ", Ok(None)),
+            (
+                "{\n  \"a\": 1,\n  \"b\": \"x\"\n}\n",
+                Ok(Some(r#"{"a":1,"b":"x"}"#)),
+            ),
+            ("{\"a\":1}\r\n", Ok(Some(r#"{"a":1}"#))),
+            // A text record that would add its own bulk action.
+            (
+                "x\n{\"delete\":{\"_index\":\"orders\",\"_id\":\"1\"}}",
+                Err("not a JSON object"),
+            ),
+            (
+                "{\"a\":1}\n{\"delete\":{\"_index\":\"orders\",\"_id\":\"1\"}}",
+                Err("not JSON"),
+            ),
+            ("{\"a\":1} {\"b\":2}", Err("not JSON")),
+            ("[1,2]", Err("not a JSON object")),
+            ("\"text\"", Err("not a JSON object")),
+            ("", Err("not a JSON object")),
+            ("{\"a\":", Err("not JSON")),
+        ];
+        for (input, want) in cases {
+            let got = frame(input.as_bytes());
+            match (got, want) {
+                (Ok(None), Ok(None)) => {}
+                (Ok(Some(g)), Ok(Some(w))) => assert_eq!(String::from_utf8(g).unwrap(), *w),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{input:?}: {e}"),
+                (g, w) => panic!("{input:?}: got {g:?}, want {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_that_is_not_one_json_object_is_refused_naming_it() {
+        let cfg = EsSinkConfig {
+            operation: Operation::Upsert,
+            ..EsSinkConfig::new("http://x", "idx")
+        };
+        let mut b = ConfigActionBuilder::new(&cfg);
+        let mut smuggler = rec();
+        smuggler.value =
+            br#"{"user":"u7"},"script":{"source":"ctx._source.n = 0"},"x":{"a":1}"#.to_vec();
+        let e = b.build(&smuggler, &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("orders/2@41") && e.contains("not JSON"), "{e}");
+        let mut pretty = rec();
+        pretty.value = b"{\n  \"user\": \"u7\",\n  \"n\": 3\n}".to_vec();
+        let mut out = Vec::new();
+        b.build(&pretty, &mut out).unwrap();
+        let mut bytes = Vec::new();
+        out[0].encode(&mut bytes);
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            "{\"update\":{\"_index\":\"idx\",\"_id\":\"orders-2-41\"}}\n{\"doc\":{\"n\":3,\"user\":\"u7\"},\"doc_as_upsert\":true}\n"
+        );
     }
 
     #[test]

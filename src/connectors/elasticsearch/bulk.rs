@@ -7,7 +7,7 @@
 //! sink waits for records. Failures are recorded and raised by the sink at the next
 //! record, the next checkpoint, or close — never lost.
 
-use super::action::BulkAction;
+use super::action::{frame, BulkAction};
 pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::coalesce::Effect;
@@ -264,7 +264,7 @@ impl Service {
                 });
             tokio::select! {
                 cmd = rx.recv(), if accept => match cmd {
-                    Some(Cmd::Add(actions)) => self.add(actions),
+                    Some(Cmd::Add(actions)) => self.add(actions).await,
                     Some(Cmd::Flush(w)) => self.waiters.push(w),
                     Some(Cmd::Close(w)) => closing = Some(w),
                     None => return,
@@ -296,12 +296,52 @@ impl Service {
         }
     }
 
-    fn add(&mut self, actions: Vec<BulkAction>) {
-        for action in actions {
+    async fn add(&mut self, actions: Vec<BulkAction>) {
+        for mut action in actions {
+            // Whatever built it, a body goes into a request only as one line of a JSON
+            // object; anything else follows the failure handler, like a refused item.
+            if let Some(body) = &action.body {
+                match frame(body) {
+                    Ok(None) => {}
+                    Ok(Some(compact)) => action.body = Some(compact),
+                    Err(why) => {
+                        self.unframeable(action, why).await;
+                        continue;
+                    }
+                }
+            }
             let (doc, effect, bytes) = describe(&action);
             let item = encode(action);
             self.batcher
                 .add(doc, effect, bytes.max(item.bytes.len()), item);
+        }
+    }
+
+    /// An action whose body is not one JSON object: the failure handler decides, as for
+    /// a document Elasticsearch refused.
+    async fn unframeable(&mut self, action: BulkAction, why: String) {
+        let failure = ItemFailure {
+            status: 400,
+            error_type: "invalid_document".into(),
+            reason: why,
+        };
+        match self.handler.on_failure(&action, &failure) {
+            FailureDecision::Fail(message) => self.shared.fail(message),
+            FailureDecision::Drop => {
+                warn!(action = %action.describe(), error = %failure.reason, "invalid document dropped by the failure handler");
+                self.shared.resolve(1);
+            }
+            FailureDecision::DeadLetter(topic) => {
+                match self.dead_letter(&action, &failure, &topic).await {
+                    Ok(()) => self.shared.resolve(1),
+                    Err(e) => self.shared.fail(e),
+                }
+            }
+            FailureDecision::Requeue(_) => self.shared.fail(format!(
+                "{}: {} (a replacement for a document that is not JSON is not accepted)",
+                action.describe(),
+                failure.reason
+            )),
         }
     }
 
