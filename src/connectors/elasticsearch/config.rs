@@ -135,11 +135,15 @@ impl EsSinkConfig {
                 "operation = \"upsert\" with versioning = \"external\": Elasticsearch refuses versioned updates".into(),
             ));
         }
-        if self.bulk_max_actions == 0 || self.max_in_flight == 0 || self.bulk_max_bytes == 0 {
-            return Err((
-                "bulk_max_actions".into(),
-                "bulk_max_actions, bulk_max_bytes and max_in_flight must be positive".into(),
-            ));
+        for (key, value) in [
+            ("bulk_max_actions", self.bulk_max_actions as u64),
+            ("bulk_max_bytes", self.bulk_max_bytes as u64),
+            ("max_in_flight", self.max_in_flight as u64),
+            ("request_timeout_ms", self.request_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err((key.into(), "must be positive".into()));
+            }
         }
         if matches!(self.on_item_error, ItemErrorPolicy::DeadLetter(_))
             && self.dead_letter_bootstrap_servers.is_none()
