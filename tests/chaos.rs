@@ -279,8 +279,10 @@ fn a_corrupted_only_checkpoint_refuses_the_start_and_stops_the_harness() {
         "the report names the refusal and {only} ({what}): {stopped}"
     );
     assert!(out.contains(&only) && out.contains("stopped:"), "{out}");
-    assert_eq!(r["job_failures"], 3, "{out}");
-    assert_eq!(r["restarts"], 2, "{out}");
+    // Three failures in a row over five seconds or more (the harness backs off 1, 2, 4 s).
+    let failures = r["job_failures"].as_u64().unwrap();
+    assert!((3..=4).contains(&failures), "{out}");
+    assert_eq!(r["restarts"].as_u64().unwrap(), failures - 1, "{out}");
     for run in r["runs"].as_array().unwrap() {
         assert!(
             run["ended"].as_str().unwrap().contains(&only),

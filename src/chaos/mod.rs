@@ -339,7 +339,8 @@ fn supervise(
 /// The harness never assumes a timing: a kill meant to leave a checkpoint to corrupt
 /// waits until two complete checkpoints exist, the run after a corruption is not killed
 /// before it logged its restore decision, and a job that fails at start-up with the same
-/// error [`outcome::HOPELESS_AFTER`] times in a row stops the harness with that error in
+/// error [`outcome::HOPELESS_AFTER`] times in a row, backing off between them, over at
+/// least [`outcome::HOPELESS_SPAN_MS`], stops the harness with that error in
 /// the report (`stopped`) instead of being restarted again and again.
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Report, String> {
     let target = Target::from_job_file(&opts.config)?;
@@ -384,7 +385,8 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     } else {
         None
     };
-    let mut outcomes: Vec<RunOutcome> = Vec::new();
+    let mut outcomes: Vec<(RunOutcome, u64)> = Vec::new();
+    let mut failure_streak = 0;
     let mut checking: Option<Corruption> = None;
     let mut runs = 0;
     loop {
@@ -454,7 +456,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
             checkpoints: ev.checkpoints,
             first_record_ms,
         });
-        outcomes.push(outcome.clone());
+        outcomes.push((outcome.clone(), started.elapsed().as_millis() as u64));
         match outcome {
             RunOutcome::Finished => break,
             RunOutcome::Killed => {
@@ -486,12 +488,20 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
                 report.job_failures += 1;
                 if let Some(error) = outcome::hopeless(&outcomes) {
                     report.stopped = Some(format!(
-                        "the job failed at start-up {} times in a row: {error}",
-                        outcome::HOPELESS_AFTER
+                        "the job failed at start-up {} times in a row over {} s or more: {error}",
+                        outcome::HOPELESS_AFTER,
+                        outcome::HOPELESS_SPAN_MS / 1000
                     ));
                     break;
                 }
+                failure_streak += 1;
+                std::thread::sleep(Duration::from_millis(outcome::failure_backoff_ms(
+                    failure_streak,
+                )));
             }
+        }
+        if !matches!(outcome, RunOutcome::Failed { .. }) {
+            failure_streak = 0;
         }
         report.restarts += 1;
     }

@@ -4,8 +4,19 @@
 use serde::Serialize;
 
 /// How many consecutive start-up failures with the same error make the harness stop:
-/// a run that cannot start will not start on the next attempt either.
+/// a run that cannot start will not start on the next attempt either...
 pub const HOPELESS_AFTER: usize = 3;
+
+/// ...once those failures span this long. A fault that passes (a broker down for a few
+/// seconds) fails a few quick starts too; with [`failure_backoff_ms`] between them, a
+/// streak that lasts this long is not such a fault.
+pub const HOPELESS_SPAN_MS: u64 = 5_000;
+
+/// How long the harness waits before restarting after the `streak`-th failure in a row:
+/// 1 s, 2 s, then 4 s.
+pub fn failure_backoff_ms(streak: usize) -> u64 {
+    1000u64 << streak.saturating_sub(1).min(2)
+}
 
 /// How a run of the job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +60,17 @@ pub fn restore_decision(line: &str) -> Option<Restored> {
     Some(Restored::Checkpoint(name.to_string()))
 }
 
-/// The error that makes further runs pointless: the last [`HOPELESS_AFTER`] runs all
-/// failed at start-up with the same error. A run that got past start-up, was killed or
-/// finished breaks the streak.
-pub fn hopeless(outcomes: &[RunOutcome]) -> Option<&str> {
+/// The error that makes further runs pointless: the last [`HOPELESS_AFTER`] runs (each
+/// with the millisecond it ended) all failed at start-up with the same error, over at
+/// least [`HOPELESS_SPAN_MS`]. A run that got past start-up, was killed or finished
+/// breaks the streak.
+pub fn hopeless(outcomes: &[(RunOutcome, u64)]) -> Option<&str> {
     let last = outcomes.get(outcomes.len().checked_sub(HOPELESS_AFTER)?..)?;
-    let mut errors = last.iter().map(|o| match o {
+    let span = last.last()?.1.saturating_sub(last.first()?.1);
+    if span < HOPELESS_SPAN_MS {
+        return None;
+    }
+    let mut errors = last.iter().map(|(o, _)| match o {
         RunOutcome::Failed {
             error,
             started: false,
@@ -74,6 +90,24 @@ mod tests {
             error: e.into(),
             started,
         }
+    }
+
+    /// Outcomes ending 3 s apart.
+    fn timed(outcomes: Vec<RunOutcome>) -> Vec<(RunOutcome, u64)> {
+        outcomes.into_iter().zip((0..).map(|i| i * 3000)).collect()
+    }
+
+    #[test]
+    fn a_quick_streak_is_not_hopeless_yet() {
+        let a = failed("error: broker down", false);
+        let quick = vec![(a.clone(), 0), (a.clone(), 1000), (a.clone(), 3000)];
+        assert_eq!(hopeless(&quick), None, "a few seconds of a passing fault");
+        let slow = vec![(a.clone(), 0), (a.clone(), 2000), (a.clone(), 6000)];
+        assert_eq!(hopeless(&slow), Some("error: broker down"));
+        assert_eq!(
+            (1..=5).map(failure_backoff_ms).collect::<Vec<_>>(),
+            vec![1000, 2000, 4000, 4000, 4000]
+        );
     }
 
     #[test]
@@ -115,7 +149,7 @@ mod tests {
             ),
         ];
         for (outcomes, want) in cases {
-            assert_eq!(hopeless(&outcomes), want, "{outcomes:?}");
+            assert_eq!(hopeless(&timed(outcomes.clone())), want, "{outcomes:?}");
         }
     }
 
