@@ -187,13 +187,15 @@ pub struct JobDescription {
 
 /// Reads a job file's typed settings (after validating the whole file with [`load`]).
 pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
-    load(path)?;
+    let text = read_text(path)?;
+    // The whole file validates as `load` would, from the same text.
+    parse(&text, path)?;
     let err = |key: &str, message: String| ConfigError {
         file: path.to_path_buf(),
         key: key.to_string(),
         message,
     };
-    let file = read_file(&read_text(path)?, path)?;
+    let file = read_file(&text, path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let kafka = match &file.source.kafka {
         Some(k) => Some(kafka_config(k, &file.job.name, &err)?),

@@ -233,11 +233,7 @@ fn spawn(
                 e.restored = outcome::restore_decision(&line);
             }
             if line.contains("skipping checkpoint") {
-                if let Some(name) = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("checkpoint="))
-                    .and_then(|p| p.trim_end_matches('/').rsplit('/').next())
-                {
+                if let Some(name) = outcome::checkpoint_name(&line) {
                     e.skipped.push(name.to_string());
                 }
             }
@@ -250,22 +246,16 @@ fn spawn(
     Ok((child, events, reader))
 }
 
-/// The complete checkpoints of `checkpoint_dir` (`chk-N` with a `_metadata`), oldest first.
+/// The complete checkpoints of `checkpoint_dir` (`chk-N` with a `_metadata`), oldest
+/// first, as the snapshot directory lists them.
 pub fn complete_checkpoints(checkpoint_dir: &Path) -> Vec<PathBuf> {
-    let mut chks: Vec<PathBuf> = std::fs::read_dir(checkpoint_dir)
+    use crate::state::restore::EntryStatus;
+    crate::state::snapshot_dir::list(checkpoint_dir)
+        .unwrap_or_default()
         .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.join("_metadata").exists()
-                && p.file_name().is_some_and(|n| {
-                    let n = n.to_string_lossy();
-                    n.starts_with("chk-") && !n.contains('.')
-                })
-        })
-        .collect();
-    chks.sort();
-    chks
+        .filter(|e| e.status == EntryStatus::Complete)
+        .map(|e| checkpoint_dir.join(e.name))
+        .collect()
 }
 
 /// Damages the newest complete checkpoint: a flipped byte or a truncation of its
@@ -343,8 +333,8 @@ fn supervise(
 /// least [`outcome::HOPELESS_SPAN_MS`], stops the harness with that error in
 /// the report (`stopped`) instead of being restarted again and again.
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Report, String> {
+    // Reads the job file with the job's own parser, validating all of it.
     let target = Target::from_job_file(&opts.config)?;
-    crate::config::load(&opts.config).map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed);
     let log = Arc::new(Mutex::new(

@@ -53,11 +53,15 @@ pub fn restore_decision(line: &str) -> Option<Restored> {
     if !line.contains(" restoring ") && !line.ends_with(" restoring") {
         return None;
     }
+    Some(Restored::Checkpoint(checkpoint_name(line)?.to_string()))
+}
+
+/// The checkpoint directory name of a log line's `checkpoint=<path>` field.
+pub fn checkpoint_name(line: &str) -> Option<&str> {
     let path = line
         .split_whitespace()
         .find_map(|w| w.strip_prefix("checkpoint="))?;
-    let name = path.trim_end_matches('/').rsplit('/').next()?;
-    Some(Restored::Checkpoint(name.to_string()))
+    path.trim_end_matches('/').rsplit('/').next()
 }
 
 /// The error that makes further runs pointless: the last [`HOPELESS_AFTER`] runs (each

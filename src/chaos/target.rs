@@ -9,8 +9,8 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub struct Target {
     pub bootstrap_servers: String,
-    pub topics: Vec<String>,
-    pub topic_pattern: Option<regex::Regex>,
+    /// The topics the job reads.
+    pub topics: TopicSelector,
     pub es_url: String,
     pub index: String,
     pub id: IdStrategy,
@@ -30,14 +30,9 @@ impl Target {
         let e = d
             .elasticsearch
             .ok_or("the chaos harness verifies [sink.elasticsearch] jobs")?;
-        let (topics, topic_pattern) = match k.topics {
-            TopicSelector::List(l) => (l, None),
-            TopicSelector::Pattern(r) => (Vec::new(), Some(r)),
-        };
         Ok(Target {
             bootstrap_servers: k.bootstrap_servers,
-            topics,
-            topic_pattern,
+            topics: k.topics,
             es_url: e.url,
             index: e.index,
             id: e.id,
@@ -48,9 +43,6 @@ impl Target {
 
     /// Whether the job reads `topic`.
     pub fn selects(&self, topic: &str) -> bool {
-        match &self.topic_pattern {
-            Some(r) => TopicSelector::Pattern(r.clone()).matches(topic),
-            None => self.topics.iter().any(|t| t == topic),
-        }
+        self.topics.matches(topic)
     }
 }

@@ -223,24 +223,28 @@ impl ActionBuilder for ConfigActionBuilder {
                 })?)
             }
         };
-        // The record must be one JSON object: an upsert embeds it in its body, where a
-        // crafted record could otherwise add keys (a script) of its own.
-        let framed = frame(&record.value).map_err(|why| {
-            let at = record.origin.as_ref().map_or(String::new(), |o| {
-                format!(" {}/{}@{}", o.stream, o.partition, o.offset)
-            });
-            JobError::Other(format!(
-                "record{at} cannot be written to Elasticsearch: {why}"
-            ))
-        })?;
-        let doc = framed.unwrap_or_else(|| record.value.clone());
         let mut action = match self.operation {
-            Operation::Index => BulkAction::index(&self.index, Some(id), doc),
+            // The bulk processor checks the body, which is the record: one that is not
+            // one JSON object follows `on_item_error`.
+            Operation::Index => BulkAction::index(&self.index, Some(id), record.value.clone()),
             Operation::Create => BulkAction {
                 op: OpType::Create,
-                ..BulkAction::index(&self.index, Some(id), doc)
+                ..BulkAction::index(&self.index, Some(id), record.value.clone())
             },
-            Operation::Upsert => BulkAction::upsert(&self.index, id, &doc),
+            // An upsert embeds the record in its body, where a crafted record could add
+            // keys (a script) that still make one JSON object: it is checked here.
+            Operation::Upsert => {
+                let framed = frame(&record.value).map_err(|why| {
+                    let at = record.origin.as_ref().map_or(String::new(), |o| {
+                        format!(" {}/{}@{}", o.stream, o.partition, o.offset)
+                    });
+                    JobError::Other(format!(
+                        "record{at} cannot be written to Elasticsearch: {why}"
+                    ))
+                })?;
+                let doc = framed.as_deref().unwrap_or(&record.value);
+                BulkAction::upsert(&self.index, id, doc)
+            }
         };
         action.version = version;
         action.origin = record.origin.clone();
