@@ -56,6 +56,7 @@ fn batches() -> Vec<Batch> {
                     partition: 0,
                     offset: i as i64,
                 }),
+                ..Default::default()
             }
         })
         .collect();

@@ -208,6 +208,7 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
                     .as_ref()
                     .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
                 checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
+                offsets_per_partition: kafka.is_some(),
             };
             Some(
                 e.config(&ctx)
@@ -291,7 +292,23 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
                 Box::new(SequenceSource::new(cfg.clone()))
             })
         }
-        (None, Some(k)) => kafka_source(b, k, &j.name, &err)?,
+        (None, Some(k)) => {
+            // Tombstones travel as records only to a sink that says what they mean, and
+            // only straight from the source: a transform would have to say it too.
+            let tombstones = match &file.sink.elasticsearch {
+                Some(e) if e.reads_tombstones() => {
+                    if !file.transform.is_empty() {
+                        return Err(err(
+                            "sink.elasticsearch.on_null_value",
+                            "tombstones reach the sink only from the source directly: remove on_null_value, or the [[transform]] sections".into(),
+                        ));
+                    }
+                    true
+                }
+                _ => false,
+            };
+            kafka_source(b, k, &j.name, tombstones, &err)?
+        }
         (Some(_), Some(_)) => {
             return Err(err(
                 "source",
@@ -346,6 +363,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
                 .as_ref()
                 .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
+                offsets_per_partition: kafka.is_some(),
                 dead_letter_kafka: kafka,
                 checkpoint_timeout_ms: timeout_ms,
             };
@@ -379,9 +397,12 @@ fn kafka_source(
     b: crate::job::JobBuilder,
     k: &crate::connectors::kafka::config::KafkaSection,
     job_name: &str,
+    tombstones: bool,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<crate::job::JobBuilder, ConfigError> {
-    let kc = std::sync::Arc::new(kafka_config(k, job_name, err)?);
+    let mut kc = kafka_config(k, job_name, err)?;
+    kc.tombstones = tombstones;
+    let kc = std::sync::Arc::new(kc);
     Ok(b.source("kafka", move |_| {
         Box::new(crate::connectors::kafka::KafkaSource::new(kc.clone()))
     }))

@@ -20,9 +20,16 @@ pub struct Record {
     /// The key of the last `key_by`, set by the exchange: keyed operators keep their
     /// state under it.
     pub route_key: Option<Vec<u8>>,
-    /// The payload, as bytes (JSON for the built-in formats).
+    /// The payload, as bytes (JSON for the built-in formats). Empty for a tombstone.
     pub value: Vec<u8>,
     pub origin: Option<Origin>,
+    /// The source's timestamp, in milliseconds since the Unix epoch (the Kafka record's
+    /// CreateTime or LogAppendTime); date patterns of an Elasticsearch index use it.
+    pub timestamp: Option<i64>,
+    /// The source record had no value at all (a Kafka tombstone), which is not the
+    /// same as an empty one. Only sinks that say what a tombstone means receive these
+    /// (`on_null_value` of the Elasticsearch sink).
+    pub tombstone: bool,
 }
 
 impl Record {

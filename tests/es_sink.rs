@@ -33,6 +33,7 @@ fn rec(offset: i64, doc: &str) -> Record {
             partition: 0,
             offset,
         }),
+        ..Default::default()
     }
 }
 

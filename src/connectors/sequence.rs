@@ -206,6 +206,7 @@ impl Source for SequenceSource {
                         partition: i32::from(split.id),
                         offset: i,
                     }),
+                    ..Default::default()
                 });
                 split.next = split.seek(i + 1, keys);
             }

@@ -1,10 +1,12 @@
 //! Records to bulk actions (Flink's ElasticsearchSinkFunction): the NDJSON lines of
 //! one document operation.
 
-use super::config::{EsSinkConfig, IdStrategy, Operation, Versioning};
+use super::config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
+use super::index_name::IndexTemplate;
 use crate::error::{JobError, Result};
 use crate::record::{Origin, Record};
 use std::io::Write;
+use tracing::warn;
 
 /// A bulk operation type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +43,10 @@ pub struct BulkAction {
     pub origin: Option<Origin>,
     /// The original record value, for dead letters.
     pub record: Option<Vec<u8>>,
+    /// Why no valid action could be made of the record (its id, its index or its body):
+    /// such an action never goes into a request, it follows the failure handler
+    /// (`on_item_error`) as a document Elasticsearch refused would.
+    pub invalid: Option<String>,
 }
 
 impl BulkAction {
@@ -54,6 +60,16 @@ impl BulkAction {
             body: Some(doc),
             origin: None,
             record: None,
+            invalid: None,
+        }
+    }
+
+    /// A `delete` of the document `id`.
+    pub fn delete(index: &str, id: String) -> BulkAction {
+        BulkAction {
+            op: OpType::Delete,
+            body: None,
+            ..BulkAction::index(index, Some(id), Vec::new())
         }
     }
 
@@ -71,6 +87,7 @@ impl BulkAction {
             body: Some(body),
             origin: None,
             record: None,
+            invalid: None,
         }
     }
 
@@ -150,63 +167,154 @@ where
 }
 
 /// The action builder of the job file: one action per record, as configured.
+///
+/// What makes a record unwritable (no key for `id = "key"`, a missing index field, a
+/// body that is not one JSON object) is the record's problem, not the job's: the
+/// builder makes an [`invalid`](BulkAction::invalid) action of it, which the failure
+/// handler fails or dead-letters by `on_item_error`.
 pub struct ConfigActionBuilder {
-    pub index: String,
+    pub index: IndexTemplate,
     pub id: IdStrategy,
     pub operation: Operation,
     pub versioning: Versioning,
+    pub on_null_value: Option<NullValue>,
+    /// Tombstones skipped (`on_null_value = "skip"`).
+    pub skipped_tombstones: u64,
 }
 
 impl ConfigActionBuilder {
     /// The builder `cfg` describes.
+    ///
+    /// # Panics
+    /// If `cfg.index` is not a valid template: [`EsSinkConfig::validate`] refuses it.
     pub fn new(cfg: &EsSinkConfig) -> ConfigActionBuilder {
         ConfigActionBuilder {
-            index: cfg.index.clone(),
+            index: IndexTemplate::parse(&cfg.index)
+                .unwrap_or_else(|e| panic!("index {e} (validate the configuration first)")),
             id: cfg.id.clone(),
             operation: cfg.operation,
             versioning: cfg.versioning,
+            on_null_value: cfg.on_null_value,
+            skipped_tombstones: 0,
         }
+    }
+
+    /// The action of a record with a value; the error says why there can be none.
+    fn action(&self, record: &Record) -> std::result::Result<BulkAction, String> {
+        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
+        let doc = if needs_doc {
+            Some(
+                serde_json::from_slice::<serde_json::Value>(&record.value)
+                    .map_err(|e| format!("the record is not JSON: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let id = document_id(&self.id, record, doc.as_ref())?;
+        let index = self.index.render(record.timestamp, doc.as_ref())?;
+        Ok(match self.operation {
+            // The bulk processor checks the body, which is the record: one that is not
+            // one JSON object follows `on_item_error`.
+            Operation::Index => BulkAction::index(&index, Some(id), record.value.clone()),
+            Operation::Create => BulkAction {
+                op: OpType::Create,
+                ..BulkAction::index(&index, Some(id), record.value.clone())
+            },
+            // An upsert embeds the record in its body, where a crafted record could add
+            // keys (a script) that still make one JSON object: it is checked here.
+            Operation::Upsert => {
+                let framed = frame(&record.value)?;
+                let doc = framed.as_deref().unwrap_or(&record.value);
+                BulkAction::upsert(&index, id, doc)
+            }
+        })
+    }
+
+    /// The action of a tombstone, if any.
+    fn tombstone(
+        &mut self,
+        record: &Record,
+    ) -> Result<std::result::Result<Option<BulkAction>, String>> {
+        Ok(Ok(match self.on_null_value {
+            None => {
+                return Ok(Err(
+                    "the record is a tombstone (no value) and on_null_value is not set".into(),
+                ))
+            }
+            Some(NullValue::Fail) => {
+                return Err(JobError::Other(format!(
+                    "{} is a tombstone (no value) and on_null_value = \"fail\"",
+                    describe_record(record)
+                )))
+            }
+            Some(NullValue::Skip) => {
+                self.skipped_tombstones += 1;
+                if self.skipped_tombstones.is_power_of_two() {
+                    warn!(record = %describe_record(record), skipped = self.skipped_tombstones, "skipping tombstones (on_null_value = \"skip\")");
+                }
+                None
+            }
+            Some(NullValue::Delete) => {
+                let id = match document_id(&self.id, record, None) {
+                    Ok(id) => id,
+                    Err(why) => return Ok(Err(why)),
+                };
+                match self.index.render(record.timestamp, None) {
+                    Ok(index) => Some(BulkAction::delete(&index, id)),
+                    Err(why) => return Ok(Err(why)),
+                }
+            }
+        }))
     }
 }
 
-/// The document id of a record under `strategy`.
-pub fn document_id(strategy: &IdStrategy, record: &Record) -> Result<String> {
-    let where_ = || match &record.origin {
+fn describe_record(record: &Record) -> String {
+    match &record.origin {
         Some(o) => format!("record {}/{}@{}", o.stream, o.partition, o.offset),
         None => "record".into(),
-    };
+    }
+}
+
+/// The document id of a record under `strategy`; `doc` is the parsed record, if the
+/// caller has it (`field:` parses the record otherwise).
+pub fn document_id(
+    strategy: &IdStrategy,
+    record: &Record,
+    doc: Option<&serde_json::Value>,
+) -> std::result::Result<String, String> {
     match strategy {
         IdStrategy::Coordinates => record
             .origin
             .as_ref()
             .map(|o| format!("{}-{}-{}", o.stream, o.partition, o.offset))
-            .ok_or_else(|| {
-                JobError::Other(format!(
-                    "{}: id = \"coordinates\" needs a record origin",
-                    where_()
-                ))
-            }),
+            .ok_or_else(|| "id = \"coordinates\" needs a record origin".to_string()),
         IdStrategy::Key => {
-            let k = record.key.as_ref().ok_or_else(|| {
-                JobError::Other(format!("{} has no key (id = \"key\")", where_()))
-            })?;
-            String::from_utf8(k.clone()).map_err(|_| {
-                JobError::Other(format!("{}: key is not UTF-8 (id = \"key\")", where_()))
-            })
+            let k = record
+                .key
+                .as_ref()
+                .ok_or_else(|| "the record has no key (id = \"key\")".to_string())?;
+            String::from_utf8(k.clone())
+                .map_err(|_| "the record's key is not UTF-8 (id = \"key\")".to_string())
         }
         IdStrategy::Field(ptr) => {
-            let v: serde_json::Value = serde_json::from_slice(&record.value)
-                .map_err(|e| JobError::Other(format!("{} is not JSON: {e}", where_())))?;
+            let parsed;
+            let v = match doc {
+                Some(v) => v,
+                None => {
+                    parsed = serde_json::from_slice::<serde_json::Value>(&record.value)
+                        .map_err(|e| format!("the record is not JSON: {e}"))?;
+                    &parsed
+                }
+            };
             match v.pointer(ptr) {
                 Some(serde_json::Value::String(s)) => Ok(s.clone()),
                 Some(n @ serde_json::Value::Number(_)) => Ok(n.to_string()),
-                other => Err(JobError::Other(format!(
-                    "{}: id field {ptr} is {}",
-                    where_(),
+                other => Err(format!(
+                    "id field {ptr} is {}",
                     other.map_or("missing".to_string(), |v| format!(
                         "not a string or number: {v}"
                     ))
-                ))),
+                )),
             }
         }
     }
@@ -214,39 +322,46 @@ pub fn document_id(strategy: &IdStrategy, record: &Record) -> Result<String> {
 
 impl ActionBuilder for ConfigActionBuilder {
     fn build(&mut self, record: &Record, out: &mut Vec<BulkAction>) -> Result<()> {
-        let id = document_id(&self.id, record)?;
-        let version = match self.versioning {
-            Versioning::None => None,
-            Versioning::External => {
-                Some(record.origin.as_ref().map(|o| o.offset).ok_or_else(|| {
-                    JobError::Other("versioning = \"external\" needs a record origin".into())
-                })?)
+        let made = if record.tombstone {
+            match self.tombstone(record)? {
+                Ok(None) => return Ok(()),
+                Ok(Some(a)) => Ok(a),
+                Err(why) => Err(why),
             }
+        } else {
+            self.action(record)
         };
-        let mut action = match self.operation {
-            // The bulk processor checks the body, which is the record: one that is not
-            // one JSON object follows `on_item_error`.
-            Operation::Index => BulkAction::index(&self.index, Some(id), record.value.clone()),
-            Operation::Create => BulkAction {
-                op: OpType::Create,
-                ..BulkAction::index(&self.index, Some(id), record.value.clone())
+        let mut action = match made {
+            Ok(a) => a,
+            Err(why) => BulkAction {
+                op: match self.operation {
+                    Operation::Index => OpType::Index,
+                    Operation::Create => OpType::Create,
+                    Operation::Upsert => OpType::Update,
+                },
+                index: self.index.fixed().unwrap_or("<index>").to_string(),
+                id: None,
+                version: None,
+                body: None,
+                origin: None,
+                record: None,
+                invalid: Some(format!(
+                    "{} cannot be written to Elasticsearch: {why}",
+                    describe_record(record)
+                )),
             },
-            // An upsert embeds the record in its body, where a crafted record could add
-            // keys (a script) that still make one JSON object: it is checked here.
-            Operation::Upsert => {
-                let framed = frame(&record.value).map_err(|why| {
-                    let at = record.origin.as_ref().map_or(String::new(), |o| {
-                        format!(" {}/{}@{}", o.stream, o.partition, o.offset)
-                    });
-                    JobError::Other(format!(
-                        "record{at} cannot be written to Elasticsearch: {why}"
-                    ))
-                })?;
-                let doc = framed.as_deref().unwrap_or(&record.value);
-                BulkAction::upsert(&self.index, id, doc)
-            }
         };
-        action.version = version;
+        if self.versioning == Versioning::External && action.invalid.is_none() {
+            match record.origin.as_ref() {
+                Some(o) => action.version = Some(o.offset),
+                None => {
+                    action.invalid = Some(format!(
+                        "{}: versioning = \"external\" needs a record origin",
+                        describe_record(record)
+                    ))
+                }
+            }
+        }
         action.origin = record.origin.clone();
         action.record = Some(record.value.clone());
         out.push(action);
@@ -269,6 +384,7 @@ mod tests {
                 partition: 2,
                 offset: 41,
             }),
+            ..Default::default()
         }
     }
 
@@ -318,8 +434,19 @@ mod tests {
         let mut smuggler = rec();
         smuggler.value =
             br#"{"user":"u7"},"script":{"source":"ctx._source.n = 0"},"x":{"a":1}"#.to_vec();
-        let e = b.build(&smuggler, &mut Vec::new()).unwrap_err().to_string();
-        assert!(e.contains("orders/2@41") && e.contains("not JSON"), "{e}");
+        let mut out = Vec::new();
+        b.build(&smuggler, &mut out).unwrap();
+        let why = out[0].invalid.as_deref().expect("refused");
+        assert!(
+            why.contains("orders/2@41") && why.contains("not JSON"),
+            "{why}"
+        );
+        assert_eq!(out[0].body, None, "nothing of it can reach a request");
+        assert_eq!(
+            out[0].record.as_deref(),
+            Some(&smuggler.value[..]),
+            "kept for a dead letter"
+        );
         let mut pretty = rec();
         pretty.value = b"{\n  \"user\": \"u7\",\n  \"n\": 3\n}".to_vec();
         let mut out = Vec::new();
@@ -333,21 +460,100 @@ mod tests {
     }
 
     #[test]
+    fn records_go_to_the_index_their_timestamp_and_fields_name() {
+        let cfg = EsSinkConfig {
+            id: IdStrategy::Key,
+            ..EsSinkConfig::new("http://x", "{/user}-{yyyy.MM.dd}")
+        };
+        let mut b = ConfigActionBuilder::new(&cfg);
+        let mut r = rec();
+        r.timestamp = Some(1_772_874_302_123); // 2026-03-07
+        let mut out = Vec::new();
+        b.build(&r, &mut out).unwrap();
+        assert_eq!(
+            (out[0].index.as_str(), out[0].invalid.as_deref()),
+            ("u7-2026.03.07", None)
+        );
+        r.value = br#"{"user":"U7"}"#.to_vec();
+        b.build(&r, &mut out).unwrap();
+        let why = out[1].invalid.as_deref().unwrap();
+        assert!(
+            why.contains("orders/2@41") && why.contains("lower case"),
+            "{why}"
+        );
+        r.value = br#"{"user":"u7"}"#.to_vec();
+        r.timestamp = None;
+        b.build(&r, &mut out).unwrap();
+        assert!(out[2].invalid.as_deref().unwrap().contains("no timestamp"));
+        r.key = None;
+        b.build(&r, &mut out).unwrap();
+        assert!(out[3].invalid.as_deref().unwrap().contains("no key"));
+    }
+
+    #[test]
+    fn tombstones_do_what_on_null_value_says() {
+        let tombstone = Record {
+            value: Vec::new(),
+            tombstone: true,
+            timestamp: Some(0),
+            ..rec()
+        };
+        let with = |policy| {
+            let cfg = EsSinkConfig {
+                id: IdStrategy::Key,
+                on_null_value: policy,
+                versioning: Versioning::External,
+                ..EsSinkConfig::new("http://x", "idx-{yyyy}")
+            };
+            let mut b = ConfigActionBuilder::new(&cfg);
+            let mut out = Vec::new();
+            let r = b.build(&tombstone, &mut out);
+            (r, out, b.skipped_tombstones)
+        };
+        let (r, out, _) = with(Some(NullValue::Delete));
+        r.unwrap();
+        let mut bytes = Vec::new();
+        out[0].encode(&mut bytes);
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            "{\"delete\":{\"_index\":\"idx-1970\",\"_id\":\"user-7\",\"version\":41,\"version_type\":\"external\"}}\n"
+        );
+        let (r, out, skipped) = with(Some(NullValue::Skip));
+        assert!(r.is_ok() && out.is_empty() && skipped == 1);
+        let (r, out, _) = with(Some(NullValue::Fail));
+        let e = r.unwrap_err().to_string();
+        assert!(
+            out.is_empty() && e.contains("orders/2@41") && e.contains("tombstone"),
+            "{e}"
+        );
+        let (r, out, _) = with(None);
+        r.unwrap();
+        assert!(out[0]
+            .invalid
+            .as_deref()
+            .unwrap()
+            .contains("on_null_value is not set"));
+    }
+
+    #[test]
     fn ids() {
         assert_eq!(
-            document_id(&IdStrategy::Coordinates, &rec()).unwrap(),
+            document_id(&IdStrategy::Coordinates, &rec(), None).unwrap(),
             "orders-2-41"
         );
-        assert_eq!(document_id(&IdStrategy::Key, &rec()).unwrap(), "user-7");
         assert_eq!(
-            document_id(&IdStrategy::Field("/user".into()), &rec()).unwrap(),
+            document_id(&IdStrategy::Key, &rec(), None).unwrap(),
+            "user-7"
+        );
+        assert_eq!(
+            document_id(&IdStrategy::Field("/user".into()), &rec(), None).unwrap(),
             "u7"
         );
         assert_eq!(
-            document_id(&IdStrategy::Field("/n".into()), &rec()).unwrap(),
+            document_id(&IdStrategy::Field("/n".into()), &rec(), None).unwrap(),
             "3"
         );
-        assert!(document_id(&IdStrategy::Field("/missing".into()), &rec()).is_err());
+        assert!(document_id(&IdStrategy::Field("/missing".into()), &rec(), None).is_err());
     }
 
     #[test]

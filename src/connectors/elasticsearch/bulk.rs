@@ -45,12 +45,19 @@ pub trait FailureHandler: Send + Sync {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision;
 }
 
+/// The `error_type` of an action lockgate did not send because no valid request could
+/// be made of its record; the reason names the record and what is wrong with it.
+pub const INVALID_DOCUMENT: &str = "invalid_document";
+
 /// The handler of the job file's `on_item_error`.
 pub struct PolicyFailureHandler(pub ItemErrorPolicy);
 
 impl FailureHandler for PolicyFailureHandler {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision {
         match &self.0 {
+            ItemErrorPolicy::Fail if failure.error_type == INVALID_DOCUMENT => {
+                FailureDecision::Fail(failure.reason.clone())
+            }
             ItemErrorPolicy::Fail => FailureDecision::Fail(format!(
                 "Elasticsearch refused {}: {} {}: {}",
                 action.describe(),
@@ -298,6 +305,10 @@ impl Service {
 
     async fn add(&mut self, actions: Vec<BulkAction>) {
         for mut action in actions {
+            if let Some(why) = action.invalid.take() {
+                self.unwritable(action, why).await;
+                continue;
+            }
             // Whatever built it, a body goes into a request only as one line of a JSON
             // object; anything else follows the failure handler, like a refused item.
             if let Some(body) = &action.body {
@@ -305,7 +316,8 @@ impl Service {
                     Ok(None) => {}
                     Ok(Some(compact)) => action.body = Some(compact),
                     Err(why) => {
-                        self.unframeable(action, why).await;
+                        let why = format!("{}: {why}", action.describe());
+                        self.unwritable(action, why).await;
                         continue;
                     }
                 }
@@ -317,12 +329,13 @@ impl Service {
         }
     }
 
-    /// An action whose body is not one JSON object: the failure handler decides, as for
-    /// a document Elasticsearch refused.
-    async fn unframeable(&mut self, action: BulkAction, why: String) {
+    /// An action that cannot go into a request (its record has no valid id or index, or
+    /// its body is not one JSON object): the failure handler decides, as for a document
+    /// Elasticsearch refused.
+    async fn unwritable(&mut self, action: BulkAction, why: String) {
         let failure = ItemFailure {
             status: 400,
-            error_type: "invalid_document".into(),
+            error_type: INVALID_DOCUMENT.into(),
             reason: why,
         };
         match self.handler.on_failure(&action, &failure) {

@@ -68,10 +68,36 @@ impl ItemErrorPolicy {
     }
 }
 
+/// What a Kafka tombstone (a record without a value) means to the sink
+/// (`on_null_value`, Kafka Connect's `behavior.on.null.values`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NullValue {
+    /// Delete the document with the record's id (`id = "key"`).
+    Delete,
+    /// Write nothing (counted and logged).
+    Skip,
+    /// Fail the job, naming the record.
+    Fail,
+}
+
+impl NullValue {
+    /// Parses `delete`, `skip` or `fail`.
+    pub fn parse(s: &str) -> Result<NullValue, String> {
+        match s {
+            "delete" => Ok(NullValue::Delete),
+            "skip" => Ok(NullValue::Skip),
+            "fail" => Ok(NullValue::Fail),
+            other => Err(format!("`{other}` is not one of delete, skip, fail")),
+        }
+    }
+}
+
 /// The sink's configuration; defaults as in the job file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EsSinkConfig {
     pub url: String,
+    /// The index: a name, or a template with `{yyyy.MM.dd}` date patterns and
+    /// `{/json/pointer}` fields ([`super::index_name`]).
     pub index: String,
     pub id: IdStrategy,
     pub operation: Operation,
@@ -99,6 +125,9 @@ pub struct EsSinkConfig {
     /// irrelevant (an `index`, a delete, or an upsert that sets every field the older
     /// upsert set): each request carries the latest write per document.
     pub coalesce: bool,
+    /// What a tombstone means. `None`: tombstones never reach the sink; the Kafka
+    /// source treats them as records it cannot decode (`on_decode_error`).
+    pub on_null_value: Option<NullValue>,
 }
 
 impl EsSinkConfig {
@@ -124,6 +153,7 @@ impl EsSinkConfig {
             flush_timeout_ms: 60_000,
             request_timeout_ms: 30_000,
             coalesce: true,
+            on_null_value: None,
         }
     }
 
@@ -134,6 +164,22 @@ impl EsSinkConfig {
                 "operation".into(),
                 "operation = \"upsert\" with versioning = \"external\": Elasticsearch refuses versioned updates".into(),
             ));
+        }
+        let template = super::index_name::IndexTemplate::parse(&self.index)
+            .map_err(|e| ("index".to_string(), e))?;
+        if self.on_null_value == Some(NullValue::Delete) {
+            if self.id != IdStrategy::Key {
+                return Err((
+                    "on_null_value".into(),
+                    "on_null_value = \"delete\" deletes the document with the record's key: it needs id = \"key\"".into(),
+                ));
+            }
+            if template.reads_fields() {
+                return Err((
+                    "on_null_value".into(),
+                    "on_null_value = \"delete\" with an index made of {/pointer} fields: a tombstone has no fields to choose the index".into(),
+                ));
+            }
         }
         for (key, value) in [
             ("bulk_max_actions", self.bulk_max_actions as u64),
@@ -179,6 +225,7 @@ pub struct EsSection {
     flush_on_checkpoint: Option<bool>,
     coalesce: Option<bool>,
     request_timeout_ms: Option<u64>,
+    on_null_value: Option<String>,
 }
 
 /// What the sink's section takes from the rest of the job file.
@@ -189,9 +236,18 @@ pub struct SinkContext {
     pub dead_letter_kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
     /// How long a checkpoint may wait for the flush.
     pub checkpoint_timeout_ms: u64,
+    /// The source's offsets order the records of one partition only (Kafka), so
+    /// external versions need the guard of [`super::version_guard`].
+    pub offsets_per_partition: bool,
 }
 
 impl EsSection {
+    /// Whether the section says what a tombstone means (`on_null_value`): only then do
+    /// tombstones reach the sink as records.
+    pub fn reads_tombstones(&self) -> bool {
+        self.on_null_value.is_some()
+    }
+
     /// The sink's configuration. An error is `(key, message)`, the key relative to the
     /// section.
     pub fn config(&self, ctx: &SinkContext) -> Result<EsSinkConfig, (String, String)> {
@@ -222,6 +278,9 @@ impl EsSection {
         c.flush_on_checkpoint = self.flush_on_checkpoint.unwrap_or(c.flush_on_checkpoint);
         c.coalesce = self.coalesce.unwrap_or(c.coalesce);
         c.request_timeout_ms = self.request_timeout_ms.unwrap_or(c.request_timeout_ms);
+        if let Some(n) = &self.on_null_value {
+            c.on_null_value = Some(NullValue::parse(n).map_err(at("on_null_value"))?);
+        }
         if let Some((servers, properties)) = &ctx.dead_letter_kafka {
             c.dead_letter_bootstrap_servers = Some(servers.clone());
             c.dead_letter_properties = properties.clone();
@@ -249,6 +308,21 @@ impl EsSection {
         let c = Arc::new(self.config(ctx)?);
         let handler: Arc<dyn FailureHandler> =
             Arc::new(PolicyFailureHandler(c.on_item_error.clone()));
+        // External versions are offsets: one partition must write each document.
+        let b = if c.versioning == Versioning::External
+            && c.id != IdStrategy::Coordinates
+            && ctx.offsets_per_partition
+        {
+            use super::version_guard::{guard_key, VersionGuard, UID};
+            let id = c.id.clone();
+            b.key_by(move |r| Ok(guard_key(&id, r))).keyed(
+                "elasticsearch_version_guard",
+                UID,
+                |_| VersionGuard,
+            )
+        } else {
+            b
+        };
         Ok(b.sink("elasticsearch", move |_| {
             Box::new(EsSink::new(
                 c.clone(),
@@ -315,8 +389,8 @@ mod tests {
         let section: EsSection =
             toml::from_str("url = \"http://es:9200\"\nindex = \"orders\"").unwrap();
         let ctx = SinkContext {
-            dead_letter_kafka: None,
             checkpoint_timeout_ms: 60_000,
+            ..SinkContext::default()
         };
         assert_eq!(
             section.config(&ctx).unwrap(),
@@ -348,6 +422,7 @@ request_timeout_ms = 14
         let ctx = SinkContext {
             dead_letter_kafka: Some(("k:9092".into(), Default::default())),
             checkpoint_timeout_ms: 5,
+            offsets_per_partition: true,
         };
         let c = section.config(&ctx).unwrap();
         let mut want = EsSinkConfig::new("u", "i");

@@ -11,11 +11,13 @@ pub mod batcher;
 pub mod bulk;
 pub mod coalesce;
 pub mod config;
+pub mod index_name;
 pub mod item_result;
 pub mod retry;
 pub mod sink;
+pub mod version_guard;
 
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
-pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, Operation, Versioning};
+pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
 pub use sink::EsSink;

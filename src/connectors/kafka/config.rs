@@ -112,6 +112,12 @@ pub struct KafkaSourceConfig {
     pub connect_timeout_ms: u64,
     /// Passed to librdkafka unchanged (they override lockgate's defaults).
     pub properties: BTreeMap<String, String>,
+    /// Records without a value (tombstones) are emitted as [`Record::tombstone`]
+    /// records instead of following `on_decode_error`: set when the sink says what a
+    /// tombstone means (the Elasticsearch sink's `on_null_value`).
+    ///
+    /// [`Record::tombstone`]: crate::record::Record::tombstone
+    pub tombstones: bool,
 }
 
 impl KafkaSourceConfig {
@@ -132,6 +138,7 @@ impl KafkaSourceConfig {
             on_decode_error: DecodeErrorPolicy::Fail,
             connect_timeout_ms: 30_000,
             properties: BTreeMap::new(),
+            tombstones: false,
         }
     }
 }

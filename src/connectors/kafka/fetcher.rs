@@ -48,6 +48,8 @@ pub struct Fetched {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
+    /// Milliseconds since the epoch, if the broker gave one.
+    pub timestamp: Option<i64>,
 }
 
 /// What the poll thread hands over.
@@ -122,6 +124,7 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
                     offset: m.offset(),
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(<[u8]>::to_vec),
+                    timestamp: m.timestamp().to_millis(),
                 });
                 if batch.len() < BATCH {
                     continue;

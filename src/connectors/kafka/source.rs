@@ -474,7 +474,10 @@ impl Source for KafkaSource {
             if end.is_some_and(|end| f.offset >= end.0) {
                 continue; // beyond a bounded end
             }
-            if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
+            let tombstone = f.payload.is_none() && self.cfg.tombstones;
+            if tombstone {
+                // Passed on as such: the sink's `on_null_value` says what it means.
+            } else if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
                 match &self.cfg.on_decode_error {
                     DecodeErrorPolicy::Fail => {
                         return Err(self.err(format!(
@@ -501,6 +504,8 @@ impl Source for KafkaSource {
                     partition: f.partition,
                     offset: f.offset,
                 }),
+                timestamp: f.timestamp,
+                tombstone,
             });
         }
         if let Some((tp, next, _)) = run {
