@@ -9,6 +9,11 @@
 //! raw loop builds the same NDJSON, 1000 actions per request, with 2 requests in flight,
 //! and checks `errors == false` in each response. Records are made before the clock
 //! starts, on both sides. Medians of `ROUNDS` alternating rounds.
+//!
+//! Every document goes into a request as one line of a JSON object (`action::frame`):
+//! a third side feeds the sink the same documents pretty-printed (113 bytes, over five
+//! lines), which it must re-serialize on one line, and the framing pass alone is timed
+//! over both forms (nanoseconds per document, one thread).
 //! `cargo bench --bench es_sink`.
 
 use bytes::Bytes;
@@ -17,6 +22,7 @@ use elasticsearch::http::Url;
 use elasticsearch::indices::IndicesDeleteParts;
 use elasticsearch::{BulkParts, Elasticsearch};
 use futures::StreamExt;
+use lockgate::connectors::elasticsearch::action::frame;
 use lockgate::connectors::elasticsearch::{
     ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, ItemErrorPolicy,
     PolicyFailureHandler,
@@ -36,17 +42,34 @@ const IN_FLIGHT: usize = 2;
 const ROUNDS: usize = 5;
 const STREAM: &str = "bench";
 
+/// A document as the raw loop and the compact side send it (100 bytes).
+fn compact(i: usize) -> Vec<u8> {
+    format!(
+        "{{\"partition\":0,\"i\":{i:>10},\"pad\":\"{}\"}}",
+        "x".repeat(61)
+    )
+    .into_bytes()
+}
+
+/// The same document pretty-printed, as some producers write it.
+fn pretty(i: usize) -> Vec<u8> {
+    format!(
+        "{{\n  \"partition\": 0,\n  \"i\": {i:>10},\n  \"pad\": \"{}\"\n}}",
+        "x".repeat(61)
+    )
+    .into_bytes()
+}
+
 /// The records of one round, in runtime-sized batches.
 fn batches() -> Vec<Batch> {
+    batches_of(compact)
+}
+
+fn batches_of(doc: fn(usize) -> Vec<u8>) -> Vec<Batch> {
     let stream: Arc<str> = Arc::from(STREAM);
     let records: Vec<Record> = (0..DOCS)
         .map(|i| {
-            let value = format!(
-                "{{\"partition\":0,\"i\":{i:>10},\"pad\":\"{}\"}}",
-                "x".repeat(61)
-            )
-            .into_bytes();
-            assert_eq!(value.len(), 100);
+            let value = doc(i);
             Record {
                 key: None,
                 route_key: None,
@@ -158,6 +181,21 @@ async fn check_and_drop(server: &EsServer, client: &Elasticsearch, index: &str) 
     assert!(r.status_code().is_success());
 }
 
+/// Nanoseconds per document of the framing pass over `doc`'s documents.
+fn framing_ns(doc: fn(usize) -> Vec<u8>) -> f64 {
+    let docs: Vec<Vec<u8>> = (0..DOCS).map(doc).collect();
+    let start = Instant::now();
+    let mut rewritten = 0usize;
+    for d in &docs {
+        if frame(d).expect("a JSON object").is_some() {
+            rewritten += 1;
+        }
+    }
+    let ns = start.elapsed().as_nanos() as f64 / DOCS as f64;
+    std::hint::black_box(rewritten);
+    ns
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     v[v.len() / 2]
@@ -172,7 +210,8 @@ fn main() {
         .block_on(EsServer::start("127.0.0.1:0".parse().expect("addr")))
         .expect("test server");
     let es = client(server.url());
-    let (mut raw, mut ours) = (Vec::new(), Vec::new());
+    assert_eq!((compact(0).len(), pretty(0).len()), (100, 113));
+    let (mut raw, mut ours, mut ours_pretty) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let (raw_index, sink_index) = (format!("raw-{round}"), format!("sink-{round}"));
         let input = batches();
@@ -181,13 +220,25 @@ fn main() {
         let input = batches();
         let l = rt.block_on(lockgate_sink(server.url(), &sink_index, input));
         rt.block_on(check_and_drop(&server, &es, &sink_index));
-        eprintln!("round {round}: raw bulk loop {r:.0} docs/s, lockgate sink {l:.0} docs/s");
+        let pretty_index = format!("pretty-{round}");
+        let p = rt.block_on(lockgate_sink(
+            server.url(),
+            &pretty_index,
+            batches_of(pretty),
+        ));
+        rt.block_on(check_and_drop(&server, &es, &pretty_index));
+        eprintln!(
+            "round {round}: raw bulk loop {r:.0} docs/s, lockgate sink {l:.0} docs/s, \
+             pretty-printed input {p:.0} docs/s"
+        );
         raw.push(r);
         ours.push(l);
+        ours_pretty.push(p);
     }
     let stats = server.stats();
-    assert_eq!(stats.bulk_items, (2 * ROUNDS * DOCS) as u64);
-    let (r, l) = (median(raw), median(ours));
+    assert_eq!(stats.bulk_items, (3 * ROUNDS * DOCS) as u64);
+    let (r, l, p) = (median(raw), median(ours), median(ours_pretty));
+    let (frame_compact, frame_pretty) = (framing_ns(compact), framing_ns(pretty));
     println!(
         "{}",
         serde_json::json!({
@@ -201,6 +252,10 @@ fn main() {
             "raw_docs_per_sec": r.round(),
             "lockgate_docs_per_sec": l.round(),
             "ratio_lockgate_over_raw": (l / r * 1000.0).round() / 1000.0,
+            "lockgate_pretty_printed_docs_per_sec": p.round(),
+            "ratio_pretty_printed_over_compact": (p / l * 1000.0).round() / 1000.0,
+            "framing_ns_per_compact_doc": frame_compact.round(),
+            "framing_ns_per_pretty_printed_doc": frame_pretty.round(),
         })
     );
 }
