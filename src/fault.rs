@@ -2,12 +2,70 @@
 //! harness. Configured from `LOCKGATE_FAILPOINTS="name=action;..."`, where an action is
 //! one of the `fail` crate's (`panic`, `sleep(ms)`, `off`, `N*action`, `P%action`, ...)
 //! or `exit`: an immediate process abort, as if the process were killed at that point.
-//! Without the `failpoints` feature every point compiles to nothing.
+//! `name@K=action` arms the point only once the process has completed K checkpoints, so
+//! that an abort hits the window of a later checkpoint, with a restorable one holding
+//! records behind it (a point that fires at the first checkpoint proves only that an
+//! incomplete checkpoint is never restored). Without the `failpoints` feature every point
+//! compiles to nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::RwLock;
 
 /// Whether any failpoint is configured: an unconfigured point costs one atomic load.
 static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// Checkpoints this process completed (published, and its subtasks told).
+static COMPLETED: AtomicU64 = AtomicU64::new(0);
+
+/// Points armed only after some completed checkpoints: name -> K.
+static AFTER: RwLock<Option<HashMap<String, u64>>> = RwLock::new(None);
+
+/// One item of `LOCKGATE_FAILPOINTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arming {
+    pub name: String,
+    /// Armed once this many checkpoints completed (0: at once).
+    pub after_checkpoints: u64,
+    /// The `fail` crate's action, with `exit` for an abort.
+    pub action: String,
+}
+
+/// Parses `LOCKGATE_FAILPOINTS`: `name[@K]=action` items separated by `;`. Unknown names
+/// are an error, so that a typo does not silently test nothing.
+pub fn parse(spec: &str) -> Result<Vec<Arming>, String> {
+    let mut out = Vec::new();
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (point, action) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{ENV}: `{item}` is not name=action"))?;
+        let (name, after) = match point.split_once('@') {
+            Some((n, k)) => (
+                n,
+                k.parse::<u64>().map_err(|_| {
+                    format!("{ENV}: `{point}`: after `@` comes a number of completed checkpoints")
+                })?,
+            ),
+            None => (point, 0),
+        };
+        if !FAILPOINTS.iter().any(|(n, _)| *n == name) {
+            return Err(format!(
+                "{ENV}: unknown failpoint `{name}` (see `lockgate chaos --list-failpoints`)"
+            ));
+        }
+        out.push(Arming {
+            name: name.to_string(),
+            after_checkpoints: after,
+            action: action.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Counts a completed checkpoint (the executor calls it after notifying subtasks).
+pub fn checkpoint_completed() {
+    COMPLETED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Every failpoint, with what it interrupts.
 pub const FAILPOINTS: &[(&str, &str)] = &[
@@ -49,40 +107,45 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
 /// The environment variable that configures failpoints.
 pub const ENV: &str = "LOCKGATE_FAILPOINTS";
 
-/// Applies `LOCKGATE_FAILPOINTS`. Unknown names are an error, so that a typo does not
-/// silently test nothing.
+/// Applies `LOCKGATE_FAILPOINTS` (see [`parse`]).
 pub fn setup_from_env() -> Result<(), String> {
     let Ok(spec) = std::env::var(ENV) else {
         return Ok(());
     };
-    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, action) = item
-            .split_once('=')
-            .ok_or_else(|| format!("{ENV}: `{item}` is not name=action"))?;
-        if !FAILPOINTS.iter().any(|(n, _)| *n == name) {
-            return Err(format!(
-                "{ENV}: unknown failpoint `{name}` (see `lockgate chaos --list-failpoints`)"
-            ));
-        }
-        #[cfg(feature = "failpoints")]
-        {
+    let armings = parse(&spec)?;
+    #[cfg(feature = "failpoints")]
+    {
+        let mut after = HashMap::new();
+        for a in armings {
             // `exit` anywhere in the action (`exit`, `20%exit`, `3*off->exit`) aborts.
-            let action = action
+            let action = a
+                .action
                 .replace("return(exit)", "exit")
                 .replace("exit", "return(exit)");
-            let action = action.as_str();
-            fail::cfg(name, action).map_err(|e| format!("{ENV}: {name}: {e}"))?;
+            fail::cfg(&a.name, &action).map_err(|e| format!("{ENV}: {}: {e}", a.name))?;
+            if a.after_checkpoints > 0 {
+                after.insert(a.name, a.after_checkpoints);
+            }
             ARMED.store(true, Ordering::Relaxed);
         }
-        #[cfg(not(feature = "failpoints"))]
-        {
-            let _ = action;
-            return Err(format!(
-                "{ENV} is set but this binary was built without the `failpoints` feature"
-            ));
-        }
+        *AFTER.write().expect("lock") = Some(after);
+    }
+    #[cfg(not(feature = "failpoints"))]
+    if !armings.is_empty() {
+        return Err(format!(
+            "{ENV} is set but this binary was built without the `failpoints` feature"
+        ));
     }
     Ok(())
+}
+
+/// Whether `name` is past its `@K` (or has none).
+fn due(name: &str) -> bool {
+    let after = AFTER.read().expect("lock");
+    match after.as_ref().and_then(|m| m.get(name)) {
+        Some(&k) => COMPLETED.load(Ordering::Relaxed) >= k,
+        None => true,
+    }
 }
 
 /// Hits failpoint `name`; `exit` aborts the process at once. An armed point may sleep
@@ -90,7 +153,7 @@ pub fn setup_from_env() -> Result<(), String> {
 /// that the coordinator and other tasks keep running meanwhile.
 #[inline]
 pub fn hit(name: &str) {
-    if !ARMED.load(Ordering::Relaxed) {
+    if !ARMED.load(Ordering::Relaxed) || !due(name) {
         return;
     }
     let on_runtime = tokio::runtime::Handle::try_current()
@@ -116,4 +179,41 @@ fn eval(name: &str) {
 /// Between publishing and notifying subtasks.
 pub fn after_publish() {
     hit("after-publish");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_name_points_their_arming_and_action() {
+        let a = |name: &str, after, action: &str| Arming {
+            name: name.into(),
+            after_checkpoints: after,
+            action: action.into(),
+        };
+        assert_eq!(
+            parse("before-sink-flush@1=exit; source-batch=sleep(20) ;").unwrap(),
+            vec![
+                a("before-sink-flush", 1, "exit"),
+                a("source-batch", 0, "sleep(20)")
+            ]
+        );
+        assert_eq!(
+            parse("mid-metadata@3=2*off->exit").unwrap(),
+            vec![a("mid-metadata", 3, "2*off->exit")]
+        );
+        for (bad, why) in [
+            ("nope=exit", "unknown failpoint `nope`"),
+            ("before-sink-flush", "not name=action"),
+            (
+                "before-sink-flush@x=exit",
+                "number of completed checkpoints",
+            ),
+            ("before-sink-flush@=exit", "number of completed checkpoints"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -52,7 +52,12 @@ fn chaos(config: &Path, args: &[&str]) -> (Option<i32>, String, Value) {
         .spawn()
         .unwrap();
     let status = wait_timeout(&mut child, Duration::from_secs(600));
-    let out = std::fs::read_to_string(config.with_file_name("chaos.out")).unwrap();
+    let mut out = std::fs::read_to_string(config.with_file_name("chaos.out")).unwrap();
+    if status.code() != Some(0) {
+        // The runs' own log says why.
+        let log = std::fs::read_to_string(config.with_extension("chaos.log")).unwrap_or_default();
+        out.push_str(&format!("\n--- job log ---\n{}", common::tail(&log, 40)));
+    }
     let r = std::fs::read_to_string(&report)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -135,17 +140,41 @@ fn thirty_sigkills_over_200k_records_with_coordinates_ids() {
     thirty_kills(COORDINATES);
 }
 
-/// Aborts the first run at `failpoint` (the process dies there), then lets the job
-/// finish, and verifies the index.
+/// Sink settings under which only the checkpoint's flush writes: no size or interval
+/// trigger, so that a sink acknowledging before its flush completed, or `_metadata`
+/// published before the sink flushed, loses documents every time.
+const BARRIER_FLUSH_ONLY: &str = "bulk_max_actions = 1000000\nbulk_max_bytes = 1073741824";
+
+/// Switches the interval trigger of `job`'s sink off.
+fn no_interval_flush(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text = text.replace(
+        "bulk_flush_interval_ms = 100\n",
+        "bulk_flush_interval_ms = 3600000\n",
+    );
+    assert!(text.contains("bulk_flush_interval_ms = 3600000"));
+    std::fs::write(config, text).unwrap();
+}
+
+/// Aborts the first run at `failpoint` in the window of a checkpoint after the first
+/// completed one, then lets the job finish: the next run must restore the newest
+/// complete checkpoint, holding records, and the index must be exact.
 fn abort_at(failpoint: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 4)]);
     produce_orders(&kafka.bootstrap, "orders", 20_000);
     let es = Es::testkit();
-    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), COORDINATES);
-    let spec = format!("source-batch=sleep(20);{failpoint}=exit");
+    let sink = format!("{COORDINATES}\n{BARRIER_FLUSH_ONLY}");
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), &sink);
+    no_interval_flush(&config);
+    // Each subtask reads at least 5 batches at 100 ms or more each in the first run: it
+    // lasts long enough for checkpoints of 200 ms; if it did not, the point would never
+    // fire and the test fails below, saying so.
+    let spec = format!("source-batch=sleep(100);{failpoint}@1=exit");
     let spec = if failpoint == "source-batch" {
-        "source-batch=5*sleep(20)->exit".to_string()
+        // Its own throttle: ten slow batches (at least 2 s), then the next one aborts;
+        // both subtasks read at least 20 batches together.
+        "source-batch=10*sleep(200)->exit".to_string()
     } else {
         spec
     };
@@ -161,10 +190,33 @@ fn abort_at(failpoint: &str) {
         ],
     );
     assert_exact(code, &out, &r);
+    assert_eq!(r["job_failures"], 0, "{out}");
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "one aborted run, one that finished: {out}");
+    let (aborted, next) = (&runs[0], &runs[1]);
+    assert_eq!(aborted["ended"], "failpoint-abort", "{aborted}");
+    assert_eq!(aborted["signal"], "SIGABRT", "{aborted}");
     assert_eq!(
-        r["failpoint_aborts"], 1,
-        "the first run aborted at {failpoint}: {out}"
+        aborted["failpoint"], failpoint,
+        "it died at {failpoint}: {aborted}"
     );
+    assert!(
+        aborted["checkpoints"].as_u64().unwrap() >= 1,
+        "it aborted after a completed checkpoint: {aborted}"
+    );
+    assert!(
+        aborted["newest_after"].is_string(),
+        "a complete checkpoint was left: {aborted}"
+    );
+    assert_eq!(
+        next["restored"]["checkpoint"], aborted["newest_after"],
+        "the next run restored the newest complete checkpoint: {next}"
+    );
+    assert!(
+        next["restored_offsets"].as_u64().unwrap() > 0,
+        "the restored checkpoint held records: {next}"
+    );
+    assert_eq!(r["failpoint_aborts"], 1, "{out}");
 }
 
 macro_rules! failpoint_tests {

@@ -79,6 +79,15 @@ pub struct RunRecord {
     pub checkpoints: u64,
     /// Process start to its first record, in milliseconds.
     pub first_record_ms: Option<u64>,
+    /// The signal that ended it: `SIGKILL` (the harness) or `SIGABRT` (a failpoint).
+    pub signal: Option<String>,
+    /// The failpoint that aborted it, as the job printed it.
+    pub failpoint: Option<String>,
+    /// The newest complete checkpoint when it ended: what the next run must restore.
+    pub newest_after: Option<String>,
+    /// The sum of the next offsets of the checkpoint it restored: the records read
+    /// before that checkpoint, for topics that start at offset 0.
+    pub restored_offsets: Option<u64>,
 }
 
 /// What happened, and what verification found.
@@ -202,6 +211,10 @@ struct RunEvents {
     skipped: Vec<String>,
     /// Its last `error:` line.
     error: Option<String>,
+    /// The failpoint that aborted it.
+    failpoint: Option<String>,
+    /// Σ next offsets of the restored checkpoint (read when it was restored).
+    restored_offsets: Option<u64>,
 }
 
 fn spawn(
@@ -231,6 +244,17 @@ fn spawn(
             }
             if e.restored.is_none() {
                 e.restored = outcome::restore_decision(&line);
+                if let (Some(Restored::Checkpoint(_)), Some(path)) =
+                    (&e.restored, outcome::checkpoint_path(&line))
+                {
+                    // Read now: retention may remove it later in the run.
+                    e.restored_offsets = crate::state::CheckpointMetadata::read(Path::new(path))
+                        .ok()
+                        .map(|m| m.positions.iter().map(|p| p.next.0.max(0) as u64).sum());
+                }
+            }
+            if let Some(name) = outcome::failpoint_fired(&line) {
+                e.failpoint = Some(name.to_string());
             }
             if line.contains("skipping checkpoint") {
                 if let Some(name) = outcome::checkpoint_name(&line) {
@@ -445,6 +469,16 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
             restored: ev.restored.clone().unwrap_or(Restored::Unknown),
             checkpoints: ev.checkpoints,
             first_record_ms,
+            signal: match &outcome {
+                RunOutcome::Killed => Some("SIGKILL".into()),
+                RunOutcome::FailpointAbort => Some("SIGABRT".into()),
+                _ => None,
+            },
+            failpoint: ev.failpoint.clone(),
+            restored_offsets: ev.restored_offsets,
+            newest_after: complete_checkpoints(&target.checkpoint_dir)
+                .last()
+                .map(|p| file_name(p)),
         });
         outcomes.push((outcome.clone(), started.elapsed().as_millis() as u64));
         match outcome {

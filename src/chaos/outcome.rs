@@ -56,6 +56,18 @@ pub fn restore_decision(line: &str) -> Option<Restored> {
     Some(Restored::Checkpoint(checkpoint_name(line)?.to_string()))
 }
 
+/// The failpoint that aborted a run, from the line the job prints as it aborts
+/// (`failpoint <name>: exit`).
+pub fn failpoint_fired(line: &str) -> Option<&str> {
+    line.strip_prefix("failpoint ")?.strip_suffix(": exit")
+}
+
+/// The checkpoint path of a log line's `checkpoint=<path>` field.
+pub fn checkpoint_path(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("checkpoint="))
+}
+
 /// The checkpoint directory name of a log line's `checkpoint=<path>` field.
 pub fn checkpoint_name(line: &str) -> Option<&str> {
     let path = line
@@ -155,6 +167,16 @@ mod tests {
         for (outcomes, want) in cases {
             assert_eq!(hopeless(&timed(outcomes.clone())), want, "{outcomes:?}");
         }
+    }
+
+    #[test]
+    fn the_aborting_failpoint_is_read_from_its_line() {
+        assert_eq!(
+            failpoint_fired("failpoint mid-metadata: exit"),
+            Some("mid-metadata")
+        );
+        assert_eq!(failpoint_fired("INFO failpoint mid-metadata: exit"), None);
+        assert_eq!(failpoint_fired("failpoint mid-metadata: sleep"), None);
     }
 
     #[test]

@@ -494,6 +494,7 @@ async fn run_attempt(
                             info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
                             crate::fault::after_publish();
                             send_all(Control::Complete { id, is_final });
+                            crate::fault::checkpoint_completed();
                         }
                         Err(e) => {
                             queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
