@@ -15,7 +15,7 @@ use std::sync::RwLock;
 /// Whether any failpoint is configured: an unconfigured point costs one atomic load.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
-/// Checkpoints this process completed (published, and its subtasks told).
+/// Checkpoints this process completed (published).
 static COMPLETED: AtomicU64 = AtomicU64::new(0);
 
 /// Points armed only after some completed checkpoints: name -> K.
@@ -62,7 +62,8 @@ pub fn parse(spec: &str) -> Result<Vec<Arming>, String> {
     Ok(out)
 }
 
-/// Counts a completed checkpoint (the executor calls it after notifying subtasks).
+/// Counts a completed checkpoint (the executor calls it once the checkpoint is published,
+/// before its subtasks are told: their commits of checkpoint K see K completed).
 pub fn checkpoint_completed() {
     COMPLETED.fetch_add(1, Ordering::Relaxed);
 }
@@ -74,8 +75,12 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "a source subtask handed a batch of records downstream",
     ),
     (
+        "before-source-ack",
+        "a source subtask snapshotted its positions, before emitting the barrier and acknowledging",
+    ),
+    (
         "after-source-snapshot",
-        "a source subtask snapshotted its positions and emitted the barrier",
+        "a source subtask acknowledged its snapshot and emitted the barrier",
     ),
     (
         "before-sink-flush",
@@ -86,8 +91,12 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "a sink subtask flushed (everything written), before acknowledging",
     ),
     (
+        "before-state-listing",
+        "a keyed subtask's RocksDB checkpoint exists, before its files are listed and checksummed",
+    ),
+    (
         "rocksdb-checkpoint",
-        "a keyed subtask took its RocksDB checkpoint, before listing its files",
+        "a keyed subtask listed and checksummed its RocksDB checkpoint, before acknowledging",
     ),
     (
         "before-metadata",
@@ -95,12 +104,20 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
     ),
     ("mid-metadata", "half of `_metadata` is written"),
     (
+        "publish-before-fsync",
+        "the checkpoint directory was renamed to chk-N (published), before the snapshot directory is fsynced",
+    ),
+    (
         "after-publish",
         "checkpoint published, before subtasks are notified",
     ),
     (
         "bulk-response",
         "Elasticsearch accepted a bulk request, its response not yet read",
+    ),
+    (
+        "after-part-commit",
+        "the file sink committed one part file of a completed checkpoint, before the next",
     ),
 ];
 

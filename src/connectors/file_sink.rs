@@ -313,6 +313,7 @@ impl Sink for FileSink {
         let (done, keep): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(_, p)| *p <= id);
         for (subtask, pid) in done {
             self.commit(subtask, pid)?;
+            crate::fault::hit("after-part-commit");
         }
         self.pending = keep;
         Ok(())

@@ -156,7 +156,9 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
     ) -> Result<Option<SubtaskSnapshot>> {
         let backend = self.backend.as_mut().expect("opened");
         let dir_name = format!("{}-{}", self.uid, self.subtask);
-        let files = backend.checkpoint(&pending_dir.join(&dir_name))?;
+        let files = backend.checkpoint_with(&pending_dir.join(&dir_name), || {
+            crate::fault::hit("before-state-listing")
+        })?;
         crate::fault::hit("rocksdb-checkpoint");
         Ok(Some(SubtaskSnapshot {
             operator: self.uid.clone(),

@@ -493,8 +493,8 @@ async fn run_attempt(
                             summary.checkpoint_durations_ms.push(took);
                             info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
                             crate::fault::after_publish();
-                            send_all(Control::Complete { id, is_final });
                             crate::fault::checkpoint_completed();
+                            send_all(Control::Complete { id, is_final });
                         }
                         Err(e) => {
                             queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))

@@ -103,6 +103,7 @@ pub async fn run_source_task(
                 match msg {
                     Control::Trigger { id, .. } => {
                         let positions = source.snapshot(id)?;
+                        crate::fault::hit("before-source-ack");
                         snapshot_and_ack(&io, &mut chain, id, positions).await?;
                         crate::fault::hit("after-source-snapshot");
                     }

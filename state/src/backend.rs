@@ -230,9 +230,21 @@ impl KeyedStateBackend {
     /// fsyncs it, and returns its file list with CRCs. SST CRCs are reused from
     /// earlier checkpoints; only new SSTs and the small metadata files are read.
     pub fn checkpoint(&mut self, target: &Path) -> Result<Vec<FileEntry>> {
+        self.checkpoint_with(target, || {})
+    }
+
+    /// [`checkpoint`](Self::checkpoint), calling `created` once RocksDB wrote the
+    /// checkpoint and before its files are listed and checksummed (the fault harness
+    /// aborts there).
+    pub fn checkpoint_with(
+        &mut self,
+        target: &Path,
+        created: impl FnOnce(),
+    ) -> Result<Vec<FileEntry>> {
         Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(target))
             .map_err(StateError::rocks(target))?;
+        created();
         let mut files = Vec::new();
         let mut live = HashMap::new();
         for item in fs::read_dir(target).map_err(StateError::io("list", target))? {

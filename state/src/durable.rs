@@ -75,7 +75,14 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Renames `from` to `to` and fsyncs the parent directory of `to`.
 pub fn rename_durable(from: &Path, to: &Path) -> Result<()> {
+    rename_durable_with(from, to, || {})
+}
+
+/// [`rename_durable`], calling `between` after the rename and before the fsync (the
+/// fault harness aborts there: the rename is visible, not yet durable).
+pub fn rename_durable_with(from: &Path, to: &Path, between: impl FnOnce()) -> Result<()> {
     fs::rename(from, to).map_err(StateError::io("rename", from))?;
+    between();
     if let Some(parent) = to.parent() {
         fsync_dir(parent)?;
     }

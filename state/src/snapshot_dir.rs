@@ -207,7 +207,7 @@ impl SnapshotDir {
             hook("mid-metadata")
         })?;
         let done = self.completed_path(meta.id);
-        durable::rename_durable(&pending, &done)?;
+        durable::rename_durable_with(&pending, &done, || hook("publish-before-fsync"))?;
         Ok(done)
     }
 
