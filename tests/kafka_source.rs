@@ -294,6 +294,39 @@ fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
 }
 
 #[test]
+fn topic_pattern_selects_topics_whose_whole_name_matches_an_alternative() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topics = ["orders", "orders-eu", "orders-dlq", "xorders", "orders-eux"];
+    let kafka = KafkaProcess::start(&topics.map(|t| (t, 1)));
+    for t in topics {
+        produce(&kafka.bootstrap, t, 1, 0, 30);
+    }
+    // Java's `Pattern.matches`: `orders-eu` is selected although the first alternative
+    // matches a prefix of it; `orders-dlq`, `xorders` and `orders-eux` are not.
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topic_pattern = \"orders|orders-eu\"",
+        "bounded = \"latest\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    let out = tmp.path().join("out");
+    let read: std::collections::BTreeSet<String> =
+        committed_output(&out).into_keys().map(|(t, _)| t).collect();
+    assert_eq!(
+        read,
+        ["orders", "orders-eu"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+    assert_partitions_exact(&out, "orders", 1, 0, 30);
+    assert_partitions_exact(&out, "orders-eu", 1, 0, 30);
+}
+
+#[test]
 fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("t1", 2), ("t2", 2)]);

@@ -9,7 +9,9 @@ pub mod fetcher;
 pub mod source;
 pub mod start_position;
 
-pub use config::{DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicSelector};
+pub use config::{
+    DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicPattern, TopicSelector,
+};
 pub use source::KafkaSource;
 
 /// A topic partition.

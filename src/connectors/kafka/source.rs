@@ -602,7 +602,8 @@ mod tests {
         let unknown: Vec<String> = unknown_topics(&listing, &list).into_iter().collect();
         assert_eq!(unknown, vec!["b".to_string(), "c".to_string()]);
         // A pattern names no topic that must exist: only errors are unknown.
-        let pattern = TopicSelector::Pattern(regex::Regex::new("a|b|c").unwrap());
+        let pattern =
+            TopicSelector::Pattern(crate::connectors::kafka::TopicPattern::new("a|b|c").unwrap());
         let unknown: Vec<String> = unknown_topics(&listing, &pattern).into_iter().collect();
         assert_eq!(unknown, vec!["b".to_string()]);
         let clean = Listing {
