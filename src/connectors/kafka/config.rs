@@ -146,7 +146,10 @@ pub struct KafkaSourceConfig {
     pub on_decode_error: DecodeErrorPolicy,
     /// How long the first contact with the cluster may take before the job fails.
     pub connect_timeout_ms: u64,
-    /// Passed to librdkafka unchanged (they override lockgate's defaults).
+    /// librdkafka properties of every Kafka client of the job (the consumer, dead-letter
+    /// producers), each given to the clients it applies to
+    /// ([`super::properties::applies_to`]); on the consumer they override lockgate's
+    /// defaults.
     pub properties: BTreeMap<String, String>,
 }
 
@@ -198,8 +201,8 @@ pub struct KafkaSection {
     format: Option<String>,
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
-    /// Passed to librdkafka unchanged (dead letters use its connection and security
-    /// properties too).
+    /// librdkafka properties of every Kafka client of the job, checked at load; which
+    /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }
@@ -260,6 +263,8 @@ impl KafkaSection {
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
         }
+        super::properties::check(&self.properties)
+            .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         c.properties = self.properties.clone();
         Ok(c)
     }
@@ -374,6 +379,14 @@ connect_timeout_ms = 9
             (
                 "bootstrap_servers = \"k\"\ntopic_pattern = \"(\"",
                 "topic_pattern",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"fetch.max.bytes\" = \"lots\"",
+                "properties.\"fetch.max.bytes\"",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"no.such.property\" = \"1\"",
+                "properties.\"no.such.property\"",
             ),
         ] {
             let s: KafkaSection = toml::from_str(bad).unwrap();

@@ -6,6 +6,7 @@ pub mod assign;
 pub mod config;
 pub mod decode;
 pub mod fetcher;
+pub mod properties;
 pub mod source;
 pub mod start_position;
 
