@@ -253,3 +253,48 @@ fn a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched() {
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me\n");
     assert!(no_output_committed(&job), "the job ran anyway");
 }
+
+#[test]
+fn an_operator_uid_that_is_not_one_path_component_is_refused_when_the_job_is_built() {
+    use lockgate::connectors::file_sink::{FileSink, FileSinkConfig};
+    use lockgate::connectors::sequence::{SequenceConfig, SequenceSource};
+    use lockgate::job::{CheckpointSettings, Job};
+    use lockgate::operators::rolling_sum::{json_key, RollingSum};
+    // The uid names the operator's state directory inside every checkpoint, which a
+    // restore would refuse: the job is refused before it writes one.
+    for (uid, ok) in [
+        ("sum", true),
+        ("../sum", false),
+        ("a/b", false),
+        ("..", false),
+    ] {
+        let seq = SequenceConfig {
+            from: 1,
+            to: 10,
+            keys: 2,
+            rate_per_sec: 0,
+            splits: 1,
+        };
+        let built = Job::builder("uids")
+            .checkpointing(CheckpointSettings::new("never-written"))
+            .source("sequence", move |_| {
+                Box::new(SequenceSource::new(seq.clone()))
+            })
+            .key_by(|r| json_key(r, "/key"))
+            .keyed("rolling_sum", uid, |_| RollingSum {
+                field: "/value".into(),
+                output: "/total".into(),
+            })
+            .sink("file", |_| {
+                Box::new(FileSink::new(FileSinkConfig { dir: "out".into() }))
+            })
+            .build();
+        match built {
+            Ok(_) => assert!(ok, "{uid:?} accepted"),
+            Err(e) => {
+                assert!(!ok, "{uid:?} refused: {e}");
+                assert!(e.to_string().contains("one plain path component"), "{e}");
+            }
+        }
+    }
+}
