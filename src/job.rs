@@ -296,6 +296,13 @@ impl JobBuilder {
                     if !keyed_input {
                         return bad(&format!("keyed operator {kind} must follow key_by"));
                     }
+                    // The uid names the operator's state directory in checkpoints,
+                    // and a restore refuses any name that is not one plain component.
+                    if let Err(e) = lockgate_state::names::check_component(u) {
+                        return bad(&format!(
+                            "operator uid {u:?} names a checkpoint directory and must be one plain path component ({e})"
+                        ));
+                    }
                     if !uids.insert(u.clone()) || u == "sink" {
                         return bad(&format!("operator uid {u} is used twice"));
                     }

@@ -47,6 +47,41 @@ fn config_errors_exit_2_and_name_the_file_and_the_key() {
 }
 
 #[test]
+fn librdkafka_properties_are_checked_at_load_exit_2_naming_file_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Never contacted: the job file is refused before any client exists.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bootstrap = unused.local_addr().unwrap().to_string();
+    let job = tmp.path().join("job.toml");
+    let cfg = job.display().to_string();
+    for (key, value, says) in [
+        ("fetch.max.bytes", "\"lots\"", "lots"),
+        ("fetch.max.byte", "\"1048576\"", "not a librdkafka property"),
+        ("enable.partition.eof", "\"maybe\"", "maybe"),
+        ("acks", "\"1\"", "acks = all"),
+    ] {
+        std::fs::write(
+            &job,
+            format!(
+                "[job]\nname = \"props\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+                 [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\n\n\
+                 [source.kafka.properties]\n\"security.protocol\" = \"plaintext\"\n\"{key}\" = {value}\n\n\
+                 [sink.file]\ndir = \"out\"\n"
+            ),
+        )
+        .unwrap();
+        let (code, _, err) = lockgate(&["run", "--config", &cfg]);
+        assert_eq!(code, Some(2), "{key}: {err}");
+        let full_key = format!("source.kafka.properties.\"{key}\"");
+        assert!(
+            err.contains(&cfg) && err.contains(&full_key) && err.contains(says),
+            "{key}: {err}"
+        );
+        assert!(!tmp.path().join("checkpoints").exists(), "the job started");
+    }
+}
+
+#[test]
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(20_000);

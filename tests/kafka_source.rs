@@ -294,6 +294,39 @@ fn restore_after_a_new_topic_matched_the_pattern_reads_it_from_earliest() {
 }
 
 #[test]
+fn topic_pattern_selects_topics_whose_whole_name_matches_an_alternative() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topics = ["orders", "orders-eu", "orders-dlq", "xorders", "orders-eux"];
+    let kafka = KafkaProcess::start(&topics.map(|t| (t, 1)));
+    for t in topics {
+        produce(&kafka.bootstrap, t, 1, 0, 30);
+    }
+    // Java's `Pattern.matches`: `orders-eu` is selected although the first alternative
+    // matches a prefix of it; `orders-dlq`, `xorders` and `orders-eux` are not.
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        2,
+        "topic_pattern = \"orders|orders-eu\"",
+        "bounded = \"latest\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    let out = tmp.path().join("out");
+    let read: std::collections::BTreeSet<String> =
+        committed_output(&out).into_keys().map(|(t, _)| t).collect();
+    assert_eq!(
+        read,
+        ["orders", "orders-eu"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+    assert_partitions_exact(&out, "orders", 1, 0, 30);
+    assert_partitions_exact(&out, "orders-eu", 1, 0, 30);
+}
+
+#[test]
 fn restore_after_a_topic_was_added_to_topics_reads_it_from_earliest() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("t1", 2), ("t2", 2)]);
@@ -449,6 +482,63 @@ fn invalid_json_under_dead_letter_reaches_the_dead_letter_topic_with_its_error()
     assert_eq!(h["lockgate.topic"], "orders");
     assert_eq!(h["lockgate.offset"], "1");
     assert!(h["lockgate.error"].contains("not valid JSON"), "{h:?}");
+}
+
+#[test]
+fn dead_letters_use_every_producer_property_of_the_source() {
+    // `message.max.bytes` is neither a connection nor a security property: it reaches
+    // the dead-letter producer only because the whole table applies to every client.
+    // A 3000-byte dead letter under a 1000-byte limit fails the job, naming it.
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1), ("orders-dlq", 1)]);
+    let big = format!("{{not json {}", "x".repeat(3000));
+    produce_raw(&kafka.bootstrap, "orders", 0, &[big.as_bytes()]);
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\non_decode_error = \"dead-letter:orders-dlq\"\n\
+         [source.kafka.properties]\n\"message.max.bytes\" = \"1000\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("dead-letter to orders-dlq failed") && log.contains("too large"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_table_of_consumer_and_producer_properties_serves_both_clients() {
+    // Consumer-only (fetch.*) and producer-only (linger.ms, acks) properties in one
+    // table: the consumer reads and the idempotent producer writes the dead letter (which
+    // client gets which property is the unit table of `kafka::properties`).
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1), ("orders-dlq", 1)]);
+    let good0 = payload("orders", 0, 0);
+    produce_raw(
+        &kafka.bootstrap,
+        "orders",
+        0,
+        &[good0.as_bytes(), b"{not json"],
+    );
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\non_decode_error = \"dead-letter:orders-dlq\"\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"50\"\n\"fetch.max.bytes\" = \"1048576\"\n\
+         \"linger.ms\" = \"1\"\n\"acks\" = \"all\"\n\"client.id\" = \"props-test\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    let got = committed_output(&tmp.path().join("out"));
+    assert_eq!(got[&("orders".to_string(), 0)], vec![0]);
+    let (payload, h) = first_dead_letter(&kafka.bootstrap, "orders-dlq");
+    assert_eq!(payload, b"{not json");
+    assert_eq!(h["lockgate.offset"], "1");
 }
 
 #[test]

@@ -9,6 +9,9 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub struct Target {
     pub bootstrap_servers: String,
+    /// The job's `[source.kafka.properties]`: the verifier reaches the cluster the way
+    /// the job does.
+    pub kafka_properties: std::collections::BTreeMap<String, String>,
     /// The topics the job reads.
     pub topics: TopicSelector,
     pub es_url: String,
@@ -32,6 +35,7 @@ impl Target {
             .ok_or("the chaos harness verifies [sink.elasticsearch] jobs")?;
         Ok(Target {
             bootstrap_servers: k.bootstrap_servers,
+            kafka_properties: k.properties,
             topics: k.topics,
             es_url: e.url,
             index: e.index,

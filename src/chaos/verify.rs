@@ -51,7 +51,14 @@ impl Verdict {
 
 /// Reads every record of the selected topics, from the beginning to the current end.
 pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
-    let c: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    // The job's properties first (security, connection), the verifier's own after.
+    crate::connectors::kafka::properties::apply(
+        &mut config,
+        &t.kafka_properties,
+        crate::connectors::kafka::properties::ClientRole::Consumer,
+    );
+    let c: BaseConsumer = config
         .set("bootstrap.servers", &t.bootstrap_servers)
         .set("group.id", "lockgate-chaos-verifier")
         .set("enable.auto.commit", "false")

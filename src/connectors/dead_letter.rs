@@ -5,7 +5,24 @@
 //!
 //! A write returns only once the broker acknowledged it (`acks = all`): the caller moves
 //! its position, or resolves the action, only after that, so a dead letter is never lost.
+//! The producer is idempotent (`enable.idempotence = true`), so its own retries within
+//! a run never write a letter twice.
+//!
+//! The dead-letter topic is **at-least-once**, not exactly-once: after a crash or an
+//! in-process restart, the job replays from its last completed checkpoint, and a record
+//! dead-lettered after that checkpoint is dead-lettered again (idempotence does not
+//! span producers, and a letter is written when the record is seen, not when a
+//! checkpoint completes). Each letter of a Kafka record carries its origin coordinates,
+//! so a consumer of the dead-letter topic deduplicates on
+//! (`lockgate.topic`, `lockgate.partition`, `lockgate.offset`), adding `lockgate.index`
+//! and `lockgate.id` for the sink's letters (one record may become several documents).
+//! Letters of records without Kafka coordinates (the sequence source) carry none.
+//!
+//! The producer takes the Kafka source's `[source.kafka.properties]`, except the
+//! consumer-only ones ([`crate::connectors::kafka::properties`]), so that dead letters
+//! reach the cluster the way the source does.
 
+use crate::connectors::kafka::properties::{apply, ClientRole};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
@@ -27,37 +44,37 @@ pub struct DeadLetter<'a> {
     pub payload: &'a [u8],
 }
 
-/// A producer of dead letters (one per subtask).
+/// The configuration of a dead-letter producer: the properties that apply to a
+/// producer, then lockgate's own, which win.
+fn producer_config<'a>(
+    bootstrap_servers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    apply(&mut c, properties, ClientRole::Producer);
+    c.set("bootstrap.servers", bootstrap_servers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all");
+    c
+}
+
+/// An idempotent producer of dead letters (one per subtask).
 pub struct DeadLetterWriter {
     producer: FutureProducer,
 }
 
 impl DeadLetterWriter {
-    /// A writer to the cluster at `bootstrap_servers`. Of `properties` (the Kafka
-    /// source's librdkafka properties) it takes the connection and security ones
-    /// (`security.*`, `sasl.*`, `ssl.*`, `socket.*`, `client.*`, `broker.*`), so that
-    /// dead letters reach a secured cluster the way the source does.
+    /// A writer to the cluster at `bootstrap_servers`. It takes every property of
+    /// `properties` (the Kafka source's librdkafka properties) that applies to a
+    /// producer ([`crate::connectors::kafka::properties::applies_to`]), then sets `enable.idempotence = true` and
+    /// `acks = all`, which the job file may not weaken (refused at load). Creating the
+    /// producer does not wait for the cluster; an error means librdkafka refused the
+    /// configuration.
     pub fn new<'a>(
         bootstrap_servers: &str,
         properties: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> Result<DeadLetterWriter, String> {
-        let mut c = ClientConfig::new();
-        let shared = [
-            "security.",
-            "sasl.",
-            "ssl.",
-            "socket.",
-            "client.",
-            "broker.",
-        ];
-        for (k, v) in properties {
-            if shared.iter().any(|p| k.starts_with(p)) {
-                c.set(k, v);
-            }
-        }
-        c.set("bootstrap.servers", bootstrap_servers)
-            .set("acks", "all");
-        let producer = c
+        let producer = producer_config(bootstrap_servers, properties)
             .create()
             .map_err(|e| format!("dead-letter producer: {e}"))?;
         Ok(DeadLetterWriter { producer })
@@ -97,5 +114,36 @@ impl DeadLetterWriter {
             .await
             .map(|_| ())
             .map_err(|(e, _)| format!("dead-letter to {topic} failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_producer_is_idempotent_and_takes_every_producer_property() {
+        let props: BTreeMap<String, String> = [
+            ("security.protocol", "sasl_ssl"),
+            ("message.max.bytes", "2000"),
+            ("linger.ms", "7"),
+            ("fetch.max.bytes", "1048576"),
+            ("group.id", "g"),
+            ("auto.offset.reset", "earliest"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let c = producer_config("k:9092", &props);
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("bootstrap.servers"), Some("k:9092"));
+        assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
+        assert_eq!(c.get("message.max.bytes"), Some("2000"));
+        assert_eq!(c.get("linger.ms"), Some("7"));
+        for consumer_only in ["fetch.max.bytes", "group.id", "auto.offset.reset"] {
+            assert_eq!(c.get(consumer_only), None, "{consumer_only}");
+        }
     }
 }

@@ -12,6 +12,10 @@
 //!
 //! A subtask cleans and commits the files of old subtask indices `j` with
 //! `j % parallelism == index`, so restores at another parallelism leave nothing behind.
+//!
+//! The restored state holds only numbers (`(subtask, checkpoint id)`): every path a
+//! restore touches is formed here, inside the configured directory, so a crafted
+//! checkpoint cannot name a file elsewhere.
 
 use super::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};

@@ -71,9 +71,31 @@ pub fn state_key(group: KeyGroup, state: &str, user_key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Refuses a snapshot entry whose names are not plain path components, before any file
+/// is written: restore input may come from anywhere (`--restore PATH`), and the names
+/// are joined into paths below both the checkpoint and the working directory.
+fn check_names(r: &StateRestore) -> Result<()> {
+    crate::names::check_subtask(&r.snapshot).map_err(|detail| StateError::UnsafeName {
+        checkpoint: r.checkpoint_dir.clone(),
+        detail,
+    })
+}
+
 /// Links the immutable SST files of a snapshot into `dst` and copies the rest (RocksDB
 /// rewrites MANIFEST, OPTIONS and CURRENT, which must not be shared with a checkpoint).
+/// A symbolic link in `src` (or `src` itself being one) is refused, never followed.
 fn materialize(src: &Path, files: &[FileEntry], dst: &Path) -> Result<()> {
+    let refuse = |p: &Path, e: std::io::Error| StateError::Io {
+        op: "restore from",
+        path: p.to_path_buf(),
+        source: e,
+    };
+    crate::names::check_real_dir(src).map_err(|e| refuse(src, e))?;
+    for f in files {
+        let from = src.join(&f.name);
+        // Checked before anything is written, so that a refusal leaves nothing behind.
+        crate::names::open_no_follow(&from).map_err(|e| refuse(&from, e))?;
+    }
     fs::create_dir_all(dst).map_err(StateError::io("create", dst))?;
     for f in files {
         let from = src.join(&f.name);
@@ -97,11 +119,16 @@ impl KeyedStateBackend {
     /// One snapshot with exactly the same key groups is linked in place (no copy);
     /// otherwise the overlapping range of each snapshot is copied in, which is how a
     /// checkpoint taken at one parallelism restores at another.
+    ///
+    /// A snapshot naming a state directory or file that is not one plain path component
+    /// is [`StateError::UnsafeName`] before anything is written; a symbolic link in a
+    /// snapshot is refused, not followed.
     pub fn open(
         work_dir: &Path,
         key_groups: KeyGroupRange,
         restore: &[StateRestore],
     ) -> Result<Self> {
+        restore.iter().try_for_each(check_names)?;
         if work_dir.exists() {
             fs::remove_dir_all(work_dir).map_err(StateError::io("remove", work_dir))?;
         }
@@ -412,6 +439,53 @@ mod tests {
             found, 1000,
             "every key restored exactly once across subtasks"
         );
+    }
+
+    #[test]
+    fn a_snapshot_naming_paths_outside_or_symlinks_is_refused_before_any_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chk = tmp.path().join("chk");
+        fs::create_dir(&chk).unwrap();
+        let range = range_for_subtask(MP, 1, 0);
+        let mut b = KeyedStateBackend::open(&tmp.path().join("w"), range, &[]).unwrap();
+        fill(&b, 0..100);
+        let files = b.checkpoint(&chk.join("op-0")).unwrap();
+        drop(b);
+        let work = tmp.path().join("restored");
+        // A file name that climbs out of the state directory.
+        let mut evil = files.clone();
+        evil[0].name = "../../escaped".into();
+        let err = KeyedStateBackend::open(&work, range, &[snapshot(&chk, "op-0", range, evil)])
+            .err()
+            .expect("refused");
+        assert!(matches!(err, StateError::UnsafeName { .. }), "{err}");
+        assert!(err.to_string().contains("../../escaped"), "{err}");
+        assert!(!work.exists(), "nothing written");
+        assert!(!tmp.path().join("escaped").exists());
+        // An absolute state directory.
+        let err = KeyedStateBackend::open(
+            &work,
+            range,
+            &[snapshot(&chk, "/abs", range, files.clone())],
+        )
+        .err()
+        .expect("refused");
+        assert!(err.to_string().contains("state_dir \"/abs\""), "{err}");
+        // A listed file replaced by a symbolic link to a file outside.
+        let outside = tmp.path().join("outside");
+        let victim = chk.join("op-0").join(&files[0].name);
+        fs::copy(&victim, &outside).unwrap();
+        fs::remove_file(&victim).unwrap();
+        std::os::unix::fs::symlink(&outside, &victim).unwrap();
+        let err = KeyedStateBackend::open(
+            &work,
+            range,
+            &[snapshot(&chk, "op-0", range, files.clone())],
+        )
+        .err()
+        .expect("refused");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(!work.exists(), "nothing written");
     }
 
     #[test]

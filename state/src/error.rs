@@ -22,6 +22,13 @@ pub enum StateError {
     /// Another live process holds the checkpoint directory.
     #[error("checkpoint directory {path} is locked by another running lockgate process (pid {holder}); one process per checkpoint directory")]
     Locked { path: PathBuf, holder: String },
+    /// A checkpoint names a file or directory that is not one plain path component
+    /// (see [`crate::names`]); nothing of it is read or written.
+    #[error("refusing checkpoint {checkpoint}: {detail}; restore only checkpoints you trust")]
+    UnsafeName {
+        checkpoint: PathBuf,
+        detail: crate::names::UnsafeName,
+    },
     /// A file that must not be overwritten already exists.
     #[error("refusing to overwrite existing {path}")]
     AlreadyExists { path: PathBuf },

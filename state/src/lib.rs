@@ -6,6 +6,8 @@
 //!   versioned and checksummed ([`metadata`]);
 //! - restore picks the newest checkpoint that verifies, naming every one it skips
 //!   ([`restore`], a pure decision over a listing);
+//! - every name read back from a checkpoint is one plain path component, and no
+//!   symbolic link inside a checkpoint is followed ([`names`]);
 //! - nothing is deleted before a newer checkpoint is published ([`snapshot_dir`]);
 //! - each stateful subtask owns one RocksDB instance whose checkpoint is a set of hard
 //!   links, and an SST file's CRC is computed once ([`backend`]).
@@ -17,6 +19,7 @@ pub mod ids;
 pub mod keygroup;
 pub mod lock;
 pub mod metadata;
+pub mod names;
 pub mod restore;
 pub mod snapshot_dir;
 pub mod verify;

@@ -7,6 +7,7 @@ use crate::error::{Result, StateError};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// A held lock on `<dir>/LOCK`; released on drop (or by the kernel on death).
@@ -21,13 +22,30 @@ impl DirLock {
     /// [`StateError::Locked`], naming the directory and the holder's pid.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join("LOCK");
+        // O_NOFOLLOW: a `LOCK` that is a symbolic link is refused, so that taking the
+        // lock (which truncates the file and writes the pid) never writes elsewhere.
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(StateError::io("open", &path))?;
+            .map_err(|e| {
+                let e = if e.raw_os_error() == Some(libc::ELOOP) {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "is a symbolic link; refusing to follow it (remove it: lockgate creates LOCK itself)",
+                    )
+                } else {
+                    e
+                };
+                StateError::Io {
+                    op: "open",
+                    path: path.clone(),
+                    source: e,
+                }
+            })?;
         // SAFETY: flock on a descriptor we own; no memory is shared with the call.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -73,5 +91,18 @@ mod tests {
         assert!(err.to_string().contains(&std::process::id().to_string()));
         drop(first);
         DirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").unwrap();
+        let locked = dir.path().join("job");
+        std::fs::create_dir(&locked).unwrap();
+        std::os::unix::fs::symlink(&target, locked.join("LOCK")).unwrap();
+        let err = DirLock::acquire(&locked).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
     }
 }

@@ -96,7 +96,9 @@ impl CheckpointMetadata {
         Ok(out)
     }
 
-    /// Decodes and verifies bytes read from `path` (the path only names errors).
+    /// Decodes and verifies bytes read from `path` (the path only names errors). Metadata
+    /// naming a state directory or file that is not one plain path component is
+    /// [`StateError::UnsafeName`], naming the checkpoint and the entry.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<CheckpointMetadata> {
         let corrupt = |reason: String| StateError::Corrupt {
             path: path.to_path_buf(),
@@ -135,13 +137,23 @@ impl CheckpointMetadata {
         if used != body.len() {
             return Err(corrupt("trailing bytes in body".into()));
         }
+        // The CRC is not a secret: a well-formed file may still name paths outside the
+        // checkpoint. No caller ever sees such metadata.
+        crate::names::check_metadata(&meta).map_err(|detail| StateError::UnsafeName {
+            checkpoint: path.parent().unwrap_or(path).to_path_buf(),
+            detail,
+        })?;
         Ok(meta)
     }
 
-    /// Reads and verifies `<chk_dir>/_metadata`.
+    /// Reads and verifies `<chk_dir>/_metadata`, which must be a regular file (a
+    /// symbolic link is refused, not followed).
     pub fn read(chk_dir: &Path) -> Result<CheckpointMetadata> {
         let path = chk_dir.join(METADATA_FILE);
-        let bytes = std::fs::read(&path).map_err(StateError::io("read", &path))?;
+        let mut bytes = Vec::new();
+        crate::names::open_no_follow(&path)
+            .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut bytes))
+            .map_err(StateError::io("read", &path))?;
         CheckpointMetadata::decode(&bytes, &path)
     }
 }

@@ -2,13 +2,14 @@
 
 use crate::error::Result;
 use crate::metadata::CheckpointMetadata;
-use std::fs::File;
+use crate::names::{check_component, check_real_dir, open_no_follow};
 use std::io::Read;
 use std::path::Path;
 
-/// Computes the CRC32 of a file, streaming it.
+/// Computes the CRC32 of a regular file, streaming it. A symbolic link is an error,
+/// never followed ([`crate::names::open_no_follow`]).
 pub fn file_crc32(path: &Path) -> std::io::Result<(u64, u32)> {
-    let mut f = File::open(path)?;
+    let mut f = open_no_follow(path)?;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;
@@ -39,12 +40,37 @@ impl std::fmt::Display for FileProblem {
 
 /// Checks every state file listed in `meta` for presence, size and CRC32. Returns all
 /// problems found (empty means the checkpoint verifies).
+///
+/// Nothing outside `chk_dir` is read: a name that is not one plain path component is a
+/// problem (metadata from [`CheckpointMetadata::read`] never has one), a state
+/// directory must be a real directory and a file a regular file, never a symbolic link.
 pub fn verify_files(chk_dir: &Path, meta: &CheckpointMetadata) -> Vec<FileProblem> {
     let mut problems = Vec::new();
     for st in &meta.subtasks {
         let Some(dir) = &st.state_dir else { continue };
+        if let Err(e) = check_component(dir) {
+            problems.push(FileProblem {
+                file: dir.clone(),
+                problem: format!("state directory name {e}"),
+            });
+            continue;
+        }
+        if let Err(e) = check_real_dir(&chk_dir.join(dir)) {
+            problems.push(FileProblem {
+                file: dir.clone(),
+                problem: format!("state directory {e}"),
+            });
+            continue;
+        }
         for f in &st.files {
             let rel = format!("{dir}/{}", f.name);
+            if let Err(e) = check_component(&f.name) {
+                problems.push(FileProblem {
+                    file: rel,
+                    problem: format!("file name {e}"),
+                });
+                continue;
+            }
             match file_crc32(&chk_dir.join(dir).join(&f.name)) {
                 Err(e) => problems.push(FileProblem {
                     file: rel,

@@ -4,23 +4,59 @@
 use regex::Regex;
 use std::collections::BTreeMap;
 
+/// A topic pattern that matches whole topic names only, as Java's `Pattern.matches`
+/// does for Flink's `topic-pattern`: every alternative of an alternation must match the
+/// whole name (`a|b` does not match `xa`, `orders` does not match `orders-dlq`, and
+/// `orders|orders-eu` matches `orders-eu`).
+#[derive(Debug, Clone)]
+pub struct TopicPattern {
+    /// What the user wrote (for messages and equality).
+    source: String,
+    /// `source` anchored at both ends of the text.
+    whole: Regex,
+}
+
+impl TopicPattern {
+    /// Compiles `pattern`, anchored so that it must match a whole topic name.
+    pub fn new(pattern: &str) -> Result<TopicPattern, regex::Error> {
+        // Compiled alone first: wrapping an unbalanced pattern such as `a)|(b` could
+        // yield another valid regex with a different meaning.
+        Regex::new(pattern)?;
+        // `\A` and `\z` anchor at the ends of the text whatever flags the pattern sets.
+        let whole = Regex::new(&format!(r"\A(?:{pattern})\z"))?;
+        Ok(TopicPattern {
+            source: pattern.to_string(),
+            whole,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the pattern matches all of `topic`. The one place that decides it: the
+    /// source, discovery and the chaos harness's verifier all call this.
+    pub fn matches(&self, topic: &str) -> bool {
+        self.whole.is_match(topic)
+    }
+}
+
 /// Which topics the source reads.
 #[derive(Debug, Clone)]
 pub enum TopicSelector {
     /// These topics (a topic added later to the list is discovered on restart).
     List(Vec<String>),
     /// Every topic whose whole name matches; topics created later are discovered.
-    Pattern(Regex),
+    Pattern(TopicPattern),
 }
 
 impl TopicSelector {
-    /// Whether `topic` is selected.
+    /// Whether `topic` is selected: listed exactly, or wholly matched by the pattern.
     pub fn matches(&self, topic: &str) -> bool {
         match self {
             TopicSelector::List(l) => l.iter().any(|t| t == topic),
-            TopicSelector::Pattern(r) => r
-                .find(topic)
-                .is_some_and(|m| m.start() == 0 && m.end() == topic.len()),
+            TopicSelector::Pattern(p) => p.matches(topic),
         }
     }
 }
@@ -110,7 +146,10 @@ pub struct KafkaSourceConfig {
     pub on_decode_error: DecodeErrorPolicy,
     /// How long the first contact with the cluster may take before the job fails.
     pub connect_timeout_ms: u64,
-    /// Passed to librdkafka unchanged (they override lockgate's defaults).
+    /// librdkafka properties of every Kafka client of the job (the consumer, dead-letter
+    /// producers), each given to the clients it applies to
+    /// ([`super::properties::applies_to`]); on the consumer they override lockgate's
+    /// defaults.
     pub properties: BTreeMap<String, String>,
     /// Records without a value (tombstones) are emitted as [`Record::tombstone`]
     /// records instead of following `on_decode_error`: set when the sink says what a
@@ -169,8 +208,8 @@ pub struct KafkaSection {
     format: Option<String>,
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
-    /// Passed to librdkafka unchanged (dead letters use its connection and security
-    /// properties too).
+    /// librdkafka properties of every Kafka client of the job, checked at load; which
+    /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }
@@ -183,7 +222,8 @@ impl KafkaSection {
         let topics = match (&self.topics, &self.topic_pattern) {
             (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
             (None, Some(p)) => TopicSelector::Pattern(
-                Regex::new(p).map_err(|e| at("topic_pattern")(format!("not a regex: {e}")))?,
+                TopicPattern::new(p)
+                    .map_err(|e| at("topic_pattern")(format!("not a regex: {e}")))?,
             ),
             _ => {
                 return Err(at("topics")(
@@ -230,6 +270,8 @@ impl KafkaSection {
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
         }
+        super::properties::check(&self.properties)
+            .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         c.properties = self.properties.clone();
         Ok(c)
     }
@@ -256,9 +298,35 @@ mod tests {
 
     #[test]
     fn pattern_matches_whole_names_only() {
-        let s = TopicSelector::Pattern(Regex::new("orders-.*").unwrap());
-        assert!(s.matches("orders-eu"));
-        assert!(!s.matches("old-orders-eu"));
+        // (pattern, topic, selected): Java's `Pattern.matches`.
+        let table = [
+            ("orders-.*", "orders-eu", true),
+            ("orders-.*", "old-orders-eu", false),
+            ("orders", "orders", true),
+            ("orders", "orders-dlq", false),
+            ("orders", "xorders", false),
+            ("a|b", "a", true),
+            ("a|b", "b", true),
+            ("a|b", "xa", false),
+            ("a|b", "ax", false),
+            ("a|b", "ab", false),
+            // The leftmost-first match of `orders` is not the whole name; the second
+            // alternative is.
+            ("orders|orders-eu", "orders-eu", true),
+            ("a|ab", "ab", true),
+            ("orders-(eu|us)", "orders-eu", true),
+            ("orders-(eu|us)", "orders-eu-dlq", false),
+            ("(?m)orders$", "orders\nx", false),
+            ("(?i)Orders", "ORDERS", true),
+            (".*", "", true),
+            ("", "x", false),
+        ];
+        for (pattern, topic, want) in table {
+            let s = TopicSelector::Pattern(TopicPattern::new(pattern).unwrap());
+            assert_eq!(s.matches(topic), want, "{pattern:?} on {topic:?}");
+        }
+        // A pattern that only a wrapping would balance is refused.
+        assert!(TopicPattern::new("a)|(b").is_err());
     }
 
     #[test]
@@ -293,7 +361,7 @@ connect_timeout_ms = 9
         let section: KafkaSection = toml::from_str(text).unwrap();
         let mut want = KafkaSourceConfig::new(
             "k:9092",
-            TopicSelector::Pattern(Regex::new("orders-.*").unwrap()),
+            TopicSelector::Pattern(TopicPattern::new("orders-.*").unwrap()),
             "g",
         );
         want.startup = Startup::Latest;
@@ -318,6 +386,14 @@ connect_timeout_ms = 9
             (
                 "bootstrap_servers = \"k\"\ntopic_pattern = \"(\"",
                 "topic_pattern",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"fetch.max.bytes\" = \"lots\"",
+                "properties.\"fetch.max.bytes\"",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"no.such.property\" = \"1\"",
+                "properties.\"no.such.property\"",
             ),
         ] {
             let s: KafkaSection = toml::from_str(bad).unwrap();

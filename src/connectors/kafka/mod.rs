@@ -6,10 +6,13 @@ pub mod assign;
 pub mod config;
 pub mod decode;
 pub mod fetcher;
+pub mod properties;
 pub mod source;
 pub mod start_position;
 
-pub use config::{DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicSelector};
+pub use config::{
+    DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicPattern, TopicSelector,
+};
 pub use source::KafkaSource;
 
 /// A topic partition.

@@ -4,6 +4,7 @@ use super::assign::owner;
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
 use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext};
+use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
@@ -80,9 +81,7 @@ impl KafkaSource {
             // librdkafka's default (1000 ms) stalls the consumer whenever its queue fills.
             .set("fetch.queue.backoff.ms", "10")
             .set("client.id", format!("lockgate-{}", self.name));
-        for (k, v) in &self.cfg.properties {
-            c.set(k, v);
-        }
+        super::properties::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
         c
     }
 
@@ -607,7 +606,8 @@ mod tests {
         let unknown: Vec<String> = unknown_topics(&listing, &list).into_iter().collect();
         assert_eq!(unknown, vec!["b".to_string(), "c".to_string()]);
         // A pattern names no topic that must exist: only errors are unknown.
-        let pattern = TopicSelector::Pattern(regex::Regex::new("a|b|c").unwrap());
+        let pattern =
+            TopicSelector::Pattern(crate::connectors::kafka::TopicPattern::new("a|b|c").unwrap());
         let unknown: Vec<String> = unknown_topics(&listing, &pattern).into_iter().collect();
         assert_eq!(unknown, vec!["b".to_string()]);
         let clean = Listing {
