@@ -366,3 +366,55 @@ fn keep_all_checkpoints(j: &JobDir) {
     )
     .unwrap();
 }
+
+/// A checkpoint that times out while a keyed subtask is still writing its RocksDB
+/// checkpoint into `chk-N.inprogress` is aborted; its directory must not be removed
+/// under that subtask, which would fail the subtask and restart the job although the
+/// failure is tolerable.
+#[test]
+fn a_checkpoint_aborted_while_a_keyed_task_writes_into_it_is_tolerated_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = Spec {
+        rate_per_sec: 10_000,
+        ..Spec::new(20_000)
+    };
+    let j = JobDir::new(tmp.path(), spec);
+    let text = std::fs::read_to_string(j.config()).unwrap();
+    std::fs::write(
+        j.config(),
+        text.replacen(
+            "\ninterval_ms = ",
+            "\ntimeout_ms = 300\ntolerable_failures = 10\ninterval_ms = ",
+            1,
+        ),
+    )
+    .unwrap();
+    // The first two keyed snapshots (both subtasks of the first checkpoint) stall for
+    // 1 s after RocksDB wrote them and before their files are listed: the checkpoint
+    // expires meanwhile.
+    let mut child = j.spawn_env(
+        &[],
+        &[(lockgate::fault::ENV, "before-state-listing=2*sleep(1000)")],
+    );
+    let status = wait_timeout(&mut child, DEADLINE);
+    let log = j.log_text();
+    assert!(
+        log.contains("checkpoint aborted"),
+        "the first checkpoint expired: {}",
+        tail(&log, 30)
+    );
+    assert!(status.success(), "{}", tail(&log, 40));
+    for bad in ["task failed", "restarting", "job failed"] {
+        assert!(!log.contains(bad), "{bad}: {}", tail(&log, 40));
+    }
+    assert_exact(&j);
+    let leftovers: Vec<_> = std::fs::read_dir(j.checkpoints())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".inprogress"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "aborted checkpoints are removed once a later one is published: {leftovers:?}"
+    );
+}

@@ -379,6 +379,11 @@ async fn run_attempt(
     let mut tick = tokio::time::interval(Duration::from_millis(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut triggered_at: Option<(CheckpointId, Instant)> = None;
+    // Aborted checkpoints whose directories are not removed yet: a subtask may still be
+    // writing its snapshot into one (an expired checkpoint's keyed subtask in the middle
+    // of its RocksDB checkpoint). Subtasks take barriers in order, so once a later
+    // checkpoint is published none of them touches an older one any more.
+    let mut aborted: Vec<CheckpointId> = Vec::new();
     let mut stop_seen = false;
     let mut running = all.len();
     let send_all = |msg: Control| {
@@ -495,6 +500,14 @@ async fn run_attempt(
                             crate::fault::after_publish();
                             crate::fault::checkpoint_completed();
                             send_all(Control::Complete { id, is_final });
+                            let (done, later): (Vec<_>, Vec<_>) =
+                                aborted.iter().partition(|a| **a < id);
+                            aborted = later;
+                            for a in done {
+                                if let Err(e) = tokio::task::block_in_place(|| dir.discard(a)) {
+                                    warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                }
+                            }
                         }
                         Err(e) => {
                             queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
@@ -503,7 +516,8 @@ async fn run_attempt(
                 }
                 Action::Abort { id, reason } => {
                     warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
-                    let _ = tokio::task::block_in_place(|| dir.discard(id));
+                    // Removed once a later checkpoint is published (or at the next start).
+                    aborted.push(id);
                     send_all(Control::Aborted { id });
                 }
                 Action::Fail { failures, last } => {
