@@ -160,11 +160,16 @@ fn no_interval_flush(config: &Path) {
 /// completed one, then lets the job finish: the next run must restore the newest
 /// complete checkpoint, holding records, and the index must be exact.
 fn abort_at(failpoint: &str) {
+    abort_at_with(failpoint, COORDINATES);
+}
+
+/// [`abort_at`] with these sink settings; returns the job log of every run.
+fn abort_at_with(failpoint: &str, sink: &str) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 4)]);
     produce_orders(&kafka.bootstrap, "orders", 20_000);
     let es = Es::testkit();
-    let sink = format!("{COORDINATES}\n{BARRIER_FLUSH_ONLY}");
+    let sink = format!("{sink}\n{BARRIER_FLUSH_ONLY}");
     let config = job(tmp.path(), &kafka.bootstrap, &es.url(), &sink);
     no_interval_flush(&config);
     // Each subtask reads at least 5 batches at 100 ms or more each in the first run: it
@@ -217,6 +222,32 @@ fn abort_at(failpoint: &str) {
         "the restored checkpoint held records: {next}"
     );
     assert_eq!(r["failpoint_aborts"], 1, "{out}");
+    std::fs::read_to_string(config.with_extension("chaos.log")).unwrap()
+}
+
+/// With external versions, a bulk request applied whose response was lost is replayed
+/// from the previous checkpoint: Elasticsearch answers 409 for every document of it,
+/// which must count as already written (not fail the job), and the index is exact.
+#[test]
+fn a_lost_bulk_response_under_external_versions_is_replayed_as_already_written() {
+    let log = abort_at_with(
+        "bulk-response",
+        &format!("{COORDINATES}\nversioning = \"external\""),
+    );
+    let already_written: u64 = log
+        .lines()
+        .filter(|l| l.contains("Elasticsearch sink closed"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("already_written="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum();
+    assert!(
+        already_written > 0,
+        "the replay met documents the lost response had written: {}",
+        common::tail(&log, 30)
+    );
 }
 
 macro_rules! failpoint_tests {

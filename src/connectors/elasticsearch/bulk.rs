@@ -12,7 +12,7 @@ pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
-use super::item_result::{classify, classify_request};
+use super::item_result::{classify, classify_request, Outcome};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use bytes::Bytes;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
@@ -78,6 +78,7 @@ pub struct Shared {
     bulks: AtomicUsize,
     coalesced: AtomicU64,
     superseded: AtomicU64,
+    already_written: AtomicU64,
 }
 
 impl Shared {
@@ -106,6 +107,12 @@ impl Shared {
     /// the same document that makes them irrelevant was written.
     pub fn superseded(&self) -> u64 {
         self.superseded.load(Ordering::Relaxed)
+    }
+
+    /// Items Elasticsearch answered with 409 under `create` or external versioning:
+    /// written by an earlier attempt (a replay), counted as written.
+    pub fn already_written(&self) -> u64 {
+        self.already_written.load(Ordering::Relaxed)
     }
 
     fn fail(&self, message: String) {
@@ -380,6 +387,7 @@ impl Service {
 
     /// Hands a response to the batcher, with what each item result means.
     fn complete(&mut self, id: RequestId, sent: Sent) {
+        let mut already_written = 0;
         let response = match sent {
             Sent::Items(results) => {
                 let items = self.batcher.in_flight_payloads(id);
@@ -392,13 +400,13 @@ impl Service {
                             .zip(results)
                             .map(|(item, (status, ty, reason))| {
                                 let a = &item.action;
+                                let outcome =
+                                    classify(a.op, a.version.is_some(), status, ty.as_deref());
+                                if outcome == Outcome::AlreadyWritten {
+                                    already_written += 1;
+                                }
                                 ItemResult {
-                                    outcome: classify(
-                                        a.op,
-                                        a.version.is_some(),
-                                        status,
-                                        ty.as_deref(),
-                                    ),
+                                    outcome,
                                     failure: ItemFailure {
                                         status,
                                         error_type: ty.unwrap_or_default(),
@@ -412,6 +420,9 @@ impl Service {
             }
             Sent::Request(status, why) => Response::Failed(classify_request(status), why),
         };
+        self.shared
+            .already_written
+            .fetch_add(already_written, Ordering::Relaxed);
         let (now, jitter) = (self.now_ms(), self.rng.gen());
         self.batcher.on_response(id, response, now, jitter);
     }

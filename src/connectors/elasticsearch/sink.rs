@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use lockgate_state::CheckpointId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// An Elasticsearch sink subtask.
 pub struct EsSink {
@@ -127,6 +127,7 @@ impl Sink for EsSink {
             bulks = shared.bulks(),
             coalesced = shared.coalesced(),
             superseded = shared.superseded(),
+            already_written = shared.already_written(),
             "flushed at checkpoint"
         );
         match flushed {
@@ -152,6 +153,15 @@ impl Sink for EsSink {
     async fn close(&mut self) -> Result<()> {
         if let Some(p) = &self.processor {
             p.close().await.map_err(|e| JobError::task(&self.name, e))?;
+            let shared = p.shared();
+            info!(
+                sink = %self.name,
+                bulks = shared.bulks(),
+                coalesced = shared.coalesced(),
+                superseded = shared.superseded(),
+                already_written = shared.already_written(),
+                "Elasticsearch sink closed"
+            );
         }
         self.check()
     }
