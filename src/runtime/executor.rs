@@ -2,7 +2,7 @@
 //! tasks and channels of one attempt, drives the checkpoint coordinator, and restarts
 //! from the last completed checkpoint according to the restart policy.
 
-use super::chain::{Chain, Exchange, Tail, SINK_UID};
+use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
 use super::restart::{next_restart, Restart};
 use super::task::{run_input_task, run_source_task, TaskIo};
@@ -297,7 +297,7 @@ async fn run_attempt(
         let mut from: Vec<Vec<mpsc::Receiver<_>>> = (0..p).map(|_| Vec::new()).collect();
         for s in to.iter_mut() {
             for r in from.iter_mut() {
-                let (tx, rx) = mpsc::channel(8);
+                let (tx, rx) = mpsc::channel(EXCHANGE_CAPACITY);
                 s.push(tx);
                 r.push(rx);
             }
@@ -355,6 +355,7 @@ async fn run_attempt(
                     key_fn: k.clone(),
                     max_parallelism: job.max_parallelism,
                     buffers: (0..p).map(|_| Vec::new()).collect(),
+                    buffer_bytes: vec![0; usize::from(p)],
                 }),
                 None => Tail::Sink((job.sink.1)(i)),
             };

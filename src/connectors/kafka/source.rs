@@ -10,6 +10,16 @@ use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
+
+/// librdkafka `queued.max.messages.kbytes` unless `[source.kafka.properties]` sets it:
+/// 16 MiB of prefetched records per consumer (librdkafka's default is 64 MiB).
+pub const QUEUED_MAX_KBYTES: &str = "16384";
+
+/// librdkafka `fetch.max.bytes` unless set: 4 MiB per fetch response (librdkafka's
+/// default is 50 MiB). The queue limit above is checked before each fetch, so the
+/// prefetch may pass it by one response per broker; a record larger than this is
+/// still fetched, alone.
+pub const FETCH_MAX_BYTES: &str = "4194304";
 use async_trait::async_trait;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -79,6 +89,11 @@ impl KafkaSource {
             .set("enable.partition.eof", "false")
             // librdkafka's default (1000 ms) stalls the consumer whenever its queue fills.
             .set("fetch.queue.backoff.ms", "10")
+            // librdkafka's prefetch queue, bounded in bytes (its defaults: 64 MiB queued,
+            // 50 MiB per fetch response): memory stays near these however large the
+            // records are.
+            .set("queued.max.messages.kbytes", QUEUED_MAX_KBYTES)
+            .set("fetch.max.bytes", FETCH_MAX_BYTES)
             .set("client.id", format!("lockgate-{}", self.name));
         for (k, v) in &self.cfg.properties {
             c.set(k, v);
