@@ -627,4 +627,21 @@ mod tests {
         let only_a = TopicSelector::List(vec!["a".into()]);
         assert!(unknown_topics(&clean, &only_a).is_empty());
     }
+
+    #[test]
+    fn librdkafka_prefetch_is_bounded_in_bytes_unless_the_job_file_says_otherwise() {
+        let topics = TopicSelector::List(vec!["a".into()]);
+        let cfg = KafkaSourceConfig::new("k:9092", topics.clone(), "g");
+        let c = KafkaSource::new(Arc::new(cfg)).client_config();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some(QUEUED_MAX_KBYTES));
+        assert_eq!(c.get("fetch.max.bytes"), Some(FETCH_MAX_BYTES));
+        let mut cfg = KafkaSourceConfig::new("k:9092", topics, "g");
+        cfg.properties
+            .insert("queued.max.messages.kbytes".into(), "1024".into());
+        cfg.properties
+            .insert("fetch.max.bytes".into(), "52428800".into());
+        let c = KafkaSource::new(Arc::new(cfg)).client_config();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(c.get("fetch.max.bytes"), Some("52428800"));
+    }
 }
