@@ -5,7 +5,7 @@
 
 use crate::connectors::file_sink::FileSink;
 use crate::connectors::sequence::SequenceSource;
-use crate::job::{CheckpointSettings, Job, JobGraph, RestartPolicy};
+use crate::job::{CheckpointSettings, ExponentialDelay, Job, JobGraph, RestartPolicy};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -75,31 +75,98 @@ impl CheckpointSection {
     }
 }
 
-/// `[restart]`: absent keys take [`RestartPolicy::default`]'s values.
+/// `[restart]`: absent keys take the defaults of [`RestartPolicy::default`] /
+/// [`ExponentialDelay::default`] and, for the other strategies, Flink's (failure-rate:
+/// 1 failure per 60 s, 1 s delay) or lockgate's earlier ones (fixed-delay: 3 attempts,
+/// 1 s). A key of another strategy is an error naming it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RestartSection {
     strategy: Option<String>,
     attempts: Option<u32>,
     delay_ms: Option<u64>,
+    initial_delay_ms: Option<u64>,
+    max_delay_ms: Option<u64>,
+    multiplier: Option<f64>,
+    jitter: Option<f64>,
+    reset_after_ms: Option<u64>,
+    max_failures: Option<u32>,
+    interval_ms: Option<u64>,
 }
 
 impl RestartSection {
+    /// The keys present, by name.
+    fn present(&self) -> Vec<&'static str> {
+        let keys = [
+            ("attempts", self.attempts.is_some()),
+            ("delay_ms", self.delay_ms.is_some()),
+            ("initial_delay_ms", self.initial_delay_ms.is_some()),
+            ("max_delay_ms", self.max_delay_ms.is_some()),
+            ("multiplier", self.multiplier.is_some()),
+            ("jitter", self.jitter.is_some()),
+            ("reset_after_ms", self.reset_after_ms.is_some()),
+            ("max_failures", self.max_failures.is_some()),
+            ("interval_ms", self.interval_ms.is_some()),
+        ];
+        keys.iter().filter(|k| k.1).map(|k| k.0).collect()
+    }
+
     fn policy(&self) -> Result<RestartPolicy, (String, String)> {
-        let RestartPolicy::FixedDelay { attempts, delay_ms } = RestartPolicy::default() else {
-            unreachable!("the default restarts");
+        let strategy = self.strategy.as_deref().unwrap_or("exponential-delay");
+        let allowed: &[&str] = match strategy {
+            "none" => &[],
+            "fixed-delay" => &["attempts", "delay_ms"],
+            "failure-rate" => &["max_failures", "interval_ms", "delay_ms"],
+            "exponential-delay" => &[
+                "initial_delay_ms",
+                "max_delay_ms",
+                "multiplier",
+                "jitter",
+                "reset_after_ms",
+                "attempts",
+            ],
+            other => {
+                return Err((
+                    "restart.strategy".into(),
+                    format!(
+                        "`{other}` is not one of exponential-delay, failure-rate, fixed-delay, none"
+                    ),
+                ))
+            }
         };
-        match self.strategy.as_deref().unwrap_or("fixed-delay") {
-            "none" => Ok(RestartPolicy::None),
-            "fixed-delay" => Ok(RestartPolicy::FixedDelay {
-                attempts: self.attempts.unwrap_or(attempts),
-                delay_ms: self.delay_ms.unwrap_or(delay_ms),
-            }),
-            other => Err((
-                "restart.strategy".into(),
-                format!("`{other}` is not one of fixed-delay, none"),
-            )),
+        if let Some(k) = self.present().into_iter().find(|k| !allowed.contains(k)) {
+            return Err((
+                format!("restart.{k}"),
+                format!("is not a key of strategy = \"{strategy}\""),
+            ));
         }
+        let policy = match strategy {
+            "none" => RestartPolicy::None,
+            "fixed-delay" => RestartPolicy::FixedDelay {
+                attempts: self.attempts.unwrap_or(3),
+                delay_ms: self.delay_ms.unwrap_or(1000),
+            },
+            "failure-rate" => RestartPolicy::FailureRate {
+                max_failures: self.max_failures.unwrap_or(1),
+                interval_ms: self.interval_ms.unwrap_or(60_000),
+                delay_ms: self.delay_ms.unwrap_or(1000),
+            },
+            _ => {
+                let d = ExponentialDelay::default();
+                RestartPolicy::ExponentialDelay(ExponentialDelay {
+                    initial_delay_ms: self.initial_delay_ms.unwrap_or(d.initial_delay_ms),
+                    max_delay_ms: self.max_delay_ms.unwrap_or(d.max_delay_ms),
+                    multiplier: self.multiplier.unwrap_or(d.multiplier),
+                    jitter: self.jitter.unwrap_or(d.jitter),
+                    reset_after_ms: self.reset_after_ms.unwrap_or(d.reset_after_ms),
+                    attempts: self.attempts.unwrap_or(d.attempts),
+                })
+            }
+        };
+        policy
+            .validate()
+            .map_err(|(k, why)| (format!("restart.{k}"), why))?;
+        Ok(policy)
     }
 }
 
@@ -432,6 +499,94 @@ mod tests {
             RestartPolicy::default(),
             "a job file without [restart]"
         );
+    }
+
+    fn restart(text: &str) -> Result<RestartPolicy, (String, String)> {
+        toml::from_str::<RestartSection>(text).unwrap().policy()
+    }
+
+    #[test]
+    fn restart_sections() {
+        assert_eq!(
+            restart("strategy = \"fixed-delay\"\nattempts = 5\ndelay_ms = 10"),
+            Ok(RestartPolicy::FixedDelay {
+                attempts: 5,
+                delay_ms: 10
+            })
+        );
+        assert_eq!(
+            restart("strategy = \"fixed-delay\""),
+            Ok(RestartPolicy::FixedDelay {
+                attempts: 3,
+                delay_ms: 1000
+            }),
+            "the keys of the earlier releases keep their defaults"
+        );
+        assert_eq!(
+            restart("strategy = \"failure-rate\"\nmax_failures = 3\ninterval_ms = 600000"),
+            Ok(RestartPolicy::FailureRate {
+                max_failures: 3,
+                interval_ms: 600_000,
+                delay_ms: 1000
+            })
+        );
+        assert_eq!(
+            restart("initial_delay_ms = 10\nmax_delay_ms = 100\nmultiplier = 3.0\njitter = 0.0\nreset_after_ms = 1000\nattempts = 4"),
+            Ok(RestartPolicy::ExponentialDelay(ExponentialDelay {
+                initial_delay_ms: 10,
+                max_delay_ms: 100,
+                multiplier: 3.0,
+                jitter: 0.0,
+                reset_after_ms: 1000,
+                attempts: 4
+            })),
+            "exponential-delay is the strategy when none is named"
+        );
+        assert_eq!(restart("strategy = \"none\""), Ok(RestartPolicy::None));
+        // Errors name the key.
+        for (text, key) in [
+            ("strategy = \"sometimes\"", "restart.strategy"),
+            (
+                "strategy = \"fixed-delay\"\nmultiplier = 2.0",
+                "restart.multiplier",
+            ),
+            ("strategy = \"none\"\nattempts = 2", "restart.attempts"),
+            (
+                "strategy = \"failure-rate\"\nattempts = 2",
+                "restart.attempts",
+            ),
+            (
+                "strategy = \"exponential-delay\"\ndelay_ms = 2",
+                "restart.delay_ms",
+            ),
+            ("max_failures = 2", "restart.max_failures"),
+            ("jitter = 1.5", "restart.jitter"),
+            ("multiplier = 0.5", "restart.multiplier"),
+            ("attempts = 0", "restart.attempts"),
+            (
+                "initial_delay_ms = 5000\nmax_delay_ms = 1000",
+                "restart.initial_delay_ms",
+            ),
+            (
+                "max_delay_ms = 10000\nreset_after_ms = 10000",
+                "restart.reset_after_ms",
+            ),
+            (
+                "strategy = \"failure-rate\"\ninterval_ms = 1000\ndelay_ms = 1000",
+                "restart.interval_ms",
+            ),
+            (
+                "strategy = \"failure-rate\"\nmax_failures = 0",
+                "restart.max_failures",
+            ),
+        ] {
+            let got = restart(text);
+            assert_eq!(
+                got.as_ref().map_err(|e| e.0.as_str()),
+                Err(key),
+                "{text}: {got:?}"
+            );
+        }
     }
 
     const GOOD: &str = r#"

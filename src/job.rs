@@ -45,22 +45,131 @@ impl CheckpointSettings {
     }
 }
 
-/// What happens when a subtask fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens when a subtask fails: the job restarts in process from its last
+/// completed checkpoint, or fails. [`crate::runtime::restart::next_restart`] is the
+/// decision; the executor logs its reason when it gives up.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RestartPolicy {
     /// Fail the job at the first failure.
     None,
-    /// Restart from the last completed checkpoint up to `attempts` times.
+    /// Restart up to `attempts` times over the life of the process, `delay_ms` apart.
+    /// Failures weeks apart add up: prefer [`RestartPolicy::ExponentialDelay`] or
+    /// [`RestartPolicy::FailureRate`] for jobs that run for long.
     FixedDelay { attempts: u32, delay_ms: u64 },
+    /// The default: a backoff that grows while failures follow each other and resets
+    /// after a quiet period (see [`ExponentialDelay`]).
+    ExponentialDelay(ExponentialDelay),
+    /// Restart after `delay_ms` unless this failure makes more than `max_failures`
+    /// within the last `interval_ms`.
+    FailureRate {
+        max_failures: u32,
+        interval_ms: u64,
+        delay_ms: u64,
+    },
+}
+
+/// Flink's `exponential-delay`: the n-th failure of a streak waits
+/// `min(initial_delay_ms * multiplier^(n-1), max_delay_ms)`, times a random factor in
+/// `[1 - jitter, 1 + jitter)`. A failure `reset_after_ms` or more after the previous
+/// one starts a new streak. More than `attempts` failures in one streak fail the job:
+/// outages far apart never add up, and a job that can never start still ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExponentialDelay {
+    pub initial_delay_ms: u64,
+    pub max_delay_ms: u64,
+    pub multiplier: f64,
+    /// A fraction of the delay, in `[0, 1)`.
+    pub jitter: f64,
+    pub reset_after_ms: u64,
+    /// Restarts in one streak before the job fails (Flink's
+    /// `attempts-before-reset-backoff`, unbounded there).
+    pub attempts: u32,
+}
+
+impl Default for ExponentialDelay {
+    /// Flink's defaults, except two bounds chosen for connector jobs: `max_delay_ms`
+    /// is one minute (Flink: five), because after an outage a sink should catch up
+    /// soon; `attempts` is 10 (Flink: unbounded), so a job that fails at every start
+    /// ends after about five and a half minutes of trying (1+2+4+...+32 s, then four
+    /// times 60 s) and whoever runs it sees the failure.
+    fn default() -> ExponentialDelay {
+        ExponentialDelay {
+            initial_delay_ms: 1000,
+            max_delay_ms: 60_000,
+            multiplier: 2.0,
+            jitter: 0.1,
+            reset_after_ms: 3_600_000,
+            attempts: 10,
+        }
+    }
+}
+
+impl ExponentialDelay {
+    /// Why these settings cannot work, naming the field: the delay must be able to
+    /// grow, and a restart delay alone must never look like a quiet period (or a job
+    /// that can never start would never end).
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, String)> {
+        if self.attempts == 0 {
+            return Err(("attempts", "must be at least 1".into()));
+        }
+        if self.initial_delay_ms > self.max_delay_ms {
+            return Err((
+                "initial_delay_ms",
+                format!("must not exceed max_delay_ms ({})", self.max_delay_ms),
+            ));
+        }
+        if !(self.multiplier >= 1.0 && self.multiplier.is_finite()) {
+            return Err(("multiplier", "must be at least 1.0".into()));
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return Err(("jitter", "must be a fraction in [0, 1)".into()));
+        }
+        let longest = self.max_delay_ms as f64 * (1.0 + self.jitter);
+        if (self.reset_after_ms as f64) <= longest {
+            return Err((
+                "reset_after_ms",
+                format!(
+                    "must exceed the longest delay, max_delay_ms * (1 + jitter) = {longest:.0} ms"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RestartPolicy {
+    /// Why this policy cannot work, naming the job file key (under `[restart]`).
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, String)> {
+        match self {
+            RestartPolicy::None | RestartPolicy::FixedDelay { .. } => Ok(()),
+            RestartPolicy::ExponentialDelay(e) => e.validate(),
+            RestartPolicy::FailureRate {
+                max_failures,
+                interval_ms,
+                delay_ms,
+            } => {
+                if *max_failures == 0 {
+                    return Err((
+                        "max_failures",
+                        "must be at least 1 (or use strategy = \"none\")".into(),
+                    ));
+                }
+                // Failures come at most one delay apart when the job can never start:
+                // with a delay as long as the interval, such a job would never end.
+                if interval_ms <= delay_ms {
+                    return Err(("interval_ms", format!("must exceed delay_ms ({delay_ms})")));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Default for RestartPolicy {
-    /// The job file's default: three restarts, a second apart.
+    /// The job file's default: [`RestartPolicy::ExponentialDelay`] with
+    /// [`ExponentialDelay::default`].
     fn default() -> RestartPolicy {
-        RestartPolicy::FixedDelay {
-            attempts: 3,
-            delay_ms: 1000,
-        }
+        RestartPolicy::ExponentialDelay(ExponentialDelay::default())
     }
 }
 
@@ -170,7 +279,10 @@ impl JobBuilder {
         self
     }
 
-    /// The restart policy.
+    /// What happens when a subtask fails (default: [`RestartPolicy::default`],
+    /// exponential delay). Every restart resumes from the last completed checkpoint of
+    /// this run (before the first one, from where the run started), so a restart
+    /// neither loses nor duplicates what the sink made durable.
     pub fn restart(mut self, r: RestartPolicy) -> Self {
         self.restart = r;
         self
@@ -309,6 +421,9 @@ impl JobBuilder {
                 }
                 Stage::Operator { .. } => {}
             }
+        }
+        if let Err((key, why)) = self.restart.validate() {
+            return bad(&format!("restart {key} {why}"));
         }
         let Some(checkpoint) = self.checkpoint else {
             return bad("checkpointing(...) is required");

@@ -34,6 +34,7 @@
 //! | where barriers are aligned | [`runtime`] `align.rs` (a pure state machine) |
 //! | when a checkpoint is triggered, completes, expires | [`checkpoint::coordinator`] (pure) |
 //! | where a snapshot is published | [`runtime`] `executor.rs`, through `lockgate_state::snapshot_dir` |
+//! | whether and when a failed job restarts | [`runtime::restart`] (pure) |
 //! | what a start restores, abandons, refuses | [`checkpoint::start`] (pure), `lockgate_state::restore` (which checkpoint verifies) |
 //! | where a Kafka partition starts | [`connectors::kafka::start_position`] (pure) |
 //! | what one bulk item result means | [`connectors::elasticsearch::item_result`] (pure) |

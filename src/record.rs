@@ -42,5 +42,16 @@ impl Record {
     }
 }
 
+impl Record {
+    /// What byte budgets count for this record: its heap bytes (value, keys) plus its
+    /// own size. An estimate of its memory, not of its encoding.
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Record>()
+            + self.value.len()
+            + self.key.as_ref().map_or(0, Vec::len)
+            + self.route_key.as_ref().map_or(0, Vec::len)
+    }
+}
+
 /// Records travel in batches: one channel message carries many records.
 pub type Batch = Vec<Record>;

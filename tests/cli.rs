@@ -38,6 +38,20 @@ fn config_errors_exit_2_and_name_the_file_and_the_key() {
     assert_eq!(code, Some(2));
     assert!(err.contains("job.parallelism"), "{err}");
 
+    // [restart]: an unknown strategy, and a key of another strategy, name the key.
+    for (section, key) in [
+        ("strategy = \"sometimes\"", "restart.strategy"),
+        (
+            "strategy = \"failure-rate\"\nmultiplier = 3.0",
+            "restart.multiplier",
+        ),
+    ] {
+        std::fs::write(j.config(), text.replace("strategy = \"none\"", section)).unwrap();
+        let (code, _, err) = lockgate(&["run", "--config", &cfg]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(&cfg) && err.contains(key), "{key}: {err}");
+    }
+
     let (code, _, err) = lockgate(&["run", "--config", "/nonexistent/job.toml"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("/nonexistent/job.toml"), "{err}");

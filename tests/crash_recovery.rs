@@ -418,3 +418,58 @@ fn a_checkpoint_aborted_while_a_keyed_task_writes_into_it_is_tolerated_without_a
         "aborted checkpoints are removed once a later one is published: {leftovers:?}"
     );
 }
+
+/// Replaces the job file's `[restart]` section body (`strategy = "none"`).
+fn set_restart(j: &JobDir, section: &str) {
+    let text = std::fs::read_to_string(j.config()).unwrap();
+    assert!(text.contains("strategy = \"none\""), "{text}");
+    std::fs::write(j.config(), text.replace("strategy = \"none\"", section)).unwrap();
+}
+
+#[test]
+fn exponential_delay_restarts_in_process_and_gives_up_naming_its_limit() {
+    let restart = "strategy = \"exponential-delay\"\ninitial_delay_ms = 10\nmax_delay_ms = 40\n\
+                   reset_after_ms = 60000\nattempts = 3";
+    // Two failures: two restarts, then the job ends exact.
+    let tmp = tempfile::tempdir().unwrap();
+    let j = JobDir::new(&tmp.path().join("twice"), Spec::new(5_000));
+    set_restart(&j, restart);
+    let status = wait_timeout(
+        &mut j.spawn_env(&[], &[("LOCKGATE_FAILPOINTS", "before-metadata=2*panic")]),
+        DEADLINE,
+    );
+    let log = j.log_text();
+    assert!(status.success(), "{}", tail(&log, 40));
+    assert_eq!(
+        log.matches("restarting from the last completed checkpoint")
+            .count(),
+        2,
+        "{}",
+        tail(&log, 40)
+    );
+    assert_exact(&j);
+
+    // A failure at every attempt: three restarts (attempts = 3), then exit 1 with the
+    // strategy's reason in the log.
+    let j = JobDir::new(&tmp.path().join("always"), Spec::new(5_000));
+    set_restart(&j, restart);
+    let status = wait_timeout(
+        &mut j.spawn_env(&[], &[("LOCKGATE_FAILPOINTS", "before-metadata=panic")]),
+        DEADLINE,
+    );
+    let log = j.log_text();
+    assert_eq!(status.code(), Some(1), "{}", tail(&log, 40));
+    assert_eq!(
+        log.matches("restarting from the last completed checkpoint")
+            .count(),
+        3,
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(
+        log.contains("the restart strategy gives up")
+            && log.contains("exponential-delay: 4 failures in a row"),
+        "{}",
+        tail(&log, 40)
+    );
+}

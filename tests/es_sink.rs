@@ -388,3 +388,60 @@ async fn a_record_can_never_break_or_extend_a_bulk_request() {
     assert_eq!(server.stats().bulk_items, 1, "nothing more was sent");
     assert!(server.documents("orders").contains_key("orders-0-1"));
 }
+
+/// `buffer_max_bytes`: the sink stops taking records while the actions it holds
+/// (buffered and in flight) would pass the limit; an action larger than the limit is
+/// admitted alone; with a buffer smaller than a bulk request and no interval flush in
+/// sight, a full buffer is sent at once (nothing stalls); a checkpoint's flush drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_holds_at_most_buffer_max_bytes_and_a_larger_action_passes_alone() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const LIMIT: usize = 64 * 1024;
+    const LARGE: usize = 200 * 1024;
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        latency_ms: 50,
+        ..Default::default()
+    });
+    let mut cfg = config(&server); // bulk_flush_interval_ms = 60 s
+    cfg.buffer_max_bytes = LIMIT;
+    let mut s = sink(cfg).await;
+    let counters = s.counters();
+    let (peak, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let sampler = {
+        let (peak, stop, counters) = (peak.clone(), stop.clone(), counters.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                peak.fetch_max(counters.buffered_bytes(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let doc = |i: i64, pad: usize| format!(r#"{{"amount":{i},"pad":"{}"}}"#, "x".repeat(pad));
+    let run = async {
+        for i in 0..40 {
+            s.invoke(vec![rec(i, &doc(i, 10 * 1024))]).await.unwrap();
+        }
+        s.invoke(vec![rec(40, &doc(40, LARGE))]).await.unwrap();
+        s.invoke(vec![rec(41, &doc(41, 10))]).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+    };
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the sink stalled: a full buffer must be sent, a large action admitted");
+    stop.store(true, Ordering::SeqCst);
+    sampler.await.unwrap();
+    let peak = peak.load(Ordering::SeqCst);
+    // Each record is its own batch: held bytes never pass max(limit, one batch).
+    let one_large = LARGE + 200;
+    assert!(peak <= one_large, "held {peak} bytes");
+    assert!(
+        peak >= LARGE,
+        "the large action was admitted (and seen held): peak {peak}"
+    );
+    assert_eq!((s.pending(), counters.buffered_bytes()), (0, 0));
+    assert_eq!(server.documents("orders").len(), 42, "everything written");
+}

@@ -554,7 +554,10 @@ fn no_reachable_broker_fails_within_the_timeout_naming_the_servers() {
     let text = std::fs::read_to_string(tmp.path().join("job.toml"))
         .unwrap()
         .replace("connect_timeout_ms = 10000", "connect_timeout_ms = 2000")
-        .replace("strategy = \"fixed-delay\"", "strategy = \"none\"");
+        .replace(
+            "strategy = \"fixed-delay\"\nattempts = 3\ndelay_ms = 100",
+            "strategy = \"none\"",
+        );
     std::fs::write(tmp.path().join("job.toml"), text).unwrap();
     let start = Instant::now();
     let (status, log) = run_job(tmp.path(), None, &[]);

@@ -18,12 +18,26 @@ pub const SINK_UID: &str = "sink";
 /// Records per channel message on an exchange.
 const EXCHANGE_BATCH: usize = 1024;
 
+/// Bytes ([`crate::record::Record::size_bytes`]) at which an exchange message is cut:
+/// a message holds less than this plus one record. With [`EXCHANGE_CAPACITY`] messages
+/// per channel, a channel holds less than 8 × (1 MiB + the largest record). Cutting
+/// batches by bytes keeps the bound with no accounting on the receiving side (a byte
+/// semaphore released by the receiver would be more exact, but must be shared per
+/// channel anyway: one shared by a receiver's inputs deadlocks under barrier alignment,
+/// which stops reading an input that already delivered its barrier).
+pub const EXCHANGE_BATCH_BYTES: usize = 1 << 20;
+
+/// Messages per exchange channel: the backpressure between tasks.
+pub const EXCHANGE_CAPACITY: usize = 8;
+
 /// Hash-partitions records by key group to the subtasks of the next vertex.
 pub struct Exchange {
     pub senders: Vec<mpsc::Sender<Message>>,
     pub key_fn: KeyFn,
     pub max_parallelism: u16,
     pub buffers: Vec<Batch>,
+    /// The bytes of each buffer.
+    pub buffer_bytes: Vec<usize>,
 }
 
 impl Exchange {
@@ -41,10 +55,14 @@ impl Exchange {
             let g = key_group_of(&key, self.max_parallelism);
             let to = usize::from(subtask_for_group(self.max_parallelism, p, g));
             r.route_key = Some(key);
+            self.buffer_bytes[to] += r.size_bytes();
             self.buffers[to].push(r);
-            if self.buffers[to].len() >= EXCHANGE_BATCH {
+            if self.buffers[to].len() >= EXCHANGE_BATCH
+                || self.buffer_bytes[to] >= EXCHANGE_BATCH_BYTES
+            {
                 let full =
                     std::mem::replace(&mut self.buffers[to], Vec::with_capacity(EXCHANGE_BATCH));
+                self.buffer_bytes[to] = 0;
                 self.send(to, Message::Records(full)).await?;
             }
         }
@@ -55,6 +73,7 @@ impl Exchange {
         for to in 0..self.buffers.len() {
             if !self.buffers[to].is_empty() {
                 let b = std::mem::take(&mut self.buffers[to]);
+                self.buffer_bytes[to] = 0;
                 self.send(to, Message::Records(b)).await?;
             }
         }
@@ -168,6 +187,72 @@ impl Chain {
         match &mut self.tail {
             Tail::Exchange(x) => x.broadcast(|| Message::EndOfInput).await,
             Tail::Sink(s) => s.close().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+    use std::sync::Arc;
+
+    /// An exchange to one subtask, and the receiving end of its channel.
+    fn exchange() -> (Exchange, mpsc::Receiver<Message>) {
+        let (tx, rx) = mpsc::channel(EXCHANGE_CAPACITY);
+        let x = Exchange {
+            senders: vec![tx],
+            key_fn: Arc::new(|_: &Record| Ok(b"k".to_vec())),
+            max_parallelism: 128,
+            buffers: vec![Vec::new()],
+            buffer_bytes: vec![0],
+        };
+        (x, rx)
+    }
+
+    fn records(n: usize, bytes: usize) -> Batch {
+        (0..n)
+            .map(|_| Record::from_value(vec![b'x'; bytes]))
+            .collect()
+    }
+
+    fn received(rx: &mut mpsc::Receiver<Message>) -> Vec<Batch> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if let Message::Records(b) = m {
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn exchange_messages_are_cut_by_bytes_and_a_large_record_goes_alone() {
+        // 300 KiB records: a message is cut once it reaches 1 MiB (four records).
+        let (mut x, mut rx) = exchange();
+        x.route(records(7, 300 * 1024)).await.unwrap();
+        x.flush().await.unwrap();
+        let sizes: Vec<usize> = received(&mut rx).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![4, 3]);
+
+        // A record larger than the cut travels alone, and small records still batch
+        // by count.
+        let (mut x, mut rx) = exchange();
+        let mut batch = records(1, 3 << 20);
+        batch.extend(records(2, 10));
+        x.route(batch).await.unwrap();
+        x.route(records(EXCHANGE_BATCH, 10)).await.unwrap();
+        x.flush().await.unwrap();
+        let got = received(&mut rx);
+        let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, EXCHANGE_BATCH, 2]);
+        for b in &got {
+            let bytes: usize = b.iter().map(Record::size_bytes).sum();
+            let largest = b.iter().map(Record::size_bytes).max().unwrap();
+            assert!(
+                bytes < EXCHANGE_BATCH_BYTES + largest,
+                "a message holds less than the cut plus one record: {bytes}"
+            );
         }
     }
 }

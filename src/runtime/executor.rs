@@ -2,8 +2,9 @@
 //! tasks and channels of one attempt, drives the checkpoint coordinator, and restarts
 //! from the last completed checkpoint according to the restart policy.
 
-use super::chain::{Chain, Exchange, Tail, SINK_UID};
+use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
+use super::restart::{next_restart, Restart};
 use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::checkpoint::start::{
     compatibility, restart_source, start_decision, Abandon, Source, StartDecision, StartFacts,
@@ -11,7 +12,7 @@ use crate::checkpoint::start::{
 use crate::checkpoint::{Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
-use crate::job::{JobGraph, KeyFn, OperatorFactory, RestartPolicy, Stage};
+use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
 use crate::operators::OperatorContext;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir};
 use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
@@ -118,6 +119,9 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
     }
     summary.restored_from = restored.as_ref().map(|r| r.path.clone());
     let mut stop = opts.stop.clone();
+    // When each earlier failure of this run happened (ms on `clock`).
+    let clock = Instant::now();
+    let mut failures_ms: Vec<u64> = Vec::new();
     loop {
         match &restored {
             Some(r) => {
@@ -139,16 +143,29 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
-                let RestartPolicy::FixedDelay { attempts, delay_ms } = job.restart else {
-                    return Err(e);
+                // The decision is a plain function of the failure history
+                // (runtime::restart); this is the clock and the dice around it.
+                let now_ms = clock.elapsed().as_millis() as u64;
+                let unit: f64 = rand::random();
+                let delay = match next_restart(&job.restart, &failures_ms, now_ms, unit) {
+                    Restart::GiveUp(reason) => {
+                        error!(job = %job.name, error = %e, restarts = summary.restarts, %reason, "job failed; the restart strategy gives up");
+                        return Err(e);
+                    }
+                    Restart::After(d) => d,
                 };
-                if summary.restarts >= attempts {
-                    error!(job = %job.name, error = %e, restarts = summary.restarts, "job failed; no restart attempts left");
-                    return Err(e);
-                }
+                failures_ms.push(now_ms);
                 summary.restarts += 1;
-                warn!(job = %job.name, error = %e, attempt = summary.restarts, of = attempts, delay_ms, "job failed; restarting from the last completed checkpoint");
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                warn!(job = %job.name, error = %e, restart = summary.restarts, delay_ms = delay.as_millis() as u64, "job failed; restarting from the last completed checkpoint");
+                // A stop (SIGTERM) during a backoff of up to minutes ends the run now:
+                // no attempt is running, and the last completed checkpoint stands.
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop_requested(&mut stop) => {
+                        warn!(job = %job.name, "stop requested while waiting to restart; the job ends failed, at its last completed checkpoint");
+                        return Err(e);
+                    }
+                }
                 // Resume from the newest checkpoint this run published; before the
                 // first one, from where the run started.
                 if let Source::Newest(id) = restart_source(summary.last_checkpoint, source) {
@@ -280,7 +297,7 @@ async fn run_attempt(
         let mut from: Vec<Vec<mpsc::Receiver<_>>> = (0..p).map(|_| Vec::new()).collect();
         for s in to.iter_mut() {
             for r in from.iter_mut() {
-                let (tx, rx) = mpsc::channel(8);
+                let (tx, rx) = mpsc::channel(EXCHANGE_CAPACITY);
                 s.push(tx);
                 r.push(rx);
             }
@@ -338,6 +355,7 @@ async fn run_attempt(
                     key_fn: k.clone(),
                     max_parallelism: job.max_parallelism,
                     buffers: (0..p).map(|_| Vec::new()).collect(),
+                    buffer_bytes: vec![0; usize::from(p)],
                 }),
                 None => Tail::Sink((job.sink.1)(i)),
             };

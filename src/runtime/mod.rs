@@ -5,6 +5,7 @@ pub mod align;
 pub mod chain;
 pub mod executor;
 pub mod message;
+pub mod restart;
 pub mod task;
 
 pub use executor::{run, RunOptions, RunSummary};

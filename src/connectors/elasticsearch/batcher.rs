@@ -173,6 +173,9 @@ pub struct Batcher<T> {
     next_id: u64,
     last_send_ms: u64,
     pending: usize,
+    /// The `bytes` of every live action: queued, in flight, awaiting a retry or the
+    /// failure handler.
+    held_bytes: usize,
     counters: Counters,
 }
 
@@ -194,6 +197,7 @@ impl<T> Batcher<T> {
             next_id: 0,
             last_send_ms: now_ms,
             pending: 0,
+            held_bytes: 0,
             counters: Counters::default(),
         }
     }
@@ -201,6 +205,14 @@ impl<T> Batcher<T> {
     /// Actions added and not yet resolved.
     pub fn pending(&self) -> usize {
         self.pending
+    }
+
+    /// The sizes (as given to [`Batcher::add`]) of every action not yet resolved:
+    /// queued, in flight, awaiting a retry or the failure handler. This is what the
+    /// processor bounds with `buffer_max_bytes`; an action leaves it exactly when it is
+    /// resolved (and then leaves `pending` too).
+    pub fn bytes(&self) -> usize {
+        self.held_bytes
     }
 
     /// Actions waiting to be sent (not in flight, not awaiting a retry or a handler).
@@ -248,6 +260,7 @@ impl<T> Batcher<T> {
 
     fn insert(&mut self, e: Entry<T>) -> usize {
         self.pending += 1;
+        self.held_bytes += e.bytes;
         match self.free.pop() {
             Some(s) => {
                 self.entries[s] = Some(e);
@@ -265,6 +278,7 @@ impl<T> Batcher<T> {
         let e = self.entries[slot].take().expect("a live entry");
         self.free.push(slot);
         self.pending -= 1;
+        self.held_bytes -= e.bytes;
         if let Some(g) = self.groups.get_mut(&e.key) {
             if let Some(at) = g.items.iter().position(|&x| x == slot) {
                 g.items.remove(at);
@@ -376,6 +390,7 @@ impl<T> Batcher<T> {
         let e = self.entries[slot].take().expect("a held refusal");
         self.free.push(slot);
         self.pending -= 1;
+        self.held_bytes -= e.bytes;
         if let Some(g) = self.groups.get_mut(&e.key) {
             g.items.retain(|&x| x != slot);
             g.outstanding -= 1;
@@ -954,6 +969,12 @@ mod tests {
 
     type Store = HashMap<String, (Value, Option<i64>)>;
 
+    /// The size the model gives action `seq`: sizes differ, so that [`Batcher::bytes`]
+    /// is checked against a sum, not a count.
+    fn size(seq: usize) -> usize {
+        10 + (seq * 7) % 23
+    }
+
     /// The server: applies one action, answering as Elasticsearch would.
     fn apply(store: &mut Store, a: &BulkAction) -> ItemResult {
         let doc = a.id.clone().unwrap();
@@ -1051,7 +1072,10 @@ mod tests {
                             resolved.push(false);
                             let at = order.iter().position(|&x| x == payload).unwrap();
                             order[at] = new;
-                            b.requeue(refusal, vec![(a.id.clone(), Effect::of(&a), 10, new)]);
+                            b.requeue(
+                                refusal,
+                                vec![(a.id.clone(), Effect::of(&a), size(new), new)],
+                            );
                             payload
                         }
                         other => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
@@ -1113,7 +1137,7 @@ mod tests {
                 Step::Add(doc, k) => {
                     let seq = actions.len();
                     let a = action(doc, &k, versioned.then_some(seq as i64));
-                    b.add(a.id.clone(), Effect::of(&a), 10, seq);
+                    b.add(a.id.clone(), Effect::of(&a), size(seq), seq);
                     actions.push(a);
                     resolved.push(false);
                     order.push(seq);
@@ -1134,6 +1158,12 @@ mod tests {
             drain(&mut b, &mut resolved, &mut actions, &mut order)?;
             let open = resolved.iter().filter(|r| !**r).count();
             prop_assert_eq!(b.pending(), open);
+            // What buffer_max_bytes bounds: exactly the sizes of the unresolved actions.
+            let held: usize = (0..resolved.len())
+                .filter(|&s| !resolved[s])
+                .map(size)
+                .sum();
+            prop_assert_eq!(b.bytes(), held);
             if b.pending() == 0 {
                 prop_assert_eq!(
                     &store,
@@ -1158,6 +1188,7 @@ mod tests {
             drain(&mut b, &mut resolved, &mut actions, &mut order)?;
         }
         prop_assert_eq!(b.pending(), 0);
+        prop_assert_eq!(b.bytes(), 0, "nothing held once everything is resolved");
         prop_assert!(resolved.iter().all(|r| *r));
         prop_assert_eq!(
             &store,
@@ -1332,8 +1363,9 @@ mod review_tests {
             "1 (awaiting a retry), 3 and 5 (queued)"
         );
         assert_eq!((b.pending(), b.queued(), b.next_wake_ms()), (1, 0, None));
+        assert_eq!(b.bytes(), 10, "only the request in flight is still held");
         b.on_response(in_flight, Response::Items(vec![ok()]), 2, 0.5);
-        assert_eq!(b.pending(), 0);
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
         b.add(Some("d".into()), Effect::Opaque, 10, 6);
         assert_eq!(sent(&mut b, 3, true).expect("d is free").1, vec![6]);
     }

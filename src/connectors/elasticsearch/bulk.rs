@@ -6,6 +6,16 @@
 //! It runs as its own task, so that the interval flush and retries go on while the
 //! sink waits for records. Failures are recorded and raised by the sink at the next
 //! record, the next checkpoint, or close — never lost.
+//!
+//! Memory is bounded in bytes: [`BulkProcessor::add`] waits while the actions handed
+//! over and not yet resolved (buffered, in flight, awaiting a retry) would pass
+//! `buffer_max_bytes`, counted as the size of their bulk request lines. A batch larger
+//! than the limit is admitted alone, when nothing else is held, so nothing can
+//! deadlock; while the sink waits for room, what is queued is sent at once instead of
+//! waiting for a fuller request or the flush interval. A checkpoint's flush does not
+//! pass through this gate: it only drains. The processor holds each document once (the
+//! encoded lines; the action's body is restored from them when the failure handler
+//! asks).
 
 use super::action::{frame, BulkAction};
 pub use super::batcher::ItemFailure;
@@ -79,6 +89,16 @@ pub struct Shared {
     coalesced: AtomicU64,
     superseded: AtomicU64,
     already_written: AtomicU64,
+    /// Bytes of the actions the processor task holds (its batcher's total).
+    held_bytes: AtomicUsize,
+    /// Bytes of actions handed to the processor task and not yet in its batcher.
+    transit_bytes: AtomicUsize,
+    /// Woken when held bytes fall or the processor fails.
+    space: tokio::sync::Notify,
+    /// The sink waits for room: the processor sends what it holds at once.
+    blocked: std::sync::atomic::AtomicBool,
+    /// Wakes the processor task when the sink starts waiting for room.
+    room_wanted: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -115,12 +135,21 @@ impl Shared {
         self.already_written.load(Ordering::Relaxed)
     }
 
+    /// Bytes of the actions added and not yet resolved: what `buffer_max_bytes`
+    /// bounds (each action counted as the size of its bulk request lines).
+    pub fn buffered_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::SeqCst) + self.transit_bytes.load(Ordering::SeqCst)
+    }
+
     fn fail(&self, message: String) {
         let mut f = self.failure.lock().expect("lock");
         if f.is_none() {
             warn!(error = %message, "Elasticsearch sink failed");
             *f = Some(message);
         }
+        drop(f);
+        // A sink waiting for room must wake to raise the failure.
+        self.space.notify_waiters();
     }
 
     fn resolve(&self, n: usize) {
@@ -130,7 +159,8 @@ impl Shared {
 }
 
 enum Cmd {
-    Add(Vec<BulkAction>),
+    /// Actions, and the bytes `add` counted for them in `transit_bytes`.
+    Add(Vec<BulkAction>, usize),
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
@@ -139,6 +169,7 @@ enum Cmd {
 pub struct BulkProcessor {
     tx: mpsc::Sender<Cmd>,
     shared: Arc<Shared>,
+    buffer_max_bytes: usize,
 }
 
 impl BulkProcessor {
@@ -160,6 +191,7 @@ impl BulkProcessor {
             None => None,
         };
         let shared = Arc::new(Shared::default());
+        let buffer_max_bytes = cfg.buffer_max_bytes.max(1);
         let (tx, rx) = mpsc::channel(4);
         let limits = Limits {
             max_actions: cfg.bulk_max_actions,
@@ -185,7 +217,11 @@ impl BulkProcessor {
             name,
         };
         tokio::spawn(service.run(rx));
-        Ok(BulkProcessor { tx, shared })
+        Ok(BulkProcessor {
+            tx,
+            shared,
+            buffer_max_bytes,
+        })
     }
 
     /// The shared counters and failure slot.
@@ -193,13 +229,38 @@ impl BulkProcessor {
         &self.shared
     }
 
-    /// Adds actions (waits while the processor's buffer is full: backpressure).
+    /// Adds actions. Waits (backpressure: the sink stops reading its input) while
+    /// they would take the bytes held past `buffer_max_bytes`; when nothing is held,
+    /// they are admitted whatever their size. Returns at once after a failure, which
+    /// the sink then raises. Cancel safe until it hands the actions over.
     pub async fn add(&self, actions: Vec<BulkAction>) -> Result<(), String> {
+        let bytes: usize = actions.iter().map(request_bytes).sum();
+        loop {
+            // Registered before the check, so that a wake-up between the two is kept.
+            let room = self.shared.space.notified();
+            let held = self.shared.buffered_bytes();
+            if held == 0
+                || held + bytes <= self.buffer_max_bytes
+                || self.shared.failure().is_some()
+                || self.tx.is_closed()
+            {
+                break;
+            }
+            if !self.shared.blocked.swap(true, Ordering::SeqCst) {
+                // A stored permit if the processor is busy: the wake-up is not lost.
+                self.shared.room_wanted.notify_one();
+            }
+            // The re-check bounds the wait should a wake-up be missed (the processor
+            // task gone); it costs nothing while room comes.
+            let _ = tokio::time::timeout(Duration::from_millis(100), room).await;
+        }
+        self.shared.blocked.store(false, Ordering::SeqCst);
         self.shared
             .pending
             .fetch_add(actions.len(), Ordering::SeqCst);
+        self.shared.transit_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.tx
-            .send(Cmd::Add(actions))
+            .send(Cmd::Add(actions, bytes))
             .await
             .map_err(|_| "the bulk processor stopped".to_string())
     }
@@ -227,8 +288,22 @@ impl BulkProcessor {
 }
 
 struct Item {
+    /// The action without its body, which is in `bytes`: a document is held once.
     action: BulkAction,
+    /// The action's NDJSON lines.
     bytes: Bytes,
+    /// Where the body is in `bytes`.
+    body: Option<std::ops::Range<usize>>,
+}
+
+impl Item {
+    /// The action as it was built, body included (for the failure handler and dead
+    /// letters; a rare path, so the copy is made only here).
+    fn full_action(&self) -> BulkAction {
+        let mut a = self.action.clone();
+        a.body = self.body.clone().map(|r| self.bytes[r].to_vec());
+        a
+    }
 }
 
 enum Sent {
@@ -259,6 +334,15 @@ impl Service {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// Publishes the bytes the batcher holds, and wakes a sink waiting for room.
+    fn publish_bytes(&self) {
+        let now = self.batcher.bytes();
+        let before = self.shared.held_bytes.swap(now, Ordering::SeqCst);
+        if now < before {
+            self.shared.space.notify_waiters();
+        }
+    }
+
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
         let mut closing: Option<oneshot::Sender<()>> = None;
         loop {
@@ -278,7 +362,12 @@ impl Service {
                 });
             tokio::select! {
                 cmd = rx.recv(), if accept => match cmd {
-                    Some(Cmd::Add(actions)) => self.add(actions).await,
+                    Some(Cmd::Add(actions, bytes)) => {
+                        self.add(actions).await;
+                        // Held first, then out of transit: the sink never sees too few.
+                        self.publish_bytes();
+                        self.shared.transit_bytes.fetch_sub(bytes, Ordering::SeqCst);
+                    }
                     Some(Cmd::Flush(w)) => self.waiters.push(w),
                     Some(Cmd::Close(w)) => closing = Some(w),
                     None => return,
@@ -288,13 +377,18 @@ impl Service {
                     Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = self.shared.room_wanted.notified() => {}
             }
             self.settle().await;
             let failed = self.shared.failure().is_some();
             if !failed {
-                self.dispatch(!self.waiters.is_empty() || closing.is_some());
+                // A full buffer sends what it has: the sink cannot add more until
+                // something is resolved, so waiting for a fuller request only stalls.
+                let full = self.shared.blocked.load(Ordering::SeqCst);
+                self.dispatch(!self.waiters.is_empty() || closing.is_some() || full);
                 self.settle().await;
             }
+            self.publish_bytes();
             let idle = self.shared.pending() == 0 && self.in_flight.is_empty();
             if (idle || failed) && !self.waiters.is_empty() {
                 for w in self.waiters.drain(..) {
@@ -466,13 +560,14 @@ impl Service {
     /// Asks the failure handler about a refused action; the batcher holds its place in
     /// its document's order until the answer.
     async fn refused(&mut self, refusal: Refusal, item: Item, failure: ItemFailure, attempts: u32) {
-        match self.handler.on_failure(&item.action, &failure) {
+        let action = item.full_action();
+        match self.handler.on_failure(&action, &failure) {
             FailureDecision::Fail(message) => {
                 self.batcher.settle_refused(refusal);
                 self.shared.fail(message)
             }
             FailureDecision::Drop => {
-                warn!(action = %item.action.describe(), error = %failure.reason, "refused action dropped by the failure handler");
+                warn!(action = %action.describe(), error = %failure.reason, "refused action dropped by the failure handler");
                 self.batcher.settle_refused(refusal);
                 self.shared.resolve(1);
             }
@@ -484,7 +579,7 @@ impl Service {
                     self.batcher.settle_refused(refusal);
                     self.shared.fail(format!(
                         "{} requeued {attempts} times by the failure handler and still refused: {}",
-                        item.action.describe(),
+                        action.describe(),
                         failure.reason
                     ));
                     return;
@@ -505,7 +600,7 @@ impl Service {
                 self.batcher.requeue(refusal, replacements);
             }
             FailureDecision::DeadLetter(topic) => {
-                let written = self.dead_letter(&item.action, &failure, &topic).await;
+                let written = self.dead_letter(&action, &failure, &topic).await;
                 self.batcher.settle_refused(refusal);
                 match written {
                     Ok(()) => self.shared.resolve(1),
@@ -552,14 +647,33 @@ impl Service {
     }
 }
 
-/// The NDJSON lines of an action.
-fn encode(action: BulkAction) -> Item {
+/// The NDJSON lines of an action; the item keeps the action without its body (the
+/// lines hold it), and without the original record when that is the body itself.
+fn encode(mut action: BulkAction) -> Item {
     let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
     action.encode(&mut buf);
+    // The body is the last line, before its newline.
+    let body = action.body.take().map(|b| {
+        let end = buf.len() - 1;
+        end - b.len()..end
+    });
+    if let (Some(record), Some(r)) = (&action.record, &body) {
+        if record[..] == buf[r.clone()] {
+            // Dead letters fall back to the body, which is the same bytes.
+            action.record = None;
+        }
+    }
     Item {
         action,
         bytes: Bytes::from(buf),
+        body,
     }
+}
+
+/// What `buffer_max_bytes` counts for an action before it is encoded: the same
+/// estimate the batcher is given ([`describe`]).
+fn request_bytes(action: &BulkAction) -> usize {
+    action.body.as_ref().map_or(0, Vec::len) + 64
 }
 
 /// What the batcher needs of an action: its document (index and id), its effect on

@@ -128,6 +128,9 @@ pub struct EsSinkConfig {
     /// What a tombstone means. `None`: tombstones never reach the sink; the Kafka
     /// source treats them as records it cannot decode (`on_decode_error`).
     pub on_null_value: Option<NullValue>,
+    /// The most bytes of actions the sink holds (buffered, in flight, awaiting a retry)
+    /// before it stops taking records; one batch larger than this still passes alone.
+    pub buffer_max_bytes: usize,
 }
 
 impl EsSinkConfig {
@@ -154,6 +157,7 @@ impl EsSinkConfig {
             request_timeout_ms: 30_000,
             coalesce: true,
             on_null_value: None,
+            buffer_max_bytes: 64 * 1024 * 1024,
         }
     }
 
@@ -186,6 +190,7 @@ impl EsSinkConfig {
             ("bulk_max_bytes", self.bulk_max_bytes as u64),
             ("max_in_flight", self.max_in_flight as u64),
             ("request_timeout_ms", self.request_timeout_ms),
+            ("buffer_max_bytes", self.buffer_max_bytes as u64),
         ] {
             if value == 0 {
                 return Err((key.into(), "must be positive".into()));
@@ -226,6 +231,7 @@ pub struct EsSection {
     coalesce: Option<bool>,
     request_timeout_ms: Option<u64>,
     on_null_value: Option<String>,
+    buffer_max_bytes: Option<usize>,
 }
 
 /// What the sink's section takes from the rest of the job file.
@@ -266,6 +272,7 @@ impl EsSection {
         set(&mut c.bulk_max_actions, self.bulk_max_actions);
         set(&mut c.bulk_max_bytes, self.bulk_max_bytes);
         set(&mut c.max_in_flight, self.max_in_flight);
+        set(&mut c.buffer_max_bytes, self.buffer_max_bytes);
         c.bulk_flush_interval_ms = self
             .bulk_flush_interval_ms
             .unwrap_or(c.bulk_flush_interval_ms);
@@ -417,6 +424,7 @@ on_item_error = "dead-letter:dlq"
 flush_on_checkpoint = false
 coalesce = false
 request_timeout_ms = 14
+buffer_max_bytes = 15
 "#;
         let section: EsSection = toml::from_str(text).unwrap();
         let ctx = SinkContext {
@@ -440,6 +448,7 @@ request_timeout_ms = 14
         want.flush_on_checkpoint = false;
         want.coalesce = false;
         want.request_timeout_ms = 14;
+        want.buffer_max_bytes = 15;
         want.flush_timeout_ms = 5;
         want.dead_letter_bootstrap_servers = Some("k:9092".into());
         assert_eq!(c, want);
@@ -448,6 +457,12 @@ request_timeout_ms = 14
         assert_eq!(
             bad.config(&SinkContext::default()).unwrap_err().0,
             "operation"
+        );
+        let zero: EsSection =
+            toml::from_str("url = \"u\"\nindex = \"i\"\nbuffer_max_bytes = 0").unwrap();
+        assert_eq!(
+            zero.config(&SinkContext::default()).unwrap_err().0,
+            "buffer_max_bytes"
         );
     }
 }

@@ -1,6 +1,8 @@
 //! The poll loop (Flink's KafkaConsumerThread + Handover): a dedicated thread polls the
 //! consumer and hands batches to the source through a bounded channel, so that
-//! backpressure stops fetching instead of growing memory.
+//! backpressure stops fetching instead of growing memory. A batch is cut at [`BATCH`]
+//! records or [`BATCH_BYTES`], so the hand-over holds less than
+//! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -61,7 +63,14 @@ pub enum Handover {
 }
 
 /// Records per handed-over batch.
-const BATCH: usize = 1024;
+pub const BATCH: usize = 1024;
+
+/// Bytes (key and payload) at which a handed-over batch is cut: a batch holds less
+/// than this plus one record.
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// Batches queued in the hand-over (the poll thread builds one more meanwhile).
+pub const QUEUED: usize = 2;
 
 /// The poll thread and the receiving end of its handover channel.
 pub struct Fetcher {
@@ -72,7 +81,7 @@ pub struct Fetcher {
 impl Fetcher {
     /// Starts polling `consumer` on a dedicated thread.
     pub fn start(consumer: Arc<KafkaConsumer>, name: String) -> Fetcher {
-        let (tx, rx) = mpsc::channel(2);
+        let (tx, rx) = mpsc::channel(QUEUED);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()
@@ -101,6 +110,7 @@ impl Drop for Fetcher {
 fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &AtomicBool) {
     let mut topics: HashMap<String, Arc<str>> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
+    let mut batch_bytes = 0usize;
     let mut transient = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let wait = if batch.is_empty() {
@@ -118,6 +128,7 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
                         t
                     }
                 };
+                batch_bytes += m.key_len() + m.payload_len();
                 batch.push(Fetched {
                     topic,
                     partition: m.partition(),
@@ -126,7 +137,7 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
                     payload: m.payload().map(<[u8]>::to_vec),
                     timestamp: m.timestamp().to_millis(),
                 });
-                if batch.len() < BATCH {
+                if batch.len() < BATCH && batch_bytes < BATCH_BYTES {
                     continue;
                 }
             }
@@ -148,6 +159,7 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
         }
         if !batch.is_empty() {
             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+            batch_bytes = 0;
             if tx.blocking_send(Handover::Batch(full)).is_err() {
                 return;
             }

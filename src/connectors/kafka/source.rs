@@ -11,6 +11,16 @@ use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
+
+/// librdkafka `queued.max.messages.kbytes` unless `[source.kafka.properties]` sets it:
+/// 16 MiB of prefetched records per consumer (librdkafka's default is 64 MiB).
+pub const QUEUED_MAX_KBYTES: &str = "16384";
+
+/// librdkafka `fetch.max.bytes` unless set: 4 MiB per fetch response (librdkafka's
+/// default is 50 MiB). The queue limit above is checked before each fetch, so the
+/// prefetch may pass it by one response per broker; a record larger than this is
+/// still fetched, alone.
+pub const FETCH_MAX_BYTES: &str = "4194304";
 use async_trait::async_trait;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -80,6 +90,11 @@ impl KafkaSource {
             .set("enable.partition.eof", "false")
             // librdkafka's default (1000 ms) stalls the consumer whenever its queue fills.
             .set("fetch.queue.backoff.ms", "10")
+            // librdkafka's prefetch queue, bounded in bytes (its defaults: 64 MiB queued,
+            // 50 MiB per fetch response): memory stays near these however large the
+            // records are.
+            .set("queued.max.messages.kbytes", QUEUED_MAX_KBYTES)
+            .set("fetch.max.bytes", FETCH_MAX_BYTES)
             .set("client.id", format!("lockgate-{}", self.name));
         super::properties::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
         c
@@ -616,5 +631,22 @@ mod tests {
         };
         let only_a = TopicSelector::List(vec!["a".into()]);
         assert!(unknown_topics(&clean, &only_a).is_empty());
+    }
+
+    #[test]
+    fn librdkafka_prefetch_is_bounded_in_bytes_unless_the_job_file_says_otherwise() {
+        let topics = TopicSelector::List(vec!["a".into()]);
+        let cfg = KafkaSourceConfig::new("k:9092", topics.clone(), "g");
+        let c = KafkaSource::new(Arc::new(cfg)).client_config();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some(QUEUED_MAX_KBYTES));
+        assert_eq!(c.get("fetch.max.bytes"), Some(FETCH_MAX_BYTES));
+        let mut cfg = KafkaSourceConfig::new("k:9092", topics, "g");
+        cfg.properties
+            .insert("queued.max.messages.kbytes".into(), "1024".into());
+        cfg.properties
+            .insert("fetch.max.bytes".into(), "52428800".into());
+        let c = KafkaSource::new(Arc::new(cfg)).client_config();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(c.get("fetch.max.bytes"), Some("52428800"));
     }
 }
