@@ -208,10 +208,11 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
                     .as_ref()
                     .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
                 checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
+                base_dir: base.to_path_buf(),
             };
             Some(
                 e.config(&ctx)
-                    .map_err(|(k, m)| err(&format!("sink.elasticsearch.{k}"), m))?,
+                    .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?,
             )
         }
         None => None,
@@ -348,16 +349,10 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
                 dead_letter_kafka: kafka,
                 checkpoint_timeout_ms: timeout_ms,
+                base_dir: base.to_path_buf(),
             };
-            e.build(b, &ctx).map_err(|(k, m)| {
-                // "operation and versioning": both keys, each named in full.
-                let k = k
-                    .split(" and ")
-                    .map(|k| format!("sink.elasticsearch.{k}"))
-                    .collect::<Vec<_>>()
-                    .join(" and ");
-                err(&k, m)
-            })?
+            e.build(b, &ctx)
+                .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?
         }
         (Some(_), Some(_)) => {
             return Err(err(
@@ -373,6 +368,17 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     };
     b.build().map_err(|e| err("job", e.to_string()))
+}
+
+/// A section's key in full: `operation and versioning` names both keys, each in full
+/// (`sink.elasticsearch.operation and sink.elasticsearch.versioning`); so do lists
+/// written `a, b and c`.
+fn qualify(section: &str, key: &str) -> String {
+    let full = |k: &str| format!("{section}.{k}");
+    key.split(" and ")
+        .map(|part| part.split(", ").map(full).collect::<Vec<_>>().join(", "))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 fn kafka_source(

@@ -139,6 +139,10 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
+                if matches!(e, JobError::Unrecoverable { .. }) {
+                    error!(job = %job.name, error = %e, "job failed; a restart cannot cure this failure");
+                    return Err(e);
+                }
                 let RestartPolicy::FixedDelay { attempts, delay_ms } = job.restart else {
                     return Err(e);
                 };

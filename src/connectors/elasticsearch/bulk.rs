@@ -12,10 +12,12 @@ pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
+use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
 use super::item_result::{classify, classify_request};
+use super::nodes::NodeSelector;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::secret::redact_url;
 use bytes::Bytes;
-use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::{BulkParts, Elasticsearch};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -68,6 +70,8 @@ impl FailureHandler for PolicyFailureHandler {
 pub struct Shared {
     pending: AtomicUsize,
     failure: Mutex<Option<String>>,
+    /// The failure is one no restart can cure (the cluster refused the credentials).
+    unrecoverable: std::sync::atomic::AtomicBool,
     bulks: AtomicUsize,
     coalesced: AtomicU64,
     superseded: AtomicU64,
@@ -101,9 +105,24 @@ impl Shared {
         self.superseded.load(Ordering::Relaxed)
     }
 
+    /// Whether the recorded failure is one that no restart can cure (401 / 403): the
+    /// job then fails without restarting.
+    pub fn unrecoverable(&self) -> bool {
+        self.unrecoverable.load(Ordering::SeqCst)
+    }
+
     fn fail(&self, message: String) {
         let mut f = self.failure.lock().expect("lock");
         if f.is_none() {
+            warn!(error = %message, "Elasticsearch sink failed");
+            *f = Some(message);
+        }
+    }
+
+    /// Records a failure that restarting cannot cure (it wins over any other).
+    fn fail_unrecoverable(&self, message: String) {
+        let mut f = self.failure.lock().expect("lock");
+        if !self.unrecoverable.swap(true, Ordering::SeqCst) {
             warn!(error = %message, "Elasticsearch sink failed");
             *f = Some(message);
         }
@@ -134,13 +153,18 @@ impl BulkProcessor {
         handler: Arc<dyn FailureHandler>,
         name: String,
     ) -> Result<BulkProcessor, String> {
-        let url = elasticsearch::http::Url::parse(&cfg.url)
-            .map_err(|e| format!("url {}: {e}", cfg.url))?;
-        let transport = TransportBuilder::new(SingleNodeConnectionPool::new(url))
-            .timeout(Duration::from_millis(cfg.request_timeout_ms))
-            .disable_proxy()
-            .build()
-            .map_err(|e| format!("Elasticsearch client: {e}"))?;
+        let conn = &cfg.connection;
+        conn.validate().map_err(|(k, m)| format!("{k}: {m}"))?;
+        let timeout = Duration::from_millis(cfg.request_timeout_ms);
+        let clients = (0..conn.nodes.len())
+            .map(|i| conn.transport(i, timeout).map(Elasticsearch::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        if conn.tls_verify == TlsVerify::None {
+            warn!(
+                sink = %name,
+                "tls_verify = \"none\": the Elasticsearch server's certificate is not checked; anyone on the network path can read and change every document"
+            );
+        }
         let dead_letter = match &cfg.dead_letter_bootstrap_servers {
             Some(servers) => Some(DeadLetterWriter::new(servers, &cfg.dead_letter_properties)?),
             None => None,
@@ -158,7 +182,9 @@ impl BulkProcessor {
             retry_max_ms: cfg.retry_max_ms,
         };
         let service = Service {
-            client: Elasticsearch::new(transport),
+            selector: NodeSelector::new(clients.len()),
+            nodes: conn.nodes.iter().map(|n| redact_url(n)).collect(),
+            clients,
             cfg,
             shared: shared.clone(),
             handler,
@@ -225,14 +251,19 @@ enum Sent {
 }
 
 struct Service {
-    client: Elasticsearch,
+    /// One client per node, in `nodes` order.
+    clients: Vec<Elasticsearch>,
+    /// The nodes as they may be printed.
+    nodes: Vec<String>,
+    /// Which node the next request goes to.
+    selector: NodeSelector,
     cfg: Arc<EsSinkConfig>,
     shared: Arc<Shared>,
     handler: Arc<dyn FailureHandler>,
     dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
     batcher: Batcher<Item>,
-    in_flight: JoinSet<(RequestId, Sent)>,
+    in_flight: JoinSet<(RequestId, usize, Sent)>,
     waiters: Vec<oneshot::Sender<()>>,
     /// The batcher's clock starts here.
     epoch: Instant,
@@ -270,7 +301,7 @@ impl Service {
                     None => return,
                 },
                 Some(done) = self.in_flight.join_next(), if !self.in_flight.is_empty() => match done {
-                    Ok((id, sent)) => self.complete(id, sent),
+                    Ok((id, node, sent)) => self.complete(id, node, sent),
                     Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {}
@@ -359,14 +390,47 @@ impl Service {
                 force,
                 "sending bulk request"
             );
-            let client = self.client.clone();
+            let node = self.selector.pick(now);
+            let client = self.clients[node].clone();
             self.in_flight
-                .spawn(async move { (id, send_bulk(&client, body).await) });
+                .spawn(async move { (id, node, send_bulk(&client, body).await) });
         }
     }
 
-    /// Hands a response to the batcher, with what each item result means.
-    fn complete(&mut self, id: RequestId, sent: Sent) {
+    /// Hands a response to the batcher, with what each item result means. A node that
+    /// did not answer is quarantined; a refusal of the credentials fails the job for
+    /// good, naming the node.
+    fn complete(&mut self, id: RequestId, node: usize, sent: Sent) {
+        match &sent {
+            Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
+            _ => self.selector.answered(node),
+        }
+        match &sent {
+            Sent::Request(status, body) => {
+                if let Some(what) = auth_refusal(*status) {
+                    self.shared.fail_unrecoverable(auth_refusal_message(
+                        what,
+                        &self.nodes[node],
+                        status.unwrap_or_default(),
+                        body.as_bytes(),
+                    ));
+                }
+            }
+            Sent::Items(results) => {
+                if let Some((status, ty, reason)) = results
+                    .iter()
+                    .find(|(s, _, _)| auth_refusal(Some(*s)).is_some())
+                {
+                    let body = serde_json::json!({"error": {"type": ty, "reason": reason}});
+                    self.shared.fail_unrecoverable(auth_refusal_message(
+                        auth_refusal(Some(*status)).unwrap_or_default(),
+                        &self.nodes[node],
+                        *status,
+                        body.to_string().as_bytes(),
+                    ));
+                }
+            }
+        }
         let response = match sent {
             Sent::Items(results) => {
                 let items = self.batcher.in_flight_payloads(id);
