@@ -78,9 +78,60 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Whether a librdkafka property holds a secret (`sasl.password`,
+/// `ssl.key.password`, `sasl.oauthbearer.client.secret`, ...): its value is never
+/// printed.
+pub fn is_secret_property(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "sasl.jaas.config",
+        "sasl.oauthbearer.config",
+        "ssl.key.pem",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+/// Client properties (librdkafka's) whose `Debug` hides the values of secret keys
+/// ([`is_secret_property`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Properties(pub std::collections::BTreeMap<String, String>);
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, v)| {
+                let shown = if is_secret_property(k) {
+                    "***"
+                } else {
+                    v.as_str()
+                };
+                (k, shown)
+            }))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_properties_are_hidden_in_debug() {
+        let p = Properties(
+            [
+                ("sasl.password".to_string(), "kafka-pw".to_string()),
+                ("sasl.username".to_string(), "writer".to_string()),
+                ("ssl.key.password".to_string(), "key-pw".to_string()),
+            ]
+            .into(),
+        );
+        let d = format!("{p:?}");
+        assert!(d.contains("writer") && d.contains("sasl.password"), "{d}");
+        assert!(!d.contains("kafka-pw") && !d.contains("key-pw"), "{d}");
+    }
 
     #[test]
     fn debug_and_display_never_show_the_value() {

@@ -501,3 +501,55 @@ fn bad_urls_and_unreadable_files_are_refused_at_load_naming_the_key() {
         );
     }
 }
+
+/// The README's production job file loads as written (its CA file and secrets
+/// supplied), and means what the README says: three nodes, the API key from the
+/// environment, TLS against the CA, gzip, a header.
+#[test]
+fn the_production_job_file_in_the_readme_loads() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let block = readme
+        .split("<!-- production-job -->")
+        .nth(1)
+        .and_then(|b| b.split("<!-- /production-job -->").next())
+        .expect("the production job block");
+    let toml = block
+        .trim()
+        .strip_prefix("```toml")
+        .and_then(|b| b.strip_suffix("```"))
+        .expect("a toml code block");
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("es-ca.pem");
+    std::fs::write(
+        &ca,
+        lockgate::testkit::es::TestCert::generate().unwrap().ca_pem,
+    )
+    .unwrap();
+    let text = toml.replace("/etc/lockgate/es-ca.pem", ca.to_str().unwrap());
+    assert_ne!(text, toml, "the README's job names its CA file");
+    let path = tmp.path().join("orders-to-es.toml");
+    std::fs::write(&path, &text).unwrap();
+    // Only this test reads these variables.
+    std::env::set_var("ES_API_KEY", "readme-id:readme-key");
+    std::env::set_var("KAFKA_PASSWORD", "readme-kafka-password");
+    let d = lockgate::config::describe(&path).unwrap_or_else(|e| panic!("{e}"));
+    let es = d.elasticsearch.unwrap();
+    assert_eq!(es.connection.nodes.len(), 3);
+    assert_eq!(
+        es.connection.auth,
+        Some(Auth::ApiKey(Secret::new("readme-id:readme-key")))
+    );
+    assert!(es.connection.ca_cert.is_some() && es.connection.gzip);
+    assert_eq!(
+        es.connection.tls_verify,
+        lockgate::connectors::elasticsearch::TlsVerify::Full
+    );
+    assert!(es.connection.headers.contains_key("X-Opaque-Id"));
+    let kafka = d.kafka.unwrap();
+    assert_eq!(kafka.properties["security.protocol"], "SASL_SSL");
+    assert_eq!(kafka.properties["sasl.password"], "readme-kafka-password");
+    // The configuration's Debug output shows neither secret.
+    let debug = format!("{es:?}");
+    assert!(!debug.contains("readme-key") && !debug.contains("readme-kafka-password"));
+}

@@ -166,7 +166,10 @@ impl BulkProcessor {
             );
         }
         let dead_letter = match &cfg.dead_letter_bootstrap_servers {
-            Some(servers) => Some(DeadLetterWriter::new(servers, &cfg.dead_letter_properties)?),
+            Some(servers) => Some(DeadLetterWriter::new(
+                servers,
+                &cfg.dead_letter_properties.0,
+            )?),
             None => None,
         };
         let shared = Arc::new(Shared::default());

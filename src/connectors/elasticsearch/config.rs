@@ -98,7 +98,8 @@ pub struct EsSinkConfig {
     /// Kafka bootstrap servers of the dead-letter topic.
     pub dead_letter_bootstrap_servers: Option<String>,
     /// librdkafka properties of that cluster (its connection and security ones are used).
-    pub dead_letter_properties: std::collections::BTreeMap<String, String>,
+    /// (`Debug` hides secret properties such as `sasl.password`.)
+    pub dead_letter_properties: crate::secret::Properties,
     /// Wait at each checkpoint until every action is written. Without it, a checkpoint
     /// guarantees nothing about Elasticsearch.
     pub flush_on_checkpoint: bool,
@@ -130,7 +131,7 @@ impl EsSinkConfig {
             retry_max_attempts: 10,
             on_item_error: ItemErrorPolicy::Fail,
             dead_letter_bootstrap_servers: None,
-            dead_letter_properties: std::collections::BTreeMap::new(),
+            dead_letter_properties: Default::default(),
             flush_on_checkpoint: true,
             flush_timeout_ms: 60_000,
             request_timeout_ms: 30_000,
@@ -254,7 +255,7 @@ impl EsSection {
         c.request_timeout_ms = self.request_timeout_ms.unwrap_or(c.request_timeout_ms);
         if let Some((servers, properties)) = &ctx.dead_letter_kafka {
             c.dead_letter_bootstrap_servers = Some(servers.clone());
-            c.dead_letter_properties = properties.clone();
+            c.dead_letter_properties = crate::secret::Properties(properties.clone());
         }
         c.flush_timeout_ms = ctx.checkpoint_timeout_ms;
         c.validate().map_err(|(k, m)| {
