@@ -553,3 +553,63 @@ fn the_production_job_file_in_the_readme_loads() {
     let debug = format!("{es:?}");
     assert!(!debug.contains("readme-key") && !debug.contains("readme-kafka-password"));
 }
+
+/// `tls_verify` does what it says against a server whose certificate names
+/// `localhost` and `127.0.0.1` but is reached at `127.0.0.2`: `full` refuses it (the
+/// name does not match), with or without `ca_cert`; `certificate` accepts it (the chain
+/// goes up to `ca_cert`); `none` accepts it and warns.
+#[test]
+fn tls_verify_modes_are_enforced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let es = EsProcess::start_on("127.0.0.2:0", &tmp.path().join("es"), true, &[], None);
+    assert!(es.url.starts_with("https://127.0.0.2:"), "{}", es.url);
+    let ca = es.ca_cert.clone().unwrap();
+    let cases = [
+        (
+            format!("ca_cert = \"{}\"\ntls_verify = \"full\"", ca.display()),
+            false,
+        ),
+        ("tls_verify = \"full\"".to_string(), false),
+        (
+            format!(
+                "ca_cert = \"{}\"\ntls_verify = \"certificate\"",
+                ca.display()
+            ),
+            true,
+        ),
+        ("tls_verify = \"none\"".to_string(), true),
+    ];
+    for (i, (tls, accepted)) in cases.iter().enumerate() {
+        let dir = tmp.path().join(format!("job{i}"));
+        let config = sequence_job(
+            &dir,
+            200,
+            0,
+            "strategy = \"none\"",
+            &format!("url = \"{}\"\n{tls}\nretry_max_attempts = 2", es.url),
+        );
+        let o = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if *accepted {
+            assert!(o.status.success(), "{tls}: {}", common::tail(&err, 20));
+        } else {
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "{tls}: {}",
+                common::tail(&err, 20)
+            );
+        }
+        assert_eq!(
+            err.contains("tls_verify = \"none\""),
+            tls.contains("none"),
+            "{tls}: the warning appears exactly with none"
+        );
+    }
+    // Only the accepted runs wrote: 2 x 200 documents over the same ids.
+    assert_eq!(es.documents("seq").len(), 200);
+}

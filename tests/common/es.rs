@@ -254,11 +254,22 @@ impl EsProcess {
         args: &[&str],
         auth: Option<lockgate::connectors::elasticsearch::Auth>,
     ) -> EsProcess {
+        EsProcess::start_on("127.0.0.1:0", dir, tls, args, auth)
+    }
+
+    /// [`EsProcess::start`] on another address (port 0: a free one). The test's own
+    /// client checks the certificate's chain, not its names.
+    pub fn start_on(
+        listen: &str,
+        dir: &std::path::Path,
+        tls: bool,
+        args: &[&str],
+        auth: Option<lockgate::connectors::elasticsearch::Auth>,
+    ) -> EsProcess {
         use std::io::BufRead;
         std::fs::create_dir_all(dir).unwrap();
         let mut cmd = Command::new(super::bin());
-        cmd.args(["testkit", "es", "--listen", "127.0.0.1:0"])
-            .args(args);
+        cmd.args(["testkit", "es", "--listen", listen]).args(args);
         let cert = dir.join("ca.pem");
         if tls {
             cmd.arg("--tls").arg("--cert-out").arg(&cert);
@@ -282,6 +293,9 @@ impl EsProcess {
         });
         let mut conn = lockgate::connectors::elasticsearch::EsConnection::single(url.clone());
         conn.auth = auth;
+        if tls {
+            conn.tls_verify = lockgate::connectors::elasticsearch::TlsVerify::Certificate;
+        }
         conn.ca_cert = ca_cert
             .clone()
             .map(|p| lockgate::connectors::elasticsearch::connection::CaCert::read(p).unwrap());

@@ -195,17 +195,28 @@ impl EsConnection {
     pub fn transport(&self, i: usize, timeout: Duration) -> Result<Transport, String> {
         let node = &self.nodes[i];
         let (url, userinfo) = parse_node(node)?;
-        if userinfo.is_some() {
-            return Err(format!(
-                "{}: credentials in a node URL are taken apart when the job file is loaded",
-                redact_url(node)
-            ));
-        }
+        // A job file's URLs lose their user info at load; a URL given through the Rust
+        // API may still carry it: it is the node's basic credentials, never sent in the
+        // URL.
+        let headers = match (userinfo, &self.auth) {
+            (None, _) => self.header_map()?,
+            (Some((username, password)), None) => EsConnection {
+                auth: Some(Auth::Basic { username, password }),
+                ..self.clone()
+            }
+            .header_map()?,
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "{}: credentials in the URL and in the connection: keep one",
+                    redact_url(node)
+                ))
+            }
+        };
         let mut b = TransportBuilder::new(SingleNodeConnectionPool::new(url))
             .timeout(timeout)
             .disable_proxy()
             .request_body_compression(self.gzip)
-            .headers(self.header_map()?);
+            .headers(headers);
         let certs = |ca: &CaCert| {
             Certificate::from_pem(&ca.pem).map_err(|e| format!("{}: {e}", ca.path.display()))
         };
