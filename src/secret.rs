@@ -9,7 +9,10 @@ use std::fmt;
 use std::path::Path;
 
 /// A string that is never printed: `Debug` shows `Secret(***)`, `Display` shows `***`.
-#[derive(Clone, PartialEq, Eq)]
+/// It deserializes from a plain string, so a job-file section that holds one has a safe
+/// `Debug` too.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {
@@ -33,6 +36,18 @@ impl fmt::Debug for Secret {
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("***")
+    }
+}
+
+/// A URL as written in a job file: `Debug` prints it through [`redact_url`], so a
+/// password in its user info is never shown.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct UrlText(pub String);
+
+impl fmt::Debug for UrlText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact_url(&self.0))
     }
 }
 

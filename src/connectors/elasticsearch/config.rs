@@ -8,7 +8,7 @@
 //! configuration error naming its key, not a failure at the first request.
 
 use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
-use crate::secret::{read_secret_file, Secret};
+use crate::secret::{read_secret_file, Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -177,20 +177,20 @@ impl EsSinkConfig {
 #[serde(deny_unknown_fields)]
 pub struct EsSection {
     /// One node; or `urls` (several), or `cloud_id`: exactly one of the three.
-    url: Option<String>,
-    urls: Option<Vec<String>>,
+    url: Option<UrlText>,
+    urls: Option<Vec<UrlText>>,
     cloud_id: Option<String>,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     password_file: Option<PathBuf>,
-    api_key: Option<String>,
+    api_key: Option<Secret>,
     api_key_file: Option<PathBuf>,
-    bearer_token: Option<String>,
+    bearer_token: Option<Secret>,
     bearer_token_file: Option<PathBuf>,
     ca_cert: Option<PathBuf>,
     tls_verify: Option<String>,
     compression: Option<String>,
-    headers: Option<BTreeMap<String, String>>,
+    headers: Option<BTreeMap<String, Secret>>,
     pub index: String,
     id: Option<String>,
     operation: Option<String>,
@@ -281,8 +281,8 @@ impl EsSection {
             }
         };
         let (nodes, key): (Vec<String>, &str) = match (&self.url, &self.urls, &self.cloud_id) {
-            (Some(u), None, None) => (vec![u.clone()], "url"),
-            (None, Some(u), None) => (u.clone(), "urls"),
+            (Some(u), None, None) => (vec![u.0.clone()], "url"),
+            (None, Some(u), None) => (u.iter().map(|u| u.0.clone()).collect(), "urls"),
             (None, None, Some(id)) => (vec![cloud_node(id).map_err(at("cloud_id"))?], "cloud_id"),
             (None, None, None) => {
                 return Err((
@@ -326,13 +326,13 @@ impl EsSection {
             }
             stripped.push(url.as_str().trim_end_matches('/').to_string());
         }
-        let secret = |value: &Option<String>, file: &Option<PathBuf>, key: &str| match (value, file)
+        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| match (value, file)
         {
             (Some(_), Some(_)) => Err((
                 format!("{key} and {key}_file"),
                 format!("give {key} or {key}_file, not both"),
             )),
-            (Some(v), None) => Ok(Some(Secret::new(v.clone()))),
+            (Some(v), None) => Ok(Some(v.clone())),
             (None, Some(f)) => read_secret_file(&resolve(f))
                 .map(Some)
                 .map_err(|m| (format!("{key}_file"), m)),
@@ -400,7 +400,7 @@ impl EsSection {
                     "an Authorization header and credentials: keep one".into(),
                 ));
             }
-            headers.insert(name.clone(), Secret::new(value.clone()));
+            headers.insert(name.clone(), value.clone());
         }
         let c = EsConnection {
             nodes: stripped,
@@ -637,6 +637,17 @@ request_timeout_ms = 14
             })
         );
         assert!(!format!("{c:?}").contains("p@w"));
+        // The section's own Debug shows no secret either.
+        let section: EsSection = toml::from_str(
+            "urls = [\"https://u:pw1@es:9200\"]\nindex = \"i\"\napi_key = \"k3y\"\nheaders = { x = \"h3ader\" }",
+        )
+        .unwrap();
+        let d = format!("{section:?}");
+        assert!(d.contains("https://u:***@es:9200"), "{d}");
+        assert!(
+            !d.contains("pw1") && !d.contains("k3y") && !d.contains("h3ader"),
+            "{d}"
+        );
         // A cloud id names its node.
         let id = format!(
             "name:{}",
