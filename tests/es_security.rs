@@ -603,6 +603,11 @@ fn tls_verify_modes_are_enforced() {
                 "{tls}: {}",
                 common::tail(&err, 20)
             );
+            let last = err
+                .lines()
+                .rfind(|l| l.starts_with("error: "))
+                .unwrap_or_default();
+            assert!(last.contains("certificate"), "the error says why: {last}");
         }
         assert_eq!(
             err.contains("tls_verify = \"none\""),

@@ -616,10 +616,26 @@ fn describe(action: &BulkAction) -> (Option<String>, Effect, usize) {
     (doc, Effect::of(action), size)
 }
 
+/// An error with its causes (`error sending request: ...: certificate verify failed`):
+/// the HTTP client's own message names only the URL, the cause is what a person needs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cause = c.source();
+    }
+    s
+}
+
 async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
     let response = match client.bulk(BulkParts::None).body(body).send().await {
         Ok(r) => r,
-        Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), e.to_string()),
+        Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), error_chain(&e)),
     };
     let status = response.status_code().as_u16();
     crate::fault::hit("bulk-response");
