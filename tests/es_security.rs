@@ -41,7 +41,11 @@ fn kafka_job(dir: &Path, bootstrap: &str, parallelism: u16, sink: &str) -> PathB
 }
 
 /// Runs `lockgate chaos` with 20 kills; returns its exit code, stdout, stderr and report.
-fn chaos_20_kills(config: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String, Value) {
+fn chaos_20_kills(
+    config: &Path,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> (Option<i32>, String, String, Value) {
     let dir = config.parent().unwrap();
     let report = dir.join("report.json");
     let mut child = Command::new(bin())
@@ -66,6 +70,7 @@ fn chaos_20_kills(config: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, 
             "--kill-after-ms",
             "300..900",
         ])
+        .args(extra)
         .envs(env.iter().copied())
         .env("LOCKGATE_LOG", "debug")
         .stdout(std::fs::File::create(dir.join("chaos.out")).unwrap())
@@ -161,7 +166,8 @@ fn chaos_over_tls_with_basic_auth_is_exactly_once_and_never_prints_the_password(
     );
     let job = tmp.path().join("job");
     let config = kafka_job(&job, &kafka.bootstrap, 1, &sink);
-    let (code, out, err, r) = chaos_20_kills(&config, &[("LOCKGATE_TEST_ES_PASSWORD", PASSWORD)]);
+    let (code, out, err, r) =
+        chaos_20_kills(&config, &[("LOCKGATE_TEST_ES_PASSWORD", PASSWORD)], &[]);
     assert_exactly_once_after_20_kills(code, &out, &r);
     // Every request of the job and of the verifier carried the credentials.
     assert_eq!(es.stats()["unauthorized_requests"], 0);
@@ -186,7 +192,7 @@ fn chaos_over_tls_with_basic_auth_is_exactly_once_and_never_prints_the_password(
 }
 
 #[test]
-fn chaos_with_an_api_key_and_gzip_is_exactly_once() {
+fn chaos_with_an_api_key_gzip_and_es_faults_is_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let es = EsProcess::start(
         &tmp.path().join("es"),
@@ -205,8 +211,13 @@ fn chaos_with_an_api_key_and_gzip_is_exactly_once() {
         es.url
     );
     let config = kafka_job(&job, &kafka.bootstrap, 1, &sink);
-    let (code, out, err, r) = chaos_20_kills(&config, &[]);
+    // The harness's fault controls reach the secured server with the job's key too.
+    let (code, out, err, r) = chaos_20_kills(&config, &[], &["--es-faults"]);
     assert_exactly_once_after_20_kills(code, &out, &r);
+    assert!(
+        !r["network_faults"].as_array().unwrap().is_empty(),
+        "fault phases fired: {out}"
+    );
     let stats = es.stats();
     assert_eq!(stats["unauthorized_requests"], 0);
     assert!(
