@@ -114,7 +114,8 @@ pub struct EsSinkConfig {
 }
 
 impl EsSinkConfig {
-    /// A configuration with the job file's defaults.
+    /// A configuration with the job file's defaults: one node at `url` (user info in it
+    /// is taken as basic credentials, never sent in the URL), writing to `index`.
     pub fn new(url: impl Into<String>, index: impl Into<String>) -> EsSinkConfig {
         EsSinkConfig {
             connection: EsConnection::single(url),
@@ -213,7 +214,7 @@ pub struct EsSection {
 pub struct SinkContext {
     /// The Kafka cluster dead letters go to (the source's), with its librdkafka
     /// properties.
-    pub dead_letter_kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
+    pub dead_letter_kafka: Option<(String, crate::secret::Properties)>,
     /// How long a checkpoint may wait for the flush.
     pub checkpoint_timeout_ms: u64,
     /// The directory of the job file: relative `ca_cert` and `*_file` paths are
@@ -255,7 +256,7 @@ impl EsSection {
         c.request_timeout_ms = self.request_timeout_ms.unwrap_or(c.request_timeout_ms);
         if let Some((servers, properties)) = &ctx.dead_letter_kafka {
             c.dead_letter_bootstrap_servers = Some(servers.clone());
-            c.dead_letter_properties = crate::secret::Properties(properties.clone());
+            c.dead_letter_properties = properties.clone();
         }
         c.flush_timeout_ms = ctx.checkpoint_timeout_ms;
         c.validate().map_err(|(k, m)| {
