@@ -1,6 +1,6 @@
 //! The harness's HTTP client for the job's Elasticsearch cluster, built from the job's
 //! own connection settings ([`EsConnection`]): the same headers (credentials included,
-//! from [`EsConnection::header_map`]) and the same TLS settings ([`EsConnection::tls`])
+//! from [`EsConnection::node_headers`]) and the same TLS settings ([`EsConnection::tls`])
 //! as the sink, so a job whose sink needs TLS or credentials is verified as it wrote.
 
 use crate::connectors::elasticsearch::connection::CaCert;
@@ -22,7 +22,7 @@ impl EsHttp {
         let mut b = reqwest::blocking::Client::builder()
             .timeout(timeout)
             .no_proxy()
-            .default_headers(conn.header_map()?);
+            .default_headers(conn.node_headers(0)?);
         let certs = |ca: &CaCert| {
             reqwest::Certificate::from_pem_bundle(&ca.pem)
                 .map_err(|e| format!("{}: {e}", ca.path.display()))

@@ -679,3 +679,42 @@ async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn an_error_names_its_causes_once() {
+        let e = E(
+            "error sending request",
+            Some(Box::new(E(
+                "client error (Connect)",
+                Some(Box::new(E("certificate verify failed", None))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "error sending request: client error (Connect): certificate verify failed"
+        );
+        // A cause its parent already repeats is not repeated.
+        let e = E(
+            "timed out: operation timed out",
+            Some(Box::new(E("operation timed out", None))),
+        );
+        assert_eq!(error_chain(&e), "timed out: operation timed out");
+    }
+}

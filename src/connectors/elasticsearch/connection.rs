@@ -4,7 +4,7 @@
 //!
 //! One description ([`EsConnection`]) builds every client that talks to the cluster: the
 //! sink's per-node transports ([`EsConnection::transport`]) and, in the chaos harness,
-//! the verifier's HTTP client, both from [`EsConnection::header_map`] and
+//! the verifier's HTTP client, both from [`EsConnection::node_headers`] and
 //! [`EsConnection::tls`]. Secrets stay [`Secret`]s until they become a header value
 //! marked sensitive; `Debug` of this module's types never shows them.
 
@@ -190,28 +190,32 @@ impl EsConnection {
         Ok(())
     }
 
-    /// The sink's HTTP transport to node `i`: its headers, TLS, compression and the
-    /// request timeout. Building it contacts no one.
-    pub fn transport(&self, i: usize, timeout: Duration) -> Result<Transport, String> {
+    /// The headers of requests to node `i`: [`EsConnection::header_map`], with the
+    /// node URL's user info as basic credentials if it has any. A job file's URLs lose
+    /// their user info at load; a URL given through the Rust API may still carry it, and
+    /// it is never sent in the URL.
+    pub fn node_headers(&self, i: usize) -> Result<HeaderMap, String> {
         let node = &self.nodes[i];
-        let (url, userinfo) = parse_node(node)?;
-        // A job file's URLs lose their user info at load; a URL given through the Rust
-        // API may still carry it: it is the node's basic credentials, never sent in the
-        // URL.
-        let headers = match (userinfo, &self.auth) {
-            (None, _) => self.header_map()?,
+        match (parse_node(node)?.1, &self.auth) {
+            (None, _) => self.header_map(),
             (Some((username, password)), None) => EsConnection {
                 auth: Some(Auth::Basic { username, password }),
                 ..self.clone()
             }
-            .header_map()?,
-            (Some(_), Some(_)) => {
-                return Err(format!(
-                    "{}: credentials in the URL and in the connection: keep one",
-                    redact_url(node)
-                ))
-            }
-        };
+            .header_map(),
+            (Some(_), Some(_)) => Err(format!(
+                "{}: credentials in the URL and in the connection: keep one",
+                redact_url(node)
+            )),
+        }
+    }
+
+    /// The sink's HTTP transport to node `i`: its headers, TLS, compression and the
+    /// request timeout. Building it contacts no one.
+    pub fn transport(&self, i: usize, timeout: Duration) -> Result<Transport, String> {
+        let node = &self.nodes[i];
+        let (url, _) = parse_node(node)?;
+        let headers = self.node_headers(i)?;
         let mut b = TransportBuilder::new(SingleNodeConnectionPool::new(url))
             .timeout(timeout)
             .disable_proxy()
@@ -415,6 +419,21 @@ mod tests {
             let e = parse_node(bad).unwrap_err();
             assert!(!e.contains("secretpw"), "{e}");
         }
+    }
+
+    #[test]
+    fn user_info_in_a_rust_api_url_is_its_credentials_unless_others_are_given() {
+        let c = EsConnection::single("https://u:pw@es:9200");
+        // base64("u:pw")
+        assert_eq!(c.node_headers(0).unwrap()[AUTHORIZATION], "Basic dTpwdw==");
+        assert!(c.transport(0, Duration::from_secs(1)).is_ok());
+        let mut both = c.clone();
+        both.auth = Some(Auth::Bearer(Secret::new("t")));
+        let e = both.node_headers(0).unwrap_err();
+        assert!(
+            e.contains("https://u:***@es:9200/") && !e.contains("pw@"),
+            "{e}"
+        );
     }
 
     #[test]
