@@ -69,7 +69,7 @@ async fn run(url: &str, cfg: EsSinkConfig) -> f64 {
         max_parallelism: 128,
     };
     let cfg = Arc::new(EsSinkConfig {
-        url: url.to_string(),
+        connection: lockgate::connectors::elasticsearch::EsConnection::single(url),
         ..cfg
     });
     let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));

@@ -271,15 +271,19 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
     let elasticsearch = match &file.sink.elasticsearch {
         Some(e) => {
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
-                dead_letter_kafka: kafka
-                    .as_ref()
-                    .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
+                dead_letter_kafka: kafka.as_ref().map(|k| {
+                    (
+                        k.bootstrap_servers.clone(),
+                        crate::secret::Properties(k.properties.clone()),
+                    )
+                }),
                 checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
                 offsets_per_partition: kafka.is_some(),
+                base_dir: base.to_path_buf(),
             };
             Some(
                 e.config(&ctx)
-                    .map_err(|(k, m)| err(&format!("sink.elasticsearch.{k}"), m))?,
+                    .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?,
             )
         }
         None => None,
@@ -424,25 +428,20 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             }
             // Dead letters go to the source's Kafka cluster, reached the way the source
             // reaches it.
-            let kafka = file
-                .source
-                .kafka
-                .as_ref()
-                .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
+            let kafka = file.source.kafka.as_ref().map(|k| {
+                (
+                    k.bootstrap_servers.clone(),
+                    crate::secret::Properties(k.properties.clone()),
+                )
+            });
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
                 offsets_per_partition: kafka.is_some(),
                 dead_letter_kafka: kafka,
                 checkpoint_timeout_ms: timeout_ms,
+                base_dir: base.to_path_buf(),
             };
-            e.build(b, &ctx).map_err(|(k, m)| {
-                // "operation and versioning": both keys, each named in full.
-                let k = k
-                    .split(" and ")
-                    .map(|k| format!("sink.elasticsearch.{k}"))
-                    .collect::<Vec<_>>()
-                    .join(" and ");
-                err(&k, m)
-            })?
+            e.build(b, &ctx)
+                .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?
         }
         (Some(_), Some(_)) => {
             return Err(err(
@@ -458,6 +457,17 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     };
     b.build().map_err(|e| err("job", e.to_string()))
+}
+
+/// A section's key in full: `operation and versioning` names both keys, each in full
+/// (`sink.elasticsearch.operation and sink.elasticsearch.versioning`); so do lists
+/// written `a, b and c`.
+fn qualify(section: &str, key: &str) -> String {
+    let full = |k: &str| format!("{section}.{k}");
+    key.split(" and ")
+        .map(|part| part.split(", ").map(full).collect::<Vec<_>>().join(", "))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 fn kafka_source(

@@ -24,6 +24,10 @@ pub enum JobError {
     /// finish its writes in time); the checkpoint is aborted, the job goes on.
     #[error("checkpoint declined: {0}")]
     Declined(String),
+    /// A failure no restart can cure (the cluster refused the credentials): the job
+    /// fails at once, without the in-process restarts of its restart policy.
+    #[error("{task}: {message}")]
+    Unrecoverable { task: String, message: String },
     #[error("cannot restore: {0}")]
     Restore(String),
     #[error("{0}")]

@@ -30,6 +30,8 @@
 //! |---|---|
 //! | what a job file means, its keys and defaults | [`config`] (dispatch), each connector's `config.rs` |
 //! | `${NAME}` in job files | [`interpolate`] |
+//! | secrets (`*_file`, redaction) | [`secret`] |
+//! | how the sink reaches Elasticsearch (nodes, TLS, auth) | [`connectors::elasticsearch::connection`] |
 //! | where a barrier is emitted | [`runtime`] `task.rs` (a source snapshots its positions, then emits) |
 //! | where barriers are aligned | [`runtime`] `align.rs` (a pure state machine) |
 //! | when a checkpoint is triggered, completes, expires | [`checkpoint::coordinator`] (pure) |
@@ -58,6 +60,7 @@ pub mod job;
 pub mod operators;
 pub mod record;
 pub mod runtime;
+pub mod secret;
 #[cfg(feature = "harness")]
 pub mod testkit;
 

@@ -3,6 +3,8 @@
 //! server's counter for it rose) and it lasted its minimum time, so a run on a slow
 //! machine exercises every fault instead of cycling them while no request is sent.
 
+use super::es_http::EsHttp;
+use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,17 +72,11 @@ pub fn phases() -> Vec<Phase> {
     ]
 }
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client")
-}
-
 /// Sets the test server's faults (`{}` clears them).
-pub fn set(url: &str, faults: &Value) -> Result<(), String> {
-    let r = http()
-        .post(format!("{url}/_lockgate/faults"))
+pub fn set(es: &EsHttp, faults: &Value) -> Result<(), String> {
+    let url = &es.url;
+    let r = es
+        .request(Method::POST, "/_lockgate/faults")
         .json(faults)
         .send()
         .map_err(|e| format!("{url}/_lockgate/faults: {e}"))?;
@@ -95,21 +91,20 @@ pub fn set(url: &str, faults: &Value) -> Result<(), String> {
 }
 
 /// The test server's counters.
-pub fn stats(url: &str) -> Option<Value> {
-    http()
-        .get(format!("{url}/_lockgate/stats"))
+pub fn stats(es: &EsHttp) -> Option<Value> {
+    es.request(Method::GET, "/_lockgate/stats")
         .send()
         .and_then(|r| r.json())
         .ok()
 }
 
-fn counter(url: &str, name: &str) -> Option<u64> {
-    stats(url)?.get(name)?.as_u64()
+fn counter(es: &EsHttp, name: &str) -> Option<u64> {
+    stats(es)?.get(name)?.as_u64()
 }
 
-/// Cycles the phases on `url` until `stop` is set, then clears the faults; the handle
+/// Cycles the phases on the node of `url` until `stop` is set, then clears the faults; the handle
 /// returns the phases that fired, in order.
-pub fn cycle(url: String, stop: Arc<AtomicBool>) -> JoinHandle<Vec<Fired>> {
+pub fn cycle(url: EsHttp, stop: Arc<AtomicBool>) -> JoinHandle<Vec<Fired>> {
     std::thread::spawn(move || {
         let mut fired = Vec::new();
         let phases = phases();

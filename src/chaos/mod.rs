@@ -5,6 +5,7 @@
 //! The same seed replays the same kill schedule.
 
 pub mod es_faults;
+pub mod es_http;
 pub mod outcome;
 pub mod target;
 pub mod verify;
@@ -393,9 +394,10 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         }
     }
     let _stop_guard = StopOnDrop(stop_faults.clone());
+    let es = es_http::EsHttp::new(&target.es, Duration::from_secs(10))?;
     let fault_thread = if opts.es_faults {
-        es_faults::set(&target.es_url, &serde_json::json!({}))?;
-        Some(es_faults::cycle(target.es_url.clone(), stop_faults.clone()))
+        es_faults::set(&es, &serde_json::json!({}))?;
+        Some(es_faults::cycle(es.clone(), stop_faults.clone()))
     } else {
         None
     };
@@ -533,7 +535,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     if let Some(t) = fault_thread {
         stop_faults.store(true, Ordering::Relaxed);
         report.network_faults = t.join().unwrap_or_default();
-        report.es_stats = es_faults::stats(&target.es_url);
+        report.es_stats = es_faults::stats(&es);
     }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);

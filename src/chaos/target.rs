@@ -1,7 +1,7 @@
 //! What the harness needs to know of a job file to verify it: the Kafka topics it
 //! reads, the index it writes, how ids are derived, and its rolling sum.
 
-use crate::connectors::elasticsearch::IdStrategy;
+use crate::connectors::elasticsearch::{EsConnection, IdStrategy};
 use crate::connectors::kafka::TopicSelector;
 use std::path::Path;
 
@@ -14,7 +14,9 @@ pub struct Target {
     pub kafka_properties: std::collections::BTreeMap<String, String>,
     /// The topics the job reads.
     pub topics: TopicSelector,
-    pub es_url: String,
+    /// How the job reaches Elasticsearch (nodes, credentials, TLS): the verifier reads
+    /// the index the same way.
+    pub es: EsConnection,
     pub index: String,
     pub id: IdStrategy,
     /// `(key pointer, field pointer, output pointer)` of a rolling_sum transform.
@@ -37,7 +39,7 @@ impl Target {
             bootstrap_servers: k.bootstrap_servers,
             kafka_properties: k.properties,
             topics: k.topics,
-            es_url: e.url,
+            es: e.connection,
             index: e.index,
             id: e.id,
             rolling_sum: d.rolling_sums.into_iter().next(),

@@ -2,12 +2,14 @@
 //! record present exactly once with the right content (`id = "coordinates"`), or every
 //! key's document carrying the sum of its inputs (ids by key or field, rolling_sum).
 
+use super::es_http::EsHttp;
 use super::target::Target;
 use crate::connectors::elasticsearch::IdStrategy;
 use crate::operators::rolling_sum::set_pointer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -117,26 +119,23 @@ pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
     Ok(out)
 }
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .no_proxy()
-        .build()
-        .expect("http client")
+/// A client with the job's own connection settings.
+fn http(t: &Target) -> Result<EsHttp, String> {
+    EsHttp::new(&t.es, Duration::from_secs(60))
 }
 
 /// `_count` of the index after a refresh.
 fn count(t: &Target) -> Result<u64, String> {
-    let c = http();
+    let c = http(t)?;
     let r = c
-        .post(format!("{}/{}/_refresh", t.es_url, t.index))
+        .request(Method::POST, &format!("/{}/_refresh", t.index))
         .send()
         .map_err(|e| format!("refresh: {e}"))?;
     if !r.status().is_success() {
         return Err(format!("refresh of {} answered {}", t.index, r.status()));
     }
     let v: Value = c
-        .get(format!("{}/{}/_count", t.es_url, t.index))
+        .request(Method::GET, &format!("/{}/_count", t.index))
         .send()
         .and_then(|r| r.json())
         .map_err(|e| format!("count: {e}"))?;
@@ -145,11 +144,11 @@ fn count(t: &Target) -> Result<u64, String> {
 
 /// Documents by id (those found): id -> source.
 fn mget(t: &Target, ids: &[String]) -> Result<HashMap<String, Value>, String> {
-    let c = http();
+    let c = http(t)?;
     let mut out = HashMap::new();
     for chunk in ids.chunks(2000) {
         let v: Value = c
-            .post(format!("{}/{}/_mget", t.es_url, t.index))
+            .request(Method::POST, &format!("/{}/_mget", t.index))
             .json(&json!({ "ids": chunk }))
             .send()
             .and_then(|r| r.json())

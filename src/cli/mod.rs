@@ -120,6 +120,21 @@ enum TestkitCommand {
         /// The address to listen on (port 0: any free port, printed at start).
         #[arg(long, default_value = "127.0.0.1:9200")]
         listen: std::net::SocketAddr,
+        /// Serve HTTPS with a certificate generated at start (for localhost and
+        /// 127.0.0.1); its CA is written to --cert-out (or a temporary file), whose path
+        /// is printed on the second line of stdout. Give it to a job as `ca_cert`.
+        #[arg(long)]
+        tls: bool,
+        /// Where --tls writes the CA certificate (PEM).
+        #[arg(long, requires = "tls")]
+        cert_out: Option<PathBuf>,
+        /// Require HTTP basic authentication with USER:PASS on every request (401 otherwise).
+        #[arg(long, value_name = "USER:PASS")]
+        basic_auth: Vec<String>,
+        /// Require the API key ID:KEY (`Authorization: ApiKey base64(ID:KEY)`) on every
+        /// request (401 otherwise). With --basic-auth, either is accepted.
+        #[arg(long, value_name = "ID:KEY")]
+        api_key: Vec<String>,
     },
     /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
     ///
@@ -221,7 +236,13 @@ pub fn main() -> i32 {
             port,
             orders,
         }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref(), port, &orders),
-        Command::Testkit(TestkitCommand::Es { listen }) => testkit::es(listen),
+        Command::Testkit(TestkitCommand::Es {
+            listen,
+            tls,
+            cert_out,
+            basic_auth,
+            api_key,
+        }) => testkit::es(listen, tls, cert_out, basic_auth, api_key),
     }
 }
 

@@ -102,17 +102,66 @@ pub fn kafka(
     }
 }
 
-/// Serves the Elasticsearch-compatible test server until killed; prints its URL.
-pub fn es(listen: std::net::SocketAddr) -> i32 {
+/// Serves the Elasticsearch-compatible test server until killed; prints its URL (and,
+/// with `tls`, the path of the CA certificate on a second line). The credentials are
+/// never printed.
+pub fn es(
+    listen: std::net::SocketAddr,
+    tls: bool,
+    cert_out: Option<std::path::PathBuf>,
+    basic_auth: Vec<String>,
+    api_keys: Vec<String>,
+) -> i32 {
+    for (flag, values) in [
+        ("--basic-auth USER:PASS", &basic_auth),
+        ("--api-key ID:KEY", &api_keys),
+    ] {
+        if values.iter().any(|v| !v.contains(':')) {
+            eprintln!("error: {flag}: the value needs a `:`");
+            return EXIT_USAGE;
+        }
+    }
+    let cert = if tls {
+        match crate::testkit::es::TestCert::generate() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let options = crate::testkit::es::ServerOptions {
+        tls: cert.clone(),
+        basic_auth,
+        api_keys,
+    };
+    let secured = !options.basic_auth.is_empty() || !options.api_keys.is_empty();
     super::runtime().block_on(async move {
-        match crate::testkit::es::EsServer::start(listen).await {
+        match crate::testkit::es::EsServer::start_with(listen, options).await {
             Ok(server) => {
                 println!("{}", server.url());
+                if let Some(cert) = &cert {
+                    let path = cert_out.unwrap_or_else(|| {
+                        std::env::temp_dir()
+                            .join(format!("lockgate-testkit-es-{}-ca.pem", server.addr().port()))
+                    });
+                    let tmp = path.with_extension("tmp");
+                    if let Err(e) = std::fs::write(&tmp, &cert.ca_pem)
+                        .and_then(|_| std::fs::rename(&tmp, &path))
+                    {
+                        eprintln!("error: cannot write {}: {e}", path.display());
+                        return EXIT_FAILURE;
+                    }
+                    println!("{}", path.display());
+                }
                 eprintln!(
-                    "Elasticsearch test server at {} (faults: POST {}/_lockgate/faults, stats: GET {}/_lockgate/stats)",
+                    "Elasticsearch test server at {} (faults: POST {}/_lockgate/faults, stats: GET {}/_lockgate/stats){}",
                     server.url(),
                     server.url(),
-                    server.url()
+                    server.url(),
+                    if secured { "; credentials required" } else { "" }
                 );
                 std::future::pending::<()>().await;
                 0

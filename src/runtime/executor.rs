@@ -143,6 +143,10 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
+                if matches!(e, JobError::Unrecoverable { .. }) {
+                    error!(job = %job.name, error = %e, "job failed; a restart cannot cure this failure");
+                    return Err(e);
+                }
                 // The decision is a plain function of the failure history
                 // (runtime::restart); this is the clock and the dice around it.
                 let now_ms = clock.elapsed().as_millis() as u64;

@@ -232,3 +232,129 @@ pub fn write_es_job(
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("job.toml"), text).unwrap();
 }
+
+/// `lockgate testkit es` in its own process (so a test can kill it), optionally with
+/// TLS and required credentials.
+pub struct EsProcess {
+    child: Child,
+    pub url: String,
+    /// With `--tls`: the CA certificate the server wrote.
+    pub ca_cert: Option<PathBuf>,
+    /// The test's client: the server's CA and the first credentials it accepts.
+    pub http: lockgate::chaos::es_http::EsHttp,
+}
+
+impl EsProcess {
+    /// Starts a server on a free port. `args` are further options (`--basic-auth U:P`,
+    /// `--api-key ID:KEY`); `tls` adds `--tls --cert-out <dir>/ca.pem`. `auth` is how the
+    /// test itself authenticates.
+    pub fn start(
+        dir: &std::path::Path,
+        tls: bool,
+        args: &[&str],
+        auth: Option<lockgate::connectors::elasticsearch::Auth>,
+    ) -> EsProcess {
+        EsProcess::start_on("127.0.0.1:0", dir, tls, args, auth)
+    }
+
+    /// [`EsProcess::start`] on another address (port 0: a free one). The test's own
+    /// client checks the certificate's chain, not its names.
+    pub fn start_on(
+        listen: &str,
+        dir: &std::path::Path,
+        tls: bool,
+        args: &[&str],
+        auth: Option<lockgate::connectors::elasticsearch::Auth>,
+    ) -> EsProcess {
+        use std::io::BufRead;
+        std::fs::create_dir_all(dir).unwrap();
+        let mut cmd = Command::new(super::bin());
+        cmd.args(["testkit", "es", "--listen", listen]).args(args);
+        let cert = dir.join("ca.pem");
+        if tls {
+            cmd.arg("--tls").arg("--cert-out").arg(&cert);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let url = line.trim().to_string();
+        assert!(url.starts_with("http"), "test server printed {url:?}");
+        let ca_cert = tls.then(|| {
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            assert_eq!(PathBuf::from(l.trim()), cert);
+            cert.clone()
+        });
+        let mut conn = lockgate::connectors::elasticsearch::EsConnection::single(url.clone());
+        conn.auth = auth;
+        if tls {
+            conn.tls_verify = lockgate::connectors::elasticsearch::TlsVerify::Certificate;
+        }
+        conn.ca_cert = ca_cert
+            .clone()
+            .map(|p| lockgate::connectors::elasticsearch::connection::CaCert::read(p).unwrap());
+        let http = lockgate::chaos::es_http::EsHttp::new(&conn, Duration::from_secs(30)).unwrap();
+        EsProcess {
+            child,
+            url,
+            ca_cert,
+            http,
+        }
+    }
+
+    /// An HTTP call returning (status, JSON body).
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method.parse().unwrap(), path);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().unwrap_or(Value::Null))
+    }
+
+    /// The server's counters.
+    pub fn stats(&self) -> Value {
+        let (status, v) = self.call("GET", "/_lockgate/stats", None);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    /// Every document of `index`: id -> source.
+    pub fn documents(&self, index: &str) -> std::collections::BTreeMap<String, Value> {
+        self.call("POST", &format!("/{index}/_refresh"), None);
+        let (status, v) = self.call(
+            "POST",
+            &format!("/{index}/_search"),
+            Some(json!({"query": {"match_all": {}}, "size": 1_000_000})),
+        );
+        if status == 404 {
+            return Default::default();
+        }
+        assert_eq!(status, 200, "{v}");
+        v["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| (h["_id"].as_str().unwrap().to_string(), h["_source"].clone()))
+            .collect()
+    }
+
+    /// Kills the server (SIGKILL): what it held is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for EsProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -22,10 +22,12 @@ pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
+use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
 use super::item_result::{classify, classify_request, Outcome};
+use super::nodes::NodeSelector;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::secret::redact_url;
 use bytes::Bytes;
-use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::{BulkParts, Elasticsearch};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -85,6 +87,8 @@ impl FailureHandler for PolicyFailureHandler {
 pub struct Shared {
     pending: AtomicUsize,
     failure: Mutex<Option<String>>,
+    /// The failure is one no restart can cure (the cluster refused the credentials).
+    unrecoverable: std::sync::atomic::AtomicBool,
     bulks: AtomicUsize,
     coalesced: AtomicU64,
     superseded: AtomicU64,
@@ -141,6 +145,12 @@ impl Shared {
         self.held_bytes.load(Ordering::SeqCst) + self.transit_bytes.load(Ordering::SeqCst)
     }
 
+    /// Whether the recorded failure is one that no restart can cure (401 / 403): the
+    /// job then fails without restarting.
+    pub fn unrecoverable(&self) -> bool {
+        self.unrecoverable.load(Ordering::SeqCst)
+    }
+
     fn fail(&self, message: String) {
         let mut f = self.failure.lock().expect("lock");
         if f.is_none() {
@@ -150,6 +160,15 @@ impl Shared {
         drop(f);
         // A sink waiting for room must wake to raise the failure.
         self.space.notify_waiters();
+    }
+
+    /// Records a failure that restarting cannot cure (it wins over any other).
+    fn fail_unrecoverable(&self, message: String) {
+        let mut f = self.failure.lock().expect("lock");
+        if !self.unrecoverable.swap(true, Ordering::SeqCst) {
+            warn!(error = %message, "Elasticsearch sink failed");
+            *f = Some(message);
+        }
     }
 
     fn resolve(&self, n: usize) {
@@ -179,15 +198,23 @@ impl BulkProcessor {
         handler: Arc<dyn FailureHandler>,
         name: String,
     ) -> Result<BulkProcessor, String> {
-        let url = elasticsearch::http::Url::parse(&cfg.url)
-            .map_err(|e| format!("url {}: {e}", cfg.url))?;
-        let transport = TransportBuilder::new(SingleNodeConnectionPool::new(url))
-            .timeout(Duration::from_millis(cfg.request_timeout_ms))
-            .disable_proxy()
-            .build()
-            .map_err(|e| format!("Elasticsearch client: {e}"))?;
+        let conn = &cfg.connection;
+        conn.validate().map_err(|(k, m)| format!("{k}: {m}"))?;
+        let timeout = Duration::from_millis(cfg.request_timeout_ms);
+        let clients = (0..conn.nodes.len())
+            .map(|i| conn.transport(i, timeout).map(Elasticsearch::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        if conn.tls_verify == TlsVerify::None {
+            warn!(
+                sink = %name,
+                "tls_verify = \"none\": the Elasticsearch server's certificate is not checked; anyone on the network path can read and change every document"
+            );
+        }
         let dead_letter = match &cfg.dead_letter_bootstrap_servers {
-            Some(servers) => Some(DeadLetterWriter::new(servers, &cfg.dead_letter_properties)?),
+            Some(servers) => Some(DeadLetterWriter::new(
+                servers,
+                &cfg.dead_letter_properties.0,
+            )?),
             None => None,
         };
         let shared = Arc::new(Shared::default());
@@ -204,7 +231,9 @@ impl BulkProcessor {
             retry_max_ms: cfg.retry_max_ms,
         };
         let service = Service {
-            client: Elasticsearch::new(transport),
+            selector: NodeSelector::new(clients.len()),
+            nodes: conn.nodes.iter().map(|n| redact_url(n)).collect(),
+            clients,
             cfg,
             shared: shared.clone(),
             handler,
@@ -314,14 +343,19 @@ enum Sent {
 }
 
 struct Service {
-    client: Elasticsearch,
+    /// One client per node, in `nodes` order.
+    clients: Vec<Elasticsearch>,
+    /// The nodes as they may be printed.
+    nodes: Vec<String>,
+    /// Which node the next request goes to.
+    selector: NodeSelector,
     cfg: Arc<EsSinkConfig>,
     shared: Arc<Shared>,
     handler: Arc<dyn FailureHandler>,
     dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
     batcher: Batcher<Item>,
-    in_flight: JoinSet<(RequestId, Sent)>,
+    in_flight: JoinSet<(RequestId, usize, Sent)>,
     waiters: Vec<oneshot::Sender<()>>,
     /// The batcher's clock starts here.
     epoch: Instant,
@@ -373,7 +407,7 @@ impl Service {
                     None => return,
                 },
                 Some(done) = self.in_flight.join_next(), if !self.in_flight.is_empty() => match done {
-                    Ok((id, sent)) => self.complete(id, sent),
+                    Ok((id, node, sent)) => self.complete(id, node, sent),
                     Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {}
@@ -473,14 +507,47 @@ impl Service {
                 force,
                 "sending bulk request"
             );
-            let client = self.client.clone();
+            let node = self.selector.pick(now);
+            let client = self.clients[node].clone();
             self.in_flight
-                .spawn(async move { (id, send_bulk(&client, body).await) });
+                .spawn(async move { (id, node, send_bulk(&client, body).await) });
         }
     }
 
-    /// Hands a response to the batcher, with what each item result means.
-    fn complete(&mut self, id: RequestId, sent: Sent) {
+    /// Hands a response to the batcher, with what each item result means. A node that
+    /// did not answer is quarantined; a refusal of the credentials fails the job for
+    /// good, naming the node.
+    fn complete(&mut self, id: RequestId, node: usize, sent: Sent) {
+        match &sent {
+            Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
+            _ => self.selector.answered(node),
+        }
+        match &sent {
+            Sent::Request(status, body) => {
+                if let Some(what) = auth_refusal(*status) {
+                    self.shared.fail_unrecoverable(auth_refusal_message(
+                        what,
+                        &self.nodes[node],
+                        status.unwrap_or_default(),
+                        body.as_bytes(),
+                    ));
+                }
+            }
+            Sent::Items(results) => {
+                if let Some((status, ty, reason)) = results
+                    .iter()
+                    .find(|(s, _, _)| auth_refusal(Some(*s)).is_some())
+                {
+                    let body = serde_json::json!({"error": {"type": ty, "reason": reason}});
+                    self.shared.fail_unrecoverable(auth_refusal_message(
+                        auth_refusal(Some(*status)).unwrap_or_default(),
+                        &self.nodes[node],
+                        *status,
+                        body.to_string().as_bytes(),
+                    ));
+                }
+            }
+        }
         let mut already_written = 0;
         let response = match sent {
             Sent::Items(results) => {
@@ -687,10 +754,26 @@ fn describe(action: &BulkAction) -> (Option<String>, Effect, usize) {
     (doc, Effect::of(action), size)
 }
 
+/// An error with its causes (`error sending request: ...: certificate verify failed`):
+/// the HTTP client's own message names only the URL, the cause is what a person needs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cause = c.source();
+    }
+    s
+}
+
 async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
     let response = match client.bulk(BulkParts::None).body(body).send().await {
         Ok(r) => r,
-        Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), e.to_string()),
+        Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), error_chain(&e)),
     };
     let status = response.status_code().as_u16();
     crate::fault::hit("bulk-response");
@@ -733,4 +816,43 @@ async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn an_error_names_its_causes_once() {
+        let e = E(
+            "error sending request",
+            Some(Box::new(E(
+                "client error (Connect)",
+                Some(Box::new(E("certificate verify failed", None))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "error sending request: client error (Connect): certificate verify failed"
+        );
+        // A cause its parent already repeats is not repeated.
+        let e = E(
+            "timed out: operation timed out",
+            Some(Box::new(E("operation timed out", None))),
+        );
+        assert_eq!(error_chain(&e), "timed out: operation timed out");
+    }
 }

@@ -1,6 +1,16 @@
 //! What the user configures for the Elasticsearch sink (`[sink.elasticsearch]`): the
 //! job-file section, its defaults (one place: [`EsSinkConfig::new`]), its validation,
 //! and the sink it builds. A new setting touches this file only.
+//!
+//! How the cluster is reached (`url` / `urls` / `cloud_id`, credentials, TLS,
+//! compression, headers) is read here into an [`EsConnection`]: URLs are parsed and
+//! `ca_cert` and `*_file` secrets are read when the job file is loaded, so a mistake is a
+//! configuration error naming its key, not a failure at the first request.
+
+use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
+use crate::secret::{read_secret_file, Secret, UrlText};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// How document ids are derived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +105,8 @@ impl NullValue {
 /// The sink's configuration; defaults as in the job file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EsSinkConfig {
-    pub url: String,
+    /// The nodes and how to reach them (credentials, TLS, compression, headers).
+    pub connection: EsConnection,
     /// The index: a name, or a template with `{yyyy.MM.dd}` date patterns and
     /// `{/json/pointer}` fields ([`super::index_name`]).
     pub index: String,
@@ -113,7 +124,8 @@ pub struct EsSinkConfig {
     /// Kafka bootstrap servers of the dead-letter topic.
     pub dead_letter_bootstrap_servers: Option<String>,
     /// librdkafka properties of that cluster (its connection and security ones are used).
-    pub dead_letter_properties: std::collections::BTreeMap<String, String>,
+    /// (`Debug` hides secret properties such as `sasl.password`.)
+    pub dead_letter_properties: crate::secret::Properties,
     /// Wait at each checkpoint until every action is written. Without it, a checkpoint
     /// guarantees nothing about Elasticsearch.
     pub flush_on_checkpoint: bool,
@@ -134,10 +146,11 @@ pub struct EsSinkConfig {
 }
 
 impl EsSinkConfig {
-    /// A configuration with the job file's defaults.
+    /// A configuration with the job file's defaults: one node at `url` (user info in it
+    /// is taken as basic credentials, never sent in the URL), writing to `index`.
     pub fn new(url: impl Into<String>, index: impl Into<String>) -> EsSinkConfig {
         EsSinkConfig {
-            url: url.into(),
+            connection: EsConnection::single(url),
             index: index.into(),
             id: IdStrategy::Coordinates,
             operation: Operation::Index,
@@ -151,7 +164,7 @@ impl EsSinkConfig {
             retry_max_attempts: 10,
             on_item_error: ItemErrorPolicy::Fail,
             dead_letter_bootstrap_servers: None,
-            dead_letter_properties: std::collections::BTreeMap::new(),
+            dead_letter_properties: Default::default(),
             flush_on_checkpoint: true,
             flush_timeout_ms: 60_000,
             request_timeout_ms: 30_000,
@@ -196,6 +209,7 @@ impl EsSinkConfig {
                 return Err((key.into(), "must be positive".into()));
             }
         }
+        self.connection.validate()?;
         if matches!(self.on_item_error, ItemErrorPolicy::DeadLetter(_))
             && self.dead_letter_bootstrap_servers.is_none()
         {
@@ -214,7 +228,21 @@ impl EsSinkConfig {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EsSection {
-    pub url: String,
+    /// One node; or `urls` (several), or `cloud_id`: exactly one of the three.
+    url: Option<UrlText>,
+    urls: Option<Vec<UrlText>>,
+    cloud_id: Option<String>,
+    username: Option<String>,
+    password: Option<Secret>,
+    password_file: Option<PathBuf>,
+    api_key: Option<Secret>,
+    api_key_file: Option<PathBuf>,
+    bearer_token: Option<Secret>,
+    bearer_token_file: Option<PathBuf>,
+    ca_cert: Option<PathBuf>,
+    tls_verify: Option<String>,
+    compression: Option<String>,
+    headers: Option<BTreeMap<String, Secret>>,
     pub index: String,
     id: Option<String>,
     operation: Option<String>,
@@ -239,12 +267,15 @@ pub struct EsSection {
 pub struct SinkContext {
     /// The Kafka cluster dead letters go to (the source's), with its librdkafka
     /// properties.
-    pub dead_letter_kafka: Option<(String, std::collections::BTreeMap<String, String>)>,
+    pub dead_letter_kafka: Option<(String, crate::secret::Properties)>,
     /// How long a checkpoint may wait for the flush.
     pub checkpoint_timeout_ms: u64,
     /// The source's offsets order the records of one partition only (Kafka), so
     /// external versions need the guard of [`super::version_guard`].
     pub offsets_per_partition: bool,
+    /// The directory of the job file: relative `ca_cert` and `*_file` paths are
+    /// resolved against it.
+    pub base_dir: PathBuf,
 }
 
 impl EsSection {
@@ -258,7 +289,8 @@ impl EsSection {
     /// section.
     pub fn config(&self, ctx: &SinkContext) -> Result<EsSinkConfig, (String, String)> {
         use crate::connectors::at_key as at;
-        let mut c = EsSinkConfig::new(self.url.clone(), self.index.clone());
+        let mut c = EsSinkConfig::new(String::new(), self.index.clone());
+        c.connection = self.connection(&ctx.base_dir)?;
         if let Some(id) = &self.id {
             c.id = IdStrategy::parse(id).map_err(at("id"))?;
         }
@@ -301,6 +333,157 @@ impl EsSection {
             };
             (k, m)
         })?;
+        Ok(c)
+    }
+
+    /// The nodes, credentials, TLS, compression and headers of the section. Reads
+    /// `ca_cert` and `*_file` secrets now; every error names its key.
+    fn connection(&self, base: &Path) -> Result<EsConnection, (String, String)> {
+        use crate::connectors::at_key as at;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let (nodes, key): (Vec<String>, &str) = match (&self.url, &self.urls, &self.cloud_id) {
+            (Some(u), None, None) => (vec![u.0.clone()], "url"),
+            (None, Some(u), None) => (u.iter().map(|u| u.0.clone()).collect(), "urls"),
+            (None, None, Some(id)) => (vec![cloud_node(id).map_err(at("cloud_id"))?], "cloud_id"),
+            (None, None, None) => {
+                return Err((
+                    "url".into(),
+                    "the cluster is required: url, urls or cloud_id".into(),
+                ))
+            }
+            _ => {
+                let given: Vec<&str> = [
+                    self.url.as_ref().map(|_| "url"),
+                    self.urls.as_ref().map(|_| "urls"),
+                    self.cloud_id.as_ref().map(|_| "cloud_id"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                return Err((
+                    given.join(" and "),
+                    "give exactly one of url, urls, cloud_id".into(),
+                ));
+            }
+        };
+        if nodes.is_empty() {
+            return Err((key.into(), "at least one node URL is needed".into()));
+        }
+        // Node URLs are parsed now; user info in one becomes its basic credentials.
+        let mut stripped = Vec::with_capacity(nodes.len());
+        let mut from_urls: Option<(String, Secret)> = None;
+        for (i, n) in nodes.iter().enumerate() {
+            let name = if key == "urls" {
+                format!("urls[{i}]")
+            } else {
+                key.to_string()
+            };
+            let (url, userinfo) = parse_node(n).map_err(|m| (name.clone(), m))?;
+            if let Some(info) = userinfo {
+                if from_urls.as_ref().is_some_and(|prev| *prev != info) {
+                    return Err((name, "the nodes' URLs carry different credentials".into()));
+                }
+                from_urls = Some(info);
+            }
+            stripped.push(url.as_str().trim_end_matches('/').to_string());
+        }
+        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| match (value, file)
+        {
+            (Some(_), Some(_)) => Err((
+                format!("{key} and {key}_file"),
+                format!("give {key} or {key}_file, not both"),
+            )),
+            (Some(v), None) => Ok(Some(v.clone())),
+            (None, Some(f)) => read_secret_file(&resolve(f))
+                .map(Some)
+                .map_err(|m| (format!("{key}_file"), m)),
+            (None, None) => Ok(None),
+        };
+        let password = secret(&self.password, &self.password_file, "password")?;
+        let api_key = secret(&self.api_key, &self.api_key_file, "api_key")?;
+        let bearer = secret(&self.bearer_token, &self.bearer_token_file, "bearer_token")?;
+        let mut auth =
+            match (&self.username, password, api_key, bearer) {
+                (None, None, None, None) => None,
+                (Some(u), Some(p), None, None) => Some(Auth::Basic {
+                    username: u.clone(),
+                    password: p,
+                }),
+                (Some(_), None, None, None) => {
+                    return Err((
+                        "password".into(),
+                        "username needs a password (or password_file)".into(),
+                    ))
+                }
+                (None, Some(_), None, None) => {
+                    return Err(("username".into(), "password needs a username".into()))
+                }
+                (None, None, Some(k), None) => Some(Auth::ApiKey(k)),
+                (None, None, None, Some(t)) => Some(Auth::Bearer(t)),
+                _ => return Err((
+                    "username, api_key and bearer_token".into(),
+                    "give one way to authenticate: username + password, api_key or bearer_token"
+                        .into(),
+                )),
+            };
+        if let Some((username, password)) = from_urls {
+            if auth.is_some() {
+                return Err((
+                    key.into(),
+                    "credentials in a URL and in the section's keys: keep one".into(),
+                ));
+            }
+            auth = Some(Auth::Basic { username, password });
+        }
+        let tls_verify = match &self.tls_verify {
+            Some(v) => TlsVerify::parse(v).map_err(at("tls_verify"))?,
+            None => TlsVerify::Full,
+        };
+        let ca_cert = match &self.ca_cert {
+            Some(p) => Some(CaCert::read(resolve(p)).map_err(at("ca_cert"))?),
+            None => None,
+        };
+        let gzip = match self.compression.as_deref() {
+            None | Some("none") => false,
+            Some("gzip") => true,
+            Some(other) => {
+                return Err((
+                    "compression".into(),
+                    format!("`{other}` is not one of none, gzip"),
+                ))
+            }
+        };
+        let mut headers = BTreeMap::new();
+        for (name, value) in self.headers.iter().flatten() {
+            if name.eq_ignore_ascii_case("authorization") && auth.is_some() {
+                return Err((
+                    format!("headers.{name}"),
+                    "an Authorization header and credentials: keep one".into(),
+                ));
+            }
+            headers.insert(name.clone(), value.clone());
+        }
+        let c = EsConnection {
+            nodes: stripped,
+            auth,
+            ca_cert,
+            tls_verify,
+            gzip,
+            headers,
+        };
+        c.validate()
+            .map_err(|(k, m)| match k.strip_prefix("urls") {
+                Some(i) if key != "urls" => {
+                    (format!("{key}{}", if i == "[0]" { "" } else { i }), m)
+                }
+                _ => (k, m),
+            })?;
         Ok(c)
     }
 
@@ -405,10 +588,31 @@ mod tests {
         );
     }
 
+    /// A self-signed CA certificate (PEM) for the `ca_cert` tests.
+    const CA_PEM: &str = include_str!("testdata/ca.pem");
+
+    fn ctx_in(dir: &std::path::Path) -> SinkContext {
+        SinkContext {
+            dead_letter_kafka: None,
+            checkpoint_timeout_ms: 60_000,
+            base_dir: dir.to_path_buf(),
+            offsets_per_partition: false,
+        }
+    }
+
     #[test]
     fn every_key_of_the_section_is_applied_and_errors_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), CA_PEM).unwrap();
+        std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
         let text = r#"
-url = "u"
+urls = ["https://es-1:9200", "https://es-2:9201/"]
+username = "writer"
+password_file = "pw"
+ca_cert = "ca.pem"
+tls_verify = "certificate"
+compression = "gzip"
+headers = { "x-tenant" = "blue" }
 index = "i"
 id = "key"
 operation = "create"
@@ -431,9 +635,24 @@ buffer_max_bytes = 15
             dead_letter_kafka: Some(("k:9092".into(), Default::default())),
             checkpoint_timeout_ms: 5,
             offsets_per_partition: true,
+            base_dir: dir.path().to_path_buf(),
         };
         let c = section.config(&ctx).unwrap();
-        let mut want = EsSinkConfig::new("u", "i");
+        let mut want = EsSinkConfig::new("", "i");
+        want.connection = EsConnection {
+            nodes: vec!["https://es-1:9200".into(), "https://es-2:9201".into()],
+            auth: Some(Auth::Basic {
+                username: "writer".into(),
+                password: Secret::new("s3cret"),
+            }),
+            ca_cert: Some(CaCert {
+                path: dir.path().join("ca.pem"),
+                pem: CA_PEM.as_bytes().to_vec(),
+            }),
+            tls_verify: TlsVerify::Certificate,
+            gzip: true,
+            headers: [("x-tenant".to_string(), Secret::new("blue"))].into(),
+        };
         want.id = IdStrategy::Key;
         want.operation = Operation::Create;
         want.versioning = Versioning::External;
@@ -453,16 +672,162 @@ buffer_max_bytes = 15
         want.dead_letter_bootstrap_servers = Some("k:9092".into());
         assert_eq!(c, want);
         let bad: EsSection =
-            toml::from_str("url = \"u\"\nindex = \"i\"\noperation = \"merge\"").unwrap();
+            toml::from_str("url = \"http://u\"\nindex = \"i\"\noperation = \"merge\"").unwrap();
         assert_eq!(
             bad.config(&SinkContext::default()).unwrap_err().0,
             "operation"
         );
         let zero: EsSection =
-            toml::from_str("url = \"u\"\nindex = \"i\"\nbuffer_max_bytes = 0").unwrap();
+            toml::from_str("url = \"http://u\"\nindex = \"i\"\nbuffer_max_bytes = 0").unwrap();
         assert_eq!(
             zero.config(&SinkContext::default()).unwrap_err().0,
             "buffer_max_bytes"
         );
+    }
+
+    #[test]
+    fn the_other_ways_to_authenticate() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("key"), "id:k3y\n").unwrap();
+        std::fs::write(dir.path().join("token"), "t0k\r\n").unwrap();
+        let cases: &[(&str, Option<Auth>)] = &[
+            (
+                "api_key = \"id:k3y\"",
+                Some(Auth::ApiKey(Secret::new("id:k3y"))),
+            ),
+            (
+                "api_key_file = \"key\"",
+                Some(Auth::ApiKey(Secret::new("id:k3y"))),
+            ),
+            (
+                "bearer_token = \"t0k\"",
+                Some(Auth::Bearer(Secret::new("t0k"))),
+            ),
+            (
+                "bearer_token_file = \"token\"",
+                Some(Auth::Bearer(Secret::new("t0k"))),
+            ),
+            ("", None),
+        ];
+        for (extra, want) in cases {
+            let text = format!("url = \"https://es:9200\"\nindex = \"i\"\n{extra}");
+            let section: EsSection = toml::from_str(&text).unwrap();
+            let c = section.config(&ctx_in(dir.path())).unwrap();
+            assert_eq!(&c.connection.auth, want, "{extra}");
+        }
+        // User info in the URL is basic auth, and is never kept in the node's URL.
+        let section: EsSection =
+            toml::from_str("url = \"https://u:p%40w@es:9200\"\nindex = \"i\"").unwrap();
+        let c = section.config(&ctx_in(dir.path())).unwrap();
+        assert_eq!(c.connection.nodes, vec!["https://es:9200".to_string()]);
+        assert_eq!(
+            c.connection.auth,
+            Some(Auth::Basic {
+                username: "u".into(),
+                password: Secret::new("p@w")
+            })
+        );
+        assert!(!format!("{c:?}").contains("p@w"));
+        // The section's own Debug shows no secret either.
+        let section: EsSection = toml::from_str(
+            "urls = [\"https://u:pw1@es:9200\"]\nindex = \"i\"\napi_key = \"k3y\"\nheaders = { x = \"h3ader\" }",
+        )
+        .unwrap();
+        let d = format!("{section:?}");
+        assert!(d.contains("https://u:***@es:9200"), "{d}");
+        assert!(
+            !d.contains("pw1") && !d.contains("k3y") && !d.contains("h3ader"),
+            "{d}"
+        );
+        // A cloud id names its node.
+        let id = format!(
+            "name:{}",
+            base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                "cloud.example.com$abc$def"
+            )
+        );
+        let section: EsSection =
+            toml::from_str(&format!("cloud_id = \"{id}\"\nindex = \"i\"")).unwrap();
+        let c = section.config(&ctx_in(dir.path())).unwrap();
+        assert_eq!(
+            c.connection.nodes,
+            vec!["https://abc.cloud.example.com".to_string()]
+        );
+    }
+
+    #[test]
+    fn connection_errors_name_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pw"), "pw\n").unwrap();
+        std::fs::write(dir.path().join("not-a-cert.pem"), "hello").unwrap();
+        let cases: &[(&str, &str)] = &[
+            ("urls = [\"https://es-1:9200\", \"es-2:9200\"]", "urls[1]"),
+            ("urls = []", "urls"),
+            ("url = \"ftp://es\"", "url"),
+            (
+                "url = \"https://es\"\nurls = [\"https://es\"]",
+                "url and urls",
+            ),
+            ("index = \"x\"", "url"),
+            ("cloud_id = \"nonsense\"", "cloud_id"),
+            ("url = \"https://es\"\nusername = \"u\"", "password"),
+            ("url = \"https://es\"\npassword = \"p\"", "username"),
+            (
+                "url = \"https://es\"\nusername = \"u\"\npassword = \"p\"\npassword_file = \"pw\"",
+                "password and password_file",
+            ),
+            (
+                "url = \"https://es\"\napi_key_file = \"absent\"",
+                "api_key_file",
+            ),
+            (
+                "url = \"https://es\"\nbearer_token = \"t\"\nbearer_token_file = \"pw\"",
+                "bearer_token and bearer_token_file",
+            ),
+            (
+                "url = \"https://es\"\napi_key = \"k\"\nbearer_token = \"t\"",
+                "username, api_key and bearer_token",
+            ),
+            ("url = \"https://u:p@es\"\napi_key = \"k\"", "url"),
+            ("url = \"https://es\"\nca_cert = \"absent.pem\"", "ca_cert"),
+            (
+                "url = \"https://es\"\nca_cert = \"not-a-cert.pem\"",
+                "ca_cert",
+            ),
+            ("url = \"https://es\"\ntls_verify = \"some\"", "tls_verify"),
+            (
+                "url = \"https://es\"\ntls_verify = \"certificate\"",
+                "tls_verify",
+            ),
+            (
+                "url = \"https://es\"\ncompression = \"zstd\"",
+                "compression",
+            ),
+            (
+                "url = \"https://es\"\nheaders = { \"bad name\" = \"v\" }",
+                "headers",
+            ),
+            (
+                "url = \"https://es\"\napi_key = \"k\"\nheaders = { \"Authorization\" = \"v\" }",
+                "headers.Authorization",
+            ),
+        ];
+        for (extra, key) in cases {
+            let text = if extra.starts_with("index") {
+                extra.to_string()
+            } else {
+                format!("index = \"i\"\n{extra}")
+            };
+            let section: EsSection = toml::from_str(&text).unwrap();
+            let (k, m) = section.config(&ctx_in(dir.path())).unwrap_err();
+            assert_eq!(&k, key, "{extra}: {m}");
+        }
+        // A password never appears in an error, even in a URL that does not parse.
+        let section: EsSection =
+            toml::from_str("index = \"i\"\nurls = [\"https://u:hunter2@es:99999\"]").unwrap();
+        let (k, m) = section.config(&ctx_in(dir.path())).unwrap_err();
+        assert_eq!(k, "urls[0]");
+        assert!(!m.contains("hunter2"), "{m}");
     }
 }

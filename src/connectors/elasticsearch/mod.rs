@@ -2,7 +2,8 @@
 //! deterministic ids (and optionally external versions) so that a replay after a crash
 //! rewrites the same documents.
 //!
-//! One file per role: what the user configures ([`config`]), records to bulk actions
+//! One file per role: what the user configures ([`config`]), how the cluster is reached
+//! ([`connection`]) and which node a request goes to ([`nodes`]), records to bulk actions
 //! ([`action`]), what an item result means ([`item_result`]), when to retry
 //! ([`retry`]), the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
 
@@ -11,8 +12,10 @@ pub mod batcher;
 pub mod bulk;
 pub mod coalesce;
 pub mod config;
+pub mod connection;
 pub mod index_name;
 pub mod item_result;
+pub mod nodes;
 pub mod retry;
 pub mod sink;
 pub mod version_guard;
@@ -20,4 +23,5 @@ pub mod version_guard;
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
 pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
+pub use connection::{Auth, EsConnection, TlsVerify};
 pub use sink::EsSink;

@@ -52,7 +52,12 @@ impl EsSink {
 
     /// Raises a recorded asynchronous failure.
     fn check(&self) -> Result<()> {
-        match self.processor().shared().failure() {
+        let shared = self.processor().shared();
+        match shared.failure() {
+            Some(message) if shared.unrecoverable() => Err(JobError::Unrecoverable {
+                task: self.name.clone(),
+                message,
+            }),
             Some(f) => Err(JobError::task(&self.name, f)),
             None => Ok(()),
         }

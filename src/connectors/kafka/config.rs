@@ -130,8 +130,9 @@ impl DecodeErrorPolicy {
     }
 }
 
-/// The Kafka source's configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// The Kafka source's configuration. Its `Debug` hides the values of secret properties
+/// (`sasl.password`, `ssl.key.password`, ...).
+#[derive(Clone, PartialEq)]
 pub struct KafkaSourceConfig {
     pub bootstrap_servers: String,
     pub topics: TopicSelector,
@@ -182,6 +183,48 @@ impl KafkaSourceConfig {
     }
 }
 
+impl std::fmt::Debug for KafkaSourceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSourceConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("topics", &self.topics)
+            .field("group_id", &self.group_id)
+            .field("startup", &self.startup)
+            .field("partition_discovery_ms", &self.partition_discovery_ms)
+            .field("bounded", &self.bounded)
+            .field("format", &self.format)
+            .field("on_decode_error", &self.on_decode_error)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field(
+                "properties",
+                &crate::secret::Properties(self.properties.clone()),
+            )
+            .field("tombstones", &self.tombstones)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for KafkaSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSection")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("topics", &self.topics)
+            .field("topic_pattern", &self.topic_pattern)
+            .field("group_id", &self.group_id)
+            .field("startup", &self.startup)
+            .field("partition_discovery_ms", &self.partition_discovery_ms)
+            .field("bounded", &self.bounded)
+            .field("format", &self.format)
+            .field("on_decode_error", &self.on_decode_error)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field(
+                "properties",
+                &crate::secret::Properties(self.properties.clone()),
+            )
+            .finish()
+    }
+}
+
 impl PartialEq for TopicSelector {
     fn eq(&self, other: &TopicSelector) -> bool {
         match (self, other) {
@@ -194,8 +237,8 @@ impl PartialEq for TopicSelector {
 
 /// `[source.kafka]` as written in a job file. A key that is absent takes
 /// [`KafkaSourceConfig::new`]'s default, so the job file and the Rust API cannot
-/// disagree.
-#[derive(Debug, Clone, serde::Deserialize)]
+/// disagree. Its `Debug` hides the values of secret properties.
+#[derive(Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSection {
     pub bootstrap_servers: String,
@@ -280,6 +323,21 @@ impl KafkaSection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_hides_secret_properties() {
+        let section: KafkaSection = toml::from_str(
+            "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"sasl.password\" = \"kafka-pw\"\n\"sasl.username\" = \"writer\"",
+        )
+        .unwrap();
+        let config = section.config("j").unwrap();
+        for shown in [format!("{section:?}"), format!("{config:?}")] {
+            assert!(
+                shown.contains("writer") && !shown.contains("kafka-pw"),
+                "{shown}"
+            );
+        }
+    }
 
     #[test]
     fn parses_startup_and_policies() {

@@ -12,9 +12,16 @@
 //! fraction), whole-request failures (429 / 503 / 500), latency, a stall, a connection
 //! dropped after the bulk was applied and before the response was read, and 413 above a
 //! body size. `GET /_lockgate/stats` counts requests and items.
+//!
+//! Secured ([`ServerOptions`], [`secure`]): HTTPS with a certificate generated at start,
+//! and basic-auth or API-key credentials required on every request (401
+//! `security_exception` otherwise, counted as `unauthorized_requests`). Gzip request
+//! bodies are decoded (counted as `gzip_requests`).
 
 mod bulk;
+pub mod secure;
 mod server;
 mod store;
 
-pub use server::{EsServer, Faults, Stats};
+pub use secure::TestCert;
+pub use server::{EsServer, Faults, ServerOptions, Stats};

@@ -51,14 +51,34 @@ pub struct Stats {
     pub failed_requests: u64,
     pub dropped_responses: u64,
     pub too_large: u64,
+    /// Requests refused with 401 (missing or wrong credentials).
+    pub unauthorized_requests: u64,
+    /// Requests whose body came gzip-compressed.
+    pub gzip_requests: u64,
 }
 
-struct Shared {
+/// How the server is secured; the default is plain HTTP that accepts every request.
+#[derive(Clone, Default)]
+pub struct ServerOptions {
+    /// Serve HTTPS with this certificate.
+    pub tls: Option<super::secure::TestCert>,
+    /// `USER:PASS` pairs accepted as basic authentication.
+    pub basic_auth: Vec<String>,
+    /// `ID:KEY` API keys accepted (sent as `ApiKey base64(ID:KEY)`).
+    pub api_keys: Vec<String>,
+}
+
+/// The server's state, shared by its handlers.
+pub(crate) struct SharedState {
     store: Mutex<Store>,
     faults: Mutex<Faults>,
-    stats: Mutex<Stats>,
+    pub(crate) stats: Mutex<Stats>,
     rng: Mutex<rand::rngs::SmallRng>,
+    /// `Authorization` values accepted; empty: no authentication.
+    pub(crate) accepted_auth: Vec<String>,
 }
+
+type Shared = SharedState;
 
 /// A running test server; stops when dropped.
 pub struct EsServer {
@@ -69,13 +89,28 @@ pub struct EsServer {
 }
 
 impl EsServer {
-    /// Starts serving on `addr` (port 0 picks a free port) on the current tokio runtime.
+    /// Starts serving plain HTTP on `addr` (port 0 picks a free port) on the current
+    /// tokio runtime; every request is accepted.
     pub async fn start(addr: SocketAddr) -> std::io::Result<EsServer> {
+        EsServer::start_with(addr, ServerOptions::default()).await
+    }
+
+    /// Starts serving on `addr` as `options` say: HTTPS with a generated certificate,
+    /// and credentials every request (the `/_lockgate` controls included) must carry.
+    pub async fn start_with(addr: SocketAddr, options: ServerOptions) -> std::io::Result<EsServer> {
+        use super::secure::{api_key_header, basic_header};
+        let accepted_auth = options
+            .basic_auth
+            .iter()
+            .map(|u| basic_header(u))
+            .chain(options.api_keys.iter().map(|k| api_key_header(k)))
+            .collect();
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             faults: Mutex::new(Faults::default()),
             stats: Mutex::new(Stats::default()),
             rng: Mutex::new(rand::rngs::SmallRng::seed_from_u64(0)),
+            accepted_auth,
         });
         let app = Router::new()
             .route("/", get(|| async { Json(json!({"name": "lockgate-testkit", "version": {"number": "8.15.0"}, "tagline": "You Know, for Search"})) }))
@@ -92,26 +127,43 @@ impl EsServer {
             .route("/{index}/_mget", post(mget_in_index).get(mget_in_index))
             .route("/{index}/_doc/{id}", get(get_doc))
             .layer(axum::extract::DefaultBodyLimit::max(512 * 1024 * 1024))
+            // Outermost first: credentials are checked before anything is read.
+            .layer(axum::middleware::from_fn_with_state(shared.clone(), super::secure::gunzip))
+            .layer(axum::middleware::from_fn_with_state(shared.clone(), super::secure::require_auth))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
+        let shutdown = async {
+            let _ = rx.await;
+        };
+        let scheme = match &options.tls {
+            Some(cert) => {
+                let tls = super::secure::TlsListener::new(listener, cert)
+                    .map_err(std::io::Error::other)?;
+                tokio::spawn(async move {
+                    let _ = axum::serve(tls, app).with_graceful_shutdown(shutdown).await;
+                });
+                "https"
+            }
+            None => {
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await;
+                });
+                "http"
+            }
+        };
         Ok(EsServer {
-            url: format!("http://{addr}"),
+            url: format!("{scheme}://{addr}"),
             addr,
             shared,
             shutdown: Some(tx),
         })
     }
 
-    /// The base URL (`http://127.0.0.1:PORT`).
+    /// The base URL (`http://127.0.0.1:PORT`, or `https://` with TLS).
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -1,0 +1,451 @@
+//! How the sink reaches Elasticsearch: its nodes (`url`, `urls` or `cloud_id`), the
+//! credentials, TLS settings, compression and extra headers of every request, and what
+//! a refused request (401 / 403) means.
+//!
+//! One description ([`EsConnection`]) builds every client that talks to the cluster: the
+//! sink's per-node transports ([`EsConnection::transport`]) and, in the chaos harness,
+//! the verifier's HTTP client, both from [`EsConnection::node_headers`] and
+//! [`EsConnection::tls`]. Secrets stay [`Secret`]s until they become a header value
+//! marked sensitive; `Debug` of this module's types never shows them.
+
+use crate::secret::{redact_url, Secret};
+use base64::Engine;
+use elasticsearch::cert::{Certificate, CertificateValidation};
+use elasticsearch::http::headers::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use elasticsearch::http::transport::{SingleNodeConnectionPool, Transport, TransportBuilder};
+use elasticsearch::http::Url;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The credentials sent with every request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// HTTP basic authentication.
+    Basic { username: String, password: Secret },
+    /// An Elasticsearch API key: `ID:KEY`, or the base64 encoding of it as the cluster
+    /// hands it out.
+    ApiKey(Secret),
+    /// A bearer token (an OAuth2 or service-account token).
+    Bearer(Secret),
+}
+
+impl Auth {
+    /// The `Authorization` header value: `Basic ...`, `ApiKey <base64 of ID:KEY>` or
+    /// `Bearer ...`. An API key that holds a `:` is `ID:KEY` and gets encoded; one
+    /// without is taken as already encoded.
+    pub fn header_value(&self) -> Secret {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        Secret::new(match self {
+            Auth::Basic { username, password } => {
+                format!(
+                    "Basic {}",
+                    b64(&format!("{username}:{}", password.expose()))
+                )
+            }
+            Auth::ApiKey(k) if k.expose().contains(':') => format!("ApiKey {}", b64(k.expose())),
+            Auth::ApiKey(k) => format!("ApiKey {}", k.expose()),
+            Auth::Bearer(t) => format!("Bearer {}", t.expose()),
+        })
+    }
+}
+
+/// How the server's certificate is checked (`tls_verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVerify {
+    /// The chain up to a trusted CA (`ca_cert`, or the system's) and the host name.
+    Full,
+    /// The chain up to `ca_cert`, not the host name (a cluster whose certificates name
+    /// other hosts than the ones the job connects to).
+    Certificate,
+    /// Nothing: anyone on the path can read and change every document. Logged as a
+    /// warning at every start.
+    None,
+}
+
+impl TlsVerify {
+    /// Parses `full`, `certificate` or `none`.
+    pub fn parse(s: &str) -> Result<TlsVerify, String> {
+        match s {
+            "full" => Ok(TlsVerify::Full),
+            "certificate" => Ok(TlsVerify::Certificate),
+            "none" => Ok(TlsVerify::None),
+            other => Err(format!("`{other}` is not one of full, certificate, none")),
+        }
+    }
+}
+
+/// A CA certificate (PEM) read when the job file was loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaCert {
+    /// Where it was read from (for messages).
+    pub path: PathBuf,
+    /// The PEM text: one or more certificates.
+    pub pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for CaCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CaCert({}, {} bytes)",
+            self.path.display(),
+            self.pem.len()
+        )
+    }
+}
+
+impl CaCert {
+    /// Reads and checks a PEM file: it must hold at least one certificate that the TLS
+    /// library accepts.
+    pub fn read(path: PathBuf) -> Result<CaCert, String> {
+        let pem =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(format!("{} holds no PEM certificate", path.display()));
+        }
+        Certificate::from_pem(&pem)
+            .map_err(|e| format!("{} is not a usable PEM certificate: {e}", path.display()))?;
+        Ok(CaCert { path, pem })
+    }
+}
+
+/// Everything needed to reach the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EsConnection {
+    /// Base URLs of the nodes, without user info (credentials are in `auth`). Requests
+    /// go round robin; a node that refused a connection is skipped for a while
+    /// ([`super::nodes::NodeSelector`]).
+    pub nodes: Vec<String>,
+    pub auth: Option<Auth>,
+    pub ca_cert: Option<CaCert>,
+    pub tls_verify: TlsVerify,
+    /// Gzip request bodies (`compression = "gzip"`).
+    pub gzip: bool,
+    /// Extra headers of every request; values are secrets (they may carry tokens).
+    pub headers: BTreeMap<String, Secret>,
+}
+
+impl EsConnection {
+    /// One node, no credentials, full TLS verification against the system's CAs.
+    pub fn single(url: impl Into<String>) -> EsConnection {
+        EsConnection {
+            nodes: vec![url.into()],
+            auth: None,
+            ca_cert: None,
+            tls_verify: TlsVerify::Full,
+            gzip: false,
+            headers: BTreeMap::new(),
+        }
+    }
+
+    /// The first node's URL (the one tools that read the index back use first).
+    pub fn first_node(&self) -> &str {
+        self.nodes.first().map(String::as_str).unwrap_or_default()
+    }
+
+    /// The headers of every request: `Authorization` (marked sensitive, so the HTTP
+    /// library never prints it) and the extra headers.
+    pub fn header_map(&self) -> Result<HeaderMap, String> {
+        let mut map = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let n = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`{name}` is not a valid header name"))?;
+            let mut v = HeaderValue::from_str(value.expose())
+                .map_err(|_| format!("the value of header `{name}` is not a valid header value"))?;
+            v.set_sensitive(true);
+            map.insert(n, v);
+        }
+        if let Some(auth) = &self.auth {
+            let mut v = HeaderValue::from_str(auth.header_value().expose())
+                .map_err(|_| "the credentials hold characters a header cannot carry".to_string())?;
+            v.set_sensitive(true);
+            map.insert(AUTHORIZATION, v);
+        }
+        Ok(map)
+    }
+
+    /// The TLS settings: the CA to trust (if any) and how much to check.
+    pub fn tls(&self) -> (Option<&CaCert>, TlsVerify) {
+        (self.ca_cert.as_ref(), self.tls_verify)
+    }
+
+    /// Checks what can be checked without a network: every node URL, the headers, and
+    /// that `tls_verify = "certificate"` has a CA to verify against. The error is
+    /// `(key, message)`; a node's key is `urls[i]`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.nodes.is_empty() {
+            return Err(("urls".into(), "at least one node URL is needed".into()));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            parse_node(n).map_err(|m| (format!("urls[{i}]"), m))?;
+        }
+        self.header_map().map_err(|m| ("headers".into(), m))?;
+        if self.tls_verify == TlsVerify::Certificate && self.ca_cert.is_none() {
+            return Err((
+                "tls_verify".into(),
+                "tls_verify = \"certificate\" checks the chain up to ca_cert: set ca_cert".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The headers of requests to node `i`: [`EsConnection::header_map`], with the
+    /// node URL's user info as basic credentials if it has any. A job file's URLs lose
+    /// their user info at load; a URL given through the Rust API may still carry it, and
+    /// it is never sent in the URL.
+    pub fn node_headers(&self, i: usize) -> Result<HeaderMap, String> {
+        let node = &self.nodes[i];
+        match (parse_node(node)?.1, &self.auth) {
+            (None, _) => self.header_map(),
+            (Some((username, password)), None) => EsConnection {
+                auth: Some(Auth::Basic { username, password }),
+                ..self.clone()
+            }
+            .header_map(),
+            (Some(_), Some(_)) => Err(format!(
+                "{}: credentials in the URL and in the connection: keep one",
+                redact_url(node)
+            )),
+        }
+    }
+
+    /// The sink's HTTP transport to node `i`: its headers, TLS, compression and the
+    /// request timeout. Building it contacts no one.
+    pub fn transport(&self, i: usize, timeout: Duration) -> Result<Transport, String> {
+        let node = &self.nodes[i];
+        let (url, _) = parse_node(node)?;
+        let headers = self.node_headers(i)?;
+        let mut b = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+            .timeout(timeout)
+            .disable_proxy()
+            .request_body_compression(self.gzip)
+            .headers(headers);
+        let certs = |ca: &CaCert| {
+            Certificate::from_pem(&ca.pem).map_err(|e| format!("{}: {e}", ca.path.display()))
+        };
+        b = match self.tls() {
+            (_, TlsVerify::None) => b.cert_validation(CertificateValidation::None),
+            (Some(ca), TlsVerify::Full) => {
+                b.cert_validation(CertificateValidation::Full(certs(ca)?))
+            }
+            (Some(ca), TlsVerify::Certificate) => {
+                b.cert_validation(CertificateValidation::Certificate(certs(ca)?))
+            }
+            (None, TlsVerify::Full) => b,
+            (None, TlsVerify::Certificate) => {
+                return Err("tls_verify = \"certificate\" needs ca_cert".into())
+            }
+        };
+        b.build()
+            .map_err(|e| format!("Elasticsearch client for {}: {e}", redact_url(node)))
+    }
+}
+
+/// Parses a node URL: `http` or `https` with a host. Returns the URL without user info,
+/// and the user info (user, password) if it had any. Errors never contain a password.
+pub fn parse_node(s: &str) -> Result<(Url, Option<(String, Secret)>), String> {
+    let shown = redact_url(s);
+    let mut url = Url::parse(s).map_err(|e| format!("`{shown}` is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{shown}`: the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{shown}` names no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("`{shown}`: a node URL takes no query or fragment"));
+    }
+    let userinfo = if !url.username().is_empty() || url.password().is_some() {
+        let user = percent_decode(url.username());
+        let password = Secret::new(percent_decode(url.password().unwrap_or_default()));
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        Some((user, password))
+    } else {
+        None
+    };
+    Ok((url, userinfo))
+}
+
+/// `%XX` decoding of URL user info (invalid escapes are kept as written).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The node URL of a `cloud_id` (`<name>:<base64 of host$es-uuid$kibana-uuid>`).
+pub fn cloud_node(cloud_id: &str) -> Result<String, String> {
+    elasticsearch::http::transport::CloudId::parse(cloud_id)
+        .map(|c| c.url.to_string())
+        .map_err(|e| format!("not a cloud id: {e}"))
+}
+
+/// Whether a whole-request status is a refusal of the credentials: `Some("authentication
+/// failed")` for 401, `Some("authorization failed")` for 403, `None` otherwise. Neither
+/// is retried: the same credentials get the same answer, so the job fails at once
+/// instead of sending request after request.
+pub fn auth_refusal(status: Option<u16>) -> Option<&'static str> {
+    match status {
+        Some(401) => Some("authentication failed"),
+        Some(403) => Some("authorization failed"),
+        _ => None,
+    }
+}
+
+/// The message of a refused request: what failed, at which node, and Elasticsearch's
+/// own error type and reason (from its JSON body, if it has one).
+pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let ty = v.pointer("/error/type").and_then(|t| t.as_str());
+    let reason = v.pointer("/error/reason").and_then(|t| t.as_str());
+    let detail = match (ty, reason) {
+        (Some(t), Some(r)) => format!("{status} {t}: {r}"),
+        (Some(t), None) => format!("{status} {t}"),
+        _ => status.to_string(),
+    };
+    format!(
+        "Elasticsearch {what} at node {} ({detail}); check the credentials of [sink.elasticsearch]",
+        redact_url(node)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_refusals_table() {
+        let cases = [
+            (Some(401), Some("authentication failed")),
+            (Some(403), Some("authorization failed")),
+            (Some(400), None),
+            (Some(429), None),
+            (Some(503), None),
+            (Some(200), None),
+            (None, None),
+        ];
+        for (status, want) in cases {
+            assert_eq!(auth_refusal(status), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_message_names_the_node_and_the_failure() {
+        let body = br#"{"error":{"type":"security_exception","reason":"unable to authenticate user [u]"},"status":401}"#;
+        let m = auth_refusal_message("authentication failed", "https://es-2:9200", 401, body);
+        assert!(m.contains("authentication failed"), "{m}");
+        assert!(m.contains("https://es-2:9200"), "{m}");
+        assert!(m.contains("security_exception"), "{m}");
+        let m = auth_refusal_message("authorization failed", "http://x:1", 403, b"not json");
+        assert!(
+            m.contains("authorization failed at node http://x:1 (403)"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn authorization_headers() {
+        let basic = Auth::Basic {
+            username: "elastic".into(),
+            password: Secret::new("changeme"),
+        };
+        // base64("elastic:changeme")
+        assert_eq!(
+            basic.header_value().expose(),
+            "Basic ZWxhc3RpYzpjaGFuZ2VtZQ=="
+        );
+        // base64("id:key"); an encoded key is sent as given.
+        assert_eq!(
+            Auth::ApiKey(Secret::new("id:key")).header_value().expose(),
+            "ApiKey aWQ6a2V5"
+        );
+        assert_eq!(
+            Auth::ApiKey(Secret::new("aWQ6a2V5"))
+                .header_value()
+                .expose(),
+            "ApiKey aWQ6a2V5"
+        );
+        assert_eq!(
+            Auth::Bearer(Secret::new("t0k")).header_value().expose(),
+            "Bearer t0k"
+        );
+        assert!(!format!("{basic:?}").contains("changeme"));
+    }
+
+    #[test]
+    fn the_header_map_marks_credentials_sensitive() {
+        let mut c = EsConnection::single("https://es:9200");
+        c.auth = Some(Auth::Bearer(Secret::new("t0k")));
+        c.headers.insert("x-tenant".into(), Secret::new("blue"));
+        let m = c.header_map().unwrap();
+        assert!(m[AUTHORIZATION].is_sensitive());
+        assert_eq!(m["x-tenant"], "blue");
+        let printed = format!("{m:?} {c:?}");
+        assert!(
+            !printed.contains("t0k") && !printed.contains("blue"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn node_urls() {
+        let (u, info) = parse_node("https://user:p%40ss@es-1:9200").unwrap();
+        assert_eq!(u.as_str(), "https://es-1:9200/");
+        let (user, pw) = info.unwrap();
+        assert_eq!((user.as_str(), pw.expose()), ("user", "p@ss"));
+        assert!(parse_node("http://127.0.0.1:9200").unwrap().1.is_none());
+        for bad in [
+            "es-1:9200",
+            "ftp://es-1",
+            "https://:pw@:9200",
+            "http://es:9200/?x=1",
+            "https://user:secretpw@es:99999",
+        ] {
+            let e = parse_node(bad).unwrap_err();
+            assert!(!e.contains("secretpw"), "{e}");
+        }
+    }
+
+    #[test]
+    fn user_info_in_a_rust_api_url_is_its_credentials_unless_others_are_given() {
+        let c = EsConnection::single("https://u:pw@es:9200");
+        // base64("u:pw")
+        assert_eq!(c.node_headers(0).unwrap()[AUTHORIZATION], "Basic dTpwdw==");
+        assert!(c.transport(0, Duration::from_secs(1)).is_ok());
+        let mut both = c.clone();
+        both.auth = Some(Auth::Bearer(Secret::new("t")));
+        let e = both.node_headers(0).unwrap_err();
+        assert!(
+            e.contains("https://u:***@es:9200/") && !e.contains("pw@"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = EsConnection::single("http://es:9200");
+        c.nodes.push("es-2:9200".into());
+        assert_eq!(c.validate().unwrap_err().0, "urls[1]");
+        let mut c = EsConnection::single("http://es:9200");
+        c.tls_verify = TlsVerify::Certificate;
+        assert_eq!(c.validate().unwrap_err().0, "tls_verify");
+        let mut c = EsConnection::single("http://es:9200");
+        c.headers.insert("bad header".into(), Secret::new("v"));
+        assert_eq!(c.validate().unwrap_err().0, "headers");
+    }
+}
