@@ -248,6 +248,8 @@ pub struct JobDescription {
     pub checkpoint_dir: PathBuf,
     pub kafka: Option<crate::connectors::kafka::KafkaSourceConfig>,
     pub elasticsearch: Option<crate::connectors::elasticsearch::EsSinkConfig>,
+    /// The file sink's directory, resolved against the job file's directory.
+    pub file_sink: Option<PathBuf>,
     /// `(key, field, output)` JSON pointers of each `rolling_sum`, in order.
     pub rolling_sums: Vec<(String, String, String)>,
 }
@@ -293,6 +295,14 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
         checkpoint_dir: base.join(&file.checkpoint.dir),
         kafka,
         elasticsearch,
+        file_sink: match &file.sink.file {
+            Some(f) => Some(
+                f.config(&|p: &Path| base.join(p))
+                    .map_err(|(k, m)| err(&format!("sink.file.{k}"), m))?
+                    .dir,
+            ),
+            None => None,
+        },
         rolling_sums: file
             .transform
             .iter()

@@ -345,6 +345,61 @@ file_sink_failpoint_tests! {
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
 }
 
+/// A `kafka -> rolling_sum -> file` job: the exactly-once file sink under the harness.
+fn file_job(dir: &Path, bootstrap: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"chaos-files\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+         [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
+         [sink.file]\ndir = \"out\"\n"
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The harness verifies the file sink's committed part files against the topic: ten
+/// SIGKILLs and a corrupted newest checkpoint, after which the parts committed past
+/// the fallback must move to `.rolled-back/`: left in place, they would count twice,
+/// and the verdict counts every committed line.
+#[test]
+fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    produce_orders(&kafka.bootstrap, "orders", 40_000);
+    let config = file_job(tmp.path(), &kafka.bootstrap);
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--kills",
+            "10",
+            "--seed",
+            "5",
+            // At least 20 batches per subtask at 300 ms: 10 runs of at most 900 ms
+            // cannot finish the job before the last kill.
+            "--failpoints",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "10",
+            "--kill-after-ms",
+            "300..900",
+            "--corrupt-latest",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["kills"], 10, "{out}");
+    assert_eq!(r["job_failures"], 0, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 40_000);
+    assert_eq!(
+        r["verdict"]["documents"], 40_000,
+        "one committed line per input"
+    );
+    assert_eq!(r["corruption_detected"], true, "{out}");
+    assert_every_run_after_a_checkpoint_restored_one(&r, &out);
+}
+
 #[test]
 fn every_failpoint_is_listed_and_tested() {
     let out = Command::new(bin())

@@ -394,9 +394,15 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         }
     }
     let _stop_guard = StopOnDrop(stop_faults.clone());
-    let es = es_http::EsHttp::new(&target.es, Duration::from_secs(10))?;
-    let fault_thread = if opts.es_faults {
-        es_faults::set(&es, &serde_json::json!({}))?;
+    let es = match target.elasticsearch() {
+        Some(e) => Some(es_http::EsHttp::new(&e.es, Duration::from_secs(10))?),
+        None if opts.es_faults => {
+            return Err("--es-faults needs a job that writes to Elasticsearch".into())
+        }
+        None => None,
+    };
+    let fault_thread = if let (true, Some(es)) = (opts.es_faults, &es) {
+        es_faults::set(es, &serde_json::json!({}))?;
         Some(es_faults::cycle(es.clone(), stop_faults.clone()))
     } else {
         None
@@ -535,7 +541,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     if let Some(t) = fault_thread {
         stop_faults.store(true, Ordering::Relaxed);
         report.network_faults = t.join().unwrap_or_default();
-        report.es_stats = es_faults::stats(&es);
+        report.es_stats = es.as_ref().and_then(es_faults::stats);
     }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);

@@ -1,11 +1,31 @@
 //! What the harness needs to know of a job file to verify it: the Kafka topics it
-//! reads, the index it writes, how ids are derived, and its rolling sum.
+//! reads, what it writes (an Elasticsearch index and how ids are derived, or the file
+//! sink's directory), and its rolling sum.
 
 use crate::connectors::elasticsearch::{EsConnection, IdStrategy};
 use crate::connectors::kafka::TopicSelector;
 use std::path::Path;
 
-/// The verifiable shape of a `kafka -> [rolling_sum] -> elasticsearch` job.
+/// Where a job writes, as the verifier reads it back.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// An Elasticsearch index.
+    Elasticsearch(EsTarget),
+    /// The exactly-once file sink's directory: its committed `part-*` files.
+    Files(std::path::PathBuf),
+}
+
+/// An index and how to read it.
+#[derive(Debug, Clone)]
+pub struct EsTarget {
+    /// How the job reaches Elasticsearch (nodes, credentials, TLS): the verifier reads
+    /// the index the same way.
+    pub es: EsConnection,
+    pub index: String,
+    pub id: IdStrategy,
+}
+
+/// The verifiable shape of a `kafka -> [rolling_sum] -> elasticsearch | file` job.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub bootstrap_servers: String,
@@ -14,11 +34,7 @@ pub struct Target {
     pub kafka_properties: std::collections::BTreeMap<String, String>,
     /// The topics the job reads.
     pub topics: TopicSelector,
-    /// How the job reaches Elasticsearch (nodes, credentials, TLS): the verifier reads
-    /// the index the same way.
-    pub es: EsConnection,
-    pub index: String,
-    pub id: IdStrategy,
+    pub output: Output,
     /// `(key pointer, field pointer, output pointer)` of a rolling_sum transform.
     pub rolling_sum: Option<(String, String, String)>,
     pub checkpoint_dir: std::path::PathBuf,
@@ -32,19 +48,47 @@ impl Target {
         let k = d
             .kafka
             .ok_or("the chaos harness verifies [source.kafka] jobs")?;
-        let e = d
-            .elasticsearch
-            .ok_or("the chaos harness verifies [sink.elasticsearch] jobs")?;
+        let output = match (d.elasticsearch, d.file_sink) {
+            (Some(e), _) => {
+                if super::super::connectors::elasticsearch::index_name::IndexTemplate::parse(
+                    &e.index,
+                )
+                .map_or(true, |t| t.fixed().is_none())
+                {
+                    return Err(format!(
+                        "the chaos harness verifies one index, not the template `{}`",
+                        e.index
+                    ));
+                }
+                Output::Elasticsearch(EsTarget {
+                    es: e.connection,
+                    index: e.index,
+                    id: e.id,
+                })
+            }
+            (None, Some(dir)) => Output::Files(dir),
+            (None, None) => {
+                return Err(
+                    "the chaos harness verifies [sink.elasticsearch] or [sink.file] jobs".into(),
+                )
+            }
+        };
         Ok(Target {
             bootstrap_servers: k.bootstrap_servers,
             kafka_properties: k.properties,
             topics: k.topics,
-            es: e.connection,
-            index: e.index,
-            id: e.id,
+            output,
             rolling_sum: d.rolling_sums.into_iter().next(),
             checkpoint_dir: d.checkpoint_dir,
         })
+    }
+
+    /// The index, if the job writes to Elasticsearch.
+    pub fn elasticsearch(&self) -> Option<&EsTarget> {
+        match &self.output {
+            Output::Elasticsearch(e) => Some(e),
+            Output::Files(_) => None,
+        }
     }
 
     /// Whether the job reads `topic`.

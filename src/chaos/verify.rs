@@ -3,7 +3,7 @@
 //! key's document carrying the sum of its inputs (ids by key or field, rolling_sum).
 
 use super::es_http::EsHttp;
-use super::target::Target;
+use super::target::{EsTarget, Output, Target};
 use crate::connectors::elasticsearch::IdStrategy;
 use crate::operators::rolling_sum::set_pointer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -13,6 +13,7 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// One input record.
@@ -120,12 +121,12 @@ pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
 }
 
 /// A client with the job's own connection settings.
-fn http(t: &Target) -> Result<EsHttp, String> {
+fn http(t: &EsTarget) -> Result<EsHttp, String> {
     EsHttp::new(&t.es, Duration::from_secs(60))
 }
 
 /// `_count` of the index after a refresh.
-fn count(t: &Target) -> Result<u64, String> {
+fn count(t: &EsTarget) -> Result<u64, String> {
     let c = http(t)?;
     let r = c
         .request(Method::POST, &format!("/{}/_refresh", t.index))
@@ -143,7 +144,7 @@ fn count(t: &Target) -> Result<u64, String> {
 }
 
 /// Documents by id (those found): id -> source.
-fn mget(t: &Target, ids: &[String]) -> Result<HashMap<String, Value>, String> {
+fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> {
     let c = http(t)?;
     let mut out = HashMap::new();
     for chunk in ids.chunks(2000) {
@@ -169,15 +170,17 @@ fn as_i64(v: Option<&Value>) -> Option<i64> {
     v.and_then(Value::as_i64)
 }
 
-/// Verifies the index against the inputs.
+/// Verifies what the job wrote against the inputs.
 pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
-    let mut verdict = Verdict {
-        inputs: inputs.len() as u64,
-        ..Default::default()
-    };
-    // Running sums in partition order. A key read from one partition has a
-    // deterministic sum at every record; a key spread over several has a
-    // deterministic final sum only.
+    match &t.output {
+        Output::Elasticsearch(e) => verify_index(t, e, inputs),
+        Output::Files(dir) => verify_files(t, dir, inputs),
+    }
+}
+
+/// Running sums in partition order, per input (`None` for a key read from several
+/// partitions: only its final sum is deterministic), and every key's final sum.
+fn expected_totals(t: &Target, inputs: &[Input]) -> (Vec<Option<i64>>, BTreeMap<String, i64>) {
     let mut expected_total: Vec<Option<i64>> = vec![None; inputs.len()];
     let mut final_totals: BTreeMap<String, i64> = BTreeMap::new();
     if let Some((key_ptr, field_ptr, _)) = &t.rolling_sum {
@@ -217,13 +220,125 @@ pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
         }
         final_totals = running.into_iter().collect();
     }
-    match &t.id {
+    (expected_total, final_totals)
+}
+
+/// The key of an input under the rolling sum's key pointer.
+fn key_of(value: &Value, key_ptr: &str) -> String {
+    value
+        .pointer(key_ptr)
+        .map(|k| k.to_string())
+        .unwrap_or_default()
+}
+
+/// Verifies the file sink's committed output: every input record (with its running
+/// total) in exactly one committed line, and nothing else. Lines are matched to inputs
+/// by their content without the total, so inputs must differ in content.
+fn verify_files(t: &Target, dir: &Path, inputs: &[Input]) -> Result<Verdict, String> {
+    let mut verdict = Verdict {
+        inputs: inputs.len() as u64,
+        expected_documents: inputs.len() as u64,
+        ..Default::default()
+    };
+    let (expected_total, final_totals) = expected_totals(t, inputs);
+    let out_ptr = t.rolling_sum.as_ref().map(|(_, _, o)| o.as_str());
+    let identity = |v: &Value| -> String {
+        let mut v = v.clone();
+        if let Some(p) = out_ptr {
+            if let Some((parent, last)) = p.rsplit_once('/') {
+                if let Some(Value::Object(m)) = v.pointer_mut(parent) {
+                    m.remove(&last.replace("~1", "/").replace("~0", "~"));
+                }
+            }
+        }
+        v.to_string()
+    };
+    let mut wanted: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, r) in inputs.iter().enumerate() {
+        wanted.entry(identity(&r.value)).or_default().push(i);
+    }
+    let mut lines: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+        })
+        .collect();
+    names.sort();
+    for path in names {
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for line in text.lines() {
+            verdict.documents += 1;
+            match serde_json::from_str::<Value>(line) {
+                Ok(v) => lines.entry(identity(&v)).or_default().push(v),
+                Err(e) => {
+                    verdict.wrong += 1;
+                    verdict.note(format!("{}: not JSON ({e}): {line}", path.display()));
+                }
+            }
+        }
+    }
+    let mut largest: BTreeMap<String, i64> = BTreeMap::new();
+    for (id, want) in &wanted {
+        let got = lines.remove(id).unwrap_or_default();
+        if got.len() < want.len() {
+            verdict.missing += (want.len() - got.len()) as u64;
+            verdict.note(format!("missing {id}"));
+        } else if got.len() > want.len() {
+            verdict.duplicated += (got.len() - want.len()) as u64;
+            verdict.note(format!("{} times {id}", got.len()));
+        }
+        let (Some((key_ptr, _, out)), Some(line)) = (&t.rolling_sum, got.first()) else {
+            continue;
+        };
+        let total = as_i64(line.pointer(out));
+        match expected_total[want[0]] {
+            Some(e) if total != Some(e) => {
+                verdict.wrong += 1;
+                verdict.note(format!("{id}: total {total:?}, expected {e}"));
+            }
+            Some(_) => {}
+            None => {
+                let e = largest
+                    .entry(key_of(&inputs[want[0]].value, key_ptr))
+                    .or_insert(i64::MIN);
+                *e = (*e).max(total.unwrap_or(i64::MIN));
+            }
+        }
+    }
+    for (id, extra) in lines {
+        verdict.wrong += extra.len() as u64;
+        verdict.note(format!("not an input: {id}"));
+    }
+    for (key, got) in largest {
+        if final_totals.get(&key) != Some(&got) {
+            verdict.wrong += 1;
+            verdict.note(format!(
+                "key {key}: largest total {got}, expected {:?}",
+                final_totals.get(&key)
+            ));
+        }
+    }
+    Ok(verdict)
+}
+
+/// Verifies the index against the inputs.
+fn verify_index(t: &Target, e: &EsTarget, inputs: &[Input]) -> Result<Verdict, String> {
+    let mut verdict = Verdict {
+        inputs: inputs.len() as u64,
+        ..Default::default()
+    };
+    let (expected_total, final_totals) = expected_totals(t, inputs);
+    match &e.id {
         IdStrategy::Coordinates => {
             let ids: Vec<String> = inputs
                 .iter()
                 .map(|r| format!("{}-{}-{}", r.topic, r.partition, r.offset))
                 .collect();
-            let docs = mget(t, &ids)?;
+            let docs = mget(e, &ids)?;
             verdict.expected_documents = ids.len() as u64;
             for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
                 let Some(doc) = docs.get(id) else {
@@ -283,7 +398,7 @@ pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
                 return Err("ids by key or field are verified through a rolling_sum".into());
             };
             let id_of = |r: &Input| -> Option<String> {
-                match &t.id {
+                match &e.id {
                     IdStrategy::Key => r
                         .key
                         .as_ref()
@@ -309,7 +424,7 @@ pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
                 }
             }
             let ids: Vec<String> = key_of_id.keys().cloned().collect();
-            let docs = mget(t, &ids)?;
+            let docs = mget(e, &ids)?;
             verdict.expected_documents = ids.len() as u64;
             for (id, key) in &key_of_id {
                 let Some(doc) = docs.get(id) else {
@@ -326,7 +441,7 @@ pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
             }
         }
     }
-    verdict.documents = count(t)?;
+    verdict.documents = count(e)?;
     verdict.duplicated = verdict
         .documents
         .saturating_sub(verdict.expected_documents - verdict.missing);
