@@ -416,6 +416,174 @@ mod tests {
         );
     }
 
+    fn pos(partition: i32, next: i64) -> SourcePosition {
+        SourcePosition {
+            stream: "orders".into(),
+            partition,
+            next: lockgate_state::NextOffset(next),
+            end: None,
+        }
+    }
+
+    fn snap(operator: &str, subtask: u16) -> SubtaskSnapshot {
+        SubtaskSnapshot {
+            operator: operator.into(),
+            subtask,
+            key_groups: None,
+            state_dir: None,
+            files: vec![],
+            inline_state: vec![],
+        }
+    }
+
+    #[test]
+    fn accessors_follow_a_checkpoint_through_its_life() {
+        let mut c = coord(cfg(10, 0, 100, 0));
+        assert_eq!(c.next_id(), CheckpointId(7));
+        assert_eq!(c.pending(), None);
+        assert_eq!(c.completed(), 0);
+        assert!(!c.is_finished());
+        c.poll(10);
+        assert_eq!(c.pending(), Some(CheckpointId(7)));
+        assert_eq!(c.next_id(), CheckpointId(8));
+        ack_all(&mut c, CheckpointId(7));
+        c.on_published(CheckpointId(7), 11);
+        assert_eq!(c.pending(), None);
+        assert_eq!(c.completed(), 1);
+        assert!(
+            !c.is_finished(),
+            "a periodic checkpoint does not finish the job"
+        );
+        c.poll(20);
+        ack_all(&mut c, CheckpointId(8));
+        c.on_published(CheckpointId(8), 21);
+        assert_eq!(c.completed(), 2);
+        c.on_stop();
+        c.poll(21);
+        ack_all(&mut c, CheckpointId(9));
+        c.on_published(CheckpointId(9), 22);
+        assert_eq!(c.completed(), 3);
+        assert!(c.is_finished());
+    }
+
+    #[test]
+    fn a_checkpoint_being_published_neither_expires_nor_takes_acks_or_declines() {
+        let mut c = coord(cfg(10, 0, 50, 0));
+        c.poll(10);
+        assert!(matches!(
+            ack_all(&mut c, CheckpointId(7)).as_slice(),
+            [Action::Publish { .. }]
+        ));
+        assert!(c.poll(1_000).is_empty(), "publishing is not expiring");
+        assert!(c
+            .on_decline(CheckpointId(7), t(1, 0), "too late", 1_000)
+            .is_empty());
+        assert!(c
+            .on_ack(CheckpointId(7), t(0, 0), vec![], vec![])
+            .is_empty());
+        assert_eq!(c.pending(), Some(CheckpointId(7)));
+        c.on_published(CheckpointId(7), 1_001);
+        assert_eq!(c.completed(), 1);
+    }
+
+    #[test]
+    fn acks_and_declines_of_another_checkpoint_are_ignored() {
+        let mut c = coord(cfg(10, 0, 1_000, 0));
+        c.poll(10);
+        assert!(c
+            .on_decline(CheckpointId(6), t(1, 0), "stale", 11)
+            .is_empty());
+        assert!(ack_all(&mut c, CheckpointId(6)).is_empty());
+        assert_eq!(c.pending(), Some(CheckpointId(7)));
+        // Checkpoint 7 still needs both of its own acks.
+        assert!(c
+            .on_ack(CheckpointId(7), t(0, 0), vec![], vec![])
+            .is_empty());
+        assert_eq!(c.on_ack(CheckpointId(7), t(1, 0), vec![], vec![]).len(), 1);
+    }
+
+    #[test]
+    fn publish_carries_sorted_positions_and_every_snapshot() {
+        let mut c = Coordinator::new(
+            cfg(10, 0, 1_000, 0),
+            [t(0, 0), t(0, 1), t(1, 0)],
+            [t(0, 0), t(0, 1)],
+            CheckpointId(1),
+            0,
+        );
+        c.poll(10);
+        let id = CheckpointId(1);
+        assert!(c.on_ack(id, t(0, 1), vec![pos(1, 5)], vec![]).is_empty());
+        assert!(c.on_ack(id, t(0, 0), vec![pos(0, 9)], vec![]).is_empty());
+        let a = c.on_ack(id, t(1, 0), vec![], vec![snap("sum", 1), snap("sum", 0)]);
+        assert_eq!(
+            a,
+            vec![Action::Publish {
+                id,
+                is_final: false,
+                positions: vec![pos(0, 9), pos(1, 5)],
+                snapshots: vec![snap("sum", 0), snap("sum", 1)],
+            }]
+        );
+    }
+
+    #[test]
+    fn the_pause_counts_from_the_end_of_the_previous_checkpoint() {
+        let mut c = coord(cfg(10, 30, 1_000, 0));
+        c.poll(10);
+        ack_all(&mut c, CheckpointId(7));
+        c.on_published(CheckpointId(7), 25);
+        assert!(c.poll(54).is_empty(), "interval passed, pause not yet");
+        assert_eq!(c.poll(55).len(), 1);
+    }
+
+    #[test]
+    fn a_final_checkpoint_needs_every_source_finished() {
+        let mut c = Coordinator::new(
+            cfg(0, 0, 1_000, 0),
+            [t(0, 0), t(0, 1), t(1, 0)],
+            [t(0, 0), t(0, 1)],
+            CheckpointId(1),
+            0,
+        );
+        c.on_source_finished(t(0, 0));
+        assert!(c.poll(10).is_empty());
+        c.on_source_finished(t(0, 1));
+        assert_eq!(
+            c.poll(11),
+            vec![Action::Trigger {
+                id: CheckpointId(1),
+                is_final: true
+            }]
+        );
+    }
+
+    #[test]
+    fn a_failed_final_checkpoint_is_retried_and_publish_failures_count() {
+        let mut c = coord(cfg(0, 0, 1_000, 1));
+        c.on_stop();
+        c.poll(1);
+        ack_all(&mut c, CheckpointId(7));
+        let a = c.on_publish_failed(CheckpointId(7), "disk full".into(), 2);
+        assert!(
+            matches!(a.as_slice(), [Action::Abort { id: CheckpointId(7), reason }] if reason.contains("publish failed: disk full")),
+            "{a:?}"
+        );
+        assert_eq!(
+            c.poll(3),
+            vec![Action::Trigger {
+                id: CheckpointId(8),
+                is_final: true
+            }]
+        );
+        ack_all(&mut c, CheckpointId(8));
+        let a = c.on_publish_failed(CheckpointId(8), "disk full".into(), 4);
+        assert!(
+            matches!(a.last(), Some(Action::Fail { failures: 2, last }) if last.contains("checkpoint")),
+            "{a:?}"
+        );
+    }
+
     proptest! {
         /// Whatever the interleaving of clock ticks, acks and declines: at most one
         /// checkpoint is pending, ids strictly increase, `min_pause` and `interval`

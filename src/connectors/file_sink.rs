@@ -387,4 +387,186 @@ mod tests {
             RestoreAction::Remove
         );
     }
+
+    fn info(index: u16, parallelism: u16) -> SubtaskInfo {
+        SubtaskInfo {
+            job: "job".into(),
+            name: format!("sink-{index}"),
+            index,
+            parallelism,
+            max_parallelism: 128,
+        }
+    }
+
+    fn fresh() -> SinkRestore {
+        SinkRestore {
+            checkpoint: None,
+            states: vec![],
+            parallelism: 1,
+        }
+    }
+
+    fn sink(dir: &Path) -> FileSink {
+        FileSink::new(FileSinkConfig {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn batch(values: &[&str]) -> Batch {
+        values
+            .iter()
+            .map(|v| Record::from_value(v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    /// The sink's directory listing, sorted, `.rolled-back` entries as `.rolled-back/x`.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            if name == ROLLED_BACK {
+                for r in fs::read_dir(dir.join(ROLLED_BACK)).unwrap() {
+                    let r = r.unwrap().file_name().to_string_lossy().into_owned();
+                    out.push(format!("{ROLLED_BACK}/{r}"));
+                }
+            } else {
+                out.push(name);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn state(pending: &[(u16, u64)]) -> Vec<u8> {
+        bincode::serde::encode_to_vec(
+            SinkState {
+                pending: pending
+                    .iter()
+                    .map(|&(s, id)| (s, CheckpointId(id)))
+                    .collect(),
+            },
+            bincode_config(),
+        )
+        .unwrap()
+    }
+
+    use crate::record::Record;
+
+    #[tokio::test]
+    async fn records_are_staged_at_the_barrier_and_committed_on_notify() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = sink(tmp.path());
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        s.invoke(batch(&["a", "b"])).await.unwrap();
+        assert_eq!(listing(tmp.path()), vec![".inprogress-0-1"]);
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        assert_eq!(listing(tmp.path()), vec![".part-0-1"]);
+        assert_eq!(fs::read(tmp.path().join(".part-0-1")).unwrap(), b"a\nb\n");
+        s.invoke(batch(&["c"])).await.unwrap();
+        assert_eq!(listing(tmp.path()), vec![".inprogress-0-2", ".part-0-1"]);
+        s.snapshot(CheckpointId(2)).await.unwrap();
+        s.invoke(batch(&["d"])).await.unwrap();
+        s.snapshot(CheckpointId(3)).await.unwrap();
+        // The notify of 1 was lost: 2 commits everything up to 2, nothing after.
+        s.notify_checkpoint_complete(CheckpointId(2)).await.unwrap();
+        assert_eq!(
+            listing(tmp.path()),
+            vec![".part-0-3", "part-0-1", "part-0-2"]
+        );
+        assert_eq!(fs::read(tmp.path().join("part-0-2")).unwrap(), b"c\n");
+        s.notify_checkpoint_complete(CheckpointId(3)).await.unwrap();
+        assert_eq!(
+            listing(tmp.path()),
+            vec!["part-0-1", "part-0-2", "part-0-3"]
+        );
+        // Records after the last checkpoint never become output.
+        s.invoke(batch(&["e"])).await.unwrap();
+        s.close().await.unwrap();
+        assert_eq!(
+            listing(tmp.path()),
+            vec!["part-0-1", "part-0-2", "part-0-3"]
+        );
+    }
+
+    #[tokio::test]
+    async fn restore_commits_what_the_checkpoint_names_and_rolls_back_what_came_after() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for name in [
+            ".part-0-5",       // named by checkpoint 5: committed
+            "part-0-4",        // committed before 5: kept
+            "part-0-6",        // committed after 5: rolled back
+            ".part-0-6",       // pending, not named: removed
+            ".inprogress-0-3", // never output: removed
+            ".inprogress-2-1", // old subtask 2 belongs to subtask 0 of 2: removed
+            ".inprogress-1-1", // subtask 1's: untouched
+            "part-1-9",        // subtask 1's: untouched
+            "notes.txt",       // not the sink's: untouched
+        ] {
+            fs::write(d.join(name), name).unwrap();
+        }
+        fs::create_dir(d.join(ROLLED_BACK)).unwrap();
+        fs::write(d.join(ROLLED_BACK).join("part-0-6"), "earlier").unwrap();
+        fs::write(d.join(ROLLED_BACK).join("part-0-6.1"), "earlier").unwrap();
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(5)),
+            states: vec![(0, state(&[(0, 5)])), (1, state(&[]))],
+            parallelism: 2,
+        };
+        sink(d).open(&info(0, 2), &restored).await.unwrap();
+        assert_eq!(
+            listing(d),
+            vec![
+                ".inprogress-1-1",
+                ".rolled-back/part-0-6",
+                ".rolled-back/part-0-6.1",
+                ".rolled-back/part-0-6.2",
+                "notes.txt",
+                "part-0-4",
+                "part-0-5",
+                "part-1-9",
+            ]
+        );
+        assert_eq!(fs::read(d.join("part-0-5")).unwrap(), b".part-0-5");
+        assert_eq!(
+            fs::read(d.join(ROLLED_BACK).join("part-0-6.2")).unwrap(),
+            b"part-0-6"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pending_file_named_by_the_checkpoint_must_exist_in_one_form() {
+        let tmp = tempfile::tempdir().unwrap();
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(5)),
+            states: vec![(0, state(&[(0, 5)]))],
+            parallelism: 1,
+        };
+        let err = sink(tmp.path())
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("is missing"), "{err}");
+        // Already committed (the crash came after the rename): fine.
+        fs::write(tmp.path().join("part-0-5"), "x").unwrap();
+        sink(tmp.path()).open(&info(0, 1), &restored).await.unwrap();
+        assert_eq!(listing(tmp.path()), vec!["part-0-5"]);
+    }
+
+    #[test]
+    fn only_json_is_a_supported_format() {
+        let section = |format: Option<&str>| FileSection {
+            dir: "out".into(),
+            format: format.map(str::to_string),
+        };
+        let resolve = |p: &Path| Path::new("/jobs").join(p);
+        assert_eq!(
+            section(None).config(&resolve).unwrap().dir,
+            Path::new("/jobs/out")
+        );
+        assert!(section(Some("json")).config(&resolve).is_ok());
+        let (key, msg) = section(Some("csv")).config(&resolve).unwrap_err();
+        assert_eq!(key, "format");
+        assert!(msg.contains("`csv`"), "{msg}");
+    }
 }

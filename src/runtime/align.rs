@@ -178,6 +178,34 @@ mod tests {
         assert_eq!(a.on_barrier(1, c(4)), AlignEvent::Waiting);
     }
 
+    #[test]
+    fn aligning_and_all_ended_report_the_state() {
+        let mut a = Aligner::new(2);
+        assert_eq!(a.aligning(), None);
+        assert!(!a.all_ended());
+        a.on_barrier(0, c(1));
+        assert_eq!(a.aligning(), Some(c(1)));
+        a.on_end_of_input(1);
+        assert_eq!(a.aligning(), None, "aligned by the end of input 1");
+        assert!(!a.all_ended());
+        a.on_end_of_input(0);
+        assert!(a.all_ended());
+    }
+
+    #[test]
+    fn cancel_never_lowers_the_last_finished_checkpoint() {
+        let mut a = Aligner::new(2);
+        a.on_barrier(0, c(5));
+        assert_eq!(a.on_barrier(1, c(5)), AlignEvent::Aligned(c(5)));
+        // A late abort of an older checkpoint: 4 stays stale.
+        a.cancel(c(3));
+        assert_eq!(a.on_barrier(0, c(4)), AlignEvent::Stale);
+        // An abort of a checkpoint not yet seen here: its barriers are stale too.
+        a.cancel(c(7));
+        assert_eq!(a.on_barrier(0, c(7)), AlignEvent::Stale);
+        assert_eq!(a.on_barrier(0, c(8)), AlignEvent::Waiting);
+    }
+
     proptest! {
         /// Each input delivers increasing barrier ids (with gaps, as sources skip
         /// aborted checkpoints) interleaved at random. A checkpoint is aligned only

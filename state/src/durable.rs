@@ -103,4 +103,69 @@ mod tests {
         assert!(matches!(err, StateError::AlreadyExists { .. }));
         assert_eq!(fs::read(dir.path().join("_metadata")).unwrap(), b"one");
     }
+
+    #[test]
+    fn the_midpoint_sees_exactly_the_first_half_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("_metadata.tmp");
+        let seen = std::cell::Cell::new(None);
+        publish_with_midpoint(dir.path(), "_metadata", b"0123456789a", || {
+            seen.set(Some(fs::read(&tmp).unwrap()));
+        })
+        .unwrap();
+        assert_eq!(seen.take().unwrap(), b"01234");
+        assert_eq!(
+            fs::read(dir.path().join("_metadata")).unwrap(),
+            b"0123456789a"
+        );
+    }
+
+    #[test]
+    fn write_synced_writes_and_truncates() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_synced(&p, b"long contents").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"long contents");
+        write_synced(&p, b"short").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"short");
+        assert!(write_synced(&dir.path().join("absent/f"), b"x").is_err());
+    }
+
+    #[test]
+    fn rename_durable_moves_the_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("chk-1.inprogress");
+        let to = dir.path().join("chk-1");
+        fs::create_dir(&from).unwrap();
+        rename_durable(&from, &to).unwrap();
+        assert!(!from.exists());
+        assert!(to.is_dir());
+        let err = rename_durable(&from, &to).unwrap_err();
+        assert!(
+            matches!(err, StateError::Io { op: "rename", .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn fsync_of_a_missing_path_is_an_error_naming_it() {
+        // Whether an fsync happened is visible only after a power loss; that a failed
+        // one is reported is visible here.
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let err = fsync_dir(&absent).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::Io {
+                    op: "fsync directory",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err = fsync_file(&absent).unwrap_err();
+        assert!(matches!(err, StateError::Io { op: "fsync", .. }), "{err:?}");
+        fsync_dir(dir.path()).unwrap();
+    }
 }

@@ -105,4 +105,18 @@ mod tests {
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
     }
+
+    #[test]
+    fn the_symlink_refusal_is_explained_and_other_open_errors_pass_through() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("LOCK")).unwrap();
+        let err = DirLock::acquire(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("refusing to follow it"), "{err}");
+        let StateError::Io { source, .. } =
+            DirLock::acquire(&dir.path().join("absent")).unwrap_err()
+        else {
+            panic!("not an I/O error");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    }
 }

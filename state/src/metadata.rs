@@ -220,4 +220,20 @@ pub(crate) mod tests {
             prop_assert!(CheckpointMetadata::decode(&bytes[..n], Path::new("x")).is_err());
         }
     }
+
+    #[test]
+    fn a_header_only_file_reaches_the_body_check() {
+        // 14 bytes is a whole frame with an empty body: it is checked as one (and the
+        // empty body does not decode), not reported as truncated.
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&[]).to_le_bytes());
+        assert_eq!(bytes.len(), 14);
+        let err = CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("undecodable body"), "{err}");
+        let err = CheckpointMetadata::decode(&bytes[..13], Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("truncated: 13 bytes"), "{err}");
+    }
 }

@@ -208,4 +208,27 @@ mod tests {
         check_real_dir(tmp.path()).unwrap();
         assert!(check_real_dir(&target).is_err());
     }
+
+    #[test]
+    fn problems_are_described() {
+        assert_eq!(NameProblem::Empty.to_string(), "empty");
+        assert_eq!(NameProblem::Dot.to_string(), "`.` or `..`");
+        assert_eq!(
+            NameProblem::Separator.to_string(),
+            "holds a path separator or is absolute"
+        );
+        assert_eq!(NameProblem::Nul.to_string(), "holds a NUL byte");
+    }
+
+    #[test]
+    fn a_symlink_refusal_is_explained_and_other_open_errors_pass_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("target"), &link).unwrap();
+        let e = open_no_follow(&link).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("never followed"), "{e}");
+        let e = open_no_follow(&tmp.path().join("absent")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
 }

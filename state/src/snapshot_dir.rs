@@ -398,4 +398,104 @@ mod tests {
             .collect();
         assert_eq!(names, vec![3, 4, 5]);
     }
+
+    #[test]
+    fn only_decimal_digits_name_a_checkpoint() {
+        // `u64::from_str` would accept a sign; a directory name must not.
+        for name in ["chk-+5", "chk-+5.inprogress", "chk-12a", "chk-.abandoned"] {
+            assert_eq!(parse_name(name), None, "{name}");
+        }
+        assert_eq!(
+            parse_name("chk-0000000007.abandoned"),
+            Some((CheckpointId(7), NameKind::Abandoned))
+        );
+    }
+
+    #[test]
+    fn list_of_a_missing_directory_is_empty_but_other_errors_are_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(list(&tmp.path().join("absent")).unwrap(), vec![]);
+        let file = tmp.path().join("a-file");
+        fs::write(&file, b"x").unwrap();
+        let err = list(&file).unwrap_err();
+        assert!(matches!(err, StateError::Io { op: "list", .. }), "{err:?}");
+    }
+
+    fn corrupt_metadata(root: &Path, id: u64) {
+        let meta = root.join(chk_name(CheckpointId(id))).join(METADATA_FILE);
+        let mut bytes = fs::read(&meta).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(&meta, bytes).unwrap();
+    }
+
+    fn names(root: &Path) -> Vec<String> {
+        list(root).unwrap().into_iter().map(|e| e.name).collect()
+    }
+
+    #[test]
+    fn abandon_newer_renames_exactly_the_sound_complete_checkpoints_after_the_restored_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        {
+            let (dir, _) = SnapshotDir::open(tmp.path()).unwrap();
+            for id in 1..=5 {
+                publish_empty(&dir, id);
+            }
+        }
+        corrupt_metadata(tmp.path(), 5);
+        // Never completed: no `_metadata`.
+        fs::create_dir(tmp.path().join(chk_name(CheckpointId(6)))).unwrap();
+        let (dir, startup) = SnapshotDir::open(tmp.path()).unwrap();
+        // 5 is skipped at restore: known to be corrupt.
+        assert_eq!(startup.restored.unwrap().metadata.id, CheckpointId(4));
+
+        let abandoned = dir.abandon_newer(Some(CheckpointId(2))).unwrap();
+        assert_eq!(abandoned, vec!["chk-0000000003", "chk-0000000004"]);
+        assert_eq!(
+            names(tmp.path()),
+            vec![
+                "chk-0000000001",
+                "chk-0000000002",
+                "chk-0000000003.abandoned",
+                "chk-0000000004.abandoned",
+                // Corrupt: kept under its name for inspection.
+                "chk-0000000005",
+                "chk-0000000006",
+            ]
+        );
+        // Nothing newer is left: a second call renames nothing.
+        assert_eq!(
+            dir.abandon_newer(Some(CheckpointId(2))).unwrap(),
+            Vec::<String>::new()
+        );
+        // A restore from elsewhere abandons every sound complete checkpoint.
+        assert_eq!(
+            dir.abandon_newer(None).unwrap(),
+            vec!["chk-0000000001", "chk-0000000002"]
+        );
+        assert!(tmp
+            .path()
+            .join("chk-0000000001.abandoned")
+            .join(METADATA_FILE)
+            .exists());
+    }
+
+    #[test]
+    fn discard_removes_the_unfinished_directory_and_tolerates_its_absence() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, _) = SnapshotDir::open(tmp.path()).unwrap();
+        let p = dir.begin(CheckpointId(7)).unwrap();
+        fs::create_dir(p.join("rolling_sum-0")).unwrap();
+        fs::write(p.join("rolling_sum-0/000009.sst"), b"x").unwrap();
+        dir.discard(CheckpointId(7)).unwrap();
+        assert!(!p.exists());
+        dir.discard(CheckpointId(7)).unwrap();
+        // Any other failure is reported: here the name is taken by a plain file.
+        fs::write(dir.in_progress_path(CheckpointId(8)), b"x").unwrap();
+        let err = dir.discard(CheckpointId(8)).unwrap_err();
+        assert!(
+            matches!(err, StateError::Io { op: "remove", .. }),
+            "{err:?}"
+        );
+    }
 }

@@ -109,3 +109,102 @@ pub fn verify_checkpoint(chk_dir: &Path) -> Result<CheckpointMetadata, String> {
     }
     Ok(meta)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::FileEntry;
+    use std::fs;
+
+    /// A checkpoint directory holding `rolling_sum-0/000009.sst` with `content`, and
+    /// metadata listing that file with `size` and `crc32`.
+    fn checkpoint_with(
+        content: &[u8],
+        size: u64,
+        crc32: u32,
+    ) -> (tempfile::TempDir, CheckpointMetadata) {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("rolling_sum-0")).unwrap();
+        fs::write(tmp.path().join("rolling_sum-0/000009.sst"), content).unwrap();
+        let mut meta = crate::metadata::tests::sample(1);
+        meta.subtasks[0].files = vec![FileEntry {
+            name: "000009.sst".into(),
+            size,
+            crc32,
+        }];
+        (tmp, meta)
+    }
+
+    #[test]
+    fn file_crc32_reports_size_and_standard_crc() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        // The CRC-32 (IEEE) check value of "123456789" is cbf43926.
+        fs::write(&p, b"123456789").unwrap();
+        assert_eq!(file_crc32(&p).unwrap(), (9, 0xcbf4_3926));
+        // Larger than one read buffer: sizes of all reads add up.
+        let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&p, &big).unwrap();
+        assert_eq!(file_crc32(&p).unwrap(), (600_000, crc32fast::hash(&big)));
+    }
+
+    #[test]
+    fn a_sound_file_verifies() {
+        let (tmp, meta) = checkpoint_with(b"123456789", 9, 0xcbf4_3926);
+        assert_eq!(verify_files(tmp.path(), &meta), vec![]);
+    }
+
+    #[test]
+    fn a_wrong_size_is_reported_naming_the_file() {
+        let (tmp, meta) = checkpoint_with(b"12345678", 9, 0xcbf4_3926);
+        let problems = verify_files(tmp.path(), &meta);
+        assert_eq!(
+            problems,
+            vec![FileProblem {
+                file: "rolling_sum-0/000009.sst".into(),
+                problem: "size 8, expected 9".into(),
+            }]
+        );
+        assert_eq!(
+            problems[0].to_string(),
+            "rolling_sum-0/000009.sst: size 8, expected 9"
+        );
+    }
+
+    #[test]
+    fn a_wrong_crc_is_reported_naming_the_file() {
+        // Same size, one byte flipped.
+        let (tmp, meta) = checkpoint_with(b"123456780", 9, 0xcbf4_3926);
+        let problems = verify_files(tmp.path(), &meta);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].file, "rolling_sum-0/000009.sst");
+        assert!(
+            problems[0].problem.starts_with("CRC ")
+                && problems[0].problem.ends_with(", expected cbf43926"),
+            "{}",
+            problems[0]
+        );
+        let err = verify_checkpoint_files_message(tmp.path(), &meta);
+        assert!(err.contains("rolling_sum-0/000009.sst: CRC"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_is_reported_naming_the_file() {
+        let (tmp, meta) = checkpoint_with(b"", 0, 0);
+        fs::remove_file(tmp.path().join("rolling_sum-0/000009.sst")).unwrap();
+        let problems = verify_files(tmp.path(), &meta);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].file, "rolling_sum-0/000009.sst");
+        assert!(
+            problems[0].problem.starts_with("unreadable: "),
+            "{}",
+            problems[0]
+        );
+    }
+
+    /// What [`verify_checkpoint`] reports for `meta` written as `_metadata` of `dir`.
+    fn verify_checkpoint_files_message(dir: &Path, meta: &CheckpointMetadata) -> String {
+        fs::write(dir.join("_metadata"), meta.encode().unwrap()).unwrap();
+        verify_checkpoint(dir).unwrap_err()
+    }
+}

@@ -178,5 +178,11 @@ mod tests {
         assert_eq!(classify_request(Some(413)), RequestOutcome::Split);
         assert_eq!(classify_request(Some(401)), RequestOutcome::Fatal);
         assert_eq!(classify_request(Some(400)), RequestOutcome::Malformed);
+        // Every arm, and both ends of the 5xx range.
+        assert_eq!(classify_request(Some(408)), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(500)), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(599)), RequestOutcome::Retry);
+        assert_eq!(classify_request(Some(403)), RequestOutcome::Fatal);
+        assert_eq!(classify_request(Some(404)), RequestOutcome::Malformed);
     }
 }

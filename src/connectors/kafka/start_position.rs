@@ -140,6 +140,16 @@ mod tests {
             NextOffset(10),
             "the mock cluster answers the end"
         );
+        assert_eq!(
+            resolve_timestamp(Some(0), 10),
+            NextOffset(0),
+            "offset 0 is a record"
+        );
+        assert_eq!(
+            resolve_timestamp(Some(11), 10),
+            NextOffset(10),
+            "never beyond the end"
+        );
     }
 
     #[test]
@@ -148,7 +158,12 @@ mod tests {
         assert!(check_in_range(&tp("a", 3), NextOffset(10), 0, 10).is_ok());
         let e = check_in_range(&tp("a", 3), NextOffset(2), 5, 10).unwrap_err();
         assert!(e.contains("a/3") && e.contains("retention"), "{e}");
-        assert!(check_in_range(&tp("a", 3), NextOffset(11), 5, 10).is_err());
+        assert!(
+            check_in_range(&tp("a", 3), NextOffset(5), 5, 10).is_ok(),
+            "low is readable"
+        );
+        let e = check_in_range(&tp("a", 3), NextOffset(11), 5, 10).unwrap_err();
+        assert!(e.contains("a/3: offset 11 is beyond the end"), "{e}");
     }
 
     proptest! {
