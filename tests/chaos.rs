@@ -21,12 +21,23 @@ fn produce_orders(bootstrap: &str, topic: &str, count: u64) {
 }
 
 fn job(dir: &Path, bootstrap: &str, es: &str, sink: &str) -> PathBuf {
+    job_with_sink(
+        dir,
+        bootstrap,
+        &format!(
+            "[sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nbulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n{sink}\n"
+        ),
+    )
+}
+
+/// A `kafka -> rolling_sum -> <sink_section>` job file.
+fn job_with_sink(dir: &Path, bootstrap: &str, sink_section: &str) -> PathBuf {
     let text = format!(
         "[job]\nname = \"chaos-test\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
          [restart]\nstrategy = \"none\"\n\n\
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
          [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
-         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nbulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n{sink}\n"
+         {sink_section}"
     );
     std::fs::create_dir_all(dir).unwrap();
     let p = dir.join("job.toml");
@@ -167,14 +178,14 @@ fn abort_at(failpoint: &str) {
 fn abort_at_with(failpoint: &str, sink: &str) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 4)]);
-    produce_orders(&kafka.bootstrap, "orders", 20_000);
+    produce_orders(&kafka.bootstrap, "orders", 40_000);
     let es = Es::testkit();
     let sink = format!("{sink}\n{BARRIER_FLUSH_ONLY}");
     let config = job(tmp.path(), &kafka.bootstrap, &es.url(), &sink);
     no_interval_flush(&config);
-    // Each subtask reads at least 5 batches at 100 ms or more each in the first run: it
-    // lasts long enough for checkpoints of 200 ms; if it did not, the point would never
-    // fire and the test fails below, saying so.
+    // The slower subtask reads at least 20 batches at 100 ms each in the first run: it
+    // lasts 2 s or more, ten checkpoint intervals. If checkpoint 1 still did not complete
+    // in that time, the point never fires and the test fails below, saying so.
     let spec = format!("source-batch=sleep(100);{failpoint}@1=exit");
     let spec = if failpoint == "source-batch" {
         // Its own throttle: ten slow batches (at least 2 s), then the next one aborts;
@@ -345,21 +356,6 @@ file_sink_failpoint_tests! {
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
 }
 
-/// A `kafka -> rolling_sum -> file` job: the exactly-once file sink under the harness.
-fn file_job(dir: &Path, bootstrap: &str) -> PathBuf {
-    let text = format!(
-        "[job]\nname = \"chaos-files\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
-         [restart]\nstrategy = \"none\"\n\n\
-         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
-         [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
-         [sink.file]\ndir = \"out\"\n"
-    );
-    std::fs::create_dir_all(dir).unwrap();
-    let p = dir.join("job.toml");
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
 /// The harness verifies the file sink's committed part files against the topic: ten
 /// SIGKILLs and a corrupted newest checkpoint, after which the parts committed past
 /// the fallback must move to `.rolled-back/`: left in place, they would count twice,
@@ -368,8 +364,8 @@ fn file_job(dir: &Path, bootstrap: &str) -> PathBuf {
 fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 4)]);
-    produce_orders(&kafka.bootstrap, "orders", 40_000);
-    let config = file_job(tmp.path(), &kafka.bootstrap);
+    produce_orders(&kafka.bootstrap, "orders", 100_000);
+    let config = job_with_sink(tmp.path(), &kafka.bootstrap, "[sink.file]\ndir = \"out\"\n");
     let (code, out, r) = chaos(
         &config,
         &[
@@ -377,8 +373,9 @@ fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
             "10",
             "--seed",
             "5",
-            // At least 20 batches per subtask at 300 ms: 10 runs of at most 900 ms
-            // cannot finish the job before the last kill.
+            // The slower subtask owns at least 50,000 records, at least 49 batches:
+            // 10 runs of at most 900 ms, a batch per 300 ms, read at most 30 of them,
+            // so the job cannot finish before its 10th kill.
             "--failpoints",
             "source-batch=sleep(300)",
             "--failpoint-runs",
@@ -391,9 +388,9 @@ fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
     assert_exact(code, &out, &r);
     assert_eq!(r["kills"], 10, "{out}");
     assert_eq!(r["job_failures"], 0, "{out}");
-    assert_eq!(r["verdict"]["inputs"], 40_000);
+    assert_eq!(r["verdict"]["inputs"], 100_000);
     assert_eq!(
-        r["verdict"]["documents"], 40_000,
+        r["verdict"]["documents"], 100_000,
         "one committed line per input"
     );
     assert_eq!(r["corruption_detected"], true, "{out}");
