@@ -16,6 +16,14 @@ use crate::record::{Batch, Origin, Record};
 /// 16 MiB of prefetched records per consumer (librdkafka's default is 64 MiB).
 pub const QUEUED_MAX_KBYTES: &str = "16384";
 
+/// librdkafka `queued.min.messages` unless set: the prefetch per partition, in records
+/// (librdkafka's default is 100,000). librdkafka keeps about 250 bytes of bookkeeping per
+/// queued record besides its payload, so with its default a consumer of small records
+/// prefetches whole partitions: 200,000 records of 50 bytes cost 48 MiB, not the 10 MiB
+/// of their payloads. 2,000 records per partition keep a fetch response or two queued,
+/// which is enough to never wait on the broker.
+pub const QUEUED_MIN_MESSAGES: &str = "2000";
+
 /// librdkafka `fetch.max.bytes` unless set: 4 MiB per fetch response (librdkafka's
 /// default is 50 MiB). The queue limit above is checked before each fetch, so the
 /// prefetch may pass it by one response per broker; a record larger than this is
@@ -94,6 +102,7 @@ impl KafkaSource {
             // 50 MiB per fetch response): memory stays near these however large the
             // records are.
             .set("queued.max.messages.kbytes", QUEUED_MAX_KBYTES)
+            .set("queued.min.messages", QUEUED_MIN_MESSAGES)
             .set("fetch.max.bytes", FETCH_MAX_BYTES)
             .set("client.id", format!("lockgate-{}", self.name));
         super::properties::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
@@ -640,13 +649,17 @@ mod tests {
         let c = KafkaSource::new(Arc::new(cfg)).client_config();
         assert_eq!(c.get("queued.max.messages.kbytes"), Some(QUEUED_MAX_KBYTES));
         assert_eq!(c.get("fetch.max.bytes"), Some(FETCH_MAX_BYTES));
+        assert_eq!(c.get("queued.min.messages"), Some(QUEUED_MIN_MESSAGES));
         let mut cfg = KafkaSourceConfig::new("k:9092", topics, "g");
         cfg.properties
             .insert("queued.max.messages.kbytes".into(), "1024".into());
         cfg.properties
             .insert("fetch.max.bytes".into(), "52428800".into());
+        cfg.properties
+            .insert("queued.min.messages".into(), "100000".into());
         let c = KafkaSource::new(Arc::new(cfg)).client_config();
         assert_eq!(c.get("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(c.get("queued.min.messages"), Some("100000"));
         assert_eq!(c.get("fetch.max.bytes"), Some("52428800"));
     }
 }
