@@ -1,0 +1,161 @@
+//! The job of `lockgate demo` (Kafka -> rolling_sum by user -> Elasticsearch upsert by
+//! user) run as users run it: `lockgate run` in its own process, against the embedded
+//! Kafka and the Elasticsearch test server in processes of their own.
+
+use super::{median, round3, run_job, JobRun, Server};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Users of the sample orders (`lockgate testkit kafka --orders`).
+const USERS: u64 = 1000;
+
+/// Writes the orders job (parallelism 2) into `dir`; `interval_ms` 0 turns periodic
+/// checkpoints off (the final one is still taken).
+pub fn orders_job(dir: &Path, bootstrap: &str, es: &str, index: &str, interval_ms: u64) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("job dir");
+    let path = dir.join("job.toml");
+    let text = format!(
+        r#"[job]
+name = "orders-to-es"
+parallelism = 2
+
+[checkpoint]
+dir = "{chk}"
+interval_ms = {interval_ms}
+
+[restart]
+strategy = "none"
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topic_pattern = "orders.*"
+group_id = "orders-to-es"
+startup = "earliest"
+bounded = "latest"
+
+[[transform]]
+type = "rolling_sum"
+key = "/user"
+field = "/amount"
+output = "/total"
+
+[sink.elasticsearch]
+url = "{es}"
+index = "{index}"
+id = "field:/user"
+operation = "upsert"
+"#,
+        chk = dir.join("checkpoints").display()
+    );
+    std::fs::write(&path, text).expect("write the job file");
+    path
+}
+
+/// Each user's total over the first `orders` sample orders (the generator's formula).
+fn expected_totals(orders: u64) -> BTreeMap<String, i64> {
+    let mut totals = BTreeMap::new();
+    for i in 0..orders {
+        let user = format!("user-{:04}", (i * 7919) % USERS);
+        *totals.entry(user).or_insert(0) += (1 + (i * 31) % 500) as i64;
+    }
+    totals
+}
+
+/// Checks that `index` holds exactly one document per user with the exact total.
+fn verify(es: &str, index: &str, expected: &BTreeMap<String, i64>) {
+    let ids: Vec<&String> = expected.keys().collect();
+    let body = serde_json::json!({ "ids": ids });
+    let r: serde_json::Value = reqwest::blocking::Client::new()
+        .post(format!("{es}/{index}/_mget"))
+        .json(&body)
+        .send()
+        .and_then(|r| r.json())
+        .expect("_mget");
+    let docs = r["docs"].as_array().expect("docs");
+    assert_eq!(docs.len(), expected.len());
+    for (d, (user, total)) in docs.iter().zip(expected) {
+        assert_eq!(
+            d["_source"]["total"].as_i64(),
+            Some(*total),
+            "{index}/{user}: {d}"
+        );
+    }
+}
+
+/// Runs the job once into a fresh index and checkpoint directory; verifies the index.
+fn once(
+    work: &Path,
+    kafka: &Server,
+    es: &Server,
+    run: usize,
+    interval_ms: u64,
+    expected: &BTreeMap<String, i64>,
+) -> JobRun {
+    let index = format!("user-totals-{run}");
+    let dir = work.join(format!("run-{run}"));
+    let job = orders_job(&dir, &kafka.address, &es.address, &index, interval_ms);
+    let r = run_job(&job);
+    verify(&es.address, &index, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Throughput of the orders job with a checkpoint every second against checkpointing off,
+/// alternating, median of `rounds`; every run's index is verified exactly.
+pub fn checkpoint_overhead(orders: u64, partitions: i32, rounds: usize) -> serde_json::Value {
+    let kafka = Server::kafka("orders", partitions, orders);
+    let es = Server::elasticsearch();
+    let work = tempfile::tempdir().expect("tempdir");
+    let expected = expected_totals(orders);
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let a = once(work.path(), &kafka, &es, 2 * round, 0, &expected);
+        let b = once(work.path(), &kafka, &es, 2 * round + 1, 1000, &expected);
+        let (ra, rb) = (orders as f64 / a.secs, orders as f64 / b.secs);
+        eprintln!(
+            "end to end, round {round}: checkpoints off {ra:.0} rec/s, every 1 s {rb:.0} rec/s"
+        );
+        off.push(ra);
+        on.push(rb);
+    }
+    let (off, on) = (median(off), median(on));
+    serde_json::json!({
+        "job": "Kafka -> rolling_sum by user -> Elasticsearch upsert, parallelism 2, separate processes",
+        "records": orders,
+        "partitions": partitions,
+        "users": USERS,
+        "rounds": rounds,
+        "records_per_sec_checkpoints_off": off.round(),
+        "records_per_sec_checkpoint_every_1s": on.round(),
+        "ratio_on_over_off": round3(on / off),
+    })
+}
+
+/// Peak resident memory of the demo's job over `orders` orders (1 s checkpoints).
+pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
+    let kafka = Server::kafka("orders", 4, orders);
+    let es = Server::elasticsearch();
+    let work = tempfile::tempdir().expect("tempdir");
+    let expected = expected_totals(orders);
+    let mut peaks = Vec::new();
+    let mut secs = Vec::new();
+    for run in 0..runs {
+        let r = once(work.path(), &kafka, &es, run, 1000, &expected);
+        eprintln!(
+            "demo job, run {run}: {:.2} s, peak RSS {:.1} MiB",
+            r.secs,
+            r.peak_rss_bytes as f64 / 1048576.0
+        );
+        peaks.push(r.peak_rss_bytes as f64);
+        secs.push(r.secs);
+    }
+    let mib = |b: f64| (b / 1048576.0 * 10.0).round() / 10.0;
+    serde_json::json!({
+        "job": "the demo's job: Kafka (4 partitions) -> rolling_sum by user -> Elasticsearch upsert, parallelism 2, 1 s checkpoints",
+        "records": orders,
+        "runs": runs,
+        "peak_rss_mib_median": mib(median(peaks.clone())),
+        "peak_rss_mib_max": mib(peaks.iter().cloned().fold(0.0, f64::max)),
+        "seconds_median": (median(secs) * 100.0).round() / 100.0,
+    })
+}
