@@ -4,12 +4,12 @@
 //! records or [`BATCH_BYTES`], so the hand-over holds less than
 //! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
 
+use bytes::{Bytes, BytesMut};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,22 +42,37 @@ impl ConsumerContext for LogContext {}
 /// The consumer type of the source.
 pub type KafkaConsumer = BaseConsumer<LogContext>;
 
-/// One fetched record, owned.
+/// One fetched record. Its key and payload are slices of its batch's one buffer.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    pub topic: Arc<str>,
-    pub partition: i32,
     pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
     /// Milliseconds since the epoch, if the broker gave one.
     pub timestamp: Option<i64>,
+}
+
+/// The next `len` records of a batch, all of one partition (librdkafka delivers a
+/// partition's records in runs): the source looks its position up once per run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub len: usize,
+}
+
+/// Records in poll order, cut into runs of one partition. The keys and payloads of one
+/// batch share one buffer: a batch costs a few allocations, not two per record.
+#[derive(Debug, Default)]
+pub struct FetchedBatch {
+    pub records: Vec<Fetched>,
+    pub runs: Vec<Run>,
 }
 
 /// What the poll thread hands over.
 #[derive(Debug)]
 pub enum Handover {
-    Batch(Vec<Fetched>),
+    Batch(FetchedBatch),
     /// An error the job cannot continue past.
     Fatal(String),
 }
@@ -107,10 +122,88 @@ impl Drop for Fetcher {
     }
 }
 
+/// Builds one hand-over batch: records in runs of one partition, their keys and
+/// payloads copied into one buffer.
+struct BatchBuilder {
+    batch: FetchedBatch,
+    bytes: usize,
+    buf: BytesMut,
+    /// The bytes of the previous batch: the next buffer is reserved at that size, so
+    /// that a batch fits in one allocation while record sizes stay alike.
+    reserve: usize,
+}
+
+/// The smallest buffer reserved for a batch.
+const MIN_RESERVE: usize = 16 << 10;
+
+impl BatchBuilder {
+    fn new() -> BatchBuilder {
+        BatchBuilder {
+            batch: FetchedBatch::default(),
+            bytes: 0,
+            buf: BytesMut::new(),
+            reserve: MIN_RESERVE,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batch.records.is_empty()
+    }
+
+    fn is_full(&self) -> bool {
+        self.batch.records.len() >= BATCH || self.bytes >= BATCH_BYTES
+    }
+
+    /// Copies `bytes` into the batch's buffer; the slice shares that buffer (`split`
+    /// of a shared `BytesMut` allocates nothing).
+    fn copy(&mut self, bytes: Option<&[u8]>) -> Option<Bytes> {
+        let b = bytes?;
+        self.buf.extend_from_slice(b);
+        Some(self.buf.split().freeze())
+    }
+
+    fn push(&mut self, m: &BorrowedMessage<'_>) {
+        if self.is_empty() {
+            self.buf = BytesMut::with_capacity(self.reserve);
+            self.batch.records.reserve(BATCH);
+        }
+        let partition = m.partition();
+        let topic = m.topic();
+        match self.batch.runs.last_mut() {
+            Some(r) if r.partition == partition && *r.topic == *topic => r.len += 1,
+            _ => {
+                let topic = match self.batch.runs.iter().find(|r| *r.topic == *topic) {
+                    Some(r) => r.topic.clone(),
+                    None => Arc::from(topic),
+                };
+                self.batch.runs.push(Run {
+                    topic,
+                    partition,
+                    len: 1,
+                });
+            }
+        }
+        self.bytes += m.key_len() + m.payload_len();
+        let key = self.copy(m.key());
+        let payload = self.copy(m.payload());
+        self.batch.records.push(Fetched {
+            offset: m.offset(),
+            key,
+            payload,
+            timestamp: m.timestamp().to_millis(),
+        });
+    }
+
+    fn take(&mut self) -> FetchedBatch {
+        self.reserve = self.bytes.clamp(MIN_RESERVE, BATCH_BYTES);
+        self.bytes = 0;
+        self.buf = BytesMut::new();
+        std::mem::take(&mut self.batch)
+    }
+}
+
 fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &AtomicBool) {
-    let mut topics: HashMap<String, Arc<str>> = HashMap::new();
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut batch_bytes = 0usize;
+    let mut batch = BatchBuilder::new();
     let mut transient = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let wait = if batch.is_empty() {
@@ -120,24 +213,8 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
         };
         match consumer.poll(wait) {
             Some(Ok(m)) => {
-                let topic = match topics.get(m.topic()) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t: Arc<str> = Arc::from(m.topic());
-                        topics.insert(m.topic().to_string(), t.clone());
-                        t
-                    }
-                };
-                batch_bytes += m.key_len() + m.payload_len();
-                batch.push(Fetched {
-                    topic,
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    timestamp: m.timestamp().to_millis(),
-                });
-                if batch.len() < BATCH && batch_bytes < BATCH_BYTES {
+                batch.push(&m);
+                if !batch.is_full() {
                     continue;
                 }
             }
@@ -157,12 +234,8 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
             }
             None => {}
         }
-        if !batch.is_empty() {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-            batch_bytes = 0;
-            if tx.blocking_send(Handover::Batch(full)).is_err() {
-                return;
-            }
+        if !batch.is_empty() && tx.blocking_send(Handover::Batch(batch.take())).is_err() {
+            return;
         }
     }
     let _ = consumer.unassign();
