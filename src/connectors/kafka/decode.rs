@@ -5,7 +5,8 @@
 //! (RFC 8259 JSON text, UTF-8, at most [`MAX_DEPTH`] nested arrays and objects), up to
 //! one difference: a number too large for an `f64` (`1e400`) passes, as it did under
 //! the previous check (`serde_json` skipping the value), because its syntax is valid.
-//! A record that passes can therefore be decoded by every operator that reads it.
+//! So an operator that parses a record that passed does not fail on its syntax, its
+//! encoding or its depth.
 
 use super::config::Format;
 
@@ -31,14 +32,14 @@ pub const MAX_DEPTH: u32 = 127;
 type Invalid = (&'static str, usize);
 
 /// Checks that `b` is one JSON text (RFC 8259) in UTF-8, nested at most [`MAX_DEPTH`]
-/// deep. Runs in one pass over the bytes (plus the UTF-8 check) and allocates nothing.
+/// deep. One pass over the bytes, eight at a time inside strings (plus a UTF-8 check
+/// from the first non-ASCII byte on, if any); allocates nothing.
 pub fn validate_json(b: &[u8]) -> Result<(), Invalid> {
-    // UTF-8 first: the scan below then only has to keep bytes >= 0x80 out of
-    // everything but strings.
-    if let Err(e) = std::str::from_utf8(b) {
-        return Err(("invalid UTF-8", e.valid_up_to()));
-    }
-    let mut s = Scanner { b, i: 0 };
+    let mut s = Scanner {
+        b,
+        i: 0,
+        utf8_checked: false,
+    };
     // Bit k set: the container at depth k + 1 is an object.
     let mut objects: u128 = 0;
     let mut depth: u32 = 0;
@@ -104,16 +105,50 @@ pub fn validate_json(b: &[u8]) -> Result<(), Invalid> {
     }
 }
 
+/// The index of the first `"`, `\\` or control character at or after `i` in `b`, or
+/// `b.len()`: eight bytes at a time (the lowest flagged byte of a word is exact;
+/// borrows only flag bytes above it).
+#[inline]
+fn find_special(b: &[u8], mut i: usize, high: u64) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    while let Some(word) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let flagged = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (w.wrapping_sub(ONES * 0x20) & !w);
+        let flagged = (flagged | (w & high)) & HIGHS;
+        if flagged != 0 {
+            return i + (flagged.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 || (c >= 0x80 && high != 0) {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
 struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
+    /// Whether the text from the first non-ASCII byte on is known to be UTF-8. Bytes
+    /// >= 0x80 are valid only inside strings: elsewhere no token starts with one.
+    utf8_checked: bool,
 }
 
 impl Scanner<'_> {
+    #[inline]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
+    #[inline]
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.i += 1;
@@ -121,6 +156,7 @@ impl Scanner<'_> {
     }
 
     /// `"name"` `:` and the whitespace after it.
+    #[inline]
     fn member_name(&mut self) -> Result<(), Invalid> {
         if self.peek() != Some(b'"') {
             return Err(("expected a member name", self.i));
@@ -136,23 +172,19 @@ impl Scanner<'_> {
     }
 
     /// A string, from its opening quote. The input is known to be UTF-8.
+    #[inline]
     fn string(&mut self) -> Result<(), Invalid> {
         self.i += 1;
         loop {
-            let rest = &self.b[self.i..];
-            let Some(k) = rest
-                .iter()
-                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-            else {
-                return Err(("unterminated string", self.b.len()));
-            };
-            self.i += k;
-            match self.b[self.i] {
-                b'"' => {
+            let high = if self.utf8_checked { 0 } else { u64::MAX };
+            self.i = find_special(self.b, self.i, high);
+            match self.peek() {
+                None => return Err(("unterminated string", self.b.len())),
+                Some(b'"') => {
                     self.i += 1;
                     return Ok(());
                 }
-                b'\\' => {
+                Some(b'\\') => {
                     self.i += 1;
                     match self.peek() {
                         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
@@ -166,11 +198,20 @@ impl Scanner<'_> {
                         _ => return Err(("invalid escape", self.i)),
                     }
                 }
-                _ => return Err(("control character in a string", self.i)),
+                Some(c) if c >= 0x80 => {
+                    // The first non-ASCII byte: the rest of the text is checked once
+                    // (what precedes it is ASCII).
+                    if let Err(e) = std::str::from_utf8(&self.b[self.i..]) {
+                        return Err(("invalid UTF-8", self.i + e.valid_up_to()));
+                    }
+                    self.utf8_checked = true;
+                }
+                Some(_) => return Err(("control character in a string", self.i)),
             }
         }
     }
 
+    #[inline]
     fn literal(&mut self, word: &'static [u8]) -> Result<(), Invalid> {
         if self.b[self.i..].starts_with(word) {
             self.i += word.len();
@@ -180,6 +221,7 @@ impl Scanner<'_> {
         }
     }
 
+    #[inline]
     fn digits(&mut self) -> usize {
         let start = self.i;
         while let Some(b'0'..=b'9') = self.peek() {
@@ -189,6 +231,7 @@ impl Scanner<'_> {
     }
 
     /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    #[inline]
     fn number(&mut self) -> Result<(), Invalid> {
         if self.peek() == Some(b'-') {
             self.i += 1;
@@ -322,6 +365,14 @@ mod tests {
             b"[-]",
             b"[--1]",
             b"[1e5.]",
+            b"\xc3\xa9",
+            b"[1]\xc3\xa9",
+            b"[\"\xc3\xa9\"]\xc3\xa9",
+            b"[\"\xc3\xa9\", \"\xff\"]",
+            b"[\"\xc3\xa9\", \"\xc3\"]",
+            b"[\"abcdefghijklmnop\\\"qrstuvwxyz0123456\x01\"]",
+            b"[\"abcdefghijklmnopqrstuvwxyz0123456789\"]",
+            b"[\"abcdefghijklmnopqrstuvwxyz0123456789",
         ];
         for c in cases {
             agrees(c);
