@@ -22,7 +22,9 @@
 
 use async_trait::async_trait;
 use lockgate::connectors::kafka::assign::owner;
+use lockgate::connectors::kafka::decode::check;
 use lockgate::connectors::kafka::source::{FETCH_MAX_BYTES, QUEUED_MAX_KBYTES};
+use lockgate::connectors::kafka::Format;
 use lockgate::connectors::kafka::{KafkaSource, KafkaSourceConfig, TopicSelector};
 use lockgate::connectors::{Sink, SinkRestore, SubtaskInfo};
 use lockgate::job::{CheckpointSettings, Job, RestartPolicy};
@@ -54,9 +56,16 @@ struct Measured {
     last: Duration,
     /// The end of the whole run (the last record, or the job's return).
     end: Duration,
+    /// CPU time of the whole process (consumers, librdkafka's threads, the embedded
+    /// cluster serving them) from the start to `end`.
+    cpu: Duration,
 }
 
 impl Measured {
+    fn cpu_ns_per_record(&self) -> f64 {
+        self.cpu.as_nanos() as f64 / TOTAL as f64
+    }
+
     fn steady(&self) -> f64 {
         TOTAL as f64 / (self.last - self.first).as_secs_f64()
     }
@@ -64,6 +73,17 @@ impl Measured {
     fn wall(&self) -> f64 {
         TOTAL as f64 / self.end.as_secs_f64()
     }
+}
+
+/// CPU time of this process so far (user and system, at the kernel's 100 Hz tick).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("(comm)") + 2..]
+        .split(' ')
+        .collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
 }
 
 /// What the discarding sinks of one job saw.
@@ -97,6 +117,47 @@ impl Sink for Discard {
     }
 }
 
+/// The benchmark's record `i` of `partition`: 100 bytes of JSON.
+fn body(out: &mut String, partition: i32, i: usize) {
+    use std::fmt::Write;
+    out.clear();
+    write!(
+        out,
+        "{{\"partition\":{partition:>2},\"i\":{i:>10},\"pad\":\"{:x<60}\"}}",
+        ""
+    )
+    .expect("a String");
+    assert_eq!(out.len(), RECORD_BYTES);
+}
+
+/// Nanoseconds per record of the source's JSON check and of the check it replaced
+/// (serde_json skipping the value), over the benchmark's records.
+fn json_check_costs() -> (f64, f64) {
+    let mut s = String::new();
+    let bodies: Vec<Vec<u8>> = (0..200_000)
+        .map(|i| {
+            body(&mut s, (i % PARTITIONS as usize) as i32, i);
+            s.clone().into_bytes()
+        })
+        .collect();
+    let time = |f: &dyn Fn(&[u8]) -> bool| {
+        let t = Instant::now();
+        for b in &bodies {
+            assert!(f(std::hint::black_box(b)));
+        }
+        t.elapsed().as_nanos() as f64 / bodies.len() as f64
+    };
+    // Alternating passes, the fastest of each: the machine is shared.
+    let (mut ours, mut serde) = (f64::MAX, f64::MAX);
+    for _ in 0..10 {
+        ours = ours.min(time(&|b| check(Format::Json, Some(b)).is_ok()));
+        serde = serde.min(time(&|b| {
+            serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
+        }));
+    }
+    (ours, serde)
+}
+
 fn produce(bootstrap: &str) {
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -106,23 +167,15 @@ fn produce(bootstrap: &str) {
         .set("queue.buffering.max.messages", "1000000")
         .create()
         .expect("producer");
-    let mut body = String::with_capacity(RECORD_BYTES);
-    let pad = "x".repeat(60);
+    let mut text = String::with_capacity(RECORD_BYTES);
     for part in 0..PARTITIONS {
         for i in 0..PER_PARTITION {
-            use std::fmt::Write;
-            body.clear();
-            write!(
-                body,
-                "{{\"partition\":{part:>2},\"i\":{i:>10},\"pad\":\"{pad}\"}}"
-            )
-            .expect("a String");
-            assert_eq!(body.len(), RECORD_BYTES);
+            body(&mut text, part, i);
             while p
                 .send(
                     BaseRecord::<(), _>::to(TOPIC)
                         .partition(part)
-                        .payload(&body),
+                        .payload(&text),
                 )
                 .is_err()
             {
@@ -144,7 +197,7 @@ fn owned(index: u16, parallelism: u16) -> Vec<i32> {
 /// configures its own; returns when, since `start`, it read its first and last record.
 /// The consumer is destroyed after that, as lockgate's poll thread destroys its own
 /// after the job returned.
-fn raw_loop(bootstrap: &str, partitions: &[i32], start: Instant) -> Measured {
+fn raw_loop(bootstrap: &str, partitions: &[i32], start: Instant, cpu: Duration) -> Measured {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "raw")
@@ -186,11 +239,13 @@ fn raw_loop(bootstrap: &str, partitions: &[i32], start: Instant) -> Measured {
         }
     }
     let last = start.elapsed();
+    let cpu = process_cpu() - cpu;
     assert_eq!(bytes, total * RECORD_BYTES as u64);
     Measured {
         first: first.expect("records"),
         last,
         end: last,
+        cpu,
     }
 }
 
@@ -199,13 +254,14 @@ fn raw_loop(bootstrap: &str, partitions: &[i32], start: Instant) -> Measured {
 /// to the last.
 fn raw(bootstrap: &str, parallelism: u16) -> Measured {
     let start = Instant::now();
+    let cpu = process_cpu();
     let each: Vec<Measured> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..parallelism)
             .map(|i| {
                 std::thread::Builder::new()
                     .name(format!("raw-consumer-{i}"))
                     .spawn_scoped(s, move || {
-                        raw_loop(bootstrap, &owned(i, parallelism), start)
+                        raw_loop(bootstrap, &owned(i, parallelism), start, cpu)
                     })
                     .expect("spawn")
             })
@@ -217,10 +273,14 @@ fn raw(bootstrap: &str, parallelism: u16) -> Measured {
     });
     let first = each.iter().map(|m| m.first).min().expect("a consumer");
     let last = each.iter().map(|m| m.last).max().expect("a consumer");
+    // Each consumer read the process's CPU time at its last record: the later one
+    // covers the whole measurement.
+    let cpu = each.iter().map(|m| m.cpu).max().expect("a consumer");
     Measured {
         first,
         last,
         end: last,
+        cpu,
     }
 }
 
@@ -249,9 +309,11 @@ fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16)
         .build()
         .expect("job");
     let start = Instant::now();
+    let cpu = process_cpu();
     rt.block_on(lockgate::runtime::run(&job, Default::default()))
         .expect("job runs");
     let end = start.elapsed();
+    let cpu = process_cpu() - cpu;
     assert_eq!(
         progress.count.load(Ordering::Relaxed),
         TOTAL,
@@ -262,6 +324,7 @@ fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16)
         first: at(&progress.first),
         last: at(&progress.last),
         end,
+        cpu,
     }
 }
 
@@ -292,6 +355,10 @@ impl Side {
             rates(&self.raw, Measured::wall),
             rates(&self.lockgate, Measured::wall),
         );
+        let (rc, lc) = (
+            rates(&self.raw, Measured::cpu_ns_per_record),
+            rates(&self.lockgate, Measured::cpu_ns_per_record),
+        );
         let rounds = self.raw.iter().zip(&self.lockgate);
         let round_ratio = median(rounds.map(|(r, l)| l.steady() / r.steady()).collect());
         serde_json::json!({
@@ -302,6 +369,9 @@ impl Side {
             "raw_wall_records_per_sec": rw.round(),
             "lockgate_wall_records_per_sec": lw.round(),
             "wall_ratio_lockgate_over_raw": ratio(lw, rw),
+            "raw_cpu_ns_per_record": rc.round(),
+            "lockgate_cpu_ns_per_record": lc.round(),
+            "cpu_ratio_lockgate_over_raw": ratio(lc, rc),
         })
     }
 }
@@ -335,6 +405,7 @@ fn main() {
                 first: Duration::ZERO,
                 last: Duration::from_secs(1),
                 end: Duration::from_secs(1),
+                cpu: Duration::from_secs(1),
             };
             let r = if run_raw {
                 raw(bootstrap, parallelism)
@@ -349,8 +420,8 @@ fn main() {
             };
             std::thread::sleep(SETTLE);
             eprintln!(
-                "round {round}, parallelism {parallelism}: raw rdkafka {:.0} rec/s ({:.0} wall), lockgate {:.0} rec/s ({:.0} wall); first record after {:?} / {:?}",
-                r.steady(), r.wall(), l.steady(), l.wall(), r.first, l.first
+                "round {round}, parallelism {parallelism}: raw rdkafka {:.0} rec/s ({:.0} wall, {:.0} ns CPU/record), lockgate {:.0} rec/s ({:.0} wall, {:.0} ns CPU/record)",
+                r.steady(), r.wall(), r.cpu_ns_per_record(), l.steady(), l.wall(), l.cpu_ns_per_record()
             );
             side.raw.push(r);
             side.lockgate.push(l);
@@ -359,6 +430,7 @@ fn main() {
     if only.is_some() {
         return;
     }
+    let (json_check, serde_check) = json_check_costs();
     let (one, two) = (p1.json(), p2.json());
     println!(
         "{}",
@@ -375,6 +447,8 @@ fn main() {
             "source_ratio_p2": two["ratio_lockgate_over_raw"],
             "parallelism_1": one,
             "parallelism_2": two,
+            "json_check_ns_per_record": (json_check * 10.0).round() / 10.0,
+            "serde_json_check_ns_per_record": (serde_check * 10.0).round() / 10.0,
             "produce_seconds": (produce_secs * 10.0).round() / 10.0,
             "seconds": (began.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         })

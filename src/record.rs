@@ -5,7 +5,8 @@
 //! of its own. A slice keeps its whole buffer (at most about 1 MiB, see
 //! [`crate::connectors::kafka::fetcher::BATCH_BYTES`]) alive: whatever keeps records
 //! beyond the batch that carried them should copy the bytes it keeps
-//! ([`Bytes::copy_from_slice`] or `to_vec`), as the built-in sinks do.
+//! ([`Bytes::copy_from_slice`] or `to_vec`), as the built-in sinks do (the exchange
+//! between tasks does not: see [`crate::runtime::chain::EXCHANGE_BATCH_BYTES`]).
 
 use bytes::Bytes;
 use std::sync::Arc;
