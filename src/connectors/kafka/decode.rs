@@ -105,9 +105,9 @@ pub fn validate_json(b: &[u8]) -> Result<(), Invalid> {
     }
 }
 
-/// The index of the first `"`, `\\` or control character at or after `i` in `b`, or
-/// `b.len()`: eight bytes at a time (the lowest flagged byte of a word is exact;
-/// borrows only flag bytes above it).
+/// The index of the first `"`, `\\` or control character at or after `i` in `b` (and
+/// of the first byte >= 0x80 when `high` is all ones), or `b.len()`: eight bytes at a
+/// time (the lowest flagged byte of a word is exact; borrows only flag bytes above it).
 #[inline]
 fn find_special(b: &[u8], mut i: usize, high: u64) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -171,7 +171,7 @@ impl Scanner<'_> {
         Ok(())
     }
 
-    /// A string, from its opening quote. The input is known to be UTF-8.
+    /// A string, from its opening quote.
     #[inline]
     fn string(&mut self) -> Result<(), Invalid> {
         self.i += 1;
