@@ -4,12 +4,12 @@
 //! records or [`BATCH_BYTES`], so the hand-over holds less than
 //! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
 
-use bytes::{Bytes, BytesMut};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +42,12 @@ impl ConsumerContext for LogContext {}
 /// The consumer type of the source.
 pub type KafkaConsumer = BaseConsumer<LogContext>;
 
-/// One fetched record. Its key and payload are slices of its batch's one buffer.
+/// One fetched record: where its key and payload are in its batch's buffer.
 #[derive(Debug, Clone)]
 pub struct Fetched {
     pub offset: i64,
-    pub key: Option<Bytes>,
-    pub payload: Option<Bytes>,
+    pub key: Option<Range<usize>>,
+    pub payload: Option<Range<usize>>,
     /// Milliseconds since the epoch, if the broker gave one.
     pub timestamp: Option<i64>,
 }
@@ -61,10 +61,14 @@ pub struct Run {
     pub len: usize,
 }
 
-/// Records in poll order, cut into runs of one partition. The keys and payloads of one
-/// batch share one buffer: a batch costs a few allocations, not two per record.
+/// Records in poll order, cut into runs of one partition, and one buffer holding all
+/// their keys and payloads: a batch costs a few allocations, not two per record. The
+/// poll thread only copies bytes; the source task turns the buffer into shared
+/// [`bytes::Bytes`] and slices it, so the reference counts of a buffer are touched
+/// by one thread only.
 #[derive(Debug, Default)]
 pub struct FetchedBatch {
+    pub bytes: Vec<u8>,
     pub records: Vec<Fetched>,
     pub runs: Vec<Run>,
 }
@@ -126,8 +130,6 @@ impl Drop for Fetcher {
 /// payloads copied into one buffer.
 struct BatchBuilder {
     batch: FetchedBatch,
-    bytes: usize,
-    buf: BytesMut,
     /// The bytes of the previous batch: the next buffer is reserved at that size, so
     /// that a batch fits in one allocation while record sizes stay alike.
     reserve: usize,
@@ -140,8 +142,6 @@ impl BatchBuilder {
     fn new() -> BatchBuilder {
         BatchBuilder {
             batch: FetchedBatch::default(),
-            bytes: 0,
-            buf: BytesMut::new(),
             reserve: MIN_RESERVE,
         }
     }
@@ -151,20 +151,19 @@ impl BatchBuilder {
     }
 
     fn is_full(&self) -> bool {
-        self.batch.records.len() >= BATCH || self.bytes >= BATCH_BYTES
+        self.batch.records.len() >= BATCH || self.batch.bytes.len() >= BATCH_BYTES
     }
 
-    /// Copies `bytes` into the batch's buffer; the slice shares that buffer (`split`
-    /// of a shared `BytesMut` allocates nothing).
-    fn copy(&mut self, bytes: Option<&[u8]>) -> Option<Bytes> {
+    fn copy(&mut self, bytes: Option<&[u8]>) -> Option<Range<usize>> {
         let b = bytes?;
-        self.buf.extend_from_slice(b);
-        Some(self.buf.split().freeze())
+        let start = self.batch.bytes.len();
+        self.batch.bytes.extend_from_slice(b);
+        Some(start..self.batch.bytes.len())
     }
 
     fn push(&mut self, m: &BorrowedMessage<'_>) {
         if self.is_empty() {
-            self.buf = BytesMut::with_capacity(self.reserve);
+            self.batch.bytes.reserve(self.reserve);
             self.batch.records.reserve(BATCH);
         }
         let partition = m.partition();
@@ -183,7 +182,6 @@ impl BatchBuilder {
                 });
             }
         }
-        self.bytes += m.key_len() + m.payload_len();
         let key = self.copy(m.key());
         let payload = self.copy(m.payload());
         self.batch.records.push(Fetched {
@@ -195,9 +193,7 @@ impl BatchBuilder {
     }
 
     fn take(&mut self) -> FetchedBatch {
-        self.reserve = self.bytes.clamp(MIN_RESERVE, BATCH_BYTES);
-        self.bytes = 0;
-        self.buf = BytesMut::new();
+        self.reserve = self.batch.bytes.len().clamp(MIN_RESERVE, BATCH_BYTES);
         std::mem::take(&mut self.batch)
     }
 }

@@ -3,7 +3,7 @@
 use super::assign::owner;
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
-use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext, Run};
+use super::fetcher::{Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LogContext, Run};
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
@@ -22,6 +22,7 @@ pub const QUEUED_MAX_KBYTES: &str = "16384";
 /// still fetched, alone.
 pub const FETCH_MAX_BYTES: &str = "4194304";
 use async_trait::async_trait;
+use bytes::Bytes;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -255,7 +256,13 @@ impl KafkaSource {
 
     /// A record that cannot be decoded: fails the job, or is skipped or dead-lettered,
     /// as `on_decode_error` says. It is never passed on.
-    async fn on_decode_error(&mut self, run: &Run, f: &Fetched, why: &str) -> Result<()> {
+    async fn on_decode_error(
+        &mut self,
+        run: &Run,
+        f: &Fetched,
+        bytes: &[u8],
+        why: &str,
+    ) -> Result<()> {
         match &self.cfg.on_decode_error {
             DecodeErrorPolicy::Fail => Err(self.err(format!(
                 "record {}/{}@{} cannot be decoded: {why}",
@@ -271,8 +278,8 @@ impl KafkaSource {
                 let letter = DeadLetter {
                     error: why,
                     origin: Some((&run.topic, run.partition, f.offset)),
-                    key: f.key.as_deref(),
-                    payload: f.payload.as_deref().unwrap_or_default(),
+                    key: f.key.clone().map(|r| &bytes[r]),
+                    payload: f.payload.clone().map_or(&[][..], |r| &bytes[r]),
                     ..DeadLetter::default()
                 };
                 // The position only moves past the record once the broker acknowledged
@@ -474,9 +481,16 @@ impl Source for KafkaSource {
             Handover::Batch(b) => b,
             Handover::Fatal(e) => return Err(self.err(e)),
         };
-        out.reserve(batch.records.len());
-        let mut records = batch.records.into_iter();
-        for run in batch.runs {
+        let FetchedBatch {
+            bytes,
+            records,
+            runs,
+        } = batch;
+        // Records hold slices of the batch's buffer: it is shared from here on.
+        let bytes = Bytes::from(bytes);
+        out.reserve(records.len());
+        let mut records = records.into_iter();
+        for run in runs {
             let run_records = records.by_ref().take(run.len);
             // A partition's position is looked up once per run, not once per record.
             let tp = (run.topic.to_string(), run.partition);
@@ -495,16 +509,18 @@ impl Source for KafkaSource {
                 let tombstone = f.payload.is_none() && self.cfg.tombstones;
                 if tombstone {
                     // Passed on as such: the sink's `on_null_value` says what it means.
-                } else if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
-                    self.on_decode_error(&run, &f, &why).await?;
+                } else if let Err(why) =
+                    decode::check(self.cfg.format, f.payload.clone().map(|r| &bytes[r]))
+                {
+                    self.on_decode_error(&run, &f, &bytes, &why).await?;
                     next = NextOffset::after(f.offset);
                     continue;
                 }
                 next = NextOffset::after(f.offset);
                 out.push(Record {
-                    key: f.key,
+                    key: f.key.map(|r| bytes.slice(r)),
                     route_key: None,
-                    value: f.payload.unwrap_or_default(),
+                    value: f.payload.map_or_else(Bytes::new, |r| bytes.slice(r)),
                     origin: Some(Origin {
                         stream: run.topic.clone(),
                         partition: run.partition,
