@@ -38,7 +38,8 @@ fn batches() -> Vec<Batch> {
                     1 + i % 5,
                     totals[user]
                 )
-                .into_bytes(),
+                .into_bytes()
+                .into(),
                 origin: Some(Origin {
                     stream: stream.clone(),
                     partition: 0,

@@ -73,7 +73,7 @@ fn batches_of(doc: fn(usize) -> Vec<u8>) -> Vec<Batch> {
             Record {
                 key: None,
                 route_key: None,
-                value,
+                value: value.into(),
                 origin: Some(Origin {
                     stream: stream.clone(),
                     partition: 0,

@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut v: serde_json::Value = serde_json::from_slice(&r.value)
                 .map_err(|e| lockgate::error::JobError::Other(e.to_string()))?;
             v["processed_by"] = "lockgate".into();
-            r.value = serde_json::to_vec(&v).expect("JSON");
+            r.value = serde_json::to_vec(&v).expect("JSON").into();
             Ok(r)
         })
         .sink("elasticsearch", move |_| {

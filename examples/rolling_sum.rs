@@ -30,7 +30,7 @@ fn rolling_addition(
     let total = state.get::<i64>("total")?.unwrap_or(0) + amount;
     state.put("total", &total)?;
     order["total"] = total.into();
-    r.value = serde_json::to_vec(&order).expect("JSON");
+    r.value = serde_json::to_vec(&order).expect("JSON").into();
     out.push(r);
     Ok(())
 }

@@ -1,5 +1,14 @@
 //! Records: bytes until an operator needs their structure.
+//!
+//! A record's key and value are [`Bytes`]: the Kafka source copies each polled batch
+//! into one buffer and its records hold slices of it, so a record costs no allocation
+//! of its own. A slice keeps its whole buffer (at most about 1 MiB, see
+//! [`crate::connectors::kafka::fetcher::BATCH_BYTES`]) alive: whatever keeps records
+//! beyond the batch that carried them should copy the bytes it keeps
+//! ([`Bytes::copy_from_slice`] or `to_vec`), as the built-in sinks do (the exchange
+//! between tasks does not: see [`crate::runtime::chain::EXCHANGE_BATCH_BYTES`]).
 
+use bytes::Bytes;
 use std::sync::Arc;
 
 /// Where a record came from: its stream (topic), partition and offset. Sinks derive
@@ -16,12 +25,12 @@ pub struct Origin {
 pub struct Record {
     /// The source's key (the Kafka message key); `id = "key"` of the Elasticsearch
     /// sink uses it.
-    pub key: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
     /// The key of the last `key_by`, set by the exchange: keyed operators keep their
     /// state under it.
     pub route_key: Option<Vec<u8>>,
     /// The payload, as bytes (JSON for the built-in formats). Empty for a tombstone.
-    pub value: Vec<u8>,
+    pub value: Bytes,
     pub origin: Option<Origin>,
     /// The source's timestamp, in milliseconds since the Unix epoch (the Kafka record's
     /// CreateTime or LogAppendTime); date patterns of an Elasticsearch index use it.
@@ -33,10 +42,10 @@ pub struct Record {
 }
 
 impl Record {
-    /// A record with only a value.
-    pub fn from_value(value: Vec<u8>) -> Record {
+    /// A record with only a value (a `Vec<u8>` becomes [`Bytes`] without a copy).
+    pub fn from_value(value: impl Into<Bytes>) -> Record {
         Record {
-            value,
+            value: value.into(),
             ..Record::default()
         }
     }
@@ -48,7 +57,7 @@ impl Record {
     pub fn size_bytes(&self) -> usize {
         std::mem::size_of::<Record>()
             + self.value.len()
-            + self.key.as_ref().map_or(0, Vec::len)
+            + self.key.as_ref().map_or(0, Bytes::len)
             + self.route_key.as_ref().map_or(0, Vec::len)
     }
 }

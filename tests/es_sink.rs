@@ -27,7 +27,7 @@ fn rec(offset: i64, doc: &str) -> Record {
     Record {
         key: None,
         route_key: None,
-        value: doc.as_bytes().to_vec(),
+        value: doc.as_bytes().to_vec().into(),
         origin: Some(Origin {
             stream: Arc::from("orders"),
             partition: 0,
@@ -310,7 +310,7 @@ async fn a_failure_handler_can_requeue_a_refused_action_elsewhere() {
         out.push(BulkAction::index(
             "BAD",
             Some(r.origin.as_ref().unwrap().offset.to_string()),
-            r.value.clone(),
+            r.value.to_vec(),
         ));
         Ok(())
     };

@@ -200,7 +200,7 @@ impl Source for SequenceSource {
                 out.push(Record {
                     key: None,
                     route_key: None,
-                    value: record_json(i, self.cfg.keys),
+                    value: record_json(i, self.cfg.keys).into(),
                     origin: Some(Origin {
                         stream: self.stream.clone(),
                         partition: i32::from(split.id),

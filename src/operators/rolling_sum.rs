@@ -157,7 +157,9 @@ impl KeyedFunction for RollingSum {
                 self.output
             )));
         }
-        record.value = serde_json::to_vec(&doc).expect("a JSON value serializes");
+        record.value = serde_json::to_vec(&doc)
+            .expect("a JSON value serializes")
+            .into();
         out.push(record);
         Ok(())
     }

@@ -25,6 +25,11 @@ const EXCHANGE_BATCH: usize = 1024;
 /// semaphore released by the receiver would be more exact, but must be shared per
 /// channel anyway: one shared by a receiver's inputs deadlocks under barrier alignment,
 /// which stops reading an input that already delivered its barrier).
+///
+/// The count is of the records' own bytes. Records from the Kafka source are slices of
+/// their poll batch's buffer (at most about 1 MiB), which stays allocated while any of
+/// them is buffered here: spread over `p` receivers, a message can keep up to about
+/// `p` such buffers alive rather than the 1 MiB it counts.
 pub const EXCHANGE_BATCH_BYTES: usize = 1 << 20;
 
 /// Messages per exchange channel: the backpressure between tasks.

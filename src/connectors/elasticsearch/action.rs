@@ -215,10 +215,10 @@ impl ConfigActionBuilder {
         Ok(match self.operation {
             // The bulk processor checks the body, which is the record: one that is not
             // one JSON object follows `on_item_error`.
-            Operation::Index => BulkAction::index(&index, Some(id), record.value.clone()),
+            Operation::Index => BulkAction::index(&index, Some(id), record.value.to_vec()),
             Operation::Create => BulkAction {
                 op: OpType::Create,
-                ..BulkAction::index(&index, Some(id), record.value.clone())
+                ..BulkAction::index(&index, Some(id), record.value.to_vec())
             },
             // An upsert embeds the record in its body, where a crafted record could add
             // keys (a script) that still make one JSON object: it is checked here.
@@ -293,7 +293,7 @@ pub fn document_id(
                 .key
                 .as_ref()
                 .ok_or_else(|| "the record has no key (id = \"key\")".to_string())?;
-            String::from_utf8(k.clone())
+            String::from_utf8(k.to_vec())
                 .map_err(|_| "the record's key is not UTF-8 (id = \"key\")".to_string())
         }
         IdStrategy::Field(ptr) => {
@@ -363,7 +363,7 @@ impl ActionBuilder for ConfigActionBuilder {
             }
         }
         action.origin = record.origin.clone();
-        action.record = Some(record.value.clone());
+        action.record = Some(record.value.to_vec());
         out.push(action);
         Ok(())
     }
@@ -376,9 +376,9 @@ mod tests {
 
     fn rec() -> Record {
         Record {
-            key: Some(b"user-7".to_vec()),
+            key: Some(b"user-7".to_vec().into()),
             route_key: None,
-            value: br#"{"user":"u7","n":3}"#.to_vec(),
+            value: br#"{"user":"u7","n":3}"#.to_vec().into(),
             origin: Some(Origin {
                 stream: Arc::from("orders"),
                 partition: 2,
@@ -432,8 +432,9 @@ mod tests {
         };
         let mut b = ConfigActionBuilder::new(&cfg);
         let mut smuggler = rec();
-        smuggler.value =
-            br#"{"user":"u7"},"script":{"source":"ctx._source.n = 0"},"x":{"a":1}"#.to_vec();
+        smuggler.value = br#"{"user":"u7"},"script":{"source":"ctx._source.n = 0"},"x":{"a":1}"#
+            .to_vec()
+            .into();
         let mut out = Vec::new();
         b.build(&smuggler, &mut out).unwrap();
         let why = out[0].invalid.as_deref().expect("refused");
@@ -448,7 +449,7 @@ mod tests {
             "kept for a dead letter"
         );
         let mut pretty = rec();
-        pretty.value = b"{\n  \"user\": \"u7\",\n  \"n\": 3\n}".to_vec();
+        pretty.value = b"{\n  \"user\": \"u7\",\n  \"n\": 3\n}".to_vec().into();
         let mut out = Vec::new();
         b.build(&pretty, &mut out).unwrap();
         let mut bytes = Vec::new();
@@ -474,14 +475,14 @@ mod tests {
             (out[0].index.as_str(), out[0].invalid.as_deref()),
             ("u7-2026.03.07", None)
         );
-        r.value = br#"{"user":"U7"}"#.to_vec();
+        r.value = br#"{"user":"U7"}"#.to_vec().into();
         b.build(&r, &mut out).unwrap();
         let why = out[1].invalid.as_deref().unwrap();
         assert!(
             why.contains("orders/2@41") && why.contains("lower case"),
             "{why}"
         );
-        r.value = br#"{"user":"u7"}"#.to_vec();
+        r.value = br#"{"user":"u7"}"#.to_vec().into();
         r.timestamp = None;
         b.build(&r, &mut out).unwrap();
         assert!(out[2].invalid.as_deref().unwrap().contains("no timestamp"));
@@ -493,7 +494,7 @@ mod tests {
     #[test]
     fn tombstones_do_what_on_null_value_says() {
         let tombstone = Record {
-            value: Vec::new(),
+            value: Default::default(),
             tombstone: true,
             timestamp: Some(0),
             ..rec()

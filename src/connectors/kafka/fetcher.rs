@@ -6,10 +6,10 @@
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
-use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,22 +42,41 @@ impl ConsumerContext for LogContext {}
 /// The consumer type of the source.
 pub type KafkaConsumer = BaseConsumer<LogContext>;
 
-/// One fetched record, owned.
+/// One fetched record: where its key and payload are in its batch's buffer.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    pub topic: Arc<str>,
-    pub partition: i32,
     pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
+    pub key: Option<Range<usize>>,
+    pub payload: Option<Range<usize>>,
     /// Milliseconds since the epoch, if the broker gave one.
     pub timestamp: Option<i64>,
+}
+
+/// The next `len` records of a batch, all of one partition (librdkafka delivers a
+/// partition's records in runs): the source looks its position up once per run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub len: usize,
+}
+
+/// Records in poll order, cut into runs of one partition, and one buffer holding all
+/// their keys and payloads: a batch costs a few allocations, not two per record. The
+/// poll thread only copies bytes; the source task turns the buffer into shared
+/// [`bytes::Bytes`] and slices it, so the reference counts of a buffer are touched
+/// by one thread only.
+#[derive(Debug, Default)]
+pub struct FetchedBatch {
+    pub bytes: Vec<u8>,
+    pub records: Vec<Fetched>,
+    pub runs: Vec<Run>,
 }
 
 /// What the poll thread hands over.
 #[derive(Debug)]
 pub enum Handover {
-    Batch(Vec<Fetched>),
+    Batch(FetchedBatch),
     /// An error the job cannot continue past.
     Fatal(String),
 }
@@ -107,10 +126,80 @@ impl Drop for Fetcher {
     }
 }
 
+/// Builds one hand-over batch: records in runs of one partition, their keys and
+/// payloads copied into one buffer.
+struct BatchBuilder {
+    batch: FetchedBatch,
+    /// The bytes of the previous batch: the next buffer is reserved at that size, so
+    /// that a batch fits in one allocation while record sizes stay alike.
+    reserve: usize,
+}
+
+/// The smallest buffer reserved for a batch.
+const MIN_RESERVE: usize = 16 << 10;
+
+impl BatchBuilder {
+    fn new() -> BatchBuilder {
+        BatchBuilder {
+            batch: FetchedBatch::default(),
+            reserve: MIN_RESERVE,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batch.records.is_empty()
+    }
+
+    fn is_full(&self) -> bool {
+        self.batch.records.len() >= BATCH || self.batch.bytes.len() >= BATCH_BYTES
+    }
+
+    fn copy(&mut self, bytes: Option<&[u8]>) -> Option<Range<usize>> {
+        let b = bytes?;
+        let start = self.batch.bytes.len();
+        self.batch.bytes.extend_from_slice(b);
+        Some(start..self.batch.bytes.len())
+    }
+
+    fn push(&mut self, m: &BorrowedMessage<'_>) {
+        if self.is_empty() {
+            self.batch.bytes.reserve(self.reserve);
+            self.batch.records.reserve(BATCH);
+        }
+        let partition = m.partition();
+        let topic = m.topic();
+        match self.batch.runs.last_mut() {
+            Some(r) if r.partition == partition && *r.topic == *topic => r.len += 1,
+            _ => {
+                let topic = match self.batch.runs.iter().find(|r| *r.topic == *topic) {
+                    Some(r) => r.topic.clone(),
+                    None => Arc::from(topic),
+                };
+                self.batch.runs.push(Run {
+                    topic,
+                    partition,
+                    len: 1,
+                });
+            }
+        }
+        let key = self.copy(m.key());
+        let payload = self.copy(m.payload());
+        self.batch.records.push(Fetched {
+            offset: m.offset(),
+            key,
+            payload,
+            timestamp: m.timestamp().to_millis(),
+        });
+    }
+
+    fn take(&mut self) -> FetchedBatch {
+        self.reserve = self.batch.bytes.len().clamp(MIN_RESERVE, BATCH_BYTES);
+        std::mem::take(&mut self.batch)
+    }
+}
+
 fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &AtomicBool) {
-    let mut topics: HashMap<String, Arc<str>> = HashMap::new();
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut batch_bytes = 0usize;
+    let mut batch = BatchBuilder::new();
     let mut transient = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let wait = if batch.is_empty() {
@@ -120,24 +209,8 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
         };
         match consumer.poll(wait) {
             Some(Ok(m)) => {
-                let topic = match topics.get(m.topic()) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t: Arc<str> = Arc::from(m.topic());
-                        topics.insert(m.topic().to_string(), t.clone());
-                        t
-                    }
-                };
-                batch_bytes += m.key_len() + m.payload_len();
-                batch.push(Fetched {
-                    topic,
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    timestamp: m.timestamp().to_millis(),
-                });
-                if batch.len() < BATCH && batch_bytes < BATCH_BYTES {
+                batch.push(&m);
+                if !batch.is_full() {
                     continue;
                 }
             }
@@ -157,12 +230,8 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
             }
             None => {}
         }
-        if !batch.is_empty() {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-            batch_bytes = 0;
-            if tx.blocking_send(Handover::Batch(full)).is_err() {
-                return;
-            }
+        if !batch.is_empty() && tx.blocking_send(Handover::Batch(batch.take())).is_err() {
+            return;
         }
     }
     let _ = consumer.unassign();

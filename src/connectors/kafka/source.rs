@@ -3,7 +3,7 @@
 use super::assign::owner;
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
-use super::fetcher::{Fetched, Fetcher, Handover, KafkaConsumer, LogContext};
+use super::fetcher::{Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LogContext, Run};
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
@@ -30,6 +30,7 @@ pub const QUEUED_MIN_MESSAGES: &str = "2000";
 /// still fetched, alone.
 pub const FETCH_MAX_BYTES: &str = "4194304";
 use async_trait::async_trait;
+use bytes::Bytes;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -262,27 +263,44 @@ impl KafkaSource {
                 .all(|(tp, next)| self.ends.get(tp).is_some_and(|end| next >= end))
     }
 
-    async fn dead_letter(&mut self, f: &Fetched, error: &str) -> Result<()> {
-        let topic = match &self.cfg.on_decode_error {
-            DecodeErrorPolicy::DeadLetter(t) => t.clone(),
-            _ => unreachable!("dead_letter only under the dead-letter policy"),
-        };
-        let writer = self.dead_letter.as_ref().expect("created in open");
-        let letter = DeadLetter {
-            error,
-            origin: Some((&f.topic, f.partition, f.offset)),
-            key: f.key.as_deref(),
-            payload: f.payload.as_deref().unwrap_or_default(),
-            ..DeadLetter::default()
-        };
-        // The position only moves past the record once the broker acknowledged it in
-        // the dead-letter topic.
-        writer.send(&topic, &letter).await.map_err(|e| {
-            self.err(format!(
-                "{e} (record {}/{}@{})",
-                f.topic, f.partition, f.offset
-            ))
-        })
+    /// A record that cannot be decoded: fails the job, or is skipped or dead-lettered,
+    /// as `on_decode_error` says. It is never passed on.
+    async fn on_decode_error(
+        &mut self,
+        run: &Run,
+        f: &Fetched,
+        bytes: &[u8],
+        why: &str,
+    ) -> Result<()> {
+        match &self.cfg.on_decode_error {
+            DecodeErrorPolicy::Fail => Err(self.err(format!(
+                "record {}/{}@{} cannot be decoded: {why}",
+                run.topic, run.partition, f.offset
+            ))),
+            DecodeErrorPolicy::Skip => {
+                self.skipped += 1;
+                warn!(topic = %run.topic, partition = run.partition, offset = f.offset, error = %why, skipped = self.skipped, "skipping a record that cannot be decoded");
+                Ok(())
+            }
+            DecodeErrorPolicy::DeadLetter(topic) => {
+                let writer = self.dead_letter.as_ref().expect("created in open");
+                let letter = DeadLetter {
+                    error: why,
+                    origin: Some((&run.topic, run.partition, f.offset)),
+                    key: f.key.clone().map(|r| &bytes[r]),
+                    payload: f.payload.clone().map_or(&[][..], |r| &bytes[r]),
+                    ..DeadLetter::default()
+                };
+                // The position only moves past the record once the broker acknowledged
+                // it in the dead-letter topic.
+                writer.send(topic, &letter).await.map_err(|e| {
+                    self.err(format!(
+                        "{e} (record {}/{}@{})",
+                        run.topic, run.partition, f.offset
+                    ))
+                })
+            }
+        }
     }
 }
 
@@ -472,66 +490,55 @@ impl Source for KafkaSource {
             Handover::Batch(b) => b,
             Handover::Fatal(e) => return Err(self.err(e)),
         };
-        // Records arrive in runs of one partition: its position is looked up once per
-        // run, not once per record.
-        let mut run: Option<(Tp, NextOffset, Option<NextOffset>)> = None;
-        for f in batch {
-            let same = run
-                .as_ref()
-                .is_some_and(|(tp, _, _)| tp.1 == f.partition && *tp.0 == *f.topic);
-            if !same {
-                if let Some((tp, next, _)) = run.take() {
-                    self.positions.insert(tp, next);
-                }
-                let tp = (f.topic.to_string(), f.partition);
-                let Some(next) = self.positions.get(&tp).copied() else {
-                    continue; // unassigned meanwhile
-                };
-                let end = self.ends.get(&tp).copied();
-                run = Some((tp, next, end));
-            }
-            let (_, next, end) = run.as_mut().expect("set above");
-            if f.offset < next.0 {
-                continue; // already emitted (a re-fetch)
-            }
-            if end.is_some_and(|end| f.offset >= end.0) {
-                continue; // beyond a bounded end
-            }
-            let tombstone = f.payload.is_none() && self.cfg.tombstones;
-            if tombstone {
-                // Passed on as such: the sink's `on_null_value` says what it means.
-            } else if let Err(why) = decode::check(self.cfg.format, f.payload.as_deref()) {
-                match &self.cfg.on_decode_error {
-                    DecodeErrorPolicy::Fail => {
-                        return Err(self.err(format!(
-                            "record {}/{}@{} cannot be decoded: {why}",
-                            f.topic, f.partition, f.offset
-                        )))
-                    }
-                    DecodeErrorPolicy::Skip => {
-                        self.skipped += 1;
-                        warn!(topic = %f.topic, partition = f.partition, offset = f.offset, error = %why, skipped = self.skipped, "skipping a record that cannot be decoded");
-                    }
-                    DecodeErrorPolicy::DeadLetter(_) => self.dead_letter(&f, &why).await?,
-                }
-                run.as_mut().expect("set above").1 = NextOffset::after(f.offset);
+        let FetchedBatch {
+            bytes,
+            records,
+            runs,
+        } = batch;
+        // Records hold slices of the batch's buffer: it is shared from here on.
+        let bytes = Bytes::from(bytes);
+        out.reserve(records.len());
+        let mut records = records.into_iter();
+        for run in runs {
+            let run_records = records.by_ref().take(run.len);
+            // A partition's position is looked up once per run, not once per record.
+            let tp = (run.topic.to_string(), run.partition);
+            let Some(mut next) = self.positions.get(&tp).copied() else {
+                run_records.for_each(drop); // unassigned meanwhile
                 continue;
+            };
+            let end = self.ends.get(&tp).copied();
+            for f in run_records {
+                if f.offset < next.0 {
+                    continue; // already emitted (a re-fetch)
+                }
+                if end.is_some_and(|end| f.offset >= end.0) {
+                    continue; // beyond a bounded end
+                }
+                let tombstone = f.payload.is_none() && self.cfg.tombstones;
+                if tombstone {
+                    // Passed on as such: the sink's `on_null_value` says what it means.
+                } else if let Err(why) =
+                    decode::check(self.cfg.format, f.payload.clone().map(|r| &bytes[r]))
+                {
+                    self.on_decode_error(&run, &f, &bytes, &why).await?;
+                    next = NextOffset::after(f.offset);
+                    continue;
+                }
+                next = NextOffset::after(f.offset);
+                out.push(Record {
+                    key: f.key.map(|r| bytes.slice(r)),
+                    route_key: None,
+                    value: f.payload.map_or_else(Bytes::new, |r| bytes.slice(r)),
+                    origin: Some(Origin {
+                        stream: run.topic.clone(),
+                        partition: run.partition,
+                        offset: f.offset,
+                    }),
+                    timestamp: f.timestamp,
+                    tombstone,
+                });
             }
-            *next = NextOffset::after(f.offset);
-            out.push(Record {
-                key: f.key,
-                route_key: None,
-                value: f.payload.unwrap_or_default(),
-                origin: Some(Origin {
-                    stream: f.topic,
-                    partition: f.partition,
-                    offset: f.offset,
-                }),
-                timestamp: f.timestamp,
-                tombstone,
-            });
-        }
-        if let Some((tp, next, _)) = run {
             self.positions.insert(tp, next);
         }
         Ok(if self.finished() {
