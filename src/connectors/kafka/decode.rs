@@ -1,12 +1,12 @@
 //! Checking payloads against the configured format.
 //!
-//! The JSON check is a validating scan, not a parse: it builds nothing and allocates
-//! nothing, and accepts exactly what `serde_json` parses into a `serde_json::Value`
+//! The JSON check accepts exactly what `serde_json` parses into a `serde_json::Value`
 //! (RFC 8259 JSON text, UTF-8, at most [`MAX_DEPTH`] nested arrays and objects), up to
-//! one difference: a number too large for an `f64` (`1e400`) passes, as it did under
-//! the previous check (`serde_json` skipping the value), because its syntax is valid.
-//! So an operator that parses a record that passed does not fail on its syntax, its
-//! encoding or its depth.
+//! one difference: a number too large for an `f64` (`1e400`) passes, because its syntax
+//! is valid. So an operator that parses a record that passed does not fail on its
+//! syntax, its encoding or its depth. It builds no value: a UTF-8 check of the whole
+//! payload, then `serde_json` skipping over it; only a payload with more than
+//! [`MAX_DEPTH`] opening brackets (which could nest too deep) is parsed in full.
 
 use super::config::Format;
 
@@ -18,9 +18,7 @@ pub fn check(format: Format, payload: Option<&[u8]>) -> Result<(), String> {
         (Format::Text, Some(p)) => std::str::from_utf8(p)
             .map(|_| ())
             .map_err(|e| format!("not UTF-8: {e}")),
-        (Format::Json, Some(p)) => {
-            validate_json(p).map_err(|(what, at)| format!("not valid JSON: {what} at byte {at}"))
-        }
+        (Format::Json, Some(p)) => validate_json(p).map_err(|e| format!("not valid JSON: {e}")),
     }
 }
 
@@ -28,243 +26,23 @@ pub fn check(format: Format, payload: Option<&[u8]>) -> Result<(), String> {
 /// (it refuses the 128th level).
 pub const MAX_DEPTH: u32 = 127;
 
-/// Why a JSON text is invalid, and the byte offset where that was found.
-type Invalid = (&'static str, usize);
-
 /// Checks that `b` is one JSON text (RFC 8259) in UTF-8, nested at most [`MAX_DEPTH`]
-/// deep. One pass over the bytes, eight at a time inside strings (plus a UTF-8 check
-/// from the first non-ASCII byte on, if any); allocates nothing.
-pub fn validate_json(b: &[u8]) -> Result<(), Invalid> {
-    let mut s = Scanner {
-        b,
-        i: 0,
-        utf8_checked: false,
-    };
-    // Bit k set: the container at depth k + 1 is an object.
-    let mut objects: u128 = 0;
-    let mut depth: u32 = 0;
-    s.skip_ws();
-    loop {
-        // A value starts here.
-        match s.peek() {
-            Some(open @ (b'{' | b'[')) => {
-                s.i += 1;
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(("nested too deep", s.i - 1));
-                }
-                objects = (objects << 1) | u128::from(open == b'{');
-                s.skip_ws();
-                let close = if open == b'{' { b'}' } else { b']' };
-                if s.peek() == Some(close) {
-                    s.i += 1;
-                    depth -= 1;
-                    objects >>= 1;
-                } else {
-                    if open == b'{' {
-                        s.member_name()?;
-                    }
-                    continue;
-                }
-            }
-            Some(b'"') => s.string()?,
-            Some(b't') => s.literal(b"true")?,
-            Some(b'f') => s.literal(b"false")?,
-            Some(b'n') => s.literal(b"null")?,
-            Some(b'-' | b'0'..=b'9') => s.number()?,
-            _ => return Err(("expected a value", s.i)),
-        }
-        // A value ended: what may follow it.
-        loop {
-            s.skip_ws();
-            if depth == 0 {
-                return if s.i == b.len() {
-                    Ok(())
-                } else {
-                    Err(("trailing characters", s.i))
-                };
-            }
-            let in_object = objects & 1 == 1;
-            match s.peek() {
-                Some(b',') => {
-                    s.i += 1;
-                    s.skip_ws();
-                    if in_object {
-                        s.member_name()?;
-                    }
-                    break;
-                }
-                Some(b'}') if in_object => {}
-                Some(b']') if !in_object => {}
-                _ => return Err(("expected `,` or the end of the container", s.i)),
-            }
-            s.i += 1;
-            depth -= 1;
-            objects >>= 1;
-        }
-    }
-}
-
-/// The index of the first `"`, `\\` or control character at or after `i` in `b` (and
-/// of the first byte >= 0x80 when `high` is all ones), or `b.len()`: eight bytes at a
-/// time (the lowest flagged byte of a word is exact; borrows only flag bytes above it).
-#[inline]
-fn find_special(b: &[u8], mut i: usize, high: u64) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    while let Some(word) = b.get(i..i + 8) {
-        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let backslash = w ^ (ONES * u64::from(b'\\'));
-        let flagged = (quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash)
-            | (w.wrapping_sub(ONES * 0x20) & !w);
-        let flagged = (flagged | (w & high)) & HIGHS;
-        if flagged != 0 {
-            return i + (flagged.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while let Some(&c) = b.get(i) {
-        if c == b'"' || c == b'\\' || c < 0x20 || (c >= 0x80 && high != 0) {
-            return i;
-        }
-        i += 1;
-    }
-    i
-}
-
-struct Scanner<'a> {
-    b: &'a [u8],
-    i: usize,
-    /// Whether the text from the first non-ASCII byte on is known to be UTF-8. Bytes
-    /// >= 0x80 are valid only inside strings: elsewhere no token starts with one.
-    utf8_checked: bool,
-}
-
-impl Scanner<'_> {
-    #[inline]
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
-
-    #[inline]
-    fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
-            self.i += 1;
-        }
-    }
-
-    /// `"name"` `:` and the whitespace after it.
-    #[inline]
-    fn member_name(&mut self) -> Result<(), Invalid> {
-        if self.peek() != Some(b'"') {
-            return Err(("expected a member name", self.i));
-        }
-        self.string()?;
-        self.skip_ws();
-        if self.peek() != Some(b':') {
-            return Err(("expected `:`", self.i));
-        }
-        self.i += 1;
-        self.skip_ws();
-        Ok(())
-    }
-
-    /// A string, from its opening quote.
-    #[inline]
-    fn string(&mut self) -> Result<(), Invalid> {
-        self.i += 1;
-        loop {
-            let high = if self.utf8_checked { 0 } else { u64::MAX };
-            self.i = find_special(self.b, self.i, high);
-            match self.peek() {
-                None => return Err(("unterminated string", self.b.len())),
-                Some(b'"') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                Some(b'\\') => {
-                    self.i += 1;
-                    match self.peek() {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
-                        Some(b'u') => {
-                            let hex = self.b.get(self.i + 1..self.i + 5);
-                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                                return Err(("invalid \\u escape", self.i));
-                            }
-                            self.i += 5;
-                        }
-                        _ => return Err(("invalid escape", self.i)),
-                    }
-                }
-                Some(c) if c >= 0x80 => {
-                    // The first non-ASCII byte: the rest of the text is checked once
-                    // (what precedes it is ASCII).
-                    if let Err(e) = std::str::from_utf8(&self.b[self.i..]) {
-                        return Err(("invalid UTF-8", self.i + e.valid_up_to()));
-                    }
-                    self.utf8_checked = true;
-                }
-                Some(_) => return Err(("control character in a string", self.i)),
+/// deep; the error says why not, and where.
+pub fn validate_json(b: &[u8]) -> Result<(), String> {
+    // JSON text is UTF-8 as a whole; skipping a string does not check its encoding.
+    std::str::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"))?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(b).map_err(|e| e.to_string())?;
+    // Skipping has no depth limit, parsing has: a text can nest deeper than the limit
+    // only if it has more opening brackets than that.
+    let opening = b.iter().filter(|&&c| c == b'[' || c == b'{').count();
+    if opening > MAX_DEPTH as usize {
+        if let Err(e) = serde_json::from_slice::<serde_json::Value>(b) {
+            if e.to_string().starts_with("recursion limit exceeded") {
+                return Err(e.to_string());
             }
         }
     }
-
-    #[inline]
-    fn literal(&mut self, word: &'static [u8]) -> Result<(), Invalid> {
-        if self.b[self.i..].starts_with(word) {
-            self.i += word.len();
-            Ok(())
-        } else {
-            Err(("expected a value", self.i))
-        }
-    }
-
-    #[inline]
-    fn digits(&mut self) -> usize {
-        let start = self.i;
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.i += 1;
-        }
-        self.i - start
-    }
-
-    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
-    #[inline]
-    fn number(&mut self) -> Result<(), Invalid> {
-        if self.peek() == Some(b'-') {
-            self.i += 1;
-        }
-        match self.peek() {
-            Some(b'0') => {
-                self.i += 1;
-                if let Some(b'0'..=b'9') = self.peek() {
-                    return Err(("leading zero in a number", self.i));
-                }
-            }
-            Some(b'1'..=b'9') => {
-                self.digits();
-            }
-            _ => return Err(("invalid number", self.i)),
-        }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            if self.digits() == 0 {
-                return Err(("invalid number", self.i));
-            }
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.i += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.i += 1;
-            }
-            if self.digits() == 0 {
-                return Err(("invalid number", self.i));
-            }
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -89,7 +89,9 @@ impl KafkaSource {
         }
     }
 
-    fn client_config(&self) -> ClientConfig {
+    /// The librdkafka settings of this source's consumer: lockgate's defaults, then the
+    /// job's `[source.kafka.properties]`. Benchmarks give a plain consumer the same.
+    pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.cfg.bootstrap_servers)
             .set("group.id", &self.cfg.group_id)
