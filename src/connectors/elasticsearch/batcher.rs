@@ -1790,4 +1790,36 @@ mod mutation_tests {
         b.on_response(second, Response::Items(vec![ok()]), 0, 0.5);
         assert_eq!((b.pending(), b.in_flight()), (0, 0));
     }
+
+    /// A response whose item count does not match the request cannot be read by
+    /// position: every action of the request is retried (and counted), none is taken
+    /// as written.
+    #[test]
+    fn a_response_with_the_wrong_item_count_retries_the_whole_request() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        b.add(Some("b".into()), Effect::Opaque, 10, 2);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Items(vec![ok()]), 0, 0.0);
+        assert!(b.drain_resolved().is_empty(), "nothing written");
+        assert_eq!((b.pending(), b.counters().retried), (2, 2));
+        assert_eq!(sent(&mut b, 5, true), Some(vec![1, 2]), "both retried");
+    }
+
+    /// With `max_in_flight` requests out, nothing can be sent: the wake is for a retry
+    /// or nothing, not the flush interval.
+    #[test]
+    fn no_flush_wake_while_max_in_flight_requests_are_out() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.add(Some("b".into()), Effect::Opaque, 10, 2);
+        assert_eq!(
+            b.next_wake_ms(),
+            None,
+            "b waits for the answer, not a timer"
+        );
+        b.on_response(id, Response::Items(vec![ok()]), 10, 0.5);
+        assert_eq!(b.next_wake_ms(), Some(1000), "b is due at the interval");
+    }
 }
