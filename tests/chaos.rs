@@ -356,10 +356,72 @@ file_sink_failpoint_tests! {
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
 }
 
+/// The roll-back the harness checked on every restart of a file-sink job: each run
+/// moved exactly the committed parts of checkpoints after the one it restored (none
+/// more, none fewer, none deleted), the run after the corruption moved at least one,
+/// and `.rolled-back/` on disk holds exactly what the runs moved.
+fn assert_exact_roll_backs(r: &Value, out: &str, sink_dir: &Path) {
+    assert_eq!(r["roll_back_exact"], true, "{out}");
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let fallback = r["corruption"]["fallback"].as_str().unwrap();
+    let fallback_id: u64 = fallback.trim_start_matches("chk-").parse().unwrap();
+    let mut moved_by_runs = std::collections::BTreeSet::new();
+    let mut fell_back_with_parts = false;
+    for (i, run) in r["runs"].as_array().unwrap().iter().enumerate() {
+        let c = &run["roll_back"];
+        assert_eq!(c["exact"], true, "run {i}: {c}\n{out}");
+        for k in ["unexpected", "lost"] {
+            assert!(names(&c[k]).is_empty(), "run {i} {k}: {c}\n{out}");
+        }
+        let (expected, moved) = (names(&c["expected"]), names(&c["moved"]));
+        if c["restore_done"] == true {
+            assert_eq!(moved, expected, "run {i}: {c}\n{out}");
+        }
+        if c["restored"] == fallback_id && !moved.is_empty() {
+            fell_back_with_parts = true;
+        }
+        moved_by_runs.extend(moved);
+    }
+    assert!(
+        fell_back_with_parts,
+        "a run restored {fallback} and rolled back the parts committed after it\n{out}"
+    );
+    assert_eq!(
+        r["parts_rolled_back"].as_u64().unwrap(),
+        moved_by_runs.len() as u64,
+        "{out}"
+    );
+    let on_disk: std::collections::BTreeSet<String> =
+        std::fs::read_dir(sink_dir.join(lockgate::connectors::file_sink::ROLLED_BACK))
+            .unwrap()
+            .map(|e| {
+                let entry = e.unwrap().file_name().to_string_lossy().into_owned();
+                lockgate::connectors::file_sink::rolled_back_part(&entry)
+                    .map_or(entry.clone(), |(name, _)| name.to_string())
+            })
+            .collect();
+    assert_eq!(on_disk, moved_by_runs, "{out}");
+    for name in &on_disk {
+        assert!(
+            !sink_dir.join(name).exists(),
+            "{name} was rolled back, yet a committed part of that name is in place"
+        );
+    }
+}
+
 /// The harness verifies the file sink's committed part files against the topic: ten
 /// SIGKILLs and a corrupted newest checkpoint, after which the parts committed past
 /// the fallback must move to `.rolled-back/`: left in place, they would count twice,
-/// and the verdict counts every committed line.
+/// and the verdict counts every committed line. The harness checks each restart's
+/// roll-back against the parts committed before it (exactly those after the restored
+/// checkpoint), and waits with the kill before the corruption until the fallback has
+/// parts to roll back.
 #[test]
 fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -385,6 +447,7 @@ fn the_file_sink_under_kills_and_a_corrupted_checkpoint_is_exactly_once() {
             "--corrupt-latest",
         ],
     );
+    assert_exact_roll_backs(&r, &out, &tmp.path().join("out"));
     assert_exact(code, &out, &r);
     assert_eq!(r["kills"], 10, "{out}");
     assert_eq!(r["job_failures"], 0, "{out}");

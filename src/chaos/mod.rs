@@ -1,12 +1,15 @@
 //! The fault-injection harness (`lockgate chaos`): runs a job as a child process, kills
 //! it with SIGKILL at seeded random moments (and lets failpoints abort it), restarts it
 //! with the same command until it finishes, optionally corrupts the newest checkpoint
-//! between two runs, and then verifies the Elasticsearch index against the Kafka input.
-//! The same seed replays the same kill schedule.
+//! between two runs, and then verifies the Elasticsearch index, or the file sink's
+//! committed parts, against the Kafka input. For the file sink it also checks, on every
+//! restart, that the restore rolled back exactly the committed parts it had to
+//! ([`rollback`]). The same seed replays the same kill schedule.
 
 pub mod es_faults;
 pub mod es_http;
 pub mod outcome;
+pub mod rollback;
 pub mod target;
 pub mod verify;
 
@@ -36,7 +39,9 @@ pub struct ChaosOptions {
     /// Each kill comes this many milliseconds after its run started (uniform).
     pub kill_after_ms: (u64, u64),
     /// Flip a byte in, or truncate, the newest checkpoint once at least two complete
-    /// checkpoints exist, so that the next run must fall back to the older one.
+    /// checkpoints exist, so that the next run must fall back to the older one. For a
+    /// file-sink job, also once parts after the older one were committed, so that the
+    /// fallback must roll them back.
     pub corrupt_latest: bool,
     /// Give up after this many runs.
     pub max_runs: u32,
@@ -89,6 +94,9 @@ pub struct RunRecord {
     /// The sum of the next offsets of the checkpoint it restored: the records read
     /// before that checkpoint, for topics that start at offset 0.
     pub restored_offsets: Option<u64>,
+    /// For a file-sink job: the committed parts its restore moved into `.rolled-back/`,
+    /// against those it had to move.
+    pub roll_back: Option<rollback::RollBackCheck>,
 }
 
 /// What happened, and what verification found.
@@ -112,6 +120,12 @@ pub struct Report {
     /// `fell_back()` of [`Report::corruption`].
     pub corruption_detected: Option<bool>,
     pub corruption: Option<Corruption>,
+    /// For a file-sink job: the parts moved into `.rolled-back/` over all runs.
+    pub parts_rolled_back: Option<u64>,
+    /// For a file-sink job: whether every run moved exactly the committed parts of
+    /// checkpoints after the one it restored into `.rolled-back/` (see
+    /// [`rollback`]).
+    pub roll_back_exact: Option<bool>,
     /// Set when the harness stopped before the job finished: the reason, such as the
     /// error of a job that failed at start-up several times in a row. Nothing was
     /// verified then.
@@ -125,12 +139,43 @@ pub struct Report {
 }
 
 impl Report {
-    /// The job finished, its output is exact, and a corrupted checkpoint (if any) was
-    /// reported and fallen back from.
+    /// The job finished, its output is exact, a corrupted checkpoint (if any) was
+    /// reported and fallen back from, and (file sink) every restore rolled back exactly
+    /// the parts it had to.
     pub fn passed(&self) -> bool {
         self.stopped.is_none()
             && self.verdict.exact()
             && self.corruption.as_ref().is_none_or(Corruption::fell_back)
+            && self.roll_back_exact != Some(false)
+    }
+
+    /// Each run whose roll-back was not exact, described.
+    pub fn roll_back_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in self.runs.iter().enumerate() {
+            let Some(c) = r.roll_back.as_ref().filter(|c| !c.exact) else {
+                continue;
+            };
+            let mut what = Vec::new();
+            if !c.unexpected.is_empty() {
+                what.push(format!("moved {:?} too", c.unexpected));
+            }
+            if !c.left.is_empty() && c.restore_done {
+                what.push(format!("left {:?} in place", c.left));
+            }
+            if !c.lost.is_empty() {
+                what.push(format!("deleted {:?}", c.lost));
+            }
+            out.push(format!(
+                "run {} (restored {}) had to roll back {:?}, but {}",
+                i + 1,
+                c.restored
+                    .map_or("no checkpoint".into(), |k| format!("checkpoint {k}")),
+                c.expected,
+                what.join(", ")
+            ));
+        }
+        out
     }
 
     /// The report as a table.
@@ -165,6 +210,15 @@ impl Report {
                 }),
             ),
         ];
+        if let Some(exact) = self.roll_back_exact {
+            rows.extend([
+                (
+                    "parts rolled back",
+                    self.parts_rolled_back.unwrap_or(0).to_string(),
+                ),
+                ("roll-back exact", exact.to_string()),
+            ]);
+        }
         if self.stopped.is_none() {
             rows.extend([
                 ("input records", self.verdict.inputs.to_string()),
@@ -328,6 +382,23 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Whether falling back from the newest of the complete checkpoints `chks` (oldest
+/// first) to the one before it leaves committed parts to roll back: for a file-sink job,
+/// a corruption meant to prove the roll-back waits for that. Always true for an
+/// Elasticsearch job, and false with fewer than two checkpoints.
+fn fallback_rolls_back(target: &Target, chks: &[PathBuf]) -> bool {
+    let Some(fallback) = chks.len().checked_sub(2).map(|i| file_name(&chks[i])) else {
+        return false;
+    };
+    let target::Output::Files(dir) = &target.output else {
+        return true;
+    };
+    let Some((k, _)) = crate::state::snapshot_dir::parse_name(&fallback) else {
+        return false;
+    };
+    rollback::list(dir).is_ok_and(|l| !rollback::parts_after(&l.committed, Some(k.0)).is_empty())
+}
+
 /// Waits for `child`; kills it at `kill_at`, but not before `may_kill()` holds (the
 /// moment a kill is meant to hit). Returns the exit status, or None if it was killed.
 fn supervise(
@@ -353,7 +424,9 @@ fn supervise(
 ///
 /// The harness never assumes a timing: a kill meant to leave a checkpoint to corrupt
 /// waits until two complete checkpoints exist, the run after a corruption is not killed
-/// before it logged its restore decision, and a job that fails at start-up with the same
+/// before it logged its restore decision, a file-sink job's kill meant to leave a
+/// checkpoint to corrupt also waits until the fallback has committed parts to roll back,
+/// and a job that fails at start-up with the same
 /// error [`outcome::HOPELESS_AFTER`] times in a row, backing off between them, over at
 /// least [`outcome::HOPELESS_SPAN_MS`], stops the harness with that error in
 /// the report (`stopped`) instead of being restarted again and again.
@@ -420,6 +493,14 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
             ));
             break;
         }
+        let sink_dir = match &target.output {
+            target::Output::Files(dir) => Some(dir.as_path()),
+            target::Output::Elasticsearch(_) => None,
+        };
+        let sink_before = sink_dir
+            .map(rollback::list)
+            .transpose()
+            .map_err(|e| format!("listing the file sink's directory: {e}"))?;
         let spawned = Instant::now();
         let (mut child, events, reader) =
             spawn(opts, runs, &log).map_err(|e| format!("cannot start the job: {e}"))?;
@@ -430,7 +511,8 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         let corrupt_next = opts.corrupt_latest && report.corruption.is_none();
         let status = supervise(&mut child, kill_at, || {
             let decided = events.lock().expect("lock").restored.is_some();
-            let enough = !corrupt_next || complete_checkpoints(&target.checkpoint_dir).len() >= 2;
+            let enough = !corrupt_next
+                || fallback_rolls_back(&target, &complete_checkpoints(&target.checkpoint_dir));
             (checking.is_none() || decided) && enough
         })?;
         // The process is gone: its log ends.
@@ -484,6 +566,20 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
             },
             failpoint: ev.failpoint.clone(),
             restored_offsets: ev.restored_offsets,
+            roll_back: match (sink_dir, &sink_before) {
+                (Some(dir), Some(before)) => {
+                    let after = rollback::list(dir)
+                        .map_err(|e| format!("listing the file sink's directory: {e}"))?;
+                    let restore_done = ev.checkpoints > 0 || outcome == RunOutcome::Finished;
+                    Some(rollback::check(
+                        before,
+                        &after,
+                        ev.restored.as_ref().unwrap_or(&Restored::Unknown),
+                        restore_done,
+                    ))
+                }
+                _ => None,
+            },
             newest_after: complete_checkpoints(&target.checkpoint_dir)
                 .last()
                 .map(|p| file_name(p)),
@@ -500,7 +596,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
                 ));
                 after_kill(report.kills);
                 let chks = complete_checkpoints(&target.checkpoint_dir);
-                if corrupt_next && chks.len() >= 2 {
+                if corrupt_next && fallback_rolls_back(&target, &chks) {
                     let fallback = file_name(&chks[chks.len() - 2]);
                     if let Some((chk, what)) = corrupt_latest(&target.checkpoint_dir, &mut rng) {
                         report.corrupted = Some(what.clone());
@@ -542,6 +638,11 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         stop_faults.store(true, Ordering::Relaxed);
         report.network_faults = t.join().unwrap_or_default();
         report.es_stats = es.as_ref().and_then(es_faults::stats);
+    }
+    if target.elasticsearch().is_none() {
+        let checks = report.runs.iter().filter_map(|r| r.roll_back.as_ref());
+        report.parts_rolled_back = Some(checks.clone().map(|c| c.moved.len() as u64).sum());
+        report.roll_back_exact = Some(checks.clone().all(|c| c.exact));
     }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);

@@ -63,7 +63,7 @@ pub fn chaos(
         }
     };
     print!("{}", r.table());
-    for e in &r.verdict.examples {
+    for e in r.verdict.examples.iter().chain(&r.roll_back_problems()) {
         println!("  ! {e}");
     }
     if let Some(path) = report {

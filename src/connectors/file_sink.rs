@@ -103,6 +103,20 @@ pub fn parse_part_name(name: &str) -> Option<PartName> {
     None
 }
 
+/// The committed part a `.rolled-back/` entry holds, by its name in the sink's
+/// directory: a part moved there keeps its name, or gets `.<n>` appended when that name
+/// is taken (see `FileSink::roll_back`). None for anything else.
+pub fn rolled_back_part(entry: &str) -> Option<(&str, PartName)> {
+    let base = match entry.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => entry,
+    };
+    match parse_part_name(base)? {
+        part @ PartName::Committed { .. } => Some((base, part)),
+        _ => None,
+    }
+}
+
 /// What a restore does with one file: a plain function of the file, the restored
 /// checkpoint and the pending files it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +372,20 @@ mod tests {
         );
         assert_eq!(parse_part_name("part-x-1"), None);
         assert_eq!(parse_part_name("notes.txt"), None);
+    }
+
+    #[test]
+    fn rolled_back_entries_name_the_part_they_hold() {
+        let part = |id| PartName::Committed {
+            subtask: 1,
+            id: CheckpointId(id),
+        };
+        assert_eq!(rolled_back_part("part-1-7"), Some(("part-1-7", part(7))));
+        assert_eq!(rolled_back_part("part-1-7.2"), Some(("part-1-7", part(7))));
+        assert_eq!(rolled_back_part("part-1-7.x"), None);
+        assert_eq!(rolled_back_part("part-1-7."), None);
+        assert_eq!(rolled_back_part(".part-1-7"), None, "never a pending file");
+        assert_eq!(rolled_back_part("notes.1"), None);
     }
 
     #[test]

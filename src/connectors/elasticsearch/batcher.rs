@@ -1511,3 +1511,315 @@ mod review_tests {
         assert_eq!(b.pending(), 0);
     }
 }
+
+/// Cases that kill mutants the model test and the cases above did not: each asserts an
+/// observable property of the batcher (what is sent and when, the counts it reports,
+/// the resolutions).
+#[cfg(test)]
+mod mutation_tests {
+    use super::tests::{limits, ok, refused, too_many};
+    use super::*;
+
+    const REPLACE: Effect = Effect::Replace { version: None };
+
+    fn sent(b: &mut Batcher<i64>, now: u64, force: bool) -> Option<Vec<i64>> {
+        b.next_request(now, force)
+            .map(|(_, p)| p.into_iter().copied().collect())
+    }
+
+    /// Limits with a 25-byte trigger and no other trigger before 1000 ms.
+    fn bytes_25(coalesce: bool) -> Limits {
+        Limits {
+            max_bytes: 25,
+            ..limits(1000, 2, coalesce)
+        }
+    }
+
+    /// `queued()` and `in_flight()` follow every action from queued to in flight to
+    /// answered; `requests` counts the requests sent.
+    #[test]
+    fn queued_and_in_flight_count_actions_and_requests() {
+        let mut b = Batcher::new(limits(1, 2, false), 0);
+        for (doc, v) in [("a", 1), ("b", 2), ("c", 3)] {
+            b.add(Some(doc.into()), Effect::Opaque, 10, v);
+        }
+        assert_eq!((b.queued(), b.in_flight()), (3, 0));
+        let (first, _) = b.next_request(0, true).unwrap();
+        assert_eq!((b.queued(), b.in_flight()), (2, 1));
+        let (second, _) = b.next_request(0, true).unwrap();
+        assert_eq!((b.queued(), b.in_flight()), (1, 2));
+        assert!(b.next_request(0, true).is_none(), "max_in_flight = 2");
+        assert_eq!(b.counters().requests, 2);
+        b.on_response(first, Response::Items(vec![ok()]), 1, 0.5);
+        b.on_response(second, Response::Items(vec![ok()]), 1, 0.5);
+        assert_eq!((b.queued(), b.in_flight(), b.pending()), (1, 0, 1));
+    }
+
+    /// A coalesced action leaves the queued bytes: the byte trigger counts what is
+    /// queued, not what was ever added.
+    #[test]
+    fn a_coalesced_action_no_longer_counts_toward_the_byte_trigger() {
+        let mut b = Batcher::new(bytes_25(true), 0);
+        b.add(Some("a".into()), REPLACE, 10, 1);
+        b.add(Some("b".into()), REPLACE, 10, 2);
+        b.add(Some("b".into()), REPLACE, 10, 3);
+        assert_eq!(b.counters().coalesced, 1);
+        assert_eq!(sent(&mut b, 1, false), None, "20 bytes queued, under 25");
+        b.add(Some("c".into()), REPLACE, 5, 4);
+        assert_eq!(
+            sent(&mut b, 1, false),
+            Some(vec![1, 3, 4]),
+            "25 bytes queued"
+        );
+    }
+
+    /// What a request carries leaves the queued bytes; what stays queued still counts.
+    #[test]
+    fn sent_actions_no_longer_count_toward_the_byte_trigger() {
+        let mut b = Batcher::new(bytes_25(false), 0);
+        for (doc, v) in [("a", 1), ("b", 2), ("c", 3)] {
+            b.add(Some(doc.into()), Effect::Opaque, 10, v);
+        }
+        assert_eq!(sent(&mut b, 1, false), Some(vec![1, 2]), "30 bytes queued");
+        assert_eq!(
+            sent(&mut b, 1, false),
+            None,
+            "c's 10 bytes queued, under 25"
+        );
+        b.add(Some("d".into()), Effect::Opaque, 15, 4);
+        assert_eq!(
+            sent(&mut b, 1, false),
+            Some(vec![3, 4]),
+            "c and d: 25 bytes queued"
+        );
+    }
+
+    /// An action back from a retry counts toward the byte trigger again.
+    #[test]
+    fn a_retried_action_counts_toward_the_byte_trigger_again() {
+        let mut b = Batcher::new(bytes_25(false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 20, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
+        // Due at 5 ms (half of retry_initial_ms with no jitter); the interval at 1000.
+        assert_eq!(sent(&mut b, 500, false), None, "a's 20 bytes, under 25");
+        assert_eq!(b.queued(), 1, "a is queued again");
+        b.add(Some("b".into()), Effect::Opaque, 5, 2);
+        assert_eq!(
+            sent(&mut b, 500, false),
+            Some(vec![1, 2]),
+            "25 bytes queued"
+        );
+    }
+
+    /// Actions without an id have no order to keep: none is coalesced into another,
+    /// and none waits for another, queued together or one in flight.
+    #[test]
+    fn actions_without_an_id_never_wait_for_or_replace_each_other() {
+        let mut b = Batcher::new(limits(1000, 2, true), 0);
+        b.add(None, REPLACE, 10, 1);
+        b.add(None, REPLACE, 10, 2);
+        assert_eq!(b.counters().coalesced, 0);
+        assert_eq!(sent(&mut b, 0, true), Some(vec![1, 2]), "one request");
+        b.add(None, Effect::Opaque, 10, 3);
+        assert_eq!(
+            sent(&mut b, 0, true),
+            Some(vec![3]),
+            "sent while 1 and 2 are in flight"
+        );
+        assert_eq!(b.pending(), 3);
+    }
+
+    /// Takes the refusal among what was resolved: its handle, payload and attempts.
+    fn refusal(b: &mut Batcher<i64>) -> (Refusal, i64, u32) {
+        let r = b.drain_resolved();
+        for x in r {
+            if let Resolution::Refused {
+                refusal,
+                payload,
+                attempts,
+                ..
+            } = x
+            {
+                return (refusal, payload, attempts);
+            }
+        }
+        panic!("no refusal");
+    }
+
+    /// A replacement counts the attempts of the action it replaces plus one, so a
+    /// document the handler keeps replacing reports how often it was tried.
+    #[test]
+    fn replacements_count_the_attempts_of_what_they_replace() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let mut payload = 1;
+        for want_attempts in 0..3 {
+            let (id, p) = b.next_request(0, true).unwrap();
+            assert_eq!(p, vec![&payload]);
+            b.on_response(id, Response::Items(vec![refused()]), 0, 0.5);
+            let (r, got, attempts) = refusal(&mut b);
+            assert_eq!((got, attempts), (payload, want_attempts));
+            payload += 1;
+            b.requeue(r, vec![(Some("d".into()), Effect::Opaque, 10, payload)]);
+        }
+        assert_eq!(b.pending(), 1);
+    }
+
+    /// A replacement that a later written action supersedes is counted as superseded.
+    #[test]
+    fn a_superseded_replacement_is_counted() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), REPLACE, 10, 1);
+        b.add(Some("d".into()), REPLACE, 10, 2);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Items(vec![refused(), ok()]), 1, 0.5);
+        let (r, _, _) = refusal(&mut b);
+        assert_eq!(b.counters().superseded, 0);
+        b.requeue(r, vec![(Some("d".into()), REPLACE, 10, 11)]);
+        assert_eq!(b.counters().superseded, 1);
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Superseded(11)]
+        ));
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+    }
+
+    /// Several replacements on the refused action's document take its place in the
+    /// order given, and count as queued (actions and bytes) like any added action.
+    #[test]
+    fn replacements_keep_their_order_and_count_as_queued() {
+        let mut b = Batcher::new(bytes_25(false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 1, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.add(Some("d".into()), Effect::Opaque, 1, 2);
+        b.on_response(id, Response::Items(vec![refused()]), 0, 0.5);
+        let (r, _, _) = refusal(&mut b);
+        assert_eq!(b.queued(), 1);
+        b.requeue(
+            r,
+            vec![
+                (Some("d".into()), Effect::Opaque, 10, 11),
+                (Some("d".into()), Effect::Opaque, 10, 12),
+            ],
+        );
+        assert_eq!((b.queued(), b.pending(), b.bytes()), (3, 3, 21));
+        assert_eq!(sent(&mut b, 1, false), None, "21 bytes queued, under 25");
+        b.add(Some("e".into()), Effect::Opaque, 4, 3);
+        let (id, p) = b.next_request(1, false).expect("25 bytes queued");
+        assert_eq!(p, vec![&11, &3]);
+        b.on_response(id, Response::Items(vec![ok(), ok()]), 1, 0.5);
+        let mut order = vec![];
+        while let Some((id, p)) = b.next_request(1, true) {
+            order.extend(p.iter().copied().copied());
+            let n = p.len();
+            b.on_response(id, Response::Items(vec![ok(); n]), 1, 0.5);
+        }
+        assert_eq!(order, vec![12, 2], "d: 11, 12, then 2");
+    }
+
+    /// A retry is due at exactly its due time (half of `retry_initial_ms` without
+    /// jitter: 5 ms).
+    #[test]
+    fn a_retry_is_sent_at_its_due_time() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
+        assert_eq!(b.next_wake_ms(), Some(5));
+        assert_eq!(sent(&mut b, 4, true), None, "not yet due");
+        assert_eq!(sent(&mut b, 5, true), Some(vec![1]));
+    }
+
+    /// With coalescing, a retry whose document has a newer superseding action queued
+    /// behind it is not resent: it is resolved as superseded, and only the newer
+    /// action goes.
+    #[test]
+    fn a_retry_that_the_queued_action_behind_it_supersedes_is_not_resent() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("d".into()), REPLACE, 10, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.add(Some("d".into()), REPLACE, 10, 2);
+        b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
+        assert_eq!(sent(&mut b, 5, true), Some(vec![2]));
+        assert_eq!(b.counters().superseded, 1);
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Superseded(1)]
+        ));
+    }
+
+    /// A document's superseding chain shares a request with what is already in it up
+    /// to exactly `max_actions` and `max_bytes`; the rest of the chain goes next.
+    #[test]
+    fn a_chain_fills_a_request_up_to_its_limits_and_the_rest_goes_next() {
+        for (max_actions, max_bytes) in [(3, 1 << 20), (1000, 30)] {
+            let l = Limits {
+                max_bytes,
+                ..limits(max_actions, 1, false)
+            };
+            let mut b = Batcher::new(l, 0);
+            b.add(Some("e".into()), Effect::Opaque, 10, 0);
+            for v in 1..=3 {
+                b.add(Some("d".into()), REPLACE, 10, v);
+            }
+            let (id, p) = b.next_request(0, true).unwrap();
+            assert_eq!(
+                p,
+                vec![&0, &1, &2],
+                "{max_actions} actions, {max_bytes} bytes"
+            );
+            b.on_response(id, Response::Items(vec![ok(); 3]), 0, 0.5);
+            assert_eq!(sent(&mut b, 0, true), Some(vec![3]));
+        }
+    }
+
+    /// Every request in flight has its own id: answering one never answers another,
+    /// whatever else (actions without an id) drew from the same counter.
+    #[test]
+    fn requests_in_flight_have_distinct_ids() {
+        let mut b = Batcher::new(limits(1000, 2, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let (first, _) = b.next_request(0, true).unwrap();
+        b.add(None, Effect::Opaque, 10, 2);
+        let (second, _) = b.next_request(0, true).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(b.in_flight(), 2);
+        assert_eq!(b.in_flight_payloads(first), vec![&1]);
+        b.on_response(first, Response::Items(vec![ok()]), 0, 0.5);
+        b.on_response(second, Response::Items(vec![ok()]), 0, 0.5);
+        assert_eq!((b.pending(), b.in_flight()), (0, 0));
+    }
+
+    /// A response whose item count does not match the request cannot be read by
+    /// position: every action of the request is retried (and counted), none is taken
+    /// as written.
+    #[test]
+    fn a_response_with_the_wrong_item_count_retries_the_whole_request() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        b.add(Some("b".into()), Effect::Opaque, 10, 2);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Items(vec![ok()]), 0, 0.0);
+        assert!(b.drain_resolved().is_empty(), "nothing written");
+        assert_eq!((b.pending(), b.counters().retried), (2, 2));
+        assert_eq!(sent(&mut b, 5, true), Some(vec![1, 2]), "both retried");
+    }
+
+    /// With `max_in_flight` requests out, nothing can be sent: the wake is for a retry
+    /// or nothing, not the flush interval.
+    #[test]
+    fn no_flush_wake_while_max_in_flight_requests_are_out() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.add(Some("b".into()), Effect::Opaque, 10, 2);
+        assert_eq!(
+            b.next_wake_ms(),
+            None,
+            "b waits for the answer, not a timer"
+        );
+        b.on_response(id, Response::Items(vec![ok()]), 10, 0.5);
+        assert_eq!(b.next_wake_ms(), Some(1000), "b is due at the interval");
+    }
+}
