@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each benchmark uses part of it
 
 pub mod end_to_end;
+pub mod source;
 
 use std::io::BufRead;
 use std::path::Path;
