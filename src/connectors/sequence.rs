@@ -74,22 +74,27 @@ pub fn record_json(i: i64, keys: u32) -> Vec<u8> {
 
 struct Split {
     id: u16,
-    /// Key residues of this split, ascending.
-    residues: Vec<i64>,
+    /// Number of splits: the key residues of this split are `id, id + n, id + 2n, ...`
+    /// below `keys`, so a split needs no list of its keys (10^7 keys cost nothing).
+    n: i64,
     next: i64,
 }
 
 impl Split {
-    /// The first record `>= at` that belongs to this split.
+    /// The first record `>= at` that belongs to this split, in O(1).
     fn seek(&self, at: i64, keys: i64) -> i64 {
-        if self.residues.is_empty() {
+        let first = i64::from(self.id);
+        if first >= keys {
             return i64::MAX;
         }
         let base = at.div_euclid(keys);
         let r = at.rem_euclid(keys);
-        match self.residues.iter().find(|&&x| x >= r) {
-            Some(&x) => base * keys + x,
-            None => (base + 1) * keys + self.residues[0],
+        // The smallest residue >= r that is congruent to `id` modulo n.
+        let x = r + (first - r).rem_euclid(self.n);
+        if x < keys {
+            base * keys + x
+        } else {
+            (base + 1) * keys + first
         }
     }
 }
@@ -124,8 +129,10 @@ impl SequenceSource {
     }
 }
 
-/// The batch size of one poll.
-const BATCH: usize = 1024;
+/// The batch size of one poll. A source task routes a whole poll before it looks at a
+/// checkpoint trigger, so a poll is kept small: a trigger waits for at most this many
+/// records to be routed downstream.
+const BATCH: usize = 256;
 
 #[async_trait]
 impl Source for SequenceSource {
@@ -137,12 +144,9 @@ impl Source for SequenceSource {
         let keys = i64::from(self.cfg.keys.max(1));
         let n = self.cfg.splits.max(1);
         for j in (info.index..n).step_by(usize::from(info.parallelism)) {
-            let residues: Vec<i64> = (0..keys)
-                .filter(|k| k % i64::from(n) == i64::from(j))
-                .collect();
             let mut split = Split {
                 id: j,
-                residues,
+                n: i64::from(n),
                 next: 0,
             };
             let start = match restored {
@@ -305,5 +309,26 @@ mod tests {
         }
         seen.sort();
         assert_eq!(seen, (1..=1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn seek_finds_the_next_record_of_the_split_as_a_scan_would() {
+        // The definition: the first i >= at whose key i % keys is congruent to the
+        // split id modulo the number of splits.
+        for (keys, n) in [(13i64, 8i64), (5, 8), (1, 3), (100, 7), (16, 4)] {
+            for id in 0..n as u16 {
+                let split = Split { id, n, next: 0 };
+                for at in -30..300i64 {
+                    let scan = (at..at + 10 * keys * n)
+                        .find(|i| i.rem_euclid(keys) % n == i64::from(id))
+                        .unwrap_or(i64::MAX);
+                    assert_eq!(
+                        split.seek(at, keys),
+                        scan,
+                        "keys {keys} n {n} split {id} at {at}"
+                    );
+                }
+            }
+        }
     }
 }
