@@ -16,11 +16,21 @@ use tokio::sync::mpsc;
 pub const SINK_UID: &str = "sink";
 
 /// Records per channel message on an exchange.
-const EXCHANGE_BATCH: usize = 1024;
+///
+/// With [`EXCHANGE_CAPACITY`], this is what bounds the records queued in front of a
+/// barrier (aligned checkpoints: a barrier waits behind every record sent before it).
+/// Per keyed subtask, at most about parallelism × (capacity + 2) messages (the queued
+/// ones, the one being sent, the sender's partial buffer) are ahead of a barrier, so
+/// the time from trigger to snapshot is this many records' processing time. At 1024
+/// records and 8 messages, 10^6 keys in state (about 30,000 records/s per keyed
+/// subtask on 2 cores) made checkpoints wait 300-700 ms behind their queues; at 128 and
+/// 2 the wait is tens of milliseconds, and throughput with 1000 keys was unchanged
+/// (measured side by side by `cargo bench --bench pipeline`).
+const EXCHANGE_BATCH: usize = 128;
 
 /// Bytes ([`crate::record::Record::size_bytes`]) at which an exchange message is cut:
 /// a message holds less than this plus one record. With [`EXCHANGE_CAPACITY`] messages
-/// per channel, a channel holds less than 8 × (1 MiB + the largest record). Cutting
+/// per channel, a channel holds less than 2 × (1 MiB + the largest record). Cutting
 /// batches by bytes keeps the bound with no accounting on the receiving side (a byte
 /// semaphore released by the receiver would be more exact, but must be shared per
 /// channel anyway: one shared by a receiver's inputs deadlocks under barrier alignment,
@@ -32,8 +42,9 @@ const EXCHANGE_BATCH: usize = 1024;
 /// `p` such buffers alive rather than the 1 MiB it counts.
 pub const EXCHANGE_BATCH_BYTES: usize = 1 << 20;
 
-/// Messages per exchange channel: the backpressure between tasks.
-pub const EXCHANGE_CAPACITY: usize = 8;
+/// Messages per exchange channel: the backpressure between tasks. Small, because a
+/// barrier queues behind them (see [`EXCHANGE_BATCH`]).
+pub const EXCHANGE_CAPACITY: usize = 2;
 
 /// Hash-partitions records by key group to the subtasks of the next vertex.
 pub struct Exchange {
@@ -105,6 +116,8 @@ pub struct Chain {
     pub info: SubtaskInfo,
     pub ops: Vec<(Box<dyn Operator>, OperatorContext)>,
     pub tail: Tail,
+    /// Whether the sink of this chain has taken a record in this attempt.
+    pub sink_written: bool,
 }
 
 impl Chain {
@@ -132,7 +145,17 @@ impl Chain {
         }
         match &mut self.tail {
             Tail::Exchange(x) => x.route(batch).await,
-            Tail::Sink(s) => s.invoke(batch).await,
+            Tail::Sink(s) => {
+                s.invoke(batch).await?;
+                if !self.sink_written {
+                    self.sink_written = true;
+                    // Recovery time is measured up to this line (process start to the
+                    // first record written by a sink): it comes after every operator of
+                    // the path, keyed state included, was restored.
+                    tracing::info!("first records written to the sink");
+                }
+                Ok(())
+            }
         }
     }
 
@@ -204,7 +227,8 @@ mod tests {
 
     /// An exchange to one subtask, and the receiving end of its channel.
     fn exchange() -> (Exchange, mpsc::Receiver<Message>) {
-        let (tx, rx) = mpsc::channel(EXCHANGE_CAPACITY);
+        // Room for every message of a test: nothing drains the channel while it routes.
+        let (tx, rx) = mpsc::channel(16);
         let x = Exchange {
             senders: vec![tx],
             key_fn: Arc::new(|_: &Record| Ok(b"k".to_vec())),

@@ -363,7 +363,12 @@ async fn run_attempt(
                 }),
                 None => Tail::Sink((job.sink.1)(i)),
             };
-            let chain = Chain { info, ops, tail };
+            let chain = Chain {
+                info,
+                ops,
+                tail,
+                sink_written: false,
+            };
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             controls.push((id, ctl_tx));
             let io = TaskIo {
@@ -407,6 +412,7 @@ async fn run_attempt(
     // checkpoint is published none of them touches an older one any more.
     let mut aborted: Vec<CheckpointId> = Vec::new();
     let mut stop_seen = false;
+    let mut retention: Option<tokio::task::JoinHandle<()>> = None;
     let mut running = all.len();
     let send_all = |msg: Control| {
         for (_, c) in &controls {
@@ -421,141 +427,159 @@ async fn run_attempt(
         }
     };
 
-    loop {
-        let mut actions = Vec::new();
-        tokio::select! {
-            _ = tick.tick() => actions = coord.poll(now_ms(start)),
-            r = report_rx.recv(), if running > 0 => match r {
-                Some(Report::Ack { id, task, positions, snapshots }) => actions = coord.on_ack(id, task, positions, snapshots),
-                Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
-                Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
-                None => {}
-            },
-            j = tasks.join_next() => match j {
-                Some(Ok((_, Ok(())))) => {
-                    running -= 1;
-                    if running == 0 {
-                        if coord.is_finished() {
-                            return Ok(());
+    // Every return of the loop below leaves through here: a retention pass still
+    // running ends before the attempt does, so that nothing of this attempt touches the
+    // checkpoint directory afterwards.
+    let outcome: Result<()> = async {
+        loop {
+            let mut actions = Vec::new();
+            tokio::select! {
+                _ = tick.tick() => actions = coord.poll(now_ms(start)),
+                r = report_rx.recv(), if running > 0 => match r {
+                    Some(Report::Ack { id, task, positions, snapshots }) => actions = coord.on_ack(id, task, positions, snapshots),
+                    Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
+                    Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
+                    None => {}
+                },
+                j = tasks.join_next() => match j {
+                    Some(Ok((_, Ok(())))) => {
+                        running -= 1;
+                        if running == 0 {
+                            if coord.is_finished() {
+                                return Ok(());
+                            }
+                            return Err(JobError::Other("every task ended before the final checkpoint".into()));
                         }
-                        return Err(JobError::Other("every task ended before the final checkpoint".into()));
                     }
+                    Some(Ok((task, Err(e)))) => {
+                        error!(task = %task, error = %e, "task failed");
+                        return fail_attempt(&mut tasks, e).await;
+                    }
+                    Some(Err(join)) => return fail_attempt(&mut tasks, JobError::Other(format!("task panicked: {join}"))).await,
+                    None => return if coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
+                },
+                _ = stop_requested(stop), if !stop_seen => {
+                    stop_seen = true;
+                    info!(job = %job.name, "stop requested: finishing with a final checkpoint");
+                    coord.on_stop();
+                    send_sources(Control::Stop);
                 }
-                Some(Ok((task, Err(e)))) => {
-                    error!(task = %task, error = %e, "task failed");
-                    return fail_attempt(&mut tasks, e).await;
-                }
-                Some(Err(join)) => return fail_attempt(&mut tasks, JobError::Other(format!("task panicked: {join}"))).await,
-                None => return if coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
-            },
-            _ = stop_requested(stop), if !stop_seen => {
-                stop_seen = true;
-                info!(job = %job.name, "stop requested: finishing with a final checkpoint");
-                coord.on_stop();
-                send_sources(Control::Stop);
             }
-        }
-        let mut queue: std::collections::VecDeque<Action> = actions.into();
-        while let Some(action) = queue.pop_front() {
-            match action {
-                Action::Trigger { id, is_final } => {
-                    // The coordinator owns the sequence; the next attempt starts where
-                    // it stands.
-                    *next_id = coord.next_id();
-                    if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
-                        return fail_attempt(&mut tasks, e.into()).await;
+            let mut queue: std::collections::VecDeque<Action> = actions.into();
+            while let Some(action) = queue.pop_front() {
+                match action {
+                    Action::Trigger { id, is_final } => {
+                        // The coordinator owns the sequence; the next attempt starts where
+                        // it stands.
+                        *next_id = coord.next_id();
+                        if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
+                            return fail_attempt(&mut tasks, e.into()).await;
+                        }
+                        triggered_at = Some((id, Instant::now()));
+                        tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
+                        send_sources(Control::Trigger { id, is_final });
                     }
-                    triggered_at = Some((id, Instant::now()));
-                    tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
-                    send_sources(Control::Trigger { id, is_final });
-                }
-                Action::Publish {
-                    id,
-                    is_final,
-                    positions,
-                    snapshots,
-                } => {
-                    let meta = CheckpointMetadata {
+                    Action::Publish {
                         id,
-                        job_name: job.name.clone(),
-                        fingerprint: job.fingerprint(),
-                        created_ms: wall_ms(),
-                        parallelism: p,
-                        max_parallelism: job.max_parallelism,
                         is_final,
-                        subtasks: snapshots,
                         positions,
-                    };
-                    let d = dir.clone();
-                    let retain = job.checkpoint.retain;
-                    let published = tokio::task::spawn_blocking(move || {
-                        let path = d.publish_with(&meta, &crate::fault::hit)?;
-                        // Retention is housekeeping: its failure does not undo a publish.
-                        if let Err(e) = d.apply_retention(retain) {
-                            warn!(error = %e, "retention failed; older checkpoints stay");
+                        snapshots,
+                    } => {
+                        let meta = CheckpointMetadata {
+                            id,
+                            job_name: job.name.clone(),
+                            fingerprint: job.fingerprint(),
+                            created_ms: wall_ms(),
+                            parallelism: p,
+                            max_parallelism: job.max_parallelism,
+                            is_final,
+                            subtasks: snapshots,
+                            positions,
+                        };
+                        // The previous retention pass ends before this publish: the two never
+                        // list and rename in the checkpoint directory at the same time.
+                        if let Some(r) = retention.take() {
+                            let _ = r.await;
                         }
-                        Ok::<_, lockgate_state::StateError>(path)
-                    })
-                    .await;
-                    let published = match published {
-                        Ok(p) => p,
-                        Err(e) => {
-                            return fail_attempt(
-                                &mut tasks,
-                                JobError::Other(format!(
-                                    "publishing checkpoint {id} panicked: {e}"
-                                )),
-                            )
-                            .await
-                        }
-                    };
-                    match published {
-                        Ok(path) => {
-                            coord.on_published(id, now_ms(start));
-                            let took = triggered_at
-                                .filter(|t| t.0 == id)
-                                .map_or(0, |t| t.1.elapsed().as_millis() as u64);
-                            summary.checkpoints += 1;
-                            summary.last_checkpoint = Some(id);
-                            summary.checkpoint_durations_ms.push(took);
-                            info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
-                            crate::fault::after_publish();
-                            crate::fault::checkpoint_completed();
-                            send_all(Control::Complete { id, is_final });
-                            let (done, later): (Vec<_>, Vec<_>) =
-                                aborted.iter().partition(|a| **a < id);
-                            aborted = later;
-                            for a in done {
-                                if let Err(e) = tokio::task::block_in_place(|| dir.discard(a)) {
-                                    warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                        let d = dir.clone();
+                        let published =
+                            tokio::task::spawn_blocking(move || d.publish_with(&meta, &crate::fault::hit))
+                                .await;
+                        let published = match published {
+                            Ok(p) => p,
+                            Err(e) => {
+                                return fail_attempt(
+                                    &mut tasks,
+                                    JobError::Other(format!(
+                                        "publishing checkpoint {id} panicked: {e}"
+                                    )),
+                                )
+                                .await
+                            }
+                        };
+                        match published {
+                            Ok(path) => {
+                                coord.on_published(id, now_ms(start));
+                                let took = triggered_at
+                                    .filter(|t| t.0 == id)
+                                    .map_or(0, |t| t.1.elapsed().as_millis() as u64);
+                                summary.checkpoints += 1;
+                                summary.last_checkpoint = Some(id);
+                                summary.checkpoint_durations_ms.push(took);
+                                info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
+                                crate::fault::after_publish();
+                                crate::fault::checkpoint_completed();
+                                send_all(Control::Complete { id, is_final });
+                                // Retention is housekeeping after the publish (deleting an old
+                                // checkpoint's files costs as much as it holds): it runs beside
+                                // the job, and its failure does not undo the publish.
+                                let d = dir.clone();
+                                let retain = job.checkpoint.retain;
+                                retention = Some(tokio::task::spawn_blocking(move || {
+                                    if let Err(e) = d.apply_retention(retain) {
+                                        warn!(error = %e, "retention failed; older checkpoints stay");
+                                    }
+                                }));
+                                let (done, later): (Vec<_>, Vec<_>) =
+                                    aborted.iter().partition(|a| **a < id);
+                                aborted = later;
+                                for a in done {
+                                    if let Err(e) = tokio::task::block_in_place(|| dir.discard(a)) {
+                                        warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                    }
                                 }
                             }
-                        }
-                        Err(e) => {
-                            queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
+                            Err(e) => {
+                                queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
+                            }
                         }
                     }
-                }
-                Action::Abort { id, reason } => {
-                    warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
-                    // Removed once a later checkpoint is published (or at the next start).
-                    aborted.push(id);
-                    send_all(Control::Aborted { id });
-                }
-                Action::Fail { failures, last } => {
-                    return fail_attempt(
-                        &mut tasks,
-                        JobError::TooManyCheckpointFailures {
-                            failures,
-                            tolerable: job.checkpoint.tolerable_failures,
-                            last,
-                        },
-                    )
-                    .await;
+                    Action::Abort { id, reason } => {
+                        warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
+                        // Removed once a later checkpoint is published (or at the next start).
+                        aborted.push(id);
+                        send_all(Control::Aborted { id });
+                    }
+                    Action::Fail { failures, last } => {
+                        return fail_attempt(
+                            &mut tasks,
+                            JobError::TooManyCheckpointFailures {
+                                failures,
+                                tolerable: job.checkpoint.tolerable_failures,
+                                last,
+                            },
+                        )
+                        .await;
+                    }
                 }
             }
         }
     }
+    .await;
+    if let Some(r) = retention.take() {
+        let _ = r.await;
+    }
+    outcome
 }
 
 /// Ends a failed attempt: aborts every task and waits until all are gone, so that

@@ -185,8 +185,11 @@ impl SnapshotDir {
         Ok(p)
     }
 
-    /// Writes `_metadata` (fsynced, never overwriting), then renames the directory to
-    /// `chk-N` and fsyncs the root. Subtask files must already be durable.
+    /// Writes `_metadata` (fsynced, never overwriting), fsyncs the pending directory,
+    /// then renames it to `chk-N` and fsyncs the root. Each subtask makes its own files
+    /// and state directory durable before it acknowledges; the one fsync of the pending
+    /// directory, after `_metadata` is in it, makes every entry in it durable before the
+    /// rename to `chk-N` refers to them (a `.inprogress` directory is never restored).
     pub fn publish(&self, meta: &CheckpointMetadata) -> Result<PathBuf> {
         self.publish_with(meta, &|_| {})
     }
@@ -196,12 +199,6 @@ impl SnapshotDir {
     /// (half of `_metadata.tmp` written). The fault harness aborts there.
     pub fn publish_with(&self, meta: &CheckpointMetadata, hook: &dyn Fn(&str)) -> Result<PathBuf> {
         let pending = self.in_progress_path(meta.id);
-        for st in &meta.subtasks {
-            if let Some(d) = &st.state_dir {
-                durable::fsync_dir(&pending.join(d))?;
-            }
-        }
-        durable::fsync_dir(&pending)?;
         hook("before-metadata");
         durable::publish_with_midpoint(&pending, METADATA_FILE, &meta.encode()?, || {
             hook("mid-metadata")
