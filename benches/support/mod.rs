@@ -2,7 +2,9 @@
 //! and jobs run as separate processes of the `lockgate` binary (as users run them).
 #![allow(dead_code)] // each benchmark uses part of it
 
+pub mod checkpoints;
 pub mod end_to_end;
+pub mod recovery;
 pub mod source;
 
 use std::io::BufRead;
