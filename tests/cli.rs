@@ -103,11 +103,15 @@ fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     spec.rate_per_sec = 1_000;
     let j = JobDir::new(tmp.path(), spec);
     let mut child = j.spawn(&[]);
-    // Two checkpoints, the newest with keyed state in an SST file.
+    // Two checkpoints, the newest with keyed state in a file: an SST file, or the copy
+    // of the WAL that holds what is not flushed yet (a small state lives there only).
+    let holds_state = |f: &lockgate::state::metadata::FileEntry| {
+        (f.name.ends_with(".sst") || f.name.ends_with(".log")) && f.size > 0
+    };
     wait::while_running(
         &mut child,
         &j.log(),
-        "2 checkpoints, the newest with an SST file",
+        "2 checkpoints, the newest with keyed state in a file",
         DEADLINE,
         || {
             let chks = j.checkpoints().exists().then(|| j.complete_checkpoints());
@@ -117,7 +121,7 @@ fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
                         m.subtasks
                             .iter()
                             .find(|s| s.state_dir.is_some())
-                            .is_some_and(|s| s.files.iter().any(|f| f.name.ends_with(".sst")))
+                            .is_some_and(|s| s.files.iter().any(holds_state))
                     })
             })
         },
@@ -167,7 +171,7 @@ fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
         .unwrap()
         .files
         .iter()
-        .find(|f| f.name.ends_with(".sst"))
+        .find(|f| holds_state(f))
         .unwrap()
         .name
         .clone();

@@ -32,11 +32,14 @@ fn damage(file: &Path, how: Damage) {
     std::fs::rename(&tmp, file).unwrap();
 }
 
-fn newest_sst(chk: &Path) -> PathBuf {
-    find_newest_sst(chk).unwrap_or_else(|| panic!("no SST file in {}", chk.display()))
+fn newest_state_file(chk: &Path) -> PathBuf {
+    find_newest_state_file(chk)
+        .unwrap_or_else(|| panic!("no keyed state file in {}", chk.display()))
 }
 
-fn find_newest_sst(chk: &Path) -> Option<PathBuf> {
+/// The newest SST file of the keyed state in `chk`, or, while the state is small enough
+/// to live in the memtable only, the copy of the WAL that holds it.
+fn find_newest_state_file(chk: &Path) -> Option<PathBuf> {
     for d in std::fs::read_dir(chk).ok()? {
         let d = d.unwrap().path();
         if d.is_dir()
@@ -45,14 +48,20 @@ fn find_newest_sst(chk: &Path) -> Option<PathBuf> {
                 .to_string_lossy()
                 .starts_with("rolling_sum")
         {
-            let mut ssts: Vec<PathBuf> = std::fs::read_dir(&d)
+            let files: Vec<PathBuf> = std::fs::read_dir(&d)
                 .unwrap()
                 .map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+                .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
                 .collect();
-            ssts.sort();
-            if let Some(p) = ssts.pop() {
-                return Some(p);
+            for ext in ["sst", "log"] {
+                let mut of: Vec<&PathBuf> = files
+                    .iter()
+                    .filter(|p| p.extension().is_some_and(|e| e == ext))
+                    .collect();
+                of.sort();
+                if let Some(p) = of.pop() {
+                    return Some(p.clone());
+                }
             }
         }
     }
@@ -73,8 +82,8 @@ fn fall_back_past(target: fn(&Path) -> PathBuf, how: Damage) {
     let spec = slow_spec();
     let j = JobDir::new(&tmp.path().join("job"), spec.clone());
     let mut child = j.spawn(&[]);
-    // Keyed state only grows: once the newest checkpoint holds an SST, every later one
-    // does too.
+    // Keyed state only grows: once the newest checkpoint holds it in a file (an SST, or
+    // the WAL copy), every later one does too.
     wait::while_running(
         &mut child,
         &j.log(),
@@ -82,7 +91,9 @@ fn fall_back_past(target: fn(&Path) -> PathBuf, how: Damage) {
         DEADLINE,
         || {
             let chks = j.checkpoints().exists().then(|| j.complete_checkpoints());
-            chks.is_some_and(|c| c.len() >= 3 && find_newest_sst(c.last().unwrap()).is_some())
+            chks.is_some_and(|c| {
+                c.len() >= 3 && find_newest_state_file(c.last().unwrap()).is_some()
+            })
         },
     );
     assert!(sigkill(&mut child), "the job ended before its kill");
@@ -152,12 +163,12 @@ fn restore_skips_newest_checkpoint_with_truncated_metadata() {
 
 #[test]
 fn restore_skips_newest_checkpoint_with_flipped_state_file_byte() {
-    fall_back_past(newest_sst, Damage::FlipByte);
+    fall_back_past(newest_state_file, Damage::FlipByte);
 }
 
 #[test]
 fn restore_skips_newest_checkpoint_with_truncated_state_file() {
-    fall_back_past(newest_sst, Damage::Truncate);
+    fall_back_past(newest_state_file, Damage::Truncate);
 }
 
 #[test]
