@@ -338,7 +338,7 @@ pub fn complete_checkpoints(checkpoint_dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Damages the newest complete checkpoint: a flipped byte or a truncation of its
-/// `_metadata` or of one of its state files. Returns the checkpoint's directory and what
+/// `_metadata` or of one of its keyed state files (SSTs and WAL copies). Returns the checkpoint's directory and what
 /// was done.
 pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<(PathBuf, String)> {
     let newest = complete_checkpoints(checkpoint_dir).pop()?;
@@ -352,7 +352,10 @@ pub fn corrupt_latest(checkpoint_dir: &Path, rng: &mut impl Rng) -> Option<(Path
                 files.extend(
                     inner
                         .filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|p| p.extension().is_some_and(|x| x == "sst")),
+                        // SST files, and the WAL copy that holds what is not
+                        // flushed yet (all of a small state).
+                        .filter(|p| p.extension().is_some_and(|x| x == "sst" || x == "log"))
+                        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0)),
                 );
             }
         }
