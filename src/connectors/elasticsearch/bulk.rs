@@ -35,11 +35,13 @@ use rand::{Rng, SeedableRng};
 use serde::de::{Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 /// What to do with a refused action (Flink's ActionRequestFailureHandler).
@@ -243,7 +245,7 @@ impl BulkProcessor {
             handler,
             dead_letter,
             batcher: Batcher::new(limits, 0),
-            in_flight: JoinSet::new(),
+            in_flight: Vec::new(),
             waiters: Vec::new(),
             epoch: Instant::now(),
             rng: rand::rngs::SmallRng::from_entropy(),
@@ -336,6 +338,25 @@ impl BulkProcessor {
     }
 }
 
+/// A request out: its id, its node, and what came back.
+type InFlight = Pin<Box<dyn Future<Output = (RequestId, usize, Sent)> + Send>>;
+
+/// The first of `in_flight` to be answered (there are at most `max_in_flight`, so
+/// polling each on a wake-up costs nothing). Cancel safe: the requests stay in the set.
+fn next_answer(
+    in_flight: &mut Vec<InFlight>,
+) -> impl Future<Output = (RequestId, usize, Sent)> + '_ {
+    std::future::poll_fn(move |cx| {
+        for i in 0..in_flight.len() {
+            if let Poll::Ready(answer) = in_flight[i].as_mut().poll(cx) {
+                drop(in_flight.swap_remove(i));
+                return Poll::Ready(answer);
+            }
+        }
+        Poll::Pending
+    })
+}
+
 enum Sent {
     /// `errors: false`: every item written; how many item results there were.
     Written(usize),
@@ -358,7 +379,9 @@ struct Service {
     dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
     batcher: Batcher<Item>,
-    in_flight: JoinSet<(RequestId, usize, Sent)>,
+    /// The requests out, polled by this task itself: a response is acted on, and the
+    /// next request sent, without a hand-off to another task and back.
+    in_flight: Vec<InFlight>,
     waiters: Vec<oneshot::Sender<()>>,
     /// The batcher's clock starts here.
     epoch: Instant,
@@ -412,10 +435,9 @@ impl Service {
                     Some(Cmd::Close(w)) => closing = Some(w),
                     None => return,
                 },
-                Some(done) = self.in_flight.join_next(), if !self.in_flight.is_empty() => match done {
-                    Ok((id, node, sent)) => self.complete(id, node, sent),
-                    Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
-                },
+                (id, node, sent) = next_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                    self.complete(id, node, sent)
+                }
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = self.shared.room_wanted.notified() => {}
             }
@@ -472,7 +494,8 @@ impl Service {
                 self.shared.resolve(1);
             }
             FailureDecision::DeadLetter(topic) => {
-                match self.dead_letter(&action, &failure, &topic).await {
+                match Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await
+                {
                     Ok(()) => self.shared.resolve(1),
                     Err(e) => self.shared.fail(e),
                 }
@@ -507,8 +530,9 @@ impl Service {
             let node = self.selector.pick(now);
             let client = self.clients[node].clone();
             let body = Bytes::from(body);
-            self.in_flight
-                .spawn(async move { (id, node, send_bulk(&client, body).await) });
+            self.in_flight.push(Box::pin(async move {
+                (id, node, send_bulk(&client, body).await)
+            }));
         }
     }
 
@@ -690,7 +714,8 @@ impl Service {
                 }
             }
             FailureDecision::DeadLetter(topic) => {
-                let written = self.dead_letter(&action, &failure, &topic).await;
+                let written =
+                    Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await;
                 self.batcher.settle_refused(refusal);
                 match written {
                     Ok(()) => self.shared.resolve(1),
@@ -702,13 +727,15 @@ impl Service {
 
     /// Writes the original record and the error to the dead-letter topic, waiting for
     /// the broker's acknowledgement: only then is the action resolved.
+    /// (An associated function: what it holds across the wait is the writer, not the
+    /// service, whose requests in flight are not `Sync`.)
     async fn dead_letter(
-        &self,
+        writer: Option<&DeadLetterWriter>,
         action: &BulkAction,
         failure: &ItemFailure,
         topic: &str,
     ) -> Result<(), String> {
-        let writer = self.dead_letter.as_ref().ok_or_else(|| {
+        let writer = writer.ok_or_else(|| {
             format!("dead-letter to {topic}: no Kafka bootstrap servers configured")
         })?;
         let error = format!(
