@@ -503,8 +503,12 @@ mod tests {
                             continue;
                         }
                         out.push(Record {
-                            key: k.map(<[u8]>::to_vec),
-                            value: if tombstone { Vec::new() } else { v.to_vec() },
+                            key: k.map(Bytes::copy_from_slice),
+                            value: if tombstone {
+                                Bytes::new()
+                            } else {
+                                Bytes::copy_from_slice(v)
+                            },
                             origin: o.clone(),
                             timestamp: Some(1_772_874_302_123),
                             tombstone,
