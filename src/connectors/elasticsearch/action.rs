@@ -2,10 +2,10 @@
 //! one document operation.
 
 use super::config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
+use super::encode::{action_line, Body, Encoder, Id};
 use super::index_name::IndexTemplate;
 use crate::error::{JobError, Result};
 use crate::record::{Origin, Record};
-use std::io::Write;
 use tracing::warn;
 
 /// A bulk operation type.
@@ -93,16 +93,13 @@ impl BulkAction {
 
     /// Appends the action's NDJSON lines to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let _ = write!(out, "{{\"{}\":{{\"_index\":", self.op.name());
-        json_string(out, &self.index);
-        if let Some(id) = &self.id {
-            out.extend_from_slice(b",\"_id\":");
-            json_string(out, id);
-        }
-        if let Some(v) = self.version {
-            let _ = write!(out, ",\"version\":{v},\"version_type\":\"external\"");
-        }
-        out.extend_from_slice(b"}}\n");
+        action_line(
+            out,
+            self.op,
+            &self.index,
+            self.id.as_deref().map(Id::Str),
+            self.version,
+        );
         if let Some(b) = &self.body {
             out.extend_from_slice(b);
             out.push(b'\n');
@@ -148,13 +145,17 @@ pub fn frame(body: &[u8]) -> std::result::Result<Option<Vec<u8>>, String> {
         .map_err(|e| format!("the document cannot be written: {e}"))
 }
 
-fn json_string(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
-}
-
 /// Turns a record into bulk actions (zero, one or several).
 pub trait ActionBuilder: Send {
     fn build(&mut self, record: &Record, out: &mut Vec<BulkAction>) -> Result<()>;
+
+    /// Appends the record's actions to `out`, encoded as bulk request lines: the same
+    /// actions [`ActionBuilder::build`] makes, which is what the default does. A builder
+    /// may write them straight into the encoder's buffer instead, saving the
+    /// allocations of a [`BulkAction`] per record ([`ConfigActionBuilder`] does).
+    fn encode(&mut self, record: &Record, out: &mut Encoder) -> Result<()> {
+        out.push_built(|actions| self.build(record, actions))
+    }
 }
 
 impl<F> ActionBuilder for F
@@ -320,7 +321,63 @@ pub fn document_id(
     }
 }
 
+impl ConfigActionBuilder {
+    /// Writes the record's action straight into `out` when it is the common case (a
+    /// fixed index, an id from the coordinates or a UTF-8 key, a body that frames);
+    /// returns false, having written nothing, for anything else, which
+    /// [`ActionBuilder::build`] then makes. Both write the same lines.
+    pub(crate) fn encode_direct(&self, record: &Record, out: &mut Encoder) -> bool {
+        if record.tombstone {
+            return false;
+        }
+        let Some(index) = self.index.fixed() else {
+            return false;
+        };
+        let version = match (self.versioning, &record.origin) {
+            (Versioning::None, _) => None,
+            (Versioning::External, Some(o)) => Some(o.offset),
+            (Versioning::External, None) => return false,
+        };
+        let id = match (&self.id, &record.origin, &record.key) {
+            (IdStrategy::Coordinates, Some(o), _) => {
+                Id::Coordinates(&o.stream, o.partition, o.offset)
+            }
+            (IdStrategy::Key, _, Some(k)) => match std::str::from_utf8(k) {
+                Ok(k) => Id::Str(k),
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+        let value: &[u8] = &record.value;
+        let Ok(reframed) = frame(value) else {
+            return false;
+        };
+        let (op, body) = match self.operation {
+            Operation::Index => (OpType::Index, Body::Record(value)),
+            Operation::Create => (OpType::Create, Body::Record(value)),
+            Operation::Upsert => (OpType::Update, Body::UpsertOf(value)),
+        };
+        out.push_lines(
+            op,
+            index,
+            id,
+            version,
+            body,
+            reframed,
+            record.origin.clone(),
+        );
+        true
+    }
+}
+
 impl ActionBuilder for ConfigActionBuilder {
+    fn encode(&mut self, record: &Record, out: &mut Encoder) -> Result<()> {
+        if self.encode_direct(record, out) {
+            return Ok(());
+        }
+        out.push_built(|actions| self.build(record, actions))
+    }
+
     fn build(&mut self, record: &Record, out: &mut Vec<BulkAction>) -> Result<()> {
         let made = if record.tombstone {
             match self.tombstone(record)? {

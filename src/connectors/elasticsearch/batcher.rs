@@ -34,7 +34,10 @@
 use super::coalesce::Effect;
 use super::item_result::{Outcome, RequestOutcome};
 use super::retry::backoff;
+use bytes::Bytes;
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher as _;
 
 /// The limits the batcher keeps.
 #[derive(Debug, Clone)]
@@ -98,6 +101,9 @@ pub struct ItemResult {
 /// What came back for a request.
 #[derive(Debug, Clone)]
 pub enum Response {
+    /// Every item was written: Elasticsearch answered `errors: false`, with this many
+    /// item results (a count that differs from the request's retries it whole).
+    Written(usize),
     /// Item results by position.
     Items(Vec<ItemResult>),
     /// No item results: what the request's failure means, and why.
@@ -107,11 +113,65 @@ pub enum Response {
 /// A request's id, for [`Batcher::on_response`].
 pub type RequestId = u64;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Key {
-    Doc(String),
-    /// An action without an id: nothing to order against.
-    Alone(u64),
+/// A document's identity (its index and id): two actions are on the same document
+/// exactly when their keys are equal, so every key one batcher sees must come from the
+/// same encoding. Cloning it costs a reference count, not a copy: the bulk processor's
+/// keys are slices of the encoded action lines.
+///
+/// The key carries its hash, computed once while its bytes are fresh: when a document's
+/// last action is resolved, its key leaves the batcher's map without its bytes (by
+/// then cold, somewhere in an old batch's buffer) being read again.
+#[derive(Debug, Clone)]
+pub struct DocKey {
+    hash: u64,
+    bytes: Bytes,
+}
+
+impl DocKey {
+    /// The key of these bytes.
+    pub fn new(bytes: Bytes) -> DocKey {
+        // A fixed hash function; the map hashes it again with its random state.
+        let mut h = std::hash::DefaultHasher::new();
+        h.write(&bytes);
+        DocKey {
+            hash: h.finish(),
+            bytes,
+        }
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl PartialEq for DocKey {
+    fn eq(&self, other: &DocKey) -> bool {
+        self.hash == other.hash
+            && ((self.bytes.as_ptr() == other.bytes.as_ptr()
+                && self.bytes.len() == other.bytes.len())
+                || self.bytes == other.bytes)
+    }
+}
+
+impl Eq for DocKey {}
+
+impl std::hash::Hash for DocKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl From<String> for DocKey {
+    fn from(s: String) -> DocKey {
+        DocKey::new(Bytes::from(s))
+    }
+}
+
+impl From<&str> for DocKey {
+    fn from(s: &str) -> DocKey {
+        DocKey::new(Bytes::copy_from_slice(s.as_bytes()))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -127,7 +187,8 @@ enum State {
 }
 
 struct Entry<T> {
-    key: Key,
+    /// The entry's document, an index into `groups`.
+    group: usize,
     effect: Effect,
     bytes: usize,
     attempts: u32,
@@ -136,10 +197,79 @@ struct Entry<T> {
     payload: Option<T>,
 }
 
-#[derive(Default)]
+/// The live actions of one document, in order. Almost every document has one at a
+/// time, held inline: the order check allocates only for a document with several.
+#[derive(Debug, Default)]
+enum Slots {
+    #[default]
+    Empty,
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Slots {
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Slots::Empty => &[],
+            Slots::One(s) => std::slice::from_ref(s),
+            Slots::Many(v) => v,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    fn position(&self, slot: usize) -> Option<usize> {
+        self.as_slice().iter().position(|&s| s == slot)
+    }
+
+    fn insert(&mut self, at: usize, slot: usize) {
+        *self = match std::mem::take(self) {
+            Slots::Empty => Slots::One(slot),
+            Slots::One(s) => {
+                let mut v = vec![s];
+                v.insert(at, slot);
+                Slots::Many(v)
+            }
+            Slots::Many(mut v) => {
+                v.insert(at, slot);
+                Slots::Many(v)
+            }
+        };
+    }
+
+    fn push_back(&mut self, slot: usize) {
+        self.insert(self.len(), slot);
+    }
+
+    /// Removes `slot` if it is there.
+    fn remove_slot(&mut self, slot: usize) {
+        match self {
+            Slots::One(s) if *s == slot => *self = Slots::Empty,
+            Slots::Many(v) => {
+                if let Some(at) = v.iter().position(|&s| s == slot) {
+                    v.remove(at);
+                }
+                if v.is_empty() {
+                    *self = Slots::Empty;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 struct Group {
+    /// The document's key in `Batcher::docs`; None for an action without an id,
+    /// which has nothing to order against.
+    key: Option<DocKey>,
     /// Every live action of the document, in order.
-    items: VecDeque<usize>,
+    items: Slots,
     /// How many of them are not queued.
     outstanding: usize,
     in_ready: bool,
@@ -159,9 +289,13 @@ pub struct Batcher<T> {
     limits: Limits,
     entries: Vec<Option<Entry<T>>>,
     free: Vec<usize>,
-    groups: HashMap<Key, Group>,
+    /// Documents with live actions, by slot; a slot is reused once its document has none.
+    groups: Vec<Option<Group>>,
+    free_groups: Vec<usize>,
+    /// The group of each document with live actions.
+    docs: HashMap<DocKey, usize>,
     /// Documents with queued actions and nothing outstanding, each once.
-    ready: VecDeque<Key>,
+    ready: VecDeque<usize>,
     queued_actions: usize,
     queued_bytes: usize,
     in_flight: HashMap<RequestId, Vec<usize>>,
@@ -179,6 +313,31 @@ pub struct Batcher<T> {
     counters: Counters,
 }
 
+impl Group {
+    fn new(key: Option<DocKey>) -> Group {
+        Group {
+            key,
+            items: Slots::Empty,
+            outstanding: 0,
+            in_ready: false,
+        }
+    }
+}
+
+/// Puts `value` in a free slot of `slab`, or a new one; returns the slot.
+fn slab_insert<V>(slab: &mut Vec<Option<V>>, free: &mut Vec<usize>, value: V) -> usize {
+    match free.pop() {
+        Some(s) => {
+            slab[s] = Some(value);
+            s
+        }
+        None => {
+            slab.push(Some(value));
+            slab.len() - 1
+        }
+    }
+}
+
 impl<T> Batcher<T> {
     /// An empty batcher; `now_ms` starts the interval clock.
     pub fn new(limits: Limits, now_ms: u64) -> Batcher<T> {
@@ -186,7 +345,9 @@ impl<T> Batcher<T> {
             limits,
             entries: Vec::new(),
             free: Vec::new(),
-            groups: HashMap::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            docs: HashMap::new(),
             ready: VecDeque::new(),
             queued_actions: 0,
             queued_bytes: 0,
@@ -241,9 +402,28 @@ impl<T> Batcher<T> {
             .unwrap_or_default()
     }
 
+    /// Calls `f` on each action of request `id` while it is in flight (the processor
+    /// gives an action that will stay a while its own copy of its bytes).
+    pub fn for_each_in_flight_mut(&mut self, id: RequestId, mut f: impl FnMut(&mut T)) {
+        let Some(batch) = self.in_flight.get(&id) else {
+            return;
+        };
+        for &s in batch {
+            if let Some(p) = self.entries[s].as_mut().and_then(|e| e.payload.as_mut()) {
+                f(p);
+            }
+        }
+    }
+
     /// Takes what was resolved since the last call, in order.
     pub fn drain_resolved(&mut self) -> Vec<Resolution<T>> {
         std::mem::take(&mut self.resolved)
+    }
+
+    /// Moves what was resolved since the last call to the end of `out`, in order;
+    /// `out` keeps its allocation from call to call.
+    pub fn drain_resolved_into(&mut self, out: &mut Vec<Resolution<T>>) {
+        out.append(&mut self.resolved);
     }
 
     fn entry(&self, slot: usize) -> &Entry<T> {
@@ -254,84 +434,98 @@ impl<T> Batcher<T> {
         self.entries[slot].as_mut().expect("a live entry")
     }
 
-    fn group(&mut self, key: &Key) -> &mut Group {
-        self.groups.get_mut(key).expect("the entry's group")
+    fn group(&self, g: usize) -> &Group {
+        self.groups[g].as_ref().expect("a live group")
+    }
+
+    fn group_mut(&mut self, g: usize) -> &mut Group {
+        self.groups[g].as_mut().expect("a live group")
     }
 
     fn insert(&mut self, e: Entry<T>) -> usize {
         self.pending += 1;
         self.held_bytes += e.bytes;
-        match self.free.pop() {
-            Some(s) => {
-                self.entries[s] = Some(e);
-                s
-            }
-            None => {
-                self.entries.push(Some(e));
-                self.entries.len() - 1
-            }
-        }
+        slab_insert(&mut self.entries, &mut self.free, e)
     }
 
-    /// Removes an entry from its group and from `pending`; returns its payload.
-    fn remove(&mut self, slot: usize) -> T {
+    /// Takes an entry out of its group and out of `pending`, leaving the group as it
+    /// is (the caller calls `make_ready`); returns the entry.
+    fn detach(&mut self, slot: usize) -> Entry<T> {
         let e = self.entries[slot].take().expect("a live entry");
         self.free.push(slot);
         self.pending -= 1;
         self.held_bytes -= e.bytes;
-        if let Some(g) = self.groups.get_mut(&e.key) {
-            if let Some(at) = g.items.iter().position(|&x| x == slot) {
-                g.items.remove(at);
-            }
-            if e.state == State::Queued {
-                self.queued_actions -= 1;
-                self.queued_bytes -= e.bytes;
-            } else {
-                g.outstanding -= 1;
-            }
+        let queued = e.state == State::Queued;
+        let g = self.group_mut(e.group);
+        g.items.remove_slot(slot);
+        if !queued {
+            g.outstanding -= 1;
         }
-        self.make_ready(&e.key);
+        if queued {
+            self.queued_actions -= 1;
+            self.queued_bytes -= e.bytes;
+        }
+        e
+    }
+
+    /// Removes an entry from its group and from `pending`; returns its payload.
+    fn remove(&mut self, slot: usize) -> T {
+        let e = self.detach(slot);
+        self.make_ready(e.group);
         e.payload.expect("a payload not held by the handler")
     }
 
     /// Sets an entry's state, keeping the counts of its group.
     fn set_state(&mut self, slot: usize, state: State) {
-        let (key, was, bytes) = {
-            let e = self.entry(slot);
-            (e.key.clone(), e.state.clone(), e.bytes)
-        };
-        let (was_q, is_q) = (was == State::Queued, state == State::Queued);
-        self.entry_mut(slot).state = state;
+        let e = self.entry_mut(slot);
+        let (g, bytes) = (e.group, e.bytes);
+        let was_q = e.state == State::Queued;
+        let is_q = state == State::Queued;
+        e.state = state;
         if was_q && !is_q {
-            self.group(&key).outstanding += 1;
+            self.group_mut(g).outstanding += 1;
             self.queued_actions -= 1;
             self.queued_bytes -= bytes;
         } else if !was_q && is_q {
-            self.group(&key).outstanding -= 1;
+            self.group_mut(g).outstanding -= 1;
             self.queued_actions += 1;
             self.queued_bytes += bytes;
         }
-        self.make_ready(&key);
+        self.make_ready(g);
     }
 
-    fn make_ready(&mut self, key: &Key) {
-        if let Some(g) = self.groups.get_mut(key) {
-            if g.outstanding == 0 && !g.items.is_empty() && !g.in_ready {
-                g.in_ready = true;
-                self.ready.push_back(key.clone());
+    /// Puts a document with queued actions and nothing outstanding in the ready queue,
+    /// and frees the group of a document with no live action left.
+    fn make_ready(&mut self, g: usize) {
+        let grp = self.group_mut(g);
+        if grp.outstanding == 0 && !grp.items.is_empty() && !grp.in_ready {
+            grp.in_ready = true;
+            self.ready.push_back(g);
+        } else if grp.items.is_empty() && !grp.in_ready {
+            if let Some(k) = self.groups[g].take().and_then(|grp| grp.key) {
+                self.docs.remove(&k);
             }
-            if g.items.is_empty() && !g.in_ready {
-                self.groups.remove(key);
-            }
+            self.free_groups.push(g);
         }
     }
 
-    fn key_of(&mut self, doc: Option<String>) -> Key {
-        match doc {
-            Some(d) => Key::Doc(d),
-            None => {
-                self.next_id += 1;
-                Key::Alone(self.next_id)
+    /// The group of document `doc`, made if it has none (None: an action without an
+    /// id, which gets a group of its own).
+    fn group_of(&mut self, doc: Option<DocKey>) -> usize {
+        let Some(doc) = doc else {
+            return slab_insert(&mut self.groups, &mut self.free_groups, Group::new(None));
+        };
+        let key = doc.clone();
+        match self.docs.entry(doc) {
+            MapEntry::Occupied(o) => *o.get(),
+            MapEntry::Vacant(v) => {
+                let g = slab_insert(
+                    &mut self.groups,
+                    &mut self.free_groups,
+                    Group::new(Some(key)),
+                );
+                v.insert(g);
+                g
             }
         }
     }
@@ -340,47 +534,43 @@ impl<T> Batcher<T> {
     /// coalescing, queued actions it makes irrelevant are resolved as
     /// [`Resolution::Coalesced`].
     pub fn add(&mut self, doc: Option<String>, effect: Effect, bytes: usize, payload: T) {
-        let key = self.key_of(doc);
+        self.add_doc(doc.map(DocKey::from), effect, bytes, payload);
+    }
+
+    /// [`Batcher::add`] with the document's key as the caller encodes it.
+    pub fn add_doc(&mut self, doc: Option<DocKey>, effect: Effect, bytes: usize, payload: T) {
+        let g = self.group_of(doc);
         if self.limits.coalesce {
             // Only a queued tail is coalesced: an action that left the queue (in a
             // request, awaiting a retry or a handler) keeps its place.
-            let drop: Vec<usize> = self.groups.get(&key).map_or_else(Vec::new, |g| {
-                g.items
-                    .iter()
-                    .rev()
-                    .take_while(|&&s| {
-                        let older = self.entries[s].as_ref().expect("a live entry");
-                        older.state == State::Queued && effect.supersedes(&older.effect)
-                    })
-                    .copied()
-                    .collect()
-            });
-            for s in drop {
-                let p = self.remove(s);
+            while let Some(&s) = self.group(g).items.as_slice().last() {
+                let older = self.entry(s);
+                if older.state != State::Queued || !effect.supersedes(&older.effect) {
+                    break;
+                }
+                // The group stays: the new action joins it below.
+                let e = self.detach(s);
                 self.counters.coalesced += 1;
+                let p = e.payload.expect("a queued payload");
                 self.resolved.push(Resolution::Coalesced(p));
             }
         }
-        self.append(key, effect, bytes, 0, payload);
+        self.append(g, effect, bytes, 0, payload);
     }
 
-    fn append(&mut self, key: Key, effect: Effect, bytes: usize, attempts: u32, payload: T) {
+    fn append(&mut self, g: usize, effect: Effect, bytes: usize, attempts: u32, payload: T) {
         let slot = self.insert(Entry {
-            key: key.clone(),
+            group: g,
             effect,
             bytes,
             attempts,
             state: State::Queued,
             payload: Some(payload),
         });
-        self.groups
-            .entry(key.clone())
-            .or_default()
-            .items
-            .push_back(slot);
+        self.group_mut(g).items.push_back(slot);
         self.queued_actions += 1;
         self.queued_bytes += bytes;
-        self.make_ready(&key);
+        self.make_ready(g);
     }
 
     /// The failure handler settled a refused action (dead-lettered, dropped, or the job
@@ -391,11 +581,10 @@ impl<T> Batcher<T> {
         self.free.push(slot);
         self.pending -= 1;
         self.held_bytes -= e.bytes;
-        if let Some(g) = self.groups.get_mut(&e.key) {
-            g.items.retain(|&x| x != slot);
-            g.outstanding -= 1;
-        }
-        self.make_ready(&e.key);
+        let g = self.group_mut(e.group);
+        g.items.remove_slot(slot);
+        g.outstanding -= 1;
+        self.make_ready(e.group);
     }
 
     /// The failure handler's replacements for a refused action, each `(document,
@@ -408,23 +597,37 @@ impl<T> Batcher<T> {
         refusal: Refusal,
         replacements: Vec<(Option<String>, Effect, usize, T)>,
     ) {
+        let replacements = replacements
+            .into_iter()
+            .map(|(doc, effect, bytes, payload)| (doc.map(DocKey::from), effect, bytes, payload))
+            .collect();
+        self.requeue_docs(refusal, replacements);
+    }
+
+    /// [`Batcher::requeue`] with the documents' keys as the caller encodes them.
+    pub fn requeue_docs(
+        &mut self,
+        refusal: Refusal,
+        replacements: Vec<(Option<DocKey>, Effect, usize, T)>,
+    ) {
         let slot = refusal.0;
-        let (key, attempts, overtaken) = {
+        let (g, attempts, overtaken) = {
             let e = self.entry(slot);
             let State::Refused { overtaken } = &e.state else {
                 panic!("requeue of an action that is not refused");
             };
-            (e.key.clone(), e.attempts + 1, overtaken.clone())
+            (e.group, e.attempts + 1, overtaken.clone())
         };
         let mut at = self
-            .groups
-            .get(&key)
-            .and_then(|g| g.items.iter().position(|&x| x == slot))
+            .group(g)
+            .items
+            .position(slot)
             .expect("the refusal's place");
         for (doc, effect, bytes, payload) in replacements {
-            let rkey = self.key_of(doc);
-            if rkey != key {
-                self.append(rkey, effect, bytes, attempts, payload);
+            let same = doc.as_ref().is_some_and(|d| self.docs.get(d) == Some(&g));
+            if !same {
+                let other = self.group_of(doc);
+                self.append(other, effect, bytes, attempts, payload);
                 continue;
             }
             if let Some(later) = &overtaken {
@@ -441,14 +644,14 @@ impl<T> Batcher<T> {
                 continue;
             }
             let new = self.insert(Entry {
-                key: key.clone(),
+                group: g,
                 effect,
                 bytes,
                 attempts,
                 state: State::Queued,
                 payload: Some(payload),
             });
-            self.group(&key).items.insert(at, new);
+            self.group_mut(g).items.insert(at, new);
             at += 1;
             self.queued_actions += 1;
             self.queued_bytes += bytes;
@@ -467,11 +670,11 @@ impl<T> Batcher<T> {
             .partition(|(t, _)| *t <= now_ms);
         self.retries = later;
         for slot in due.into_iter().flat_map(|(_, b)| b) {
-            let key = self.entry(slot).key.clone();
-            let behind = self.groups.get(&key).and_then(|g| {
-                let at = g.items.iter().position(|&x| x == slot)?;
-                g.items.get(at + 1).copied()
-            });
+            let items = self.group(self.entry(slot).group).items.as_slice();
+            let behind = items
+                .iter()
+                .position(|&x| x == slot)
+                .and_then(|at| items.get(at + 1).copied());
             let superseded = self.limits.coalesce
                 && behind.is_some_and(|b| {
                     let b = self.entry(b);
@@ -522,15 +725,15 @@ impl<T> Batcher<T> {
 
     fn build(&mut self) -> Vec<usize> {
         let (max_actions, max_bytes) = (self.limits.max_actions.max(1), self.limits.max_bytes);
-        let mut batch = Vec::new();
+        let mut batch = Vec::with_capacity(max_actions.min(self.queued_actions));
         let mut bytes = 0;
-        while let Some(key) = self.ready.pop_front() {
-            let g = self.groups.get(&key).expect("a ready group");
+        while let Some(g) = self.ready.pop_front() {
+            let items = self.group(g).items.as_slice();
             // The first action, and those after it that each supersede the one before.
             let mut take = 1;
-            let mut take_bytes = self.entry(g.items[0]).bytes;
-            while take < g.items.len() {
-                let (prev, next) = (self.entry(g.items[take - 1]), self.entry(g.items[take]));
+            let mut take_bytes = self.entry(items[0]).bytes;
+            while take < items.len() {
+                let (prev, next) = (self.entry(items[take - 1]), self.entry(items[take]));
                 if !next.effect.supersedes(&prev.effect)
                     || batch.len() + take + 1 > max_actions
                     || bytes + take_bytes + next.bytes > max_bytes
@@ -542,16 +745,15 @@ impl<T> Batcher<T> {
             }
             let fits = batch.len() + take <= max_actions && bytes + take_bytes <= max_bytes;
             if !batch.is_empty() && !fits {
-                self.ready.push_front(key);
+                self.ready.push_front(g);
                 break;
             }
-            let g = self.group(&key);
-            g.in_ready = false;
-            let slots: Vec<usize> = g.items.iter().take(take).copied().collect();
-            for &s in &slots {
+            self.group_mut(g).in_ready = false;
+            for i in 0..take {
+                let s = self.group(g).items.as_slice()[i];
                 self.set_state(s, State::InFlight);
+                batch.push(s);
             }
-            batch.extend(slots);
             bytes += take_bytes;
         }
         batch
@@ -565,6 +767,17 @@ impl<T> Batcher<T> {
             return;
         };
         match response {
+            Response::Written(n) if n == batch.len() => {
+                self.resolved.reserve(n);
+                for slot in batch {
+                    let p = self.remove(slot);
+                    self.resolved.push(Resolution::Written(p));
+                }
+            }
+            Response::Written(n) => {
+                let why = format!("{n} item results for {} actions", batch.len());
+                self.retry(batch, &why, now_ms, jitter)
+            }
             Response::Items(items) if items.len() == batch.len() => {
                 self.on_items(batch, items, now_ms, jitter)
             }
@@ -588,7 +801,7 @@ impl<T> Batcher<T> {
         // before: what a later written action of its document supersedes is moot.
         let mut written_later: Vec<Option<Effect>> = vec![None; batch.len()];
         for i in (0..batch.len().saturating_sub(1)).rev() {
-            if self.entry(batch[i]).key != self.entry(batch[i + 1]).key {
+            if self.entry(batch[i]).group != self.entry(batch[i + 1]).group {
                 continue;
             }
             written_later[i] = match items[i + 1].outcome {
@@ -696,9 +909,10 @@ impl<T> Batcher<T> {
             return;
         }
         let second = batch.split_off(batch.len() / 2);
-        let cut = self.entry(*batch.last().expect("a first half")).key.clone();
-        let (back, second): (Vec<usize>, Vec<usize>) =
-            second.into_iter().partition(|&s| self.entry(s).key == cut);
+        let cut = self.entry(*batch.last().expect("a first half")).group;
+        let (back, second): (Vec<usize>, Vec<usize>) = second
+            .into_iter()
+            .partition(|&s| self.entry(s).group == cut);
         for slot in back {
             self.set_state(slot, State::Queued);
         }
@@ -736,8 +950,9 @@ impl<T> Batcher<T> {
         }
         let doomed: Vec<usize> = self
             .groups
-            .values()
-            .flat_map(|g| g.items.iter().copied())
+            .iter()
+            .flatten()
+            .flat_map(|g| g.items.as_slice().iter().copied())
             .filter(|&s| self.entry(s).state != State::InFlight)
             .collect();
         let n = doomed.len();
@@ -748,10 +963,15 @@ impl<T> Batcher<T> {
                 self.remove(s);
             }
         }
-        for g in self.groups.values_mut() {
-            g.in_ready = false;
-        }
         self.ready.clear();
+        // Documents that were ready and are now empty are freed; the others (in flight)
+        // become ready again when their requests are answered.
+        for g in 0..self.groups.len() {
+            if let Some(grp) = self.groups[g].as_mut() {
+                grp.in_ready = false;
+                self.make_ready(g);
+            }
+        }
         n
     }
 }
@@ -816,6 +1036,35 @@ mod tests {
             Some("d".into()),
             json!({ "v": v }).to_string().into_bytes(),
         )
+    }
+
+    #[test]
+    fn a_request_written_whole_resolves_every_action_and_a_miscount_retries_it() {
+        let mut b = Batcher::new(limits(1000, 2, false), 0);
+        for v in 0..3 {
+            b.add(Some(format!("d{v}")), Effect::Opaque, 10, v);
+        }
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Written(2), 1, 0.5);
+        assert_eq!(
+            (b.pending(), b.counters().retried),
+            (3, 3),
+            "2 results for 3"
+        );
+        assert!(b.drain_resolved().is_empty());
+        let (id, payloads) = b.next_request(1000, true).unwrap();
+        assert_eq!(payloads, vec![&0, &1, &2]);
+        b.on_response(id, Response::Written(3), 1001, 0.5);
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+        let written: Vec<_> = b
+            .drain_resolved()
+            .into_iter()
+            .map(|r| match r {
+                Resolution::Written(v) => v,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(written, vec![0, 1, 2]);
     }
 
     #[test]
@@ -918,6 +1167,9 @@ mod tests {
     #[derive(Debug, Clone)]
     enum How {
         AllOk,
+        /// Everything applied, answered as `errors: false` is: without item results,
+        /// unless an item was a conflict (a 409 is an error, so the items are read).
+        NoErrors,
         /// Item i is rejected with 429 where bit i % 8 is set.
         Reject429(u8),
         Whole503,
@@ -957,6 +1209,7 @@ mod tests {
             2 => any::<bool>().prop_map(Step::Send),
             3 => (0usize..4, prop_oneof![
                 3 => Just(How::AllOk),
+                2 => Just(How::NoErrors),
                 2 => any::<u8>().prop_map(How::Reject429),
                 1 => Just(How::Whole503),
                 1 => Just(How::DroppedAfterApply),
@@ -1118,6 +1371,15 @@ mod tests {
             let response = match how {
                 How::AllOk => {
                     Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
+                }
+                How::NoErrors => {
+                    let items: Vec<ItemResult> =
+                        seqs.iter().map(|&s| apply(store, &actions[s])).collect();
+                    if items.iter().all(|i| i.outcome == Outcome::Done) {
+                        Response::Written(items.len())
+                    } else {
+                        Response::Items(items)
+                    }
                 }
                 How::Reject429(mask) => masked(store, *mask, too_many),
                 How::Whole503 => Response::Failed(RequestOutcome::Retry, "503".into()),

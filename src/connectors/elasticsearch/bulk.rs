@@ -17,25 +17,31 @@
 //! encoded lines; the action's body is restored from them when the failure handler
 //! asks).
 
-use super::action::{frame, BulkAction};
+use super::action::BulkAction;
 pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
-use super::coalesce::Effect;
 use super::config::{EsSinkConfig, ItemErrorPolicy};
 use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
+use super::encode::{Added, EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request, Outcome};
 use super::nodes::NodeSelector;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
 use crate::secret::redact_url;
 use bytes::Bytes;
-use elasticsearch::{BulkParts, Elasticsearch};
+use elasticsearch::http::headers::HeaderMap;
+use elasticsearch::http::Method;
+use elasticsearch::Elasticsearch;
 use rand::{Rng, SeedableRng};
+use serde::de::{Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 /// What to do with a refused action (Flink's ActionRequestFailureHandler).
@@ -178,8 +184,8 @@ impl Shared {
 }
 
 enum Cmd {
-    /// Actions, and the bytes `add` counted for them in `transit_bytes`.
-    Add(Vec<BulkAction>, usize),
+    /// Encoded actions, with the bytes `add` counted for them in `transit_bytes`.
+    Add(EncodedBatch),
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
@@ -239,11 +245,12 @@ impl BulkProcessor {
             handler,
             dead_letter,
             batcher: Batcher::new(limits, 0),
-            in_flight: JoinSet::new(),
+            in_flight: Vec::new(),
             waiters: Vec::new(),
             epoch: Instant::now(),
             rng: rand::rngs::SmallRng::from_entropy(),
             name,
+            resolved: Vec::new(),
         };
         tokio::spawn(service.run(rx));
         Ok(BulkProcessor {
@@ -263,7 +270,20 @@ impl BulkProcessor {
     /// they are admitted whatever their size. Returns at once after a failure, which
     /// the sink then raises. Cancel safe until it hands the actions over.
     pub async fn add(&self, actions: Vec<BulkAction>) -> Result<(), String> {
-        let bytes: usize = actions.iter().map(request_bytes).sum();
+        let mut encoder = Encoder::new();
+        for a in actions {
+            encoder.push(a);
+        }
+        self.add_encoded(&mut encoder).await
+    }
+
+    /// [`BulkProcessor::add`] of what `encoder` holds, which it takes. Cancel safe
+    /// until it takes them: the encoder keeps them.
+    pub async fn add_encoded(&self, encoder: &mut Encoder) -> Result<(), String> {
+        if encoder.is_empty() {
+            return Ok(());
+        }
+        let bytes = encoder.bytes();
         loop {
             // Registered before the check, so that a wake-up between the two is kept.
             let room = self.shared.space.notified();
@@ -284,12 +304,14 @@ impl BulkProcessor {
             let _ = tokio::time::timeout(Duration::from_millis(100), room).await;
         }
         self.shared.blocked.store(false, Ordering::SeqCst);
+        let batch = encoder.take_batch();
+        debug_assert_eq!(batch.bytes, bytes);
         self.shared
             .pending
-            .fetch_add(actions.len(), Ordering::SeqCst);
+            .fetch_add(batch.actions.len(), Ordering::SeqCst);
         self.shared.transit_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.tx
-            .send(Cmd::Add(actions, bytes))
+            .send(Cmd::Add(batch))
             .await
             .map_err(|_| "the bulk processor stopped".to_string())
     }
@@ -316,26 +338,28 @@ impl BulkProcessor {
     }
 }
 
-struct Item {
-    /// The action without its body, which is in `bytes`: a document is held once.
-    action: BulkAction,
-    /// The action's NDJSON lines.
-    bytes: Bytes,
-    /// Where the body is in `bytes`.
-    body: Option<std::ops::Range<usize>>,
-}
+/// A request out: its id, its node, and what came back.
+type InFlight = Pin<Box<dyn Future<Output = (RequestId, usize, Sent)> + Send>>;
 
-impl Item {
-    /// The action as it was built, body included (for the failure handler and dead
-    /// letters; a rare path, so the copy is made only here).
-    fn full_action(&self) -> BulkAction {
-        let mut a = self.action.clone();
-        a.body = self.body.clone().map(|r| self.bytes[r].to_vec());
-        a
-    }
+/// The first of `in_flight` to be answered (there are at most `max_in_flight`, so
+/// polling each on a wake-up costs nothing). Cancel safe: the requests stay in the set.
+fn next_answer(
+    in_flight: &mut Vec<InFlight>,
+) -> impl Future<Output = (RequestId, usize, Sent)> + '_ {
+    std::future::poll_fn(move |cx| {
+        for i in 0..in_flight.len() {
+            if let Poll::Ready(answer) = in_flight[i].as_mut().poll(cx) {
+                drop(in_flight.swap_remove(i));
+                return Poll::Ready(answer);
+            }
+        }
+        Poll::Pending
+    })
 }
 
 enum Sent {
+    /// `errors: false`: every item written; how many item results there were.
+    Written(usize),
     /// Per-item `(status, error type, reason)` in request order.
     Items(Vec<(u16, Option<String>, Option<String>)>),
     /// No item results: the status (None: connection error) and why.
@@ -355,12 +379,16 @@ struct Service {
     dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
     batcher: Batcher<Item>,
-    in_flight: JoinSet<(RequestId, usize, Sent)>,
+    /// The requests out, polled by this task itself: a response is acted on, and the
+    /// next request sent, without a hand-off to another task and back.
+    in_flight: Vec<InFlight>,
     waiters: Vec<oneshot::Sender<()>>,
     /// The batcher's clock starts here.
     epoch: Instant,
     rng: rand::rngs::SmallRng,
     name: String,
+    /// Reused from one `settle` to the next.
+    resolved: Vec<Resolution<Item>>,
 }
 
 impl Service {
@@ -396,8 +424,9 @@ impl Service {
                 });
             tokio::select! {
                 cmd = rx.recv(), if accept => match cmd {
-                    Some(Cmd::Add(actions, bytes)) => {
-                        self.add(actions).await;
+                    Some(Cmd::Add(batch)) => {
+                        let bytes = batch.bytes;
+                        self.add(batch).await;
                         // Held first, then out of transit: the sink never sees too few.
                         self.publish_bytes();
                         self.shared.transit_bytes.fetch_sub(bytes, Ordering::SeqCst);
@@ -406,10 +435,9 @@ impl Service {
                     Some(Cmd::Close(w)) => closing = Some(w),
                     None => return,
                 },
-                Some(done) = self.in_flight.join_next(), if !self.in_flight.is_empty() => match done {
-                    Ok((id, node, sent)) => self.complete(id, node, sent),
-                    Err(e) => self.shared.fail(format!("bulk request task failed: {e}")),
-                },
+                (id, node, sent) = next_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                    self.complete(id, node, sent)
+                }
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = self.shared.room_wanted.notified() => {}
             }
@@ -438,29 +466,15 @@ impl Service {
         }
     }
 
-    async fn add(&mut self, actions: Vec<BulkAction>) {
-        for mut action in actions {
-            if let Some(why) = action.invalid.take() {
-                self.unwritable(action, why).await;
-                continue;
-            }
-            // Whatever built it, a body goes into a request only as one line of a JSON
-            // object; anything else follows the failure handler, like a refused item.
-            if let Some(body) = &action.body {
-                match frame(body) {
-                    Ok(None) => {}
-                    Ok(Some(compact)) => action.body = Some(compact),
-                    Err(why) => {
-                        let why = format!("{}: {why}", action.describe());
-                        self.unwritable(action, why).await;
-                        continue;
-                    }
+    async fn add(&mut self, batch: EncodedBatch) {
+        for added in batch.actions {
+            match added {
+                Added::Encoded(e) => {
+                    let bytes = e.item.lines.len();
+                    self.batcher.add_doc(e.doc, e.effect, bytes, e.item);
                 }
+                Added::Invalid(action, why) => self.unwritable(action, why).await,
             }
-            let (doc, effect, bytes) = describe(&action);
-            let item = encode(action);
-            self.batcher
-                .add(doc, effect, bytes.max(item.bytes.len()), item);
         }
     }
 
@@ -480,7 +494,8 @@ impl Service {
                 self.shared.resolve(1);
             }
             FailureDecision::DeadLetter(topic) => {
-                match self.dead_letter(&action, &failure, &topic).await {
+                match Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await
+                {
                     Ok(()) => self.shared.resolve(1),
                     Err(e) => self.shared.fail(e),
                 }
@@ -494,14 +509,19 @@ impl Service {
     }
 
     /// Sends every request the batcher has ready (`force`: a flush or close is waiting).
+    /// Each body is built once, into one buffer, which the client sends as it is.
     fn dispatch(&mut self, force: bool) {
         let now = self.now_ms();
         while let Some((id, items)) = self.batcher.next_request(now, force) {
-            let body: Vec<Bytes> = items.iter().map(|i| i.bytes.clone()).collect();
-            self.shared.bulks.fetch_add(1, Ordering::SeqCst);
+            let mut body = Vec::with_capacity(items.iter().map(|i| i.lines.len()).sum());
+            for i in &items {
+                body.extend_from_slice(&i.lines);
+            }
+            let actions = items.len();
+            self.shared.bulks.fetch_add(1, Ordering::Relaxed);
             debug!(
                 sink = %self.name,
-                actions = body.len(),
+                actions,
                 queued = self.batcher.queued(),
                 pending = self.shared.pending(),
                 force,
@@ -509,8 +529,10 @@ impl Service {
             );
             let node = self.selector.pick(now);
             let client = self.clients[node].clone();
-            self.in_flight
-                .spawn(async move { (id, node, send_bulk(&client, body).await) });
+            let body = Bytes::from(body);
+            self.in_flight.push(Box::pin(async move {
+                (id, node, send_bulk(&client, body).await)
+            }));
         }
     }
 
@@ -522,7 +544,13 @@ impl Service {
             Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
             _ => self.selector.answered(node),
         }
+        if !matches!(sent, Sent::Written(_)) {
+            // What is not written stays a while (a retry, the failure handler): it gets
+            // its own bytes rather than keep its whole batch's buffer alive.
+            self.batcher.for_each_in_flight_mut(id, Item::unpin);
+        }
         match &sent {
+            Sent::Written(_) => {}
             Sent::Request(status, body) => {
                 if let Some(what) = auth_refusal(*status) {
                     self.shared.fail_unrecoverable(auth_refusal_message(
@@ -550,6 +578,7 @@ impl Service {
         }
         let mut already_written = 0;
         let response = match sent {
+            Sent::Written(n) => Response::Written(n),
             Sent::Items(results) => {
                 let items = self.batcher.in_flight_payloads(id);
                 if items.len() != results.len() {
@@ -560,9 +589,12 @@ impl Service {
                             .iter()
                             .zip(results)
                             .map(|(item, (status, ty, reason))| {
-                                let a = &item.action;
-                                let outcome =
-                                    classify(a.op, a.version.is_some(), status, ty.as_deref());
+                                let outcome = classify(
+                                    item.op,
+                                    item.version.is_some(),
+                                    status,
+                                    ty.as_deref(),
+                                );
                                 if outcome == Outcome::AlreadyWritten {
                                     already_written += 1;
                                 }
@@ -590,38 +622,42 @@ impl Service {
 
     /// Acts on what the batcher resolved: counts, failure handler, dead letters.
     async fn settle(&mut self) {
+        let mut resolved = std::mem::take(&mut self.resolved);
         loop {
-            let resolved = self.batcher.drain_resolved();
+            self.batcher.drain_resolved_into(&mut resolved);
             if resolved.is_empty() {
-                return;
+                break;
             }
-            for r in resolved {
+            // Counted once per response, not once per item.
+            let (mut done, mut coalesced, mut superseded) = (0, 0, 0);
+            for r in resolved.drain(..) {
                 match r {
-                    Resolution::Written(_) => self.shared.resolve(1),
-                    Resolution::Coalesced(_) => {
-                        self.shared.coalesced.fetch_add(1, Ordering::Relaxed);
-                        self.shared.resolve(1)
-                    }
-                    Resolution::Superseded(_) => {
-                        self.shared.superseded.fetch_add(1, Ordering::Relaxed);
-                        self.shared.resolve(1)
-                    }
+                    Resolution::Written(_) => done += 1,
+                    Resolution::Coalesced(_) => coalesced += 1,
+                    Resolution::Superseded(_) => superseded += 1,
                     Resolution::Refused {
                         refusal,
                         payload,
                         failure,
                         attempts,
                     } => self.refused(refusal, payload, failure, attempts).await,
-                    Resolution::Exhausted(item, why) => self
+                    Resolution::Exhausted(item, why) => {
+                        self.shared.fail(format!("{} {why}", item.describe()))
+                    }
+                    Resolution::Fatal(item, why) => self
                         .shared
-                        .fail(format!("{} {why}", item.action.describe())),
-                    Resolution::Fatal(item, why) => self.shared.fail(format!(
-                        "Elasticsearch refused {}: {why}",
-                        item.action.describe()
-                    )),
+                        .fail(format!("Elasticsearch refused {}: {why}", item.describe())),
                 }
             }
+            self.shared
+                .coalesced
+                .fetch_add(coalesced as u64, Ordering::Relaxed);
+            self.shared
+                .superseded
+                .fetch_add(superseded as u64, Ordering::Relaxed);
+            self.shared.resolve(done + coalesced + superseded);
         }
+        self.resolved = resolved;
     }
 
     /// Asks the failure handler about a refused action; the batcher holds its place in
@@ -651,23 +687,35 @@ impl Service {
                     ));
                     return;
                 }
+                let mut encoder = Encoder::new();
+                for a in actions {
+                    encoder.push(a);
+                }
+                let batch = encoder.take_batch();
                 self.shared
                     .pending
-                    .fetch_add(actions.len(), Ordering::SeqCst);
+                    .fetch_add(batch.actions.len(), Ordering::SeqCst);
                 self.shared.resolve(1);
-                let replacements = actions
-                    .into_iter()
-                    .map(|action| {
-                        let (doc, effect, bytes) = describe(&action);
-                        let item = encode(action);
-                        let bytes = bytes.max(item.bytes.len());
-                        (doc, effect, bytes, item)
-                    })
-                    .collect();
-                self.batcher.requeue(refusal, replacements);
+                let mut replacements = Vec::with_capacity(batch.actions.len());
+                let mut invalid = Vec::new();
+                for added in batch.actions {
+                    match added {
+                        Added::Encoded(e) => {
+                            let bytes = e.item.lines.len();
+                            replacements.push((e.doc, e.effect, bytes, e.item));
+                        }
+                        Added::Invalid(action, why) => invalid.push((action, why)),
+                    }
+                }
+                self.batcher.requeue_docs(refusal, replacements);
+                // A replacement that cannot go into a request follows the handler too.
+                for (action, why) in invalid {
+                    self.unwritable(action, why).await;
+                }
             }
             FailureDecision::DeadLetter(topic) => {
-                let written = self.dead_letter(&action, &failure, &topic).await;
+                let written =
+                    Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await;
                 self.batcher.settle_refused(refusal);
                 match written {
                     Ok(()) => self.shared.resolve(1),
@@ -679,13 +727,15 @@ impl Service {
 
     /// Writes the original record and the error to the dead-letter topic, waiting for
     /// the broker's acknowledgement: only then is the action resolved.
+    /// (An associated function: what it holds across the wait is the writer, not the
+    /// service, whose requests in flight are not `Sync`.)
     async fn dead_letter(
-        &self,
+        writer: Option<&DeadLetterWriter>,
         action: &BulkAction,
         failure: &ItemFailure,
         topic: &str,
     ) -> Result<(), String> {
-        let writer = self.dead_letter.as_ref().ok_or_else(|| {
+        let writer = writer.ok_or_else(|| {
             format!("dead-letter to {topic}: no Kafka bootstrap servers configured")
         })?;
         let error = format!(
@@ -714,46 +764,6 @@ impl Service {
     }
 }
 
-/// The NDJSON lines of an action; the item keeps the action without its body (the
-/// lines hold it), and without the original record when that is the body itself.
-fn encode(mut action: BulkAction) -> Item {
-    let mut buf = Vec::with_capacity(action.body.as_ref().map_or(0, Vec::len) + 96);
-    action.encode(&mut buf);
-    // The body is the last line, before its newline.
-    let body = action.body.take().map(|b| {
-        let end = buf.len() - 1;
-        end - b.len()..end
-    });
-    if let (Some(record), Some(r)) = (&action.record, &body) {
-        if record[..] == buf[r.clone()] {
-            // Dead letters fall back to the body, which is the same bytes.
-            action.record = None;
-        }
-    }
-    Item {
-        action,
-        bytes: Bytes::from(buf),
-        body,
-    }
-}
-
-/// What `buffer_max_bytes` counts for an action before it is encoded: the same
-/// estimate the batcher is given ([`describe`]).
-fn request_bytes(action: &BulkAction) -> usize {
-    action.body.as_ref().map_or(0, Vec::len) + 64
-}
-
-/// What the batcher needs of an action: its document (index and id), its effect on
-/// that document, and an estimate of its size.
-fn describe(action: &BulkAction) -> (Option<String>, Effect, usize) {
-    let doc = action
-        .id
-        .as_ref()
-        .map(|id| format!("{}\u{0}{id}", action.index));
-    let size = action.body.as_ref().map_or(0, Vec::len) + 64;
-    (doc, Effect::of(action), size)
-}
-
 /// An error with its causes (`error sending request: ...: certificate verify failed`):
 /// the HTTP client's own message names only the URL, the cause is what a person needs.
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -770,8 +780,21 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
-    let response = match client.bulk(BulkParts::None).body(body).send().await {
+/// Sends one bulk request. The body goes to the client as the one buffer it is (the
+/// bulk API's builder would copy it into another).
+async fn send_bulk(client: &Elasticsearch, body: Bytes) -> Sent {
+    let sent = client
+        .transport()
+        .send(
+            Method::Post,
+            "/_bulk",
+            HeaderMap::new(),
+            None::<&()>,
+            Some(body),
+            None,
+        )
+        .await;
+    let response = match sent {
         Ok(r) => r,
         Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), error_chain(&e)),
     };
@@ -787,40 +810,202 @@ async fn send_bulk(client: &Elasticsearch, body: Vec<Bytes>) -> Sent {
             String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
         );
     }
-    let v: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return Sent::Request(None, format!("unreadable bulk response: {e}")),
-    };
-    let Some(items) = v.get("items").and_then(Value::as_array) else {
-        return Sent::Request(None, "bulk response without items".into());
-    };
-    Sent::Items(
-        items
-            .iter()
-            .map(|item| {
-                let r = item
-                    .as_object()
-                    .and_then(|o| o.values().next())
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let status = r.get("status").and_then(Value::as_u64).unwrap_or(0) as u16;
-                let ty = r
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .map(String::from);
-                let reason = r
-                    .pointer("/error/reason")
-                    .and_then(Value::as_str)
-                    .map(String::from);
-                (status, ty, reason)
-            })
-            .collect(),
-    )
+    match parse_response(&bytes) {
+        Ok(Parsed::Written(n)) => Sent::Written(n),
+        Ok(Parsed::Items(items)) => Sent::Items(
+            items
+                .into_iter()
+                .map(|i| {
+                    let error = |k: &str| {
+                        i.error
+                            .as_ref()
+                            .and_then(|e| e.get(k))
+                            .and_then(Value::as_str)
+                            .map(String::from)
+                    };
+                    (i.status, error("type"), error("reason"))
+                })
+                .collect(),
+        ),
+        Err(why) => Sent::Request(None, why),
+    }
+}
+
+/// A bulk response, as far as the processor reads it.
+#[derive(Debug, PartialEq)]
+enum Parsed {
+    /// `errors: false`, with this many item results: their contents are not read.
+    Written(usize),
+    /// The item results, in request order.
+    Items(Vec<ItemReply>),
+}
+
+/// One item result: its status, and its error if it has one (only failed items have
+/// one, so only they allocate).
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct ItemReply {
+    #[serde(default)]
+    status: u16,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Reads a bulk response without building a tree of it. Elasticsearch writes `errors`
+/// before `items`: when it is false, the items are only counted (every one was
+/// written); otherwise, or when a server writes them in the other order, each item's
+/// status and error are read.
+fn parse_response(body: &[u8]) -> Result<Parsed, String> {
+    struct Top;
+    impl<'de> Visitor<'de> for Top {
+        type Value = Result<Parsed, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a bulk response object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut errors = None;
+            let mut items = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                match &*key {
+                    "errors" => errors = Some(map.next_value::<bool>()?),
+                    "items" if errors == Some(false) => {
+                        items = Some(Parsed::Written(map.next_value::<Count>()?.0))
+                    }
+                    "items" => {
+                        let all = map.next_value::<Vec<Envelope>>()?;
+                        items = Some(Parsed::Items(all.into_iter().map(|e| e.0).collect()))
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(items.ok_or_else(|| "bulk response without items".to_string()))
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = de
+        .deserialize_map(Top)
+        .and_then(|p| de.end().map(|()| p))
+        .map_err(|e| format!("unreadable bulk response: {e}"))?;
+    parsed
+}
+
+/// How many elements a JSON array has, read without keeping them.
+struct Count(usize);
+
+impl<'de> serde::Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Count, S::Error> {
+                let mut n = 0;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(Count(n))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// An item of `items`: `{"<operation>": {...}}`, of which the first value is the
+/// result (anything else reads as an empty result: status 0, no error).
+struct Envelope(ItemReply);
+
+impl<'de> serde::Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Envelope, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Envelope;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a bulk item")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+                let mut reply = None;
+                while map.next_key::<IgnoredAny>()?.is_some() {
+                    if reply.is_none() {
+                        reply = Some(map.next_value::<ItemReply>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Envelope(reply.unwrap_or(ItemReply {
+                    status: 0,
+                    error: None,
+                })))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{error_chain, parse_response, ItemReply, Parsed};
+    use serde_json::json;
+
+    #[test]
+    fn a_bulk_response_is_read_as_far_as_it_matters() {
+        let created = r#"{"index":{"_index":"i","_id":"1","_version":1,"result":"created","_shards":{"total":1,"successful":1,"failed":0},"_seq_no":0,"_primary_term":1,"status":201}}"#;
+        let rejected = r#"{"create":{"_index":"i","_id":"2","status":429,"error":{"type":"es_rejected_execution_exception","reason":"queue \"full\""}}}"#;
+        let reply = |status, error| ItemReply { status, error };
+        let cases: Vec<(String, Result<Parsed, &str>)> = vec![
+            // errors: false (Elasticsearch writes it first): only counted.
+            (
+                format!(r#"{{"errors":false,"took":3,"items":[{created},{created}]}}"#),
+                Ok(Parsed::Written(2)),
+            ),
+            (
+                r#"{"errors":false,"took":3,"items":[]}"#.into(),
+                Ok(Parsed::Written(0)),
+            ),
+            // errors: true: every item's status and error, in order.
+            (
+                format!(r#"{{"took":3,"errors":true,"items":[{created},{rejected}]}}"#),
+                Ok(Parsed::Items(vec![
+                    reply(201, None),
+                    reply(
+                        429,
+                        Some(
+                            json!({"type": "es_rejected_execution_exception", "reason": "queue \"full\""}),
+                        ),
+                    ),
+                ])),
+            ),
+            // items before errors, or no errors at all: the items are read.
+            (
+                format!(r#"{{"items":[{created}],"errors":false}}"#),
+                Ok(Parsed::Items(vec![reply(201, None)])),
+            ),
+            (
+                format!(r#"{{"items":[{created}]}}"#),
+                Ok(Parsed::Items(vec![reply(201, None)])),
+            ),
+            // An item that is not a result reads as one without a status.
+            (
+                r#"{"errors":true,"items":[{}]}"#.into(),
+                Ok(Parsed::Items(vec![reply(0, None)])),
+            ),
+            (r#"{"errors":false,"took":3}"#.into(), Err("without items")),
+            (r#"{"errors":false,"items":[{}"#.into(), Err("unreadable")),
+            (r#"{"errors":false,"items":[]} x"#.into(), Err("unreadable")),
+            ("[]".into(), Err("unreadable")),
+        ];
+        for (body, want) in cases {
+            match (parse_response(body.as_bytes()), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{body}"),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{body}: {e}"),
+                (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
 
     #[derive(Debug)]
     struct E(&'static str, Option<Box<E>>);

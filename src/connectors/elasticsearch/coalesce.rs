@@ -52,16 +52,15 @@ impl Shape {
 impl Effect {
     /// What `action` does to its document.
     pub fn of(action: &BulkAction) -> Effect {
-        match action.op {
-            OpType::Index => Effect::Replace {
-                version: action.version,
-            },
-            OpType::Delete => Effect::Delete {
-                version: action.version,
-            },
-            OpType::Update if action.version.is_none() => action
-                .body
-                .as_deref()
+        Effect::of_parts(action.op, action.version, action.body.as_deref())
+    }
+
+    /// What an action of type `op` with this version and body does to its document.
+    pub fn of_parts(op: OpType, version: Option<i64>, body: Option<&[u8]>) -> Effect {
+        match op {
+            OpType::Index => Effect::Replace { version },
+            OpType::Delete => Effect::Delete { version },
+            OpType::Update if version.is_none() => body
                 .and_then(upsert_shape)
                 .map_or(Effect::Opaque, Effect::Merge),
             OpType::Update | OpType::Create => Effect::Opaque,

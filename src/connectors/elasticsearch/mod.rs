@@ -4,8 +4,9 @@
 //!
 //! One file per role: what the user configures ([`config`]), how the cluster is reached
 //! ([`connection`]) and which node a request goes to ([`nodes`]), records to bulk actions
-//! ([`action`]), what an item result means ([`item_result`]), when to retry
-//! ([`retry`]), the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
+//! ([`action`]) and to the lines of a request ([`encode`]), what an item result means
+//! ([`item_result`]), when to retry ([`retry`]), the batching decisions ([`batcher`]),
+//! the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
 
 pub mod action;
 pub mod batcher;
@@ -13,6 +14,7 @@ pub mod bulk;
 pub mod coalesce;
 pub mod config;
 pub mod connection;
+pub mod encode;
 pub mod index_name;
 pub mod item_result;
 pub mod nodes;
@@ -24,4 +26,5 @@ pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
 pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
 pub use connection::{Auth, EsConnection, TlsVerify};
+pub use encode::Encoder;
 pub use sink::EsSink;

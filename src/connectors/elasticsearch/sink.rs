@@ -6,9 +6,10 @@
 //! and a failure to write fails it. With `flush_on_checkpoint = false` the checkpoint
 //! does not wait and guarantees nothing about Elasticsearch.
 
-use super::action::{ActionBuilder, BulkAction};
+use super::action::ActionBuilder;
 use super::bulk::{BulkProcessor, FailureHandler, Shared};
 use super::config::EsSinkConfig;
+use super::encode::Encoder;
 use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::Batch;
@@ -25,7 +26,8 @@ pub struct EsSink {
     handler: Arc<dyn FailureHandler>,
     processor: Option<BulkProcessor>,
     name: String,
-    actions: Vec<BulkAction>,
+    /// The actions of the batch being invoked, encoded into one buffer.
+    encoder: Encoder,
 }
 
 impl EsSink {
@@ -42,7 +44,7 @@ impl EsSink {
             handler,
             processor: None,
             name: String::new(),
-            actions: Vec::new(),
+            encoder: Encoder::new(),
         }
     }
 
@@ -87,18 +89,17 @@ impl Sink for EsSink {
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
         self.check()?;
         for r in &batch {
-            self.builder
-                .build(r, &mut self.actions)
-                .map_err(|e| JobError::task(&self.name, e))?;
+            if let Err(e) = self.builder.encode(r, &mut self.encoder) {
+                // Nothing of a failed batch is sent.
+                let _ = self.encoder.take_batch();
+                return Err(JobError::task(&self.name, e));
+            }
         }
-        if !self.actions.is_empty() {
-            let actions = std::mem::take(&mut self.actions);
-            self.processor()
-                .add(actions)
-                .await
-                .map_err(|e| JobError::task(&self.name, e))?;
-        }
-        Ok(())
+        let processor = self.processor.as_ref().expect("opened");
+        processor
+            .add_encoded(&mut self.encoder)
+            .await
+            .map_err(|e| JobError::task(&self.name, e))
     }
 
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
