@@ -1,18 +1,65 @@
-//! Every performance figure of lockgate in one JSON report (one run, one machine).
-//! `cargo bench --bench report`.
+//! Every performance figure of lockgate in one JSON report, from one run on one machine:
+//! each ratio is measured side by side in the same run (alternating rounds, medians).
+//! `cargo bench --bench report` (about 15 minutes on 2 cores; progress on stderr).
+//!
+//! | figure | target |
+//! |---|---|
+//! | `source.source_ratio` (parallelism 1), `source.source_ratio_p2` | >= 0.90 of plain rdkafka loops |
+//! | `sink.sink_ratio` | >= 0.90 of a plain bulk loop |
+//! | `end_to_end.ratio_on_over_off` | >= 0.95 (1 s checkpoints against none) |
+//! | `checkpoint_by_keys[keys = 10^6].p99_ms` | < 100 ms |
+//! | `recovery.recovery_ms_median` (10^6 keys) | < 1000 ms |
+//! | `demo_memory.peak_rss_mib_max` | < 100 MiB |
 
 mod support;
+
+use serde_json::{json, Value};
 
 fn main() {
     let machine = support::machine();
     eprintln!("machine: {machine}");
+    let step = |name: &str| eprintln!("== {name}");
+    step("Kafka source against plain rdkafka loops");
+    let source = support::source::measure(None).expect("both sides ran");
+    step("Elasticsearch sink against a plain bulk loop");
+    let sink = support::sink::measure();
+    step("the demo's job end to end, checkpoints every second against none");
     let end_to_end = support::end_to_end::checkpoint_overhead(800_000, 16, 3);
+    step("checkpoint latency by state size");
+    let by_keys = support::checkpoints::checkpoint_by_keys(
+        &[10_000, 100_000, 1_000_000, 10_000_000],
+        4_000_000,
+        250,
+    );
+    step("recovery after SIGKILL with 10^6 keys");
+    let recovery = support::recovery::measure(std::path::Path::new(support::bin()), 1_000_000, 5);
+    step("the demo job's peak memory");
     let memory = support::end_to_end::demo_memory(200_000, 3);
+
+    let p99_1m = by_keys
+        .as_array()
+        .and_then(|v| v.iter().find(|c| c["keys"] == 1_000_000))
+        .map_or(Value::Null, |c| c["p99_ms"].clone());
+    let target = |value: &Value, ok: fn(f64) -> bool, goal: &str| json!({ "value": value, "target": goal, "met": value.as_f64().is_some_and(ok) });
+    let targets = json!({
+        "source_ratio": target(&source["source_ratio"], |v| v >= 0.90, ">= 0.90"),
+        "source_ratio_p2": target(&source["source_ratio_p2"], |v| v >= 0.90, ">= 0.90"),
+        "sink_ratio": target(&sink["sink_ratio"], |v| v >= 0.90, ">= 0.90"),
+        "end_to_end_checkpoints_on_over_off": target(&end_to_end["ratio_on_over_off"], |v| v >= 0.95, ">= 0.95"),
+        "checkpoint_p99_ms_1m_keys": target(&p99_1m, |v| v < 100.0, "< 100"),
+        "recovery_ms_1m_keys": target(&recovery["recovery_ms_median"], |v| v < 1000.0, "< 1000"),
+        "demo_peak_rss_mib": target(&memory["peak_rss_mib_max"], |v| v < 100.0, "< 100"),
+    });
     println!(
         "{}",
-        serde_json::to_string_pretty(&serde_json::json!({
+        serde_json::to_string_pretty(&json!({
             "machine": machine,
+            "targets": targets,
+            "source": source,
+            "sink": sink,
             "end_to_end": end_to_end,
+            "checkpoint_by_keys": by_keys,
+            "recovery": recovery,
             "demo_memory": memory,
         }))
         .expect("JSON")

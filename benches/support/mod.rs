@@ -5,6 +5,7 @@
 pub mod checkpoints;
 pub mod end_to_end;
 pub mod recovery;
+pub mod sink;
 pub mod source;
 
 use std::io::BufRead;
