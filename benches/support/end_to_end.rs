@@ -139,6 +139,7 @@ pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
     let expected = expected_totals(orders);
     let mut peaks = Vec::new();
     let mut secs = Vec::new();
+    let mut spawner = 0u64;
     for run in 0..runs {
         let r = once(work.path(), &kafka, &es, run, 1000, &expected);
         eprintln!(
@@ -146,6 +147,14 @@ pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
             r.secs,
             r.peak_rss_bytes as f64 / 1048576.0
         );
+        assert!(
+            r.spawner_rss_bytes < r.peak_rss_bytes / 2,
+            "this process ({} bytes) is too large to measure the job's peak ({} bytes): \
+             run the memory measurement first",
+            r.spawner_rss_bytes,
+            r.peak_rss_bytes
+        );
+        spawner = spawner.max(r.spawner_rss_bytes);
         peaks.push(r.peak_rss_bytes as f64);
         secs.push(r.secs);
     }
@@ -157,5 +166,6 @@ pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
         "peak_rss_mib_median": mib(median(peaks.clone())),
         "peak_rss_mib_max": mib(peaks.iter().cloned().fold(0.0, f64::max)),
         "seconds_median": (median(secs) * 100.0).round() / 100.0,
+        "spawner_rss_mib": mib(spawner as f64),
     })
 }

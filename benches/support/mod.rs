@@ -117,16 +117,33 @@ impl Drop for Server {
 }
 
 /// How a job process ended: wall-clock seconds from spawn to exit, and its peak
-/// resident memory (the kernel's `ru_maxrss`, exact: the peak, not a sample).
+/// resident memory (the kernel's `ru_maxrss`, exact: the peak, not a sample). Linux
+/// counts in that peak the memory the child had before its exec, a copy of this
+/// process: it is the job's own only while this process is smaller
+/// (`spawner_rss_bytes`, this process's resident memory at the spawn).
 pub struct JobRun {
     pub secs: f64,
     pub peak_rss_bytes: u64,
+    pub spawner_rss_bytes: u64,
+}
+
+/// This process's resident memory now (`VmRSS`), in bytes.
+pub fn own_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 /// Runs `lockgate run --config <config>` to its end; panics (with the log's tail) unless
 /// it exits 0.
 pub fn run_job(config: &Path) -> JobRun {
     let log = config.with_extension("log");
+    let spawner_rss_bytes = own_rss_bytes();
     let start = Instant::now();
     let child = Command::new(bin())
         .args(["run", "--config"])
@@ -151,6 +168,7 @@ pub fn run_job(config: &Path) -> JobRun {
     JobRun {
         secs,
         peak_rss_bytes: usage.ru_maxrss as u64 * 1024, // KiB on Linux
+        spawner_rss_bytes,
     }
 }
 

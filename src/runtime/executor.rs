@@ -533,21 +533,25 @@ async fn run_attempt(
                                 // Retention is housekeeping after the publish (deleting an old
                                 // checkpoint's files costs as much as it holds): it runs beside
                                 // the job, and its failure does not undo the publish.
+                                // The directories of aborted checkpoints older than this one go
+                                // in the same task, after retention, so that the two never
+                                // work on one directory at once (a checkpoint whose publish
+                                // failed after its `_metadata` was renamed in can be both).
+                                let (done, later): (Vec<_>, Vec<_>) =
+                                    aborted.iter().partition(|a| **a < id);
+                                aborted = later;
                                 let d = dir.clone();
                                 let retain = job.checkpoint.retain;
                                 retention = Some(tokio::task::spawn_blocking(move || {
                                     if let Err(e) = d.apply_retention(retain) {
                                         warn!(error = %e, "retention failed; older checkpoints stay");
                                     }
-                                }));
-                                let (done, later): (Vec<_>, Vec<_>) =
-                                    aborted.iter().partition(|a| **a < id);
-                                aborted = later;
-                                for a in done {
-                                    if let Err(e) = tokio::task::block_in_place(|| dir.discard(a)) {
-                                        warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                    for a in done {
+                                        if let Err(e) = d.discard(a) {
+                                            warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                        }
                                     }
-                                }
+                                }));
                             }
                             Err(e) => {
                                 queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))

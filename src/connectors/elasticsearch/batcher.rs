@@ -139,6 +139,14 @@ impl DocKey {
         }
     }
 
+    /// The same key in bytes of its own (not a slice of a larger buffer).
+    pub fn owned(self) -> DocKey {
+        DocKey {
+            hash: self.hash,
+            bytes: Bytes::copy_from_slice(&self.bytes),
+        }
+    }
+
     /// The key's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
@@ -515,6 +523,10 @@ impl<T> Batcher<T> {
         let Some(doc) = doc else {
             return slab_insert(&mut self.groups, &mut self.free_groups, Group::new(None));
         };
+        // The group keeps its key for as long as the document has a live action, which
+        // for a hot document or a retried action is far longer than the batch buffer the
+        // key was sliced from should live: it keeps a copy of its own.
+        let doc = doc.owned();
         let key = doc.clone();
         match self.docs.entry(doc) {
             MapEntry::Occupied(o) => *o.get(),

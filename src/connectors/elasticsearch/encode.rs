@@ -20,6 +20,11 @@ use crate::record::Origin;
 use bytes::Bytes;
 use std::ops::Range;
 
+/// The smallest and the largest capacity a new batch buffer starts with (a batch larger
+/// than the largest grows its buffer).
+const MIN_BUFFER: usize = 4 << 10;
+const MAX_BUFFER: usize = 1 << 20;
+
 /// A document id as it is written into an action line.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Id<'a> {
@@ -391,11 +396,15 @@ impl Encoder {
     pub(crate) fn take_batch(&mut self) -> EncodedBatch {
         let bytes = self.bytes();
         self.invalid_bytes = 0;
-        let capacity = self.buf.capacity();
-        let buf = Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(capacity),
-        ));
+        // The frozen buffer lives as long as any of its actions, and the byte budget
+        // counts what is written, not what is allocated: it is frozen without spare
+        // capacity, and the next one is sized from this batch, not from the largest.
+        let used = self.buf.len();
+        if self.buf.capacity() > 2 * used.max(MIN_BUFFER) {
+            self.buf.shrink_to_fit();
+        }
+        let next = Vec::with_capacity(used.clamp(MIN_BUFFER, MAX_BUFFER));
+        let buf = Bytes::from(std::mem::replace(&mut self.buf, next));
         let actions = self
             .slots
             .drain(..)
