@@ -1561,6 +1561,20 @@ mod review_tests {
     }
 
     #[test]
+    fn a_documents_key_keeps_no_slice_of_the_buffer_it_came_from() {
+        let mut b = Batcher::<i64>::new(limits(10, 1, false), 0);
+        let buffer = Bytes::from(vec![b'k'; 4096]);
+        // Two actions on one document: its group lives while either is live.
+        b.add_doc(Some(DocKey::new(buffer.slice(0..8))), index(1), 64, 1);
+        b.add_doc(Some(DocKey::new(buffer.slice(0..8))), index(2), 64, 2);
+        assert_eq!(b.pending(), 2);
+        assert!(
+            buffer.is_unique(),
+            "the batcher holds a slice of the batch buffer"
+        );
+    }
+
+    #[test]
     fn max_bytes_bounds_a_request_and_an_oversized_action_goes_alone() {
         let mut l = limits(1000, 4, false);
         l.max_bytes = 25;

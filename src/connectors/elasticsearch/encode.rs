@@ -642,6 +642,31 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_buffer_is_sized_from_the_last_batch_not_the_largest() {
+        let mut e = Encoder::new();
+        let big = vec![b'x'; 600 << 10];
+        for _ in 0..4 {
+            let doc = [b"{\"p\":\"".as_slice(), &big, b"\"}"].concat();
+            e.push(BulkAction::index("i", Some("d".into()), doc));
+        }
+        let batch = e.take_batch();
+        assert!(batch.bytes > 2 << 20);
+        assert_eq!(
+            e.buf.capacity(),
+            MAX_BUFFER,
+            "a large batch: the largest start"
+        );
+        e.push(BulkAction::index("i", Some("d".into()), b"{}".to_vec()));
+        drop(e.take_batch());
+        assert_eq!(
+            e.buf.capacity(),
+            MIN_BUFFER,
+            "a tiny batch after a large one: a small buffer again"
+        );
+        drop(batch);
+    }
+
+    #[test]
     fn document_keys_are_equal_exactly_when_index_and_id_are() {
         let key = |index: &str, id: &str| {
             let mut e = Encoder::new();
