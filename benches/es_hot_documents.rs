@@ -6,16 +6,13 @@
 //! the same run. Every user's final total is checked. Printed as JSON.
 //! `cargo bench --bench es_hot_documents`.
 
-use lockgate::connectors::elasticsearch::{
-    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, IdStrategy, ItemErrorPolicy,
-    Operation, PolicyFailureHandler, Versioning,
-};
-use lockgate::connectors::{Sink, SinkRestore, SubtaskInfo};
+mod support;
+
+use lockgate::connectors::elasticsearch::{EsSinkConfig, IdStrategy, Operation, Versioning};
+use lockgate::connectors::Sink;
 use lockgate::record::{Batch, Origin, Record};
-use lockgate::state::CheckpointId;
 use lockgate::testkit::es::{EsServer, Faults};
 use std::sync::Arc;
-use std::time::Instant;
 
 const RECORDS: usize = 20_000;
 const USERS: usize = 100;
@@ -62,33 +59,11 @@ fn expected_totals() -> Vec<u64> {
 
 /// The sink from `open` to a completed checkpoint flush; actions per second.
 async fn run(url: &str, cfg: EsSinkConfig) -> f64 {
-    let info = SubtaskInfo {
-        job: "hot-documents".into(),
-        name: "sink-0".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
     let cfg = Arc::new(EsSinkConfig {
         connection: lockgate::connectors::elasticsearch::EsConnection::single(url),
         ..cfg
     });
-    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
-    let input = batches();
-    let start = Instant::now();
-    let mut sink = EsSink::new(
-        cfg.clone(),
-        Box::new(ConfigActionBuilder::new(&cfg)),
-        handler,
-    );
-    sink.open(&info, &SinkRestore::default())
-        .await
-        .expect("open");
-    for batch in input {
-        sink.invoke(batch).await.expect("invoke");
-    }
-    sink.snapshot(CheckpointId(1)).await.expect("snapshot");
-    let secs = start.elapsed().as_secs_f64();
+    let (secs, mut sink) = support::sink::through_sink(cfg.clone(), batches()).await;
     let counters = sink.counters();
     eprintln!(
         "  {:<40} {:>9.0} actions/s, {} bulk requests, {} coalesced",

@@ -195,6 +195,15 @@ async fn raw_loop(url: &str, index: &str, input: Vec<Batch>) -> f64 {
 /// lockgate's sink, from `open` to a completed `snapshot`.
 async fn lockgate_sink(url: &str, index: &str, input: Vec<Batch>) -> f64 {
     let docs: usize = input.iter().map(Vec::len).sum();
+    let (secs, mut sink) = through_sink(Arc::new(config(url, index)), input).await;
+    sink.close().await.expect("close");
+    docs as f64 / secs
+}
+
+/// Writes `input` through a new sink of `cfg` that fails on any refused document: `open`,
+/// `invoke` per batch, one `snapshot` (which returns once everything is written).
+/// Returns the seconds from `open` to the completed snapshot, and the open sink.
+pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, EsSink) {
     let info = SubtaskInfo {
         job: "es-bench".into(),
         name: "sink-0".into(),
@@ -202,7 +211,6 @@ async fn lockgate_sink(url: &str, index: &str, input: Vec<Batch>) -> f64 {
         parallelism: 1,
         max_parallelism: 128,
     };
-    let cfg = Arc::new(config(url, index));
     let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
     let start = Instant::now();
     let mut sink = EsSink::new(
@@ -217,9 +225,7 @@ async fn lockgate_sink(url: &str, index: &str, input: Vec<Batch>) -> f64 {
         sink.invoke(batch).await.expect("invoke");
     }
     sink.snapshot(CheckpointId(1)).await.expect("snapshot");
-    let secs = start.elapsed().as_secs_f64();
-    sink.close().await.expect("close");
-    docs as f64 / secs
+    (start.elapsed().as_secs_f64(), sink)
 }
 
 /// Checks that `index` holds `docs` documents, the last one included, then drops it
