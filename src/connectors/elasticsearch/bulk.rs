@@ -582,7 +582,21 @@ impl Service {
             Sent::Items(results) => {
                 let items = self.batcher.in_flight_payloads(id);
                 if items.len() != results.len() {
-                    Response::Items(Vec::new())
+                    // Not matched to actions: the batcher retries the whole request, and
+                    // its reason names how many results came back.
+                    Response::Items(
+                        results
+                            .into_iter()
+                            .map(|(status, ty, reason)| ItemResult {
+                                outcome: Outcome::Retry,
+                                failure: ItemFailure {
+                                    status,
+                                    error_type: ty.unwrap_or_default(),
+                                    reason: reason.unwrap_or_default(),
+                                },
+                            })
+                            .collect(),
+                    )
                 } else {
                     Response::Items(
                         items
