@@ -273,12 +273,9 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
     let elasticsearch = match &file.sink.elasticsearch {
         Some(e) => {
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
-                dead_letter_kafka: kafka.as_ref().map(|k| {
-                    (
-                        k.bootstrap_servers.clone(),
-                        crate::secret::Properties(k.properties.clone()),
-                    )
-                }),
+                dead_letter_kafka: kafka
+                    .as_ref()
+                    .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
                 checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
                 offsets_per_partition: kafka.is_some(),
                 base_dir: base.to_path_buf(),
@@ -438,12 +435,11 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             }
             // Dead letters go to the source's Kafka cluster, reached the way the source
             // reaches it.
-            let kafka = file.source.kafka.as_ref().map(|k| {
-                (
-                    k.bootstrap_servers.clone(),
-                    crate::secret::Properties(k.properties.clone()),
-                )
-            });
+            let kafka = file
+                .source
+                .kafka
+                .as_ref()
+                .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
             let ctx = crate::connectors::elasticsearch::config::SinkContext {
                 offsets_per_partition: kafka.is_some(),
                 dead_letter_kafka: kafka,

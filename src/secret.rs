@@ -111,8 +111,31 @@ pub fn is_secret_property(key: &str) -> bool {
 
 /// Client properties (librdkafka's) whose `Debug` hides the values of secret keys
 /// ([`is_secret_property`]).
-#[derive(Clone, Default, PartialEq, Eq)]
+/// Reads and writes as the map it is, through `Deref`.
+#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Properties(pub std::collections::BTreeMap<String, String>);
+
+impl std::ops::Deref for Properties {
+    type Target = std::collections::BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Properties {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl std::ops::DerefMut for Properties {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
 
 impl fmt::Debug for Properties {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -75,7 +75,7 @@ impl Target {
         };
         Ok(Target {
             bootstrap_servers: k.bootstrap_servers,
-            kafka_properties: k.properties,
+            kafka_properties: k.properties.0,
             topics: k.topics,
             output,
             rolling_sum: d.rolling_sums.into_iter().next(),

@@ -1,6 +1,7 @@
 //! What the user configures for the Kafka source (`[source.kafka]`): the job-file
 //! section, its defaults (one place: [`KafkaSourceConfig::new`]), its validation.
 
+use crate::secret::Properties;
 use regex::Regex;
 use std::collections::BTreeMap;
 
@@ -132,7 +133,7 @@ impl DecodeErrorPolicy {
 
 /// The Kafka source's configuration. Its `Debug` hides the values of secret properties
 /// (`sasl.password`, `ssl.key.password`, ...).
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Debug)]
 pub struct KafkaSourceConfig {
     pub bootstrap_servers: String,
     pub topics: TopicSelector,
@@ -151,7 +152,7 @@ pub struct KafkaSourceConfig {
     /// producers), each given to the clients it applies to
     /// ([`super::properties::applies_to`]); on the consumer they override lockgate's
     /// defaults.
-    pub properties: BTreeMap<String, String>,
+    pub properties: Properties,
     /// Records without a value (tombstones) are emitted as [`Record::tombstone`]
     /// records instead of following `on_decode_error`: set when the sink says what a
     /// tombstone means (the Elasticsearch sink's `on_null_value`).
@@ -177,51 +178,9 @@ impl KafkaSourceConfig {
             format: Format::Json,
             on_decode_error: DecodeErrorPolicy::Fail,
             connect_timeout_ms: 30_000,
-            properties: BTreeMap::new(),
+            properties: Properties::default(),
             tombstones: false,
         }
-    }
-}
-
-impl std::fmt::Debug for KafkaSourceConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSourceConfig")
-            .field("bootstrap_servers", &self.bootstrap_servers)
-            .field("topics", &self.topics)
-            .field("group_id", &self.group_id)
-            .field("startup", &self.startup)
-            .field("partition_discovery_ms", &self.partition_discovery_ms)
-            .field("bounded", &self.bounded)
-            .field("format", &self.format)
-            .field("on_decode_error", &self.on_decode_error)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field(
-                "properties",
-                &crate::secret::Properties(self.properties.clone()),
-            )
-            .field("tombstones", &self.tombstones)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for KafkaSection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSection")
-            .field("bootstrap_servers", &self.bootstrap_servers)
-            .field("topics", &self.topics)
-            .field("topic_pattern", &self.topic_pattern)
-            .field("group_id", &self.group_id)
-            .field("startup", &self.startup)
-            .field("partition_discovery_ms", &self.partition_discovery_ms)
-            .field("bounded", &self.bounded)
-            .field("format", &self.format)
-            .field("on_decode_error", &self.on_decode_error)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field(
-                "properties",
-                &crate::secret::Properties(self.properties.clone()),
-            )
-            .finish()
     }
 }
 
@@ -238,7 +197,7 @@ impl PartialEq for TopicSelector {
 /// `[source.kafka]` as written in a job file. A key that is absent takes
 /// [`KafkaSourceConfig::new`]'s default, so the job file and the Rust API cannot
 /// disagree. Its `Debug` hides the values of secret properties.
-#[derive(Clone, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSection {
     pub bootstrap_servers: String,
@@ -254,7 +213,7 @@ pub struct KafkaSection {
     /// librdkafka properties of every Kafka client of the job, checked at load; which
     /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub properties: Properties,
 }
 
 impl KafkaSection {
