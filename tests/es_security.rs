@@ -140,6 +140,17 @@ fn inspect_all(checkpoints: &Path) -> String {
     s
 }
 
+/// A test server over TLS that needs basic authentication as `writer` with
+/// [`PASSWORD`], in `dir/es`; the test's own client authenticates that way.
+fn tls_basic_auth_es(dir: &std::path::Path) -> EsProcess {
+    EsProcess::start(
+        &dir.join("es"),
+        true,
+        &["--basic-auth", &format!("writer:{PASSWORD}")],
+        Some(basic()),
+    )
+}
+
 fn assert_no_secret(what: &str, text: &str, secrets: &[&str]) {
     assert!(!text.is_empty(), "{what} is empty: nothing was checked");
     for s in secrets {
@@ -150,12 +161,7 @@ fn assert_no_secret(what: &str, text: &str, secrets: &[&str]) {
 #[test]
 fn chaos_over_tls_with_basic_auth_is_exactly_once_and_never_prints_the_password() {
     let tmp = tempfile::tempdir().unwrap();
-    let es = EsProcess::start(
-        &tmp.path().join("es"),
-        true,
-        &["--basic-auth", &format!("writer:{PASSWORD}")],
-        Some(basic()),
-    );
+    let es = tls_basic_auth_es(tmp.path());
     assert!(es.url.starts_with("https://"), "{}", es.url);
     let kafka = KafkaProcess::start(&[("orders", 4)]);
     lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 50_000, 500).unwrap();
@@ -350,12 +356,7 @@ fn a_node_stopped_mid_run_fails_over_to_the_other() {
 #[test]
 fn a_wrong_password_fails_the_job_at_once_naming_the_node() {
     let tmp = tempfile::tempdir().unwrap();
-    let es = EsProcess::start(
-        &tmp.path().join("es"),
-        true,
-        &["--basic-auth", &format!("writer:{PASSWORD}")],
-        Some(basic()),
-    );
+    let es = tls_basic_auth_es(tmp.path());
     let wrong = "Wrong-0b6f-password";
     let job = tmp.path().join("job");
     // The default restart policy (3 in-process restarts) applies: a refusal of the
@@ -408,12 +409,7 @@ fn a_wrong_password_fails_the_job_at_once_naming_the_node() {
 #[test]
 fn a_password_from_a_file_never_reaches_an_output() {
     let tmp = tempfile::tempdir().unwrap();
-    let es = EsProcess::start(
-        &tmp.path().join("es"),
-        true,
-        &["--basic-auth", &format!("writer:{PASSWORD}")],
-        Some(basic()),
-    );
+    let es = tls_basic_auth_es(tmp.path());
     let job = tmp.path().join("job");
     std::fs::create_dir_all(&job).unwrap();
     let secret_dir = tmp.path().join("secrets");
@@ -457,13 +453,8 @@ fn a_password_from_a_file_never_reaches_an_output() {
         "username = \"writer\"\npassword = \"x\"",
     );
     std::fs::write(&config, both).unwrap();
-    let o = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let (code, err) = common::run_config(&config);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("sink.elasticsearch.password and sink.elasticsearch.password_file"),
         "{err}"
@@ -499,13 +490,8 @@ fn bad_urls_and_unreadable_files_are_refused_at_load_naming_the_key() {
             "strategy = \"none\"",
             sink,
         );
-        let o = Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{sink}: {err}");
+        let (code, err) = common::run_config(&config);
+        assert_eq!(code, Some(2), "{sink}: {err}");
         assert!(
             err.contains(&format!("{}: {key}:", config.display())),
             "{sink}: {err}"
@@ -599,21 +585,11 @@ fn tls_verify_modes_are_enforced() {
             "strategy = \"none\"",
             &format!("url = \"{}\"\n{tls}\nretry_max_attempts = 2", es.url),
         );
-        let o = Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let (code, err) = common::run_config(&config);
         if *accepted {
-            assert!(o.status.success(), "{tls}: {}", common::tail(&err, 20));
+            assert_eq!(code, Some(0), "{tls}: {}", common::tail(&err, 20));
         } else {
-            assert_eq!(
-                o.status.code(),
-                Some(1),
-                "{tls}: {}",
-                common::tail(&err, 20)
-            );
+            assert_eq!(code, Some(1), "{tls}: {}", common::tail(&err, 20));
             let last = err
                 .lines()
                 .rfind(|l| l.starts_with("error: "))

@@ -193,6 +193,19 @@ impl JobDir {
 }
 
 /// Waits for a child, killing it (and failing) after `timeout`.
+/// Runs `lockgate run --config <config>` to its end: its exit code and its stderr.
+pub fn run_config(config: &Path) -> (Option<i32>, String) {
+    let o = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .output()
+        .expect("run lockgate");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 pub fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
     let start = Instant::now();
     loop {
