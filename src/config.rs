@@ -29,6 +29,16 @@ struct JobFile {
     #[serde(default)]
     transform: Vec<TransformSection>,
     sink: SinkSection,
+    #[serde(default)]
+    metrics: Option<MetricsSection>,
+}
+
+/// `[metrics]`: the HTTP listener of metrics, probes, the REST API and the status page.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    /// `host:port` with a literal IP (`127.0.0.1:9464`, `0.0.0.0:9464`).
+    listen: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -360,6 +370,18 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         .max_parallelism(j.max_parallelism)
         .restart(restart)
         .checkpointing(c);
+    if let Some(m) = &file.metrics {
+        let addr: std::net::SocketAddr = m.listen.parse().map_err(|_| {
+            err(
+                "metrics.listen",
+                format!(
+                    "`{}` is not an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464",
+                    m.listen
+                ),
+            )
+        })?;
+        b = b.metrics_listen(addr);
+    }
 
     b = match (&file.source.sequence, &file.source.kafka) {
         (Some(s), None) => {
@@ -646,6 +668,20 @@ dir = "out"
             "{}",
             g.describe()
         );
+    }
+
+    #[test]
+    fn metrics_listen_is_an_address_or_an_error_naming_the_key() {
+        let g = parse(GOOD, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(g.metrics_listen, None, "off by default");
+        let on = format!("{GOOD}\n[metrics]\nlisten = \"127.0.0.1:9464\"\n");
+        let g = parse(&on, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(g.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let e = parse_err(&on.replace("127.0.0.1:9464", "localhost"));
+        assert_eq!(e.key, "metrics.listen");
+        assert!(e.message.contains("`localhost`"), "{e}");
+        let e = parse_err(&on.replace("listen =", "port ="));
+        assert!(e.key.starts_with("metrics"), "{e}");
     }
 
     #[test]

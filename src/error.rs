@@ -44,5 +44,21 @@ impl JobError {
     }
 }
 
+impl JobError {
+    /// The failure's kind, as the `cause` label of `lockgate_restarts_total`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            JobError::State(_) => "state",
+            JobError::Task { .. } => "task_failed",
+            JobError::Checkpoint { .. } => "checkpoint",
+            JobError::TooManyCheckpointFailures { .. } => "checkpoint_failures",
+            JobError::Declined(_) => "declined",
+            JobError::Unrecoverable { .. } => "unrecoverable",
+            JobError::Restore(_) => "restore",
+            JobError::Other(_) => "other",
+        }
+    }
+}
+
 /// Result alias of the runtime.
 pub type Result<T, E = JobError> = std::result::Result<T, E>;

@@ -195,6 +195,9 @@ pub struct JobGraph {
     pub(crate) source: (String, SourceFactory),
     pub(crate) stages: Vec<Stage>,
     pub(crate) sink: (String, SinkFactory),
+    /// Where `lockgate run` serves the job's metrics, health probes, REST API and
+    /// status page (`[metrics] listen`); `None`: nowhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl JobGraph {
@@ -244,6 +247,7 @@ impl Job {
             source: None,
             stages: Vec::new(),
             sink: None,
+            metrics_listen: None,
         }
     }
 }
@@ -258,6 +262,7 @@ pub struct JobBuilder {
     source: Option<(String, SourceFactory)>,
     stages: Vec<Stage>,
     sink: Option<(String, SinkFactory)>,
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl JobBuilder {
@@ -270,6 +275,13 @@ impl JobBuilder {
     /// Key groups: the most subtasks keyed state can ever be split into.
     pub fn max_parallelism(mut self, p: u16) -> Self {
         self.max_parallelism = p;
+        self
+    }
+
+    /// Serve metrics, probes, the REST API and the status page on `addr` when the job
+    /// runs under `lockgate run` (see [`crate::telemetry`]).
+    pub fn metrics_listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.metrics_listen = Some(addr);
         self
     }
 
@@ -443,6 +455,7 @@ impl JobBuilder {
             source,
             stages: self.stages,
             sink,
+            metrics_listen: self.metrics_listen,
         })
     }
 }

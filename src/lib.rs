@@ -61,6 +61,7 @@ pub mod operators;
 pub mod record;
 pub mod runtime;
 pub mod secret;
+pub mod telemetry;
 #[cfg(feature = "harness")]
 pub mod testkit;
 

@@ -20,6 +20,7 @@ fn info() -> SubtaskInfo {
         index: 0,
         parallelism: 1,
         max_parallelism: 128,
+        telemetry: Default::default(),
     }
 }
 

@@ -210,6 +210,7 @@ pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, Es
         index: 0,
         parallelism: 1,
         max_parallelism: 128,
+        telemetry: Default::default(),
     };
     let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
     let start = Instant::now();

@@ -39,9 +39,24 @@ pub enum Action {
         snapshots: Vec<SubtaskSnapshot>,
     },
     /// Discard the pending directory and send `Aborted` to every task.
-    Abort { id: CheckpointId, reason: String },
+    Abort {
+        id: CheckpointId,
+        cause: AbortCause,
+        reason: String,
+    },
     /// Fail the job.
     Fail { failures: u32, last: String },
+}
+
+/// Why a checkpoint was aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbortCause {
+    /// A task declined it.
+    Declined,
+    /// It was pending longer than `timeout_ms`.
+    Expired,
+    /// Publishing it failed.
+    PublishFailed,
 }
 
 #[derive(Debug)]
@@ -130,7 +145,7 @@ impl Coordinator {
         if let Some(p) = &self.pending {
             if !p.publishing && now_ms.saturating_sub(p.started_ms) >= self.cfg.timeout_ms {
                 let reason = format!("expired after {} ms", self.cfg.timeout_ms);
-                return self.fail_pending(reason, now_ms);
+                return self.fail_pending(AbortCause::Expired, reason, now_ms);
             }
             return Vec::new();
         }
@@ -211,7 +226,11 @@ impl Coordinator {
             .as_ref()
             .is_some_and(|p| p.id == id && !p.publishing)
         {
-            return self.fail_pending(format!("declined by {task}: {reason}"), now_ms);
+            return self.fail_pending(
+                AbortCause::Declined,
+                format!("declined by {task}: {reason}"),
+                now_ms,
+            );
         }
         Vec::new()
     }
@@ -236,7 +255,11 @@ impl Coordinator {
         now_ms: u64,
     ) -> Vec<Action> {
         debug_assert_eq!(self.pending(), Some(id));
-        self.fail_pending(format!("publish failed: {reason}"), now_ms)
+        self.fail_pending(
+            AbortCause::PublishFailed,
+            format!("publish failed: {reason}"),
+            now_ms,
+        )
     }
 
     /// A bounded source subtask reached its end.
@@ -249,12 +272,13 @@ impl Coordinator {
         self.stop_requested = true;
     }
 
-    fn fail_pending(&mut self, reason: String, now_ms: u64) -> Vec<Action> {
+    fn fail_pending(&mut self, cause: AbortCause, reason: String, now_ms: u64) -> Vec<Action> {
         let p = self.pending.take().expect("a pending checkpoint");
         self.last_end_ms = Some(now_ms);
         self.consecutive_failures += 1;
         let mut actions = vec![Action::Abort {
             id: p.id,
+            cause,
             reason: reason.clone(),
         }];
         if self.consecutive_failures > self.cfg.tolerable_failures {
@@ -343,7 +367,7 @@ mod tests {
         let a = c.poll(60);
         assert_eq!(a.len(), 1, "first failure is tolerated: {a:?}");
         assert!(
-            matches!(&a[0], Action::Abort { id: CheckpointId(7), reason } if reason.contains("expired"))
+            matches!(&a[0], Action::Abort { id: CheckpointId(7), cause: AbortCause::Expired, reason } if reason.contains("expired"))
         );
         c.poll(70);
         let a = c.poll(120);
@@ -359,7 +383,7 @@ mod tests {
         c.poll(10);
         let a = c.on_decline(CheckpointId(7), t(1, 0), "sink cannot flush", 12);
         assert!(
-            matches!(&a[0], Action::Abort { reason, .. } if reason.contains("sink cannot flush"))
+            matches!(&a[0], Action::Abort { reason, cause: AbortCause::Declined, .. } if reason.contains("sink cannot flush"))
         );
         assert!(ack_all(&mut c, CheckpointId(7)).is_empty());
         assert_eq!(c.pending(), None);
@@ -566,7 +590,7 @@ mod tests {
         ack_all(&mut c, CheckpointId(7));
         let a = c.on_publish_failed(CheckpointId(7), "disk full".into(), 2);
         assert!(
-            matches!(a.as_slice(), [Action::Abort { id: CheckpointId(7), reason }] if reason.contains("publish failed: disk full")),
+            matches!(a.as_slice(), [Action::Abort { id: CheckpointId(7), cause: AbortCause::PublishFailed, reason }] if reason.contains("publish failed: disk full")),
             "{a:?}"
         );
         assert_eq!(

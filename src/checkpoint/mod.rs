@@ -7,7 +7,7 @@
 pub mod coordinator;
 pub mod start;
 
-pub use coordinator::{Action, Coordinator, CoordinatorConfig};
+pub use coordinator::{AbortCause, Action, Coordinator, CoordinatorConfig};
 
 use std::fmt;
 

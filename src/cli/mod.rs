@@ -175,21 +175,51 @@ enum CheckpointsCommand {
     },
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+/// Logs to stderr: human-readable by default, one JSON object per line with
+/// `LOCKGATE_LOG_FORMAT=json` (for log shippers: the event's fields at the top level,
+/// the task's span fields, job and task, under `span`).
+fn init_logging() -> Result<(), String> {
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("LOCKGATE_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+    };
+    let format = std::env::var("LOCKGATE_LOG_FORMAT").unwrap_or_default();
+    match format.as_str() {
+        "" | "text" => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter())
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_target(false)
+                .try_init();
+        }
+        "json" => {
+            let _ = tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_env_filter(filter())
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .try_init();
+        }
+        other => {
+            return Err(format!(
+                "LOCKGATE_LOG_FORMAT: `{other}` is not one of text, json"
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging();
+    if let Err(e) = init_logging() {
+        eprintln!("error: {e}");
+        return EXIT_USAGE;
+    }
     if let Err(e) = crate::fault::setup_from_env() {
         eprintln!("error: {e}");
         return EXIT_USAGE;

@@ -2,6 +2,7 @@
 
 use super::{runtime, EXIT_FAILURE, EXIT_USAGE};
 use crate::runtime::{run as run_job, RunOptions};
+use crate::telemetry::Telemetry;
 use std::path::{Path, PathBuf};
 use tokio::sync::watch;
 use tracing::{error, info};
@@ -18,6 +19,26 @@ pub fn run(config: &Path, restore: Option<PathBuf>, allow_non_restored_state: bo
     };
     let rt = runtime();
     rt.block_on(async move {
+        let telemetry = Telemetry::new(
+            &job.name,
+            &job.describe(),
+            job.parallelism,
+            job.max_parallelism,
+        );
+        if let Some(addr) = job.metrics_listen {
+            match crate::telemetry::server::serve(addr, telemetry.clone()).await {
+                Ok(bound) => {
+                    info!(job = %job.name, url = %format!("http://{bound}/"), "serving metrics, probes, the REST API and the status page")
+                }
+                Err(e) => {
+                    eprintln!(
+                        "error: {}: metrics.listen: cannot listen on {addr}: {e}",
+                        config.display()
+                    );
+                    return EXIT_USAGE;
+                }
+            }
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -32,6 +53,7 @@ pub fn run(config: &Path, restore: Option<PathBuf>, allow_non_restored_state: bo
             restore,
             allow_non_restored_state,
             stop: Some(stop_rx),
+            telemetry: Some(telemetry),
         };
         info!(job = %job.name, graph = %job.describe(), parallelism = job.parallelism, "job starting");
         match run_job(&job, opts).await {

@@ -423,6 +423,7 @@ mod tests {
             index,
             parallelism,
             max_parallelism: 128,
+            telemetry: Default::default(),
         }
     }
 

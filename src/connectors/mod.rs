@@ -31,6 +31,8 @@ pub struct SubtaskInfo {
     pub index: u16,
     pub parallelism: u16,
     pub max_parallelism: u16,
+    /// The job's metrics and status: where the subtask reports what it does.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// What one [`Source::poll`] produced.

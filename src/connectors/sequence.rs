@@ -249,6 +249,7 @@ mod tests {
             index,
             parallelism,
             max_parallelism: 8,
+            telemetry: Default::default(),
         }
     }
 

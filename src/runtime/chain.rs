@@ -9,6 +9,7 @@ use crate::operators::{Operator, OperatorContext};
 use crate::record::Batch;
 use lockgate_state::keygroup::{key_group_of, subtask_for_group};
 use lockgate_state::{CheckpointId, SubtaskSnapshot};
+use prometheus::IntCounter;
 use std::path::Path;
 use tokio::sync::mpsc;
 
@@ -118,6 +119,10 @@ pub struct Chain {
     pub tail: Tail,
     /// Whether the sink of this chain has taken a record in this attempt.
     pub sink_written: bool,
+    /// `records_in` / `records_out` of each operator, in the order of `ops`.
+    pub op_counters: Vec<(IntCounter, IntCounter)>,
+    /// `records_in` of the sink, if the tail is one.
+    pub sink_in: Option<IntCounter>,
 }
 
 impl Chain {
@@ -135,9 +140,11 @@ impl Chain {
 
     /// Runs a batch through the operators and hands the result to the tail.
     pub async fn process(&mut self, mut batch: Batch) -> Result<()> {
-        for (op, _) in &mut self.ops {
+        for ((op, _), (records_in, records_out)) in self.ops.iter_mut().zip(&self.op_counters) {
+            records_in.inc_by(batch.len() as u64);
             let mut out = Vec::with_capacity(batch.len());
             op.process(batch, &mut out)?;
+            records_out.inc_by(out.len() as u64);
             batch = out;
         }
         if batch.is_empty() {
@@ -146,6 +153,9 @@ impl Chain {
         match &mut self.tail {
             Tail::Exchange(x) => x.route(batch).await,
             Tail::Sink(s) => {
+                if let Some(c) = &self.sink_in {
+                    c.inc_by(batch.len() as u64);
+                }
                 s.invoke(batch).await?;
                 if !self.sink_written {
                     self.sink_written = true;

@@ -9,11 +9,13 @@ use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::checkpoint::start::{
     compatibility, restart_source, start_decision, Abandon, Source, StartDecision, StartFacts,
 };
-use crate::checkpoint::{Action, Coordinator, CoordinatorConfig};
+use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
 use crate::operators::OperatorContext;
+use crate::telemetry::status::{CheckpointStatus, JobState};
+use crate::telemetry::Telemetry;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir};
 use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
 use std::collections::HashSet;
@@ -34,6 +36,9 @@ pub struct RunOptions {
     pub allow_non_restored_state: bool,
     /// Becomes `true` to stop the job with a final checkpoint (SIGTERM).
     pub stop: Option<watch::Receiver<bool>>,
+    /// Where the run reports its metrics and status (one is made if `None`); serve it
+    /// with `telemetry::server` to watch the job.
+    pub telemetry: Option<Telemetry>,
 }
 
 /// What a finished run did.
@@ -57,6 +62,23 @@ pub struct RunSummary {
 /// until stopped. Restarting after a crash is calling this again with the same job:
 /// it resumes from the newest checkpoint that verifies.
 pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
+    let telemetry = opts.telemetry.clone().unwrap_or_else(|| {
+        Telemetry::new(
+            &job.name,
+            &job.describe(),
+            job.parallelism,
+            job.max_parallelism,
+        )
+    });
+    let result = run_with(job, opts, &telemetry).await;
+    match &result {
+        Ok(_) => telemetry.set_state(JobState::Finished),
+        Err(e) => telemetry.failed(&e.to_string()),
+    }
+    result
+}
+
+async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
     let root = job.checkpoint.dir.clone();
     let (dir, startup) = tokio::task::block_in_place(|| SnapshotDir::open(&root))?;
     let dir = Arc::new(dir);
@@ -118,6 +140,7 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
         }
     }
     summary.restored_from = restored.as_ref().map(|r| r.path.clone());
+    telemetry.restored(summary.restored_from.as_deref());
     let mut stop = opts.stop.clone();
     // When each earlier failure of this run happened (ms on `clock`).
     let clock = Instant::now();
@@ -138,6 +161,7 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
             &mut next_id,
             &mut stop,
             &mut summary,
+            telemetry,
         )
         .await;
         match result {
@@ -160,6 +184,7 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
                 };
                 failures_ms.push(now_ms);
                 summary.restarts += 1;
+                telemetry.restarting(e.cause(), &e.to_string());
                 warn!(job = %job.name, error = %e, restart = summary.restarts, delay_ms = delay.as_millis() as u64, "job failed; restarting from the last completed checkpoint");
                 // A stop (SIGTERM) during a backoff of up to minutes ends the run now:
                 // no attempt is running, and the last completed checkpoint stands.
@@ -236,6 +261,15 @@ fn vertices(job: &JobGraph) -> Vec<Vertex> {
     vs
 }
 
+/// The name of a task in logs and the REST API: `source-0`, `vertex1-1`.
+fn task_name(t: TaskId) -> String {
+    if t.vertex == 0 {
+        format!("source-{}", t.subtask)
+    } else {
+        format!("vertex{}-{}", t.vertex, t.subtask)
+    }
+}
+
 fn now_ms(start: Instant) -> u64 {
     start.elapsed().as_millis() as u64
 }
@@ -265,6 +299,7 @@ async fn run_attempt(
     next_id: &mut CheckpointId,
     stop: &mut Option<watch::Receiver<bool>>,
     summary: &mut RunSummary,
+    telemetry: &Telemetry,
 ) -> Result<()> {
     let work = dir.root().join(".work");
     tokio::task::block_in_place(|| -> Result<()> {
@@ -317,19 +352,18 @@ async fn run_attempt(
                 vertex: v as u16,
                 subtask: i,
             };
-            let name = if v == 0 {
-                format!("source-{i}")
-            } else {
-                format!("vertex{v}-{i}")
-            };
+            let name = task_name(id);
             let info = SubtaskInfo {
                 job: job.name.clone(),
                 name,
                 index: i,
                 parallelism: p,
                 max_parallelism: job.max_parallelism,
+                telemetry: telemetry.clone(),
             };
             let mut ops = Vec::new();
+            let mut op_counters = Vec::new();
+            let m = telemetry.metrics();
             for (kind, uid, factory) in &vertex.ops {
                 let restore = match (uid, restored) {
                     (Some(u), Some(r)) => r
@@ -345,6 +379,10 @@ async fn run_attempt(
                     _ => Vec::new(),
                 };
                 let uid = uid.clone().unwrap_or_else(|| kind.clone());
+                op_counters.push((
+                    m.task_counter(&m.records_in, &uid, i),
+                    m.task_counter(&m.records_out, &uid, i),
+                ));
                 let ctx = OperatorContext {
                     info: info.clone(),
                     work_dir: work.join(format!("{uid}-{i}")),
@@ -363,11 +401,15 @@ async fn run_attempt(
                 }),
                 None => Tail::Sink((job.sink.1)(i)),
             };
+            let sink_in =
+                matches!(tail, Tail::Sink(_)).then(|| m.task_counter(&m.records_in, SINK_UID, i));
             let chain = Chain {
                 info,
                 ops,
                 tail,
                 sink_written: false,
+                op_counters,
+                sink_in,
             };
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             controls.push((id, ctl_tx));
@@ -406,6 +448,12 @@ async fn run_attempt(
     let mut tick = tokio::time::interval(Duration::from_millis(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut triggered_at: Option<(CheckpointId, Instant)> = None;
+    let since_trigger = |triggered_at: &Option<(CheckpointId, Instant)>, id: CheckpointId| {
+        triggered_at
+            .filter(|t| t.0 == id)
+            .map_or(0, |t| t.1.elapsed().as_millis() as u64)
+    };
+    telemetry.set_state(JobState::Running);
     // Aborted checkpoints whose directories are not removed yet: a subtask may still be
     // writing its snapshot into one (an expired checkpoint's keyed subtask in the middle
     // of its RocksDB checkpoint). Subtasks take barriers in order, so once a later
@@ -436,7 +484,10 @@ async fn run_attempt(
             tokio::select! {
                 _ = tick.tick() => actions = coord.poll(now_ms(start)),
                 r = report_rx.recv(), if running > 0 => match r {
-                    Some(Report::Ack { id, task, positions, snapshots }) => actions = coord.on_ack(id, task, positions, snapshots),
+                    Some(Report::Ack { id, task, positions, snapshots }) => {
+                        telemetry.checkpoint_acked(id.0, task_name(task), task.vertex, task.subtask, since_trigger(&triggered_at, id));
+                        actions = coord.on_ack(id, task, positions, snapshots)
+                    }
                     Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
                     Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
                     None => {}
@@ -462,6 +513,7 @@ async fn run_attempt(
                     stop_seen = true;
                     info!(job = %job.name, "stop requested: finishing with a final checkpoint");
                     coord.on_stop();
+                    telemetry.set_state(JobState::Stopping);
                     send_sources(Control::Stop);
                 }
             }
@@ -476,6 +528,7 @@ async fn run_attempt(
                             return fail_attempt(&mut tasks, e.into()).await;
                         }
                         triggered_at = Some((id, Instant::now()));
+                        telemetry.checkpoint_triggered(id.0, is_final);
                         tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
                         send_sources(Control::Trigger { id, is_final });
                     }
@@ -485,6 +538,13 @@ async fn run_attempt(
                         positions,
                         snapshots,
                     } => {
+                        let size_bytes: u64 = snapshots
+                            .iter()
+                            .map(|s| {
+                                s.files.iter().map(|f| f.size).sum::<u64>()
+                                    + s.inline_state.len() as u64
+                            })
+                            .sum();
                         let meta = CheckpointMetadata {
                             id,
                             job_name: job.name.clone(),
@@ -520,9 +580,8 @@ async fn run_attempt(
                         match published {
                             Ok(path) => {
                                 coord.on_published(id, now_ms(start));
-                                let took = triggered_at
-                                    .filter(|t| t.0 == id)
-                                    .map_or(0, |t| t.1.elapsed().as_millis() as u64);
+                                let took = since_trigger(&triggered_at, id);
+                                telemetry.checkpoint_completed(id.0, took, size_bytes, &path.display().to_string());
                                 summary.checkpoints += 1;
                                 summary.last_checkpoint = Some(id);
                                 summary.checkpoint_durations_ms.push(took);
@@ -558,8 +617,14 @@ async fn run_attempt(
                             }
                         }
                     }
-                    Action::Abort { id, reason } => {
+                    Action::Abort { id, cause, reason } => {
                         warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
+                        let status = match cause {
+                            AbortCause::Declined => CheckpointStatus::Declined,
+                            AbortCause::Expired => CheckpointStatus::TimedOut,
+                            AbortCause::PublishFailed => CheckpointStatus::Failed,
+                        };
+                        telemetry.checkpoint_aborted(id.0, status, since_trigger(&triggered_at, id), &reason);
                         // Removed once a later checkpoint is published (or at the next start).
                         aborted.push(id);
                         send_all(Control::Aborted { id });

@@ -88,6 +88,8 @@ pub async fn run_source_task(
         let mut stopped = false;
         let mut emitted_any = false;
         let mut batch = Vec::with_capacity(1024);
+        let m = chain.info.telemetry.metrics();
+        let records_out = m.task_counter(&m.records_out, "source", chain.info.index);
         loop {
             loop {
                 let msg = if finished || stopped {
@@ -140,6 +142,7 @@ pub async fn run_source_task(
                 }
             }
             if !batch.is_empty() {
+                records_out.inc_by(batch.len() as u64);
                 chain
                     .process(std::mem::replace(&mut batch, Vec::with_capacity(1024)))
                     .await?;
@@ -197,6 +200,14 @@ pub async fn run_input_task(
         let mut aligner = Aligner::new(inputs.len());
         let mut ended = vec![false; inputs.len()];
         let mut rr = 0usize;
+        let m = chain.info.telemetry.metrics();
+        let head = chain
+            .ops
+            .first()
+            .map_or(super::chain::SINK_UID, |(_, ctx)| ctx.uid.as_str());
+        let alignment = m.task_histogram(&m.checkpoint_alignment, head, chain.info.index);
+        // The checkpoint being aligned and when its first barrier arrived.
+        let mut aligning: Option<(CheckpointId, std::time::Instant)> = None;
         loop {
             tokio::select! {
                 biased;
@@ -210,11 +221,21 @@ pub async fn run_input_task(
                     };
                     let event = match m {
                         Message::Records(b) => { chain.process(b).await?; AlignEvent::Waiting }
-                        Message::Barrier(id) => aligner.on_barrier(i, id),
+                        Message::Barrier(id) => {
+                            if aligning.is_none_or(|a| a.0 != id) {
+                                aligning = Some((id, std::time::Instant::now()));
+                            }
+                            aligner.on_barrier(i, id)
+                        }
                         Message::EndOfInput => { ended[i] = true; aligner.on_end_of_input(i) }
                     };
                     match event {
-                        AlignEvent::Aligned(id) => snapshot_and_ack(&io, &mut chain, id, Vec::new()).await?,
+                        AlignEvent::Aligned(id) => {
+                            if let Some((_, started)) = aligning.take().filter(|a| a.0 == id) {
+                                alignment.observe(started.elapsed().as_secs_f64());
+                            }
+                            snapshot_and_ack(&io, &mut chain, id, Vec::new()).await?
+                        }
                         AlignEvent::Superseded { aborted, .. } => {
                             io.report(Report::Decline { id: aborted, task: io.id, reason: "superseded by a newer barrier during alignment".into() }).await?;
                         }

@@ -1,0 +1,284 @@
+//! The Prometheus metrics of one job: a registry of its own (never the global one, so
+//! that two jobs in one process, or two tests, never share a counter) and every
+//! metric family, named after Prometheus conventions (base units, `_total` counters,
+//! `_seconds` histograms). Every series carries the `job` label; per-task series also
+//! `operator` and `subtask`.
+
+use prometheus::core::Collector;
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
+};
+
+/// Buckets of the latency histograms: 1 ms to 2 min.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// Every metric family of a job. Handles for one subtask are taken once (at open) and
+/// are atomics from then on: updating a metric on the record path costs one atomic add
+/// per batch.
+pub struct Metrics {
+    registry: Registry,
+    job: String,
+    // Tasks.
+    pub records_in: IntCounterVec,
+    pub records_out: IntCounterVec,
+    // Kafka source.
+    pub kafka_bytes_read: IntCounterVec,
+    pub kafka_position: IntGaugeVec,
+    pub kafka_end_offset: IntGaugeVec,
+    pub kafka_lag: IntGaugeVec,
+    pub kafka_partitions_assigned: IntGaugeVec,
+    pub kafka_partitions_discovered: IntCounterVec,
+    pub kafka_partitions_restored: IntGaugeVec,
+    // Checkpoints.
+    pub checkpoints: IntCounterVec,
+    pub checkpoint_duration: Histogram,
+    pub checkpoint_size: IntGauge,
+    pub checkpoint_last_id: IntGauge,
+    pub checkpoint_last_timestamp: prometheus::Gauge,
+    pub checkpoint_last_age: prometheus::Gauge,
+    pub checkpoint_alignment: HistogramVec,
+    // Sink.
+    pub sink_pending: IntGaugeVec,
+    pub sink_in_flight: IntGaugeVec,
+    pub sink_requests: IntCounterVec,
+    pub sink_items: IntCounterVec,
+    pub sink_retry_backoff: HistogramVec,
+    pub sink_request_duration: HistogramVec,
+    pub sink_bytes_sent: IntCounterVec,
+    // Job.
+    pub restarts: IntCounterVec,
+    pub dead_letters: IntCounterVec,
+    pub uptime: prometheus::Gauge,
+}
+
+/// Label names of per-task series.
+const TASK: &[&str] = &["job", "operator", "subtask"];
+/// Label names of per-partition series.
+const PARTITION: &[&str] = &["job", "operator", "subtask", "topic", "partition"];
+
+impl Metrics {
+    /// A fresh registry for job `job`, with the process collector (resident memory,
+    /// CPU seconds, open files) where the platform has one.
+    pub fn new(job: &str) -> Metrics {
+        let registry = Registry::new();
+        let reg = |c: Box<dyn Collector>| {
+            registry
+                .register(c)
+                .expect("metric names are unique and valid");
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            reg(Box::new(c.clone()));
+            c
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            reg(Box::new(g.clone()));
+            g
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(SECONDS_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid metric");
+            reg(Box::new(h.clone()));
+            h
+        };
+        let float_gauge = |name: &str, help: &str| {
+            let g =
+                prometheus::GaugeVec::new(Opts::new(name, help), &["job"]).expect("valid metric");
+            reg(Box::new(g.clone()));
+            g.with_label_values(&[job])
+        };
+        let m = Metrics {
+            records_in: counter(
+                "lockgate_records_in_total",
+                "Records that entered the operator.",
+                TASK,
+            ),
+            records_out: counter(
+                "lockgate_records_out_total",
+                "Records the operator emitted (for the source: read; for the sink: written or dead-lettered).",
+                TASK,
+            ),
+            kafka_bytes_read: counter(
+                "lockgate_kafka_read_bytes_total",
+                "Bytes of keys and values read from Kafka.",
+                TASK,
+            ),
+            kafka_position: gauge(
+                "lockgate_kafka_partition_position",
+                "The offset of the next record the source will read from the partition.",
+                PARTITION,
+            ),
+            kafka_end_offset: gauge(
+                "lockgate_kafka_partition_end_offset",
+                "The partition's end: its last stable offset (read_committed) or high watermark, as last fetched.",
+                PARTITION,
+            ),
+            kafka_lag: gauge(
+                "lockgate_kafka_partition_lag",
+                "Records between the partition's position and its end.",
+                PARTITION,
+            ),
+            kafka_partitions_assigned: gauge(
+                "lockgate_kafka_partitions_assigned",
+                "Partitions the source subtask reads.",
+                TASK,
+            ),
+            kafka_partitions_discovered: counter(
+                "lockgate_kafka_partitions_discovered_total",
+                "Partitions found by discovery after the start (they start at EARLIEST).",
+                TASK,
+            ),
+            kafka_partitions_restored: gauge(
+                "lockgate_kafka_partitions_restored",
+                "Partitions of the subtask whose position came from the restored checkpoint.",
+                TASK,
+            ),
+            checkpoints: counter(
+                "lockgate_checkpoints_total",
+                "Checkpoints by status: completed, declined, failed (publishing), timed_out.",
+                &["job", "status"],
+            ),
+            checkpoint_duration: histogram(
+                "lockgate_checkpoint_duration_seconds",
+                "Time from a checkpoint's trigger to its publish.",
+                &["job"],
+            )
+            .with_label_values(&[job]),
+            checkpoint_size: gauge(
+                "lockgate_checkpoint_size_bytes",
+                "Bytes of the last completed checkpoint (state files and inline state).",
+                &["job"],
+            )
+            .with_label_values(&[job]),
+            checkpoint_last_id: gauge(
+                "lockgate_checkpoint_last_completed_id",
+                "The id of the last completed checkpoint.",
+                &["job"],
+            )
+            .with_label_values(&[job]),
+            checkpoint_last_timestamp: float_gauge(
+                "lockgate_checkpoint_last_completed_timestamp_seconds",
+                "When the last completed checkpoint was published (Unix time).",
+            ),
+            checkpoint_last_age: float_gauge(
+                "lockgate_checkpoint_last_completed_age_seconds",
+                "Seconds since the last completed checkpoint was published (at scrape time).",
+            ),
+            checkpoint_alignment: histogram(
+                "lockgate_checkpoint_alignment_seconds",
+                "Time a subtask with several inputs waited from a checkpoint's first barrier to its last.",
+                TASK,
+            ),
+            sink_pending: gauge(
+                "lockgate_sink_pending_actions",
+                "Bulk actions taken by the sink and not yet acknowledged by Elasticsearch.",
+                TASK,
+            ),
+            sink_in_flight: gauge(
+                "lockgate_sink_in_flight_requests",
+                "Bulk requests sent and not yet answered.",
+                TASK,
+            ),
+            sink_requests: counter(
+                "lockgate_sink_bulk_requests_total",
+                "Bulk requests by outcome: ok, item_errors, retried, too_large, failed.",
+                &["job", "operator", "subtask", "outcome"],
+            ),
+            sink_items: counter(
+                "lockgate_sink_items_total",
+                "Bulk items by outcome: created, updated, deleted, not_found, conflict_already_written, retried, dead_lettered, failed.",
+                &["job", "operator", "subtask", "outcome"],
+            ),
+            sink_retry_backoff: histogram(
+                "lockgate_sink_retry_backoff_seconds",
+                "Backoff waited before a bulk retry.",
+                TASK,
+            ),
+            sink_request_duration: histogram(
+                "lockgate_sink_request_duration_seconds",
+                "Time from sending a bulk request to its response.",
+                TASK,
+            ),
+            sink_bytes_sent: counter(
+                "lockgate_sink_sent_bytes_total",
+                "Bytes of bulk request bodies sent.",
+                TASK,
+            ),
+            restarts: counter(
+                "lockgate_restarts_total",
+                "In-process restarts of the job by cause.",
+                &["job", "cause"],
+            ),
+            dead_letters: counter(
+                "lockgate_dead_letters_total",
+                "Records dead-lettered by reason.",
+                &["job", "operator", "subtask", "reason"],
+            ),
+            uptime: float_gauge(
+                "lockgate_job_uptime_seconds",
+                "Seconds since the job started (at scrape time).",
+            ),
+            job: job.to_string(),
+            registry,
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let pc = prometheus::process_collector::ProcessCollector::for_self();
+            let _ = m.registry.register(Box::new(pc));
+        }
+        // Every status of the counter exists from the start, so a query for failures
+        // shows 0 rather than no data.
+        for s in ["completed", "declined", "failed", "timed_out"] {
+            m.checkpoints.with_label_values(&[job, s]);
+        }
+        m
+    }
+
+    /// The job label of every series.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The registry, for exporters.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The counter of one subtask of one operator.
+    pub fn task_counter(&self, vec: &IntCounterVec, operator: &str, subtask: u16) -> IntCounter {
+        vec.with_label_values(&[self.job.as_str(), operator, &subtask.to_string()])
+    }
+
+    /// The gauge of one subtask of one operator.
+    pub fn task_gauge(&self, vec: &IntGaugeVec, operator: &str, subtask: u16) -> IntGauge {
+        vec.with_label_values(&[self.job.as_str(), operator, &subtask.to_string()])
+    }
+
+    /// The histogram of one subtask of one operator.
+    pub fn task_histogram(&self, vec: &HistogramVec, operator: &str, subtask: u16) -> Histogram {
+        vec.with_label_values(&[self.job.as_str(), operator, &subtask.to_string()])
+    }
+
+    /// The Prometheus text format of every metric.
+    pub fn encode(&self) -> String {
+        let families = self.registry.gather();
+        let mut out = String::new();
+        prometheus::TextEncoder::new()
+            .encode_utf8(&families, &mut out)
+            .expect("text encoding of gathered metrics");
+        out
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("job", &self.job).finish()
+    }
+}

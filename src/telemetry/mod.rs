@@ -1,0 +1,531 @@
+//! Watching a running job: its Prometheus metrics ([`metrics`]), its state and
+//! checkpoint history ([`status`]), and (with the `harness` feature) the HTTP server
+//! that serves them with health probes, a REST API and a status page ([`server`]).
+//!
+//! One [`Telemetry`] belongs to one job run. It is cheap to clone (one `Arc`); every
+//! task gets it through [`crate::connectors::SubtaskInfo`] and the executor reports
+//! the job's life to it. Nothing here blocks the record path: counters are atomics,
+//! the status is behind a mutex taken a few times per checkpoint.
+
+pub mod metrics;
+#[cfg(feature = "harness")]
+pub mod server;
+pub mod status;
+
+use metrics::Metrics;
+use prometheus::IntGauge;
+use serde::Serialize;
+use status::{
+    AckView, CheckpointCounts, CheckpointStatus, CheckpointView, JobState, JobView, Status,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+/// The telemetry of one job run (see the module documentation).
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    metrics: Metrics,
+    started: Instant,
+    status: Mutex<Status>,
+    partitions: Mutex<BTreeMap<(String, i32), PartitionGauges>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("job", &self.inner.metrics.job())
+            .finish()
+    }
+}
+
+impl Default for Telemetry {
+    /// The telemetry of an unnamed job that nobody serves (unit tests, benches).
+    fn default() -> Telemetry {
+        Telemetry::new("job", "", 1, 128)
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Telemetry {
+    /// The telemetry of job `name` (graph `graph`, as [`crate::job::JobGraph::describe`]
+    /// gives it), in state [`JobState::Starting`].
+    pub fn new(name: &str, graph: &str, parallelism: u16, max_parallelism: u16) -> Telemetry {
+        let job = JobView {
+            name: name.to_string(),
+            graph: graph.to_string(),
+            state: JobState::Starting,
+            started_at_ms: wall_ms(),
+            uptime_seconds: 0.0,
+            parallelism,
+            max_parallelism,
+            restored_from: None,
+            restarts: 0,
+            last_failure: None,
+            checkpoints_completed: 0,
+            last_checkpoint: None,
+        };
+        Telemetry {
+            inner: Arc::new(Inner {
+                metrics: Metrics::new(name),
+                started: Instant::now(),
+                status: Mutex::new(Status {
+                    job,
+                    counts: CheckpointCounts::default(),
+                    history: VecDeque::new(),
+                }),
+                partitions: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    /// Every metric family.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        // A panic while holding the lock leaves plain data behind: still readable.
+        self.inner.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The metrics in the Prometheus text format, with the scrape-time gauges (ages,
+    /// uptime, lag) brought up to date.
+    pub fn scrape(&self) -> String {
+        let m = &self.inner.metrics;
+        m.uptime.set(self.inner.started.elapsed().as_secs_f64());
+        let last = m.checkpoint_last_timestamp.get();
+        if last > 0.0 {
+            m.checkpoint_last_age
+                .set((wall_ms() as f64 / 1000.0 - last).max(0.0));
+        }
+        for p in self.partition_table().values() {
+            p.update_lag();
+        }
+        m.encode()
+    }
+
+    // --- the job's life, reported by the executor ---
+
+    /// The job restored checkpoint `path` (or started empty: `None`).
+    pub fn restored(&self, path: Option<&std::path::Path>) {
+        self.status().job.restored_from = path.map(|p| p.display().to_string());
+    }
+
+    /// The job is in state `state`.
+    pub fn set_state(&self, state: JobState) {
+        self.status().job.state = state;
+    }
+
+    /// The job failed with `error` and restarts; `cause` is the label of
+    /// `lockgate_restarts_total`.
+    pub fn restarting(&self, cause: &str, error: &str) {
+        let m = &self.inner.metrics;
+        m.restarts.with_label_values(&[m.job(), cause]).inc();
+        let mut s = self.status();
+        s.job.state = JobState::Restarting;
+        s.job.restarts += 1;
+        s.job.last_failure = Some(error.to_string());
+        // Checkpoints in progress belong to the failed attempt.
+        for c in s.history.iter_mut() {
+            if c.status == CheckpointStatus::InProgress {
+                c.status = CheckpointStatus::Abandoned;
+                c.failure_cause = Some(format!("the attempt failed: {error}"));
+            }
+        }
+        s.counts.in_progress = 0;
+    }
+
+    /// The job failed for good with `error`.
+    pub fn failed(&self, error: &str) {
+        let mut s = self.status();
+        s.job.state = JobState::Failed;
+        s.job.last_failure = Some(error.to_string());
+    }
+
+    /// Checkpoint `id` was triggered.
+    pub fn checkpoint_triggered(&self, id: u64, is_final: bool) {
+        let mut s = self.status();
+        s.counts.in_progress += 1;
+        s.push_checkpoint(CheckpointView {
+            id,
+            status: CheckpointStatus::InProgress,
+            is_final,
+            trigger_time_ms: wall_ms(),
+            duration_ms: None,
+            size_bytes: None,
+            acknowledgements: Vec::new(),
+            failure_cause: None,
+            path: None,
+        });
+    }
+
+    /// Task `task` (vertex, subtask) acknowledged checkpoint `id` `after_ms` after
+    /// its trigger.
+    pub fn checkpoint_acked(
+        &self,
+        id: u64,
+        task: String,
+        vertex: u16,
+        subtask: u16,
+        after_ms: u64,
+    ) {
+        if let Some(c) = self.status().checkpoint_mut(id) {
+            c.acknowledgements.push(AckView {
+                task,
+                vertex,
+                subtask,
+                ack_ms: after_ms,
+            });
+        }
+    }
+
+    /// Checkpoint `id` was published at `path`, `duration_ms` after its trigger.
+    pub fn checkpoint_completed(&self, id: u64, duration_ms: u64, size_bytes: u64, path: &str) {
+        let m = &self.inner.metrics;
+        m.checkpoints
+            .with_label_values(&[m.job(), "completed"])
+            .inc();
+        m.checkpoint_duration.observe(duration_ms as f64 / 1000.0);
+        m.checkpoint_size.set(size_bytes as i64);
+        m.checkpoint_last_id.set(id as i64);
+        m.checkpoint_last_timestamp.set(wall_ms() as f64 / 1000.0);
+        let mut s = self.status();
+        s.counts.completed += 1;
+        s.counts.in_progress = s.counts.in_progress.saturating_sub(1);
+        s.job.checkpoints_completed += 1;
+        s.job.last_checkpoint = Some(id);
+        if let Some(c) = s.checkpoint_mut(id) {
+            c.status = CheckpointStatus::Completed;
+            c.duration_ms = Some(duration_ms);
+            c.size_bytes = Some(size_bytes);
+            c.path = Some(path.to_string());
+        }
+    }
+
+    /// Checkpoint `id` was aborted after `duration_ms`.
+    pub fn checkpoint_aborted(
+        &self,
+        id: u64,
+        status: CheckpointStatus,
+        duration_ms: u64,
+        cause: &str,
+    ) {
+        let label = match status {
+            CheckpointStatus::Declined => "declined",
+            CheckpointStatus::TimedOut => "timed_out",
+            _ => "failed",
+        };
+        let m = &self.inner.metrics;
+        m.checkpoints.with_label_values(&[m.job(), label]).inc();
+        let mut s = self.status();
+        match status {
+            CheckpointStatus::Declined => s.counts.declined += 1,
+            CheckpointStatus::TimedOut => s.counts.timed_out += 1,
+            _ => s.counts.failed += 1,
+        }
+        s.counts.in_progress = s.counts.in_progress.saturating_sub(1);
+        if let Some(c) = s.checkpoint_mut(id) {
+            c.status = status;
+            c.duration_ms = Some(duration_ms);
+            c.failure_cause = Some(cause.to_string());
+        }
+    }
+
+    // --- views of the REST API ---
+
+    /// `/api/v1/job`.
+    pub fn job(&self) -> JobView {
+        let mut j = self.status().job.clone();
+        j.uptime_seconds = self.inner.started.elapsed().as_secs_f64();
+        j
+    }
+
+    /// `/api/v1/checkpoints`: counts and the history, newest first.
+    pub fn checkpoints(&self) -> CheckpointsView {
+        let s = self.status();
+        CheckpointsView {
+            counts: s.counts.clone(),
+            history: s.history.iter().rev().cloned().collect(),
+        }
+    }
+
+    /// Whether the job is ready ([`status::readiness`]).
+    pub fn readiness(&self) -> Result<(), String> {
+        status::readiness(&self.status().job)
+    }
+
+    /// `/api/v1/sink`: one entry per sink subtask, read from the sink's metrics.
+    pub fn sinks(&self) -> Vec<SinkView> {
+        use prometheus::core::Collector;
+        let m = &self.inner.metrics;
+        let mut out: BTreeMap<(String, u16), SinkView> = BTreeMap::new();
+        let mut each = |c: &dyn Collector, f: &mut dyn FnMut(&mut SinkView, Option<&str>, f64)| {
+            for family in c.collect() {
+                for metric in family.get_metric() {
+                    let label = |n: &str| {
+                        metric
+                            .get_label()
+                            .iter()
+                            .find(|l| l.name() == n)
+                            .map(|l| l.value().to_string())
+                    };
+                    let (Some(op), Some(sub)) = (label("operator"), label("subtask")) else {
+                        continue;
+                    };
+                    let Ok(sub) = sub.parse::<u16>() else {
+                        continue;
+                    };
+                    let v = match family.get_field_type() {
+                        prometheus::proto::MetricType::COUNTER => metric.get_counter().get_value(),
+                        _ => metric.get_gauge().get_value(),
+                    };
+                    let view = out.entry((op.clone(), sub)).or_insert_with(|| SinkView {
+                        operator: op,
+                        subtask: sub,
+                        ..SinkView::default()
+                    });
+                    f(view, label("outcome").as_deref(), v);
+                }
+            }
+        };
+        each(&m.sink_pending, &mut |s, _, v| s.pending = v as u64);
+        each(&m.sink_in_flight, &mut |s, _, v| {
+            s.in_flight_requests = v as u64
+        });
+        each(&m.sink_bytes_sent, &mut |s, _, v| s.bytes_sent = v as u64);
+        each(&m.sink_requests, &mut |s, o, v| {
+            s.requests.insert(o.unwrap_or("").to_string(), v as u64);
+        });
+        each(&m.sink_items, &mut |s, o, v| {
+            s.items.insert(o.unwrap_or("").to_string(), v as u64);
+        });
+        out.into_values().collect()
+    }
+
+    // --- partitions, reported by the Kafka source ---
+
+    fn partition_table(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), PartitionGauges>> {
+        self.inner
+            .partitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The gauges of partition `topic`/`partition`, read by subtask `subtask` of
+    /// `operator`. Taking them again (after a restart) returns the same series.
+    pub fn partition(
+        &self,
+        operator: &str,
+        subtask: u16,
+        topic: &str,
+        partition: i32,
+    ) -> PartitionGauges {
+        let m = &self.inner.metrics;
+        let mut t = self.partition_table();
+        if let Some(g) = t.get(&(topic.to_string(), partition)) {
+            if g.subtask == subtask {
+                return g.clone();
+            }
+        }
+        let labels = [
+            m.job(),
+            operator,
+            &subtask.to_string(),
+            topic,
+            &partition.to_string(),
+        ];
+        let g = PartitionGauges {
+            subtask,
+            position: m.kafka_position.with_label_values(&labels),
+            end: m.kafka_end_offset.with_label_values(&labels),
+            lag: m.kafka_lag.with_label_values(&labels),
+        };
+        g.position.set(-1);
+        g.end.set(-1);
+        t.insert((topic.to_string(), partition), g.clone());
+        g
+    }
+
+    /// Forgets a partition that no longer exists.
+    pub fn remove_partition(&self, operator: &str, topic: &str, partition: i32) {
+        let m = &self.inner.metrics;
+        if let Some(g) = self
+            .partition_table()
+            .remove(&(topic.to_string(), partition))
+        {
+            let labels = [
+                m.job(),
+                operator,
+                &g.subtask.to_string(),
+                topic,
+                &partition.to_string(),
+            ];
+            let _ = m.kafka_position.remove_label_values(&labels);
+            let _ = m.kafka_end_offset.remove_label_values(&labels);
+            let _ = m.kafka_lag.remove_label_values(&labels);
+        }
+    }
+
+    /// `/api/v1/partitions`.
+    pub fn partitions(&self) -> Vec<PartitionView> {
+        self.partition_table()
+            .iter()
+            .map(|((topic, partition), g)| {
+                let (position, end) = (g.position.get(), g.end.get());
+                PartitionView {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    subtask: g.subtask,
+                    position: (position >= 0).then_some(position),
+                    end: (end >= 0).then_some(end),
+                    lag: g.lag_now(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The gauges of one Kafka partition. Position and end are `-1` until known.
+#[derive(Clone)]
+pub struct PartitionGauges {
+    subtask: u16,
+    position: IntGauge,
+    end: IntGauge,
+    lag: IntGauge,
+}
+
+impl PartitionGauges {
+    /// The offset of the next record to read.
+    pub fn set_position(&self, next: i64) {
+        self.position.set(next);
+        self.update_lag();
+    }
+
+    /// The partition's end as last fetched.
+    pub fn set_end(&self, end: i64) {
+        self.end.set(end);
+        self.update_lag();
+    }
+
+    fn lag_now(&self) -> Option<i64> {
+        let (p, e) = (self.position.get(), self.end.get());
+        (p >= 0 && e >= 0).then(|| (e - p).max(0))
+    }
+
+    fn update_lag(&self) {
+        if let Some(l) = self.lag_now() {
+            self.lag.set(l);
+        }
+    }
+}
+
+/// `/api/v1/checkpoints`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointsView {
+    pub counts: CheckpointCounts,
+    /// Newest first.
+    pub history: Vec<CheckpointView>,
+}
+
+/// One sink subtask of `/api/v1/sink`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SinkView {
+    pub operator: String,
+    pub subtask: u16,
+    /// Actions taken and not yet acknowledged.
+    pub pending: u64,
+    pub in_flight_requests: u64,
+    pub bytes_sent: u64,
+    /// Bulk requests by outcome.
+    pub requests: BTreeMap<String, u64>,
+    /// Bulk items by outcome.
+    pub items: BTreeMap<String, u64>,
+}
+
+/// One partition of `/api/v1/partitions`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub subtask: u16,
+    /// The offset of the next record to read, once known.
+    pub position: Option<i64>,
+    /// The partition's end, once fetched.
+    pub end: Option<i64>,
+    pub lag: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_end_minus_position_once_both_are_known() {
+        let t = Telemetry::new("j", "g", 1, 128);
+        let p = t.partition("source", 0, "orders", 3);
+        assert_eq!(t.partitions()[0].lag, None);
+        p.set_end(100);
+        assert_eq!(t.partitions()[0].lag, None, "position unknown");
+        p.set_position(40);
+        assert_eq!(t.partitions()[0].lag, Some(60));
+        p.set_position(100);
+        assert_eq!(t.partitions()[0].lag, Some(0));
+        let text = t.scrape();
+        assert!(
+            text.contains(r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 0"#),
+            "{text}"
+        );
+        t.remove_partition("source", "orders", 3);
+        assert!(t.partitions().is_empty());
+        assert!(!t.scrape().contains("lockgate_kafka_partition_lag{"));
+    }
+
+    #[test]
+    fn checkpoint_history_and_counters_follow_the_checkpoints() {
+        let t = Telemetry::new("j", "g", 1, 128);
+        t.set_state(JobState::Running);
+        assert!(t.readiness().is_err());
+        t.checkpoint_triggered(1, false);
+        t.checkpoint_acked(1, "source-0".into(), 0, 0, 3);
+        t.checkpoint_completed(1, 12, 4096, "/c/chk-1");
+        t.checkpoint_triggered(2, false);
+        t.checkpoint_aborted(2, CheckpointStatus::TimedOut, 60_000, "expired");
+        t.checkpoint_triggered(3, false);
+        assert_eq!(t.readiness(), Ok(()));
+        let v = t.checkpoints();
+        assert_eq!(v.counts.completed, 1);
+        assert_eq!(v.counts.timed_out, 1);
+        assert_eq!(v.counts.in_progress, 1);
+        let ids: Vec<u64> = v.history.iter().map(|c| c.id).collect();
+        assert_eq!(ids, [3, 2, 1], "newest first");
+        assert_eq!(v.history[2].acknowledgements[0].ack_ms, 3);
+        assert_eq!(v.history[2].size_bytes, Some(4096));
+        t.restarting("task_failed", "boom");
+        let v = t.checkpoints();
+        assert_eq!(v.history[0].status, CheckpointStatus::Abandoned);
+        assert_eq!(v.counts.in_progress, 0);
+        assert_eq!(t.job().restarts, 1);
+        let text = t.scrape();
+        for line in [
+            r#"lockgate_checkpoints_total{job="j",status="completed"} 1"#,
+            r#"lockgate_checkpoints_total{job="j",status="timed_out"} 1"#,
+            r#"lockgate_checkpoints_total{job="j",status="declined"} 0"#,
+            r#"lockgate_checkpoint_last_completed_id{job="j"} 1"#,
+            r#"lockgate_restarts_total{cause="task_failed",job="j"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

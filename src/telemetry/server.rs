@@ -1,0 +1,101 @@
+//! The HTTP listener of `[metrics] listen`: Prometheus metrics, health probes, the
+//! read-only REST API and the status page, all from the one binary.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/metrics` | every metric, Prometheus text format 0.0.4 |
+//! | `/healthz` | 200 while the process serves |
+//! | `/readyz` | 200 when restored, running and a checkpoint completed since the start; 503 with the reason as text otherwise |
+//! | `/api/v1/job` | name, state, uptime, parallelism, restored-from, restarts |
+//! | `/api/v1/checkpoints` | counts and the history, newest first |
+//! | `/api/v1/partitions` | position, end and lag per Kafka partition |
+//! | `/api/v1/sink` | pending, in flight and outcomes per sink subtask |
+//! | `/` | the status page (one static file, same-origin requests only) |
+
+use super::Telemetry;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use std::net::SocketAddr;
+
+/// The status page: one file, no external resources.
+const PAGE: &str = include_str!("page.html");
+
+/// The routes of the listener, over `telemetry`.
+pub fn router(telemetry: Telemetry) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route(
+            "/api/v1/job",
+            get(|State(t): State<Telemetry>| async move { Json(t.job()) }),
+        )
+        .route(
+            "/api/v1/checkpoints",
+            get(|State(t): State<Telemetry>| async move { Json(t.checkpoints()) }),
+        )
+        .route(
+            "/api/v1/partitions",
+            get(|State(t): State<Telemetry>| async move { Json(t.partitions()) }),
+        )
+        .route(
+            "/api/v1/sink",
+            get(|State(t): State<Telemetry>| async move { Json(t.sinks()) }),
+        )
+        .with_state(telemetry)
+}
+
+/// Binds `addr` and serves [`router`] on the current runtime until the process ends.
+/// Returns the bound address (port 0 picks a free one).
+pub async fn serve(addr: SocketAddr, telemetry: Telemetry) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = router(telemetry);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "the metrics listener stopped");
+        }
+    });
+    Ok(bound)
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page fetches its own origin only.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
+            ),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+async fn metrics(State(t): State<Telemetry>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        t.scrape(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(t): State<Telemetry>) -> Response {
+    match t.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()).into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
+}

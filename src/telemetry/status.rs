@@ -1,0 +1,227 @@
+//! What the REST API reports about a job: its state and its checkpoint history, as
+//! plain data, and the readiness decision over it.
+
+use serde::Serialize;
+use std::collections::VecDeque;
+
+/// Checkpoints kept in the history (Flink's web UI keeps 10 by default; a day of
+/// 1-second checkpoints would be 86,400).
+pub const HISTORY: usize = 100;
+
+/// Where the job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Opening the checkpoint directory and restoring state.
+    Starting,
+    /// Every task is running.
+    Running,
+    /// A task failed; waiting to restart from the last completed checkpoint.
+    Restarting,
+    /// A stop was requested; the final checkpoint is being taken.
+    Stopping,
+    /// The final checkpoint is published.
+    Finished,
+    /// The job failed and will not restart.
+    Failed,
+}
+
+/// `/api/v1/job`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub name: String,
+    /// The one-line graph (`source:kafka > key_by > rolling_sum > sink:elasticsearch`).
+    pub graph: String,
+    pub state: JobState,
+    /// When the process started the job, in milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub uptime_seconds: f64,
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+    /// The checkpoint the job started from, if any.
+    pub restored_from: Option<String>,
+    /// In-process restarts since the start.
+    pub restarts: u32,
+    /// The failure that caused the last restart, or that failed the job.
+    pub last_failure: Option<String>,
+    /// Checkpoints completed since the start.
+    pub checkpoints_completed: u64,
+    /// The last completed checkpoint's id.
+    pub last_checkpoint: Option<u64>,
+}
+
+/// The status of one checkpoint in the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointStatus {
+    InProgress,
+    Completed,
+    /// A task declined it (for example a sink could not flush).
+    Declined,
+    /// Publishing it failed.
+    Failed,
+    /// It did not complete within the checkpoint timeout.
+    TimedOut,
+    /// The attempt that took it failed before it completed.
+    Abandoned,
+}
+
+/// One task's acknowledgement of a checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct AckView {
+    /// The task's name (`source-0`, `vertex1-1`).
+    pub task: String,
+    pub vertex: u16,
+    pub subtask: u16,
+    /// Milliseconds from the trigger to the acknowledgement.
+    pub ack_ms: u64,
+}
+
+/// `/api/v1/checkpoints` history entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointView {
+    pub id: u64,
+    pub status: CheckpointStatus,
+    pub is_final: bool,
+    /// Milliseconds since the Unix epoch.
+    pub trigger_time_ms: u64,
+    /// Trigger to publish (or to abort), once known.
+    pub duration_ms: Option<u64>,
+    /// Bytes of its state files and inline state, once completed.
+    pub size_bytes: Option<u64>,
+    pub acknowledgements: Vec<AckView>,
+    pub failure_cause: Option<String>,
+    /// The published directory.
+    pub path: Option<String>,
+}
+
+/// Counts of `/api/v1/checkpoints`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckpointCounts {
+    pub completed: u64,
+    pub declined: u64,
+    pub failed: u64,
+    pub timed_out: u64,
+    pub in_progress: u64,
+}
+
+/// The mutable status of a job.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub job: JobView,
+    pub counts: CheckpointCounts,
+    /// Oldest first, at most [`HISTORY`].
+    pub history: VecDeque<CheckpointView>,
+}
+
+impl Status {
+    /// The history entry of checkpoint `id`, if still kept.
+    pub fn checkpoint_mut(&mut self, id: u64) -> Option<&mut CheckpointView> {
+        self.history.iter_mut().rev().find(|c| c.id == id)
+    }
+
+    /// Appends a checkpoint, dropping the oldest beyond [`HISTORY`].
+    pub fn push_checkpoint(&mut self, c: CheckpointView) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(c);
+    }
+}
+
+/// Whether the job should receive traffic (Kubernetes `readyz`): it is running and
+/// has completed a checkpoint since this process started it, so a restart of the pod
+/// is not ready until it has proved it can checkpoint. `Err` says why not.
+pub fn readiness(job: &JobView) -> Result<(), String> {
+    match job.state {
+        JobState::Running | JobState::Stopping if job.checkpoints_completed > 0 => Ok(()),
+        JobState::Running | JobState::Stopping => Err(format!(
+            "no checkpoint completed since the start{}",
+            match &job.restored_from {
+                Some(p) => format!(" (restored from {p})"),
+                None => String::new(),
+            }
+        )),
+        JobState::Starting => Err("starting: restoring state".into()),
+        JobState::Restarting => Err(format!(
+            "restarting after a failure: {}",
+            job.last_failure.as_deref().unwrap_or("unknown")
+        )),
+        JobState::Finished => Err("finished: the final checkpoint is published".into()),
+        JobState::Failed => Err(format!(
+            "failed: {}",
+            job.last_failure.as_deref().unwrap_or("unknown")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: JobState, completed: u64) -> JobView {
+        JobView {
+            name: "j".into(),
+            graph: "j: source:sequence > sink:file".into(),
+            state,
+            started_at_ms: 0,
+            uptime_seconds: 0.0,
+            parallelism: 1,
+            max_parallelism: 128,
+            restored_from: Some("/c/chk-4".into()),
+            restarts: 0,
+            last_failure: Some("boom".into()),
+            checkpoints_completed: completed,
+            last_checkpoint: None,
+        }
+    }
+
+    #[test]
+    fn ready_only_when_running_with_a_checkpoint_since_the_start() {
+        assert_eq!(readiness(&job(JobState::Running, 1)), Ok(()));
+        assert_eq!(readiness(&job(JobState::Stopping, 3)), Ok(()));
+        let not = readiness(&job(JobState::Running, 0)).unwrap_err();
+        assert!(not.contains("no checkpoint completed"), "{not}");
+        assert!(
+            not.contains("/c/chk-4"),
+            "names the restored checkpoint: {not}"
+        );
+        for s in [
+            JobState::Starting,
+            JobState::Restarting,
+            JobState::Finished,
+            JobState::Failed,
+        ] {
+            assert!(readiness(&job(s, 5)).is_err(), "{s:?} is not ready");
+        }
+        assert!(readiness(&job(JobState::Restarting, 5))
+            .unwrap_err()
+            .contains("boom"));
+    }
+
+    #[test]
+    fn history_keeps_the_newest_entries() {
+        let mut s = Status {
+            job: job(JobState::Running, 0),
+            counts: CheckpointCounts::default(),
+            history: VecDeque::new(),
+        };
+        for id in 1..=(HISTORY as u64 + 5) {
+            s.push_checkpoint(CheckpointView {
+                id,
+                status: CheckpointStatus::Completed,
+                is_final: false,
+                trigger_time_ms: 0,
+                duration_ms: None,
+                size_bytes: None,
+                acknowledgements: Vec::new(),
+                failure_cause: None,
+                path: None,
+            });
+        }
+        assert_eq!(s.history.len(), HISTORY);
+        assert_eq!(s.history.front().unwrap().id, 6);
+        assert!(s.checkpoint_mut(5).is_none());
+        assert!(s.checkpoint_mut(HISTORY as u64 + 5).is_some());
+    }
+}
