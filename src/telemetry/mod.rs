@@ -13,6 +13,7 @@ pub mod server;
 pub mod status;
 
 use metrics::Metrics;
+use prometheus::core::Collector;
 use prometheus::IntGauge;
 use serde::Serialize;
 use status::{
@@ -266,49 +267,54 @@ impl Telemetry {
 
     /// `/api/v1/sink`: one entry per sink subtask, read from the sink's metrics.
     pub fn sinks(&self) -> Vec<SinkView> {
-        use prometheus::core::Collector;
         let m = &self.inner.metrics;
         let mut out: BTreeMap<(String, u16), SinkView> = BTreeMap::new();
-        let mut each = |c: &dyn Collector, f: &mut dyn FnMut(&mut SinkView, Option<&str>, f64)| {
-            for family in c.collect() {
-                for metric in family.get_metric() {
-                    let label = |n: &str| {
-                        metric
-                            .get_label()
-                            .iter()
-                            .find(|l| l.name() == n)
-                            .map(|l| l.value().to_string())
-                    };
-                    let (Some(op), Some(sub)) = (label("operator"), label("subtask")) else {
-                        continue;
-                    };
-                    let Ok(sub) = sub.parse::<u16>() else {
-                        continue;
-                    };
-                    let v = match family.get_field_type() {
-                        prometheus::proto::MetricType::COUNTER => metric.get_counter().get_value(),
-                        _ => metric.get_gauge().get_value(),
-                    };
-                    let view = out.entry((op.clone(), sub)).or_insert_with(|| SinkView {
-                        operator: op,
-                        subtask: sub,
+        let mut each = |c: &dyn Collector, f: &dyn Fn(&mut SinkView, Option<&str>, u64)| {
+            for s in task_series(c) {
+                let view = out
+                    .entry((s.operator.clone(), s.subtask))
+                    .or_insert_with(|| SinkView {
+                        operator: s.operator.clone(),
+                        subtask: s.subtask,
                         ..SinkView::default()
                     });
-                    f(view, label("outcome").as_deref(), v);
-                }
+                f(view, s.outcome.as_deref(), s.value as u64);
             }
         };
-        each(&m.sink_pending, &mut |s, _, v| s.pending = v as u64);
-        each(&m.sink_in_flight, &mut |s, _, v| {
-            s.in_flight_requests = v as u64
+        each(&m.sink_pending, &|s, _, v| s.pending = v);
+        each(&m.sink_in_flight, &|s, _, v| s.in_flight_requests = v);
+        each(&m.sink_bytes_sent, &|s, _, v| s.bytes_sent = v);
+        each(&m.sink_requests, &|s, o, v| {
+            s.requests.insert(o.unwrap_or_default().to_string(), v);
         });
-        each(&m.sink_bytes_sent, &mut |s, _, v| s.bytes_sent = v as u64);
-        each(&m.sink_requests, &mut |s, o, v| {
-            s.requests.insert(o.unwrap_or("").to_string(), v as u64);
+        each(&m.sink_items, &|s, o, v| {
+            s.items.insert(o.unwrap_or_default().to_string(), v);
         });
-        each(&m.sink_items, &mut |s, o, v| {
-            s.items.insert(o.unwrap_or("").to_string(), v as u64);
-        });
+        out.into_values().collect()
+    }
+
+    /// `/api/v1/operators`: records in and out of every operator subtask (the source
+    /// counts what it read, the sink what it took), for throughput.
+    pub fn operators(&self) -> Vec<OperatorView> {
+        let m = &self.inner.metrics;
+        let mut out: BTreeMap<(String, u16), OperatorView> = BTreeMap::new();
+        for (c, is_in) in [(&m.records_in, true), (&m.records_out, false)] {
+            for s in task_series(c) {
+                let view = out
+                    .entry((s.operator.clone(), s.subtask))
+                    .or_insert_with(|| OperatorView {
+                        operator: s.operator.clone(),
+                        subtask: s.subtask,
+                        records_in: 0,
+                        records_out: 0,
+                    });
+                if is_in {
+                    view.records_in = s.value as u64;
+                } else {
+                    view.records_out = s.value as u64;
+                }
+            }
+        }
         out.into_values().collect()
     }
 
@@ -437,6 +443,57 @@ pub struct CheckpointsView {
     pub counts: CheckpointCounts,
     /// Newest first.
     pub history: Vec<CheckpointView>,
+}
+
+/// One series of a per-task metric family.
+struct TaskSeries {
+    operator: String,
+    subtask: u16,
+    outcome: Option<String>,
+    value: f64,
+}
+
+/// The series of a counter or gauge family with `operator` and `subtask` labels.
+fn task_series(c: &dyn Collector) -> Vec<TaskSeries> {
+    let mut out = Vec::new();
+    for family in c.collect() {
+        for metric in family.get_metric() {
+            let label = |n: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == n)
+                    .map(|l| l.value().to_string())
+            };
+            let (Some(operator), Some(subtask)) = (label("operator"), label("subtask")) else {
+                continue;
+            };
+            let Ok(subtask) = subtask.parse::<u16>() else {
+                continue;
+            };
+            let value = match family.get_field_type() {
+                prometheus::proto::MetricType::COUNTER => metric.get_counter().get_value(),
+                _ => metric.get_gauge().get_value(),
+            };
+            out.push(TaskSeries {
+                operator,
+                subtask,
+                outcome: label("outcome"),
+                value,
+            });
+        }
+    }
+    out
+}
+
+/// One operator subtask of `/api/v1/operators`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorView {
+    /// `source`, an operator's uid, or `sink`.
+    pub operator: String,
+    pub subtask: u16,
+    pub records_in: u64,
+    pub records_out: u64,
 }
 
 /// One sink subtask of `/api/v1/sink`.

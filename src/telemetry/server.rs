@@ -10,6 +10,7 @@
 //! | `/api/v1/checkpoints` | counts and the history, newest first |
 //! | `/api/v1/partitions` | position, end and lag per Kafka partition |
 //! | `/api/v1/sink` | pending, in flight and outcomes per sink subtask |
+//! | `/api/v1/operators` | records in and out per operator subtask |
 //! | `/` | the status page (one static file, same-origin requests only) |
 
 use super::Telemetry;
@@ -41,6 +42,10 @@ pub fn router(telemetry: Telemetry) -> Router {
         .route(
             "/api/v1/partitions",
             get(|State(t): State<Telemetry>| async move { Json(t.partitions()) }),
+        )
+        .route(
+            "/api/v1/operators",
+            get(|State(t): State<Telemetry>| async move { Json(t.operators()) }),
         )
         .route(
             "/api/v1/sink",
