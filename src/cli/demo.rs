@@ -20,7 +20,18 @@ fn produce(bootstrap: &str, topic: &str, from: u64, count: u64) -> Result<(), St
     crate::testkit::kafka::produce_orders(bootstrap, topic, from, count, USERS)
 }
 
-fn job_file(dir: &std::path::Path, bootstrap: &str, es: &str) -> String {
+/// The port of the job's status page and metrics: Prometheus' customary 9464 when it
+/// is free, another free one otherwise. The job binds it again at every restart, so the
+/// URL stays the same through the kills.
+fn metrics_port() -> u16 {
+    let bind = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port));
+    bind(9464)
+        .or_else(|_| bind(0))
+        .and_then(|l| l.local_addr())
+        .map_or(9464, |a| a.port())
+}
+
+fn job_file(dir: &std::path::Path, bootstrap: &str, es: &str, metrics_port: u16) -> String {
     format!(
         r#"[job]
 name = "orders-to-es"
@@ -52,6 +63,9 @@ index = "user-totals"
 id = "field:/user"
 operation = "upsert"
 bulk_flush_interval_ms = 200
+
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
 "#,
         chk = dir.join("checkpoints").display()
     )
@@ -92,9 +106,14 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
     println!("  producing {ORDERS} orders of {USERS} users ...");
     produce(kafka.bootstrap_servers(), "orders-a", 0, ORDERS)?;
     let config = dir.join("job.toml");
-    std::fs::write(&config, job_file(&dir, kafka.bootstrap_servers(), es.url()))
-        .map_err(|e| e.to_string())?;
+    let port = metrics_port();
+    std::fs::write(
+        &config,
+        job_file(&dir, kafka.bootstrap_servers(), es.url(), port),
+    )
+    .map_err(|e| e.to_string())?;
     println!("  job file: {}", config.display());
+    println!("  status page:        http://127.0.0.1:{port}/ (while the job runs; metrics: /metrics)");
     println!(
         "  running the job; it is killed twice with SIGKILL and restarted with the same command"
     );

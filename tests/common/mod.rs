@@ -4,6 +4,7 @@
 
 pub mod es;
 pub mod kafka;
+pub mod telemetry;
 pub mod wait;
 
 use lockgate::testkit::file_output::{self, Verification};

@@ -1,0 +1,325 @@
+//! Watching a running job: the real binary runs Kafka -> rolling_sum -> Elasticsearch
+//! with `[metrics] listen`, and the test reads it from outside as Prometheus and a
+//! Kubernetes probe would: `/metrics` through an independent text-format parser,
+//! `/readyz`, `/healthz` and the REST API over HTTP.
+
+mod common;
+
+use common::es::EsProcess;
+use common::kafka::KafkaProcess;
+use common::telemetry::{get, get_json, url_from_log, Scrape};
+use common::wait::{self, DEADLINE};
+use common::{bin, tail, wait_timeout};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+const PARTITIONS: i32 = 4;
+
+fn spawn(dir: &Path, env: &[(&str, &str)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("run.log"))
+        .unwrap();
+    Command::new(bin())
+        .args(["run", "--config"])
+        .arg(dir.join("job.toml"))
+        .env("LOCKGATE_LOG", "info")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn log(dir: &Path) -> String {
+    tail(
+        &std::fs::read_to_string(dir.join("run.log")).unwrap_or_default(),
+        40,
+    )
+}
+
+/// The orders job of the demo, unbounded, serving its telemetry on a free port.
+fn write_orders_job(dir: &Path, bootstrap: &str, es: &str, interval_ms: u64) {
+    let text = format!(
+        r#"[job]
+name = "orders-watched"
+parallelism = 2
+
+[checkpoint]
+dir = "checkpoints"
+interval_ms = {interval_ms}
+
+[restart]
+strategy = "none"
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["orders"]
+group_id = "orders-watched"
+connect_timeout_ms = 10000
+
+[[transform]]
+type = "rolling_sum"
+key = "/user"
+field = "/amount"
+output = "/total"
+
+[sink.elasticsearch]
+url = "{es}"
+index = "user-totals"
+id = "field:/user"
+operation = "upsert"
+bulk_flush_interval_ms = 100
+
+[metrics]
+listen = "127.0.0.1:0"
+"#
+    );
+    std::fs::write(dir.join("job.toml"), text).unwrap();
+}
+
+fn produce(bootstrap: &str, from: u64, count: u64) {
+    lockgate::testkit::kafka::produce_orders(bootstrap, "orders", from, count, 100).unwrap();
+}
+
+/// Scrapes until `cond` holds for a scrape (the job keeps running meanwhile).
+fn scrape_until(
+    child: &mut Child,
+    dir: &Path,
+    base: &str,
+    what: &str,
+    mut cond: impl FnMut(&Scrape) -> bool,
+) -> Scrape {
+    let mut last = None;
+    wait::while_running(child, &dir.join("run.log"), what, DEADLINE, || {
+        let s = Scrape::take(base);
+        let ok = cond(&s);
+        last = Some(s);
+        ok
+    });
+    last.unwrap()
+}
+
+fn completed(s: &Scrape) -> f64 {
+    s.one(
+        "lockgate_checkpoints_total",
+        &[("job", "orders-watched"), ("status", "completed")],
+    )
+}
+
+/// Records read so far, the rolling sum's input, and the sink's input.
+fn records(s: &Scrape) -> (f64, f64, f64) {
+    let rolling_in: f64 = s
+        .series("lockgate_records_in_total", &[])
+        .iter()
+        .filter(|(labels, _)| labels.contains("operator=rolling_sum"))
+        .map(|(_, v)| v)
+        .sum();
+    (
+        s.sum("lockgate_records_out_total", &[("operator", "source")]),
+        rolling_in,
+        s.sum("lockgate_records_in_total", &[("operator", "sink")]),
+    )
+}
+
+#[test]
+fn metrics_follow_a_running_job_through_bursts_of_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = EsProcess::start(&dir.join("es"), false, &[], None);
+    write_orders_job(dir, &kafka.bootstrap, &es.url, 300);
+    produce(&kafka.bootstrap, 0, 2_000);
+    let mut child = spawn(dir, &[]);
+    let base = url_from_log(&dir.join("run.log"));
+    assert_eq!(get(&base, "/healthz").map(|r| r.0), Some(200));
+
+    let mut produced = 2_000.0;
+    let mut checkpoints_seen = Vec::new();
+    for burst in 0..3u64 {
+        if burst > 0 {
+            produce(&kafka.bootstrap, 2_000 + (burst - 1) * 1_500, 1_500);
+            produced += 1_500.0;
+        }
+        // Everything produced so far is read, through the rolling sum, into the sink,
+        // and every partition's lag is 0.
+        let drained = scrape_until(&mut child, dir, &base, "the burst drained", |s| {
+            let lags = s.series("lockgate_kafka_partition_lag", &[]);
+            records(s) == (produced, produced, produced)
+                && lags.len() == PARTITIONS as usize
+                && lags.values().all(|l| *l == 0.0)
+        });
+        for (labels, end) in drained.series("lockgate_kafka_partition_end_offset", &[]) {
+            let pos = drained.series("lockgate_kafka_partition_position", &[]);
+            assert_eq!(pos.get(&labels), Some(&end), "position = end of {labels}");
+        }
+        // The next checkpoint after that flushes the sink: pending is 0 once it is
+        // published, and the checkpoint counter grew.
+        let before = completed(&drained);
+        let after = scrape_until(&mut child, dir, &base, "a checkpoint after the burst", |s| {
+            completed(s) >= before + 1.0
+        });
+        let pending = after.series("lockgate_sink_pending_actions", &[]);
+        assert_eq!(pending.len(), 2, "one series per sink subtask: {pending:?}");
+        assert!(
+            pending.values().all(|p| *p == 0.0),
+            "pending after checkpoint {}: {pending:?}\n{}",
+            after.one("lockgate_checkpoint_last_completed_id", &[]),
+            log(dir)
+        );
+        checkpoints_seen.push(completed(&after));
+    }
+    assert!(
+        checkpoints_seen.windows(2).all(|w| w[1] > w[0]),
+        "completed checkpoints grow between scrapes: {checkpoints_seen:?}"
+    );
+
+    // What the REST API and the probes say agrees with the metrics.
+    let last = Scrape::take(&base);
+    let last_id = last.one("lockgate_checkpoint_last_completed_id", &[]) as u64;
+    let history = get_json(&base, "/api/v1/checkpoints");
+    let completed_ids: Vec<u64> = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "completed")
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        completed_ids.iter().any(|id| *id >= last_id),
+        "{last_id} in {history}"
+    );
+    let job = get_json(&base, "/api/v1/job");
+    assert_eq!(job["name"], "orders-watched");
+    assert_eq!(job["state"], "running");
+    assert_eq!(job["parallelism"], 2);
+    let partitions = get_json(&base, "/api/v1/partitions");
+    assert_eq!(partitions.as_array().unwrap().len(), PARTITIONS as usize);
+    assert_eq!(get(&base, "/readyz").map(|r| r.0), Some(200));
+    assert!(
+        last.one("process_resident_memory_bytes", &[]) > 0.0,
+        "the process collector is registered"
+    );
+    assert!(
+        last.one("lockgate_checkpoint_duration_seconds_count", &[]) >= 3.0,
+        "{}",
+        last.text
+    );
+
+    // SIGTERM: a final checkpoint, exit 0.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_timeout(&mut child, DEADLINE);
+    assert!(status.success(), "{status}\n{}", log(dir));
+}
+
+#[test]
+fn readyz_is_not_ready_until_the_first_checkpoint_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = EsProcess::start(&dir.join("es"), false, &[], None);
+    // The first checkpoint comes 4 s after the start: the listener is up long before.
+    write_orders_job(dir, &kafka.bootstrap, &es.url, 4_000);
+    produce(&kafka.bootstrap, 0, 100);
+    let mut child = spawn(dir, &[]);
+    let base = url_from_log(&dir.join("run.log"));
+    let (status, body) = get(&base, "/readyz").expect("the listener answers");
+    let checkpoints_logged = wait::count(&dir.join("run.log"), "checkpoint completed");
+    assert_eq!(
+        checkpoints_logged,
+        0,
+        "the first checkpoint completed before the first probe: the test proves nothing\n{}",
+        log(dir)
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("not ready: "), "{body}");
+    assert_eq!(get(&base, "/healthz").map(|r| r.0), Some(200));
+    wait::while_running(
+        &mut child,
+        &dir.join("run.log"),
+        "/readyz to answer 200",
+        DEADLINE,
+        || get(&base, "/readyz").is_some_and(|r| r.0 == 200),
+    );
+    assert!(
+        wait::count(&dir.join("run.log"), "checkpoint completed") >= 1,
+        "ready only after a checkpoint"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(wait_timeout(&mut child, DEADLINE).success(), "{}", log(dir));
+}
+
+/// A sequence -> file job whose log goes to `stderr` in the given format.
+fn run_sequence_job(dir: &Path, format: &str) -> (Option<i32>, String) {
+    std::fs::write(
+        dir.join("job.toml"),
+        "[job]\nname = \"json-logs\"\n[checkpoint]\ndir = \"c\"\ninterval_ms = 100\n\
+         [source.sequence]\nfrom = 1\nto = 2000\nkeys = 10\nrate_per_sec = 10000\n\
+         [sink.file]\ndir = \"out\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(dir.join("job.toml"))
+        .env("LOCKGATE_LOG", "info")
+        .env("LOCKGATE_LOG_FORMAT", format)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_task_fields() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, stderr) = run_sequence_job(tmp.path(), "json");
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.iter().all(|l| l["level"].is_string()
+        && l["timestamp"].is_string()
+        && l["message"].is_string()));
+    let completed = lines
+        .iter()
+        .find(|l| l["message"] == "checkpoint completed")
+        .expect("a checkpoint completed line");
+    assert!(completed["checkpoint"].is_string() || completed["checkpoint"].is_number());
+    assert!(completed["duration_ms"].is_number(), "{completed}");
+    let task_line = lines
+        .iter()
+        .find(|l| l["span"]["task"].is_string())
+        .expect("a line logged inside a task");
+    assert_eq!(task_line["span"]["job"], "json-logs", "{task_line}");
+
+    let (code, stderr) = run_sequence_job(tmp.path(), "xml");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("LOCKGATE_LOG_FORMAT"), "{stderr}");
+}
+
+#[test]
+fn a_listener_that_cannot_bind_is_a_configuration_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    std::fs::write(
+        tmp.path().join("job.toml"),
+        format!(
+            "[job]\nname = \"j\"\n[checkpoint]\ndir = \"c\"\n\
+             [source.sequence]\nfrom = 1\nto = 10\nkeys = 1\n[sink.file]\ndir = \"out\"\n\
+             [metrics]\nlisten = \"{addr}\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = common::run_config(&tmp.path().join("job.toml"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("job.toml: metrics.listen: cannot listen on"),
+        "{stderr}"
+    );
+    drop(taken);
+}
