@@ -2,11 +2,14 @@
 //! harness. Configured from `LOCKGATE_FAILPOINTS="name=action;..."`, where an action is
 //! one of the `fail` crate's (`panic`, `sleep(ms)`, `off`, `N*action`, `P%action`, ...)
 //! or `exit`: an immediate process abort, as if the process were killed at that point.
-//! `name@K=action` arms the point only once the process has completed K checkpoints, so
-//! that an abort hits the window of a later checkpoint, with a restorable one holding
-//! records behind it (a point that fires at the first checkpoint proves only that an
-//! incomplete checkpoint is never restored). Without the `failpoints` feature every point
-//! compiles to nothing.
+//! `name@K=action` arms the point only once the process has completed K checkpoints that
+//! hold records, so that an abort hits the window of a later checkpoint, with a
+//! restorable one holding records behind it (a point that fires at the first checkpoint
+//! proves only that an incomplete checkpoint is never restored). A checkpoint holds
+//! records when a source emitted a batch after the previous such checkpoint's trigger
+//! and before its own: on a slow start, checkpoint 1 may complete before any record,
+//! and counting it would arm the point a checkpoint too early. Without the `failpoints`
+//! feature every point compiles to nothing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,8 +18,14 @@ use std::sync::RwLock;
 /// Whether any failpoint is configured: an unconfigured point costs one atomic load.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
-/// Checkpoints this process completed (published).
+/// Checkpoints holding records this process completed (published).
 static COMPLETED: AtomicU64 = AtomicU64::new(0);
+
+/// A source emitted a batch since the last checkpoint trigger.
+static EMITTED: AtomicBool = AtomicBool::new(false);
+
+/// The pending checkpoint holds records (at most one checkpoint is pending at a time).
+static PENDING_HOLDS: AtomicBool = AtomicBool::new(false);
 
 /// Points armed only after some completed checkpoints: name -> K.
 static AFTER: RwLock<Option<HashMap<String, u64>>> = RwLock::new(None);
@@ -62,10 +71,32 @@ pub fn parse(spec: &str) -> Result<Vec<Arming>, String> {
     Ok(out)
 }
 
-/// Counts a completed checkpoint (the executor calls it once the checkpoint is published,
-/// before its subtasks are told: their commits of checkpoint K see K completed).
+/// A source subtask emitted a batch of records.
+#[inline]
+pub fn records_emitted() {
+    if ARMED.load(Ordering::Relaxed) {
+        EMITTED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A checkpoint was triggered: it holds records if a batch was emitted since the last
+/// trigger, or if the previous checkpoint, which held some, was aborted (its records
+/// belong to this one now).
+pub fn checkpoint_triggered() {
+    let emitted = EMITTED.swap(false, Ordering::Relaxed);
+    // Cleared only when a checkpoint holding records completes.
+    if emitted {
+        PENDING_HOLDS.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Counts a completed checkpoint that holds records (the executor calls it once the
+/// checkpoint is published, before its subtasks are told: their commits of checkpoint K
+/// see K completed).
 pub fn checkpoint_completed() {
-    COMPLETED.fetch_add(1, Ordering::Relaxed);
+    if PENDING_HOLDS.swap(false, Ordering::Relaxed) {
+        COMPLETED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Every failpoint, with what it interrupts.

@@ -157,9 +157,13 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
         // The next checkpoint after that flushes the sink: pending is 0 once it is
         // published, and the checkpoint counter grew.
         let before = completed(&drained);
-        let after = scrape_until(&mut child, dir, &base, "a checkpoint after the burst", |s| {
-            completed(s) >= before + 1.0
-        });
+        let after = scrape_until(
+            &mut child,
+            dir,
+            &base,
+            "a checkpoint after the burst",
+            |s| completed(s) >= before + 1.0,
+        );
         let pending = after.series("lockgate_sink_pending_actions", &[]);
         assert_eq!(pending.len(), 2, "one series per sink subtask: {pending:?}");
         assert!(
@@ -281,9 +285,9 @@ fn json_logs_are_one_object_per_line_with_the_task_fields() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert!(lines.iter().all(|l| l["level"].is_string()
-        && l["timestamp"].is_string()
-        && l["message"].is_string()));
+    assert!(lines
+        .iter()
+        .all(|l| l["level"].is_string() && l["timestamp"].is_string() && l["message"].is_string()));
     let completed = lines
         .iter()
         .find(|l| l["message"] == "checkpoint completed")

@@ -113,7 +113,9 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
     )
     .map_err(|e| e.to_string())?;
     println!("  job file: {}", config.display());
-    println!("  status page:        http://127.0.0.1:{port}/ (while the job runs; metrics: /metrics)");
+    println!(
+        "  status page:        http://127.0.0.1:{port}/ (while the job runs; metrics: /metrics)"
+    );
     println!(
         "  running the job; it is killed twice with SIGKILL and restarted with the same command"
     );

@@ -529,6 +529,7 @@ async fn run_attempt(
                         }
                         triggered_at = Some((id, Instant::now()));
                         telemetry.checkpoint_triggered(id.0, is_final);
+                        crate::fault::checkpoint_triggered();
                         tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
                         send_sources(Control::Trigger { id, is_final });
                     }

@@ -151,6 +151,7 @@ pub async fn run_source_task(
                     // The fault harness measures recovery time up to this line.
                     info!("first records emitted");
                 }
+                crate::fault::records_emitted();
                 crate::fault::hit("source-batch");
             }
         }

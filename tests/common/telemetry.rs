@@ -18,6 +18,7 @@ pub fn url_from_log(log: &Path) -> String {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             found = text
                 .lines()
+                .rev()
                 .filter(|l| l.contains("serving metrics"))
                 .filter_map(|l| l.split("url=").nth(1))
                 .map(|u| {
@@ -28,7 +29,7 @@ pub fn url_from_log(log: &Path) -> String {
                         .trim_end_matches('/')
                         .to_string()
                 })
-                .last();
+                .next();
             found.is_some()
         },
     );
