@@ -104,3 +104,72 @@ async fn readyz(State(t): State<Telemetry>) -> Response {
             .into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::status::JobState;
+
+    async fn get(base: &str, path: &str) -> (u16, String, String) {
+        let r = reqwest::get(format!("{base}{path}")).await.unwrap();
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (status, ct, r.text().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn every_route_answers_with_its_format() {
+        let t = Telemetry::new("served", "served: source:sequence > sink:file", 2, 128);
+        let addr = serve("127.0.0.1:0".parse().unwrap(), t.clone())
+            .await
+            .unwrap();
+        let base = format!("http://{addr}");
+
+        assert_eq!(get(&base, "/healthz").await.0, 200);
+        let (status, _, body) = get(&base, "/readyz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (503, "not ready: starting: restoring state\n")
+        );
+        t.set_state(JobState::Running);
+        t.checkpoint_triggered(1, false);
+        t.checkpoint_completed(1, 5, 10, "/c/chk-1");
+        assert_eq!(get(&base, "/readyz").await.0, 200);
+
+        let (status, ct, text) = get(&base, "/metrics").await;
+        assert_eq!(status, 200);
+        assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+        assert!(text.contains("lockgate_checkpoints_total{job=\"served\",status=\"completed\"} 1"));
+
+        for (path, key) in [("/api/v1/job", "name"), ("/api/v1/checkpoints", "history")] {
+            let (status, ct, body) = get(&base, path).await;
+            assert_eq!((status, ct.as_str()), (200, "application/json"), "{path}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert!(!v[key].is_null(), "{path}: {body}");
+        }
+        for path in ["/api/v1/partitions", "/api/v1/sink", "/api/v1/operators"] {
+            let (status, _, body) = get(&base, path).await;
+            assert_eq!(status, 200, "{path}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&body)
+                    .unwrap()
+                    .is_array(),
+                "{path}"
+            );
+        }
+
+        let r = reqwest::get(format!("{base}/")).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(csp.contains("connect-src 'self'"), "{csp}");
+        assert!(r.text().await.unwrap().contains("<html"));
+        assert_eq!(get(&base, "/nothing-here").await.0, 404);
+    }
+}
