@@ -44,6 +44,7 @@
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
 //! | dead letters | [`connectors::dead_letter`] |
 //! | failpoints | [`fault`] |
+//! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |
 //! | the command line, the chaos harness, the test servers | `cli`, `chaos`, `testkit` (feature `harness`, on by default) |
 
 #[cfg(feature = "harness")]
