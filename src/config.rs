@@ -31,6 +31,46 @@ struct JobFile {
     sink: SinkSection,
     #[serde(default)]
     metrics: Option<MetricsSection>,
+    #[serde(default)]
+    state: StateSection,
+}
+
+/// `[state]`: memory of each keyed subtask's RocksDB instance.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateSection {
+    write_buffer_bytes: Option<u64>,
+    block_cache_bytes: Option<u64>,
+}
+
+impl StateSection {
+    fn options(&self) -> Result<lockgate_state::BackendOptions, (String, String)> {
+        let d = lockgate_state::BackendOptions::default();
+        let write_buffer_bytes = match self.write_buffer_bytes {
+            None => d.write_buffer_bytes,
+            Some(n) if (64 << 10..=1 << 30).contains(&n) => n as usize,
+            Some(_) => {
+                return Err((
+                    "state.write_buffer_bytes".into(),
+                    "must be between 65536 (64 KiB) and 1073741824 (1 GiB)".into(),
+                ))
+            }
+        };
+        let block_cache_bytes = match self.block_cache_bytes {
+            None => d.block_cache_bytes,
+            Some(n) if n <= 1 << 36 => n as usize,
+            Some(_) => {
+                return Err((
+                    "state.block_cache_bytes".into(),
+                    "must be at most 68719476736 (64 GiB); 0 disables the cache".into(),
+                ))
+            }
+        };
+        Ok(lockgate_state::BackendOptions {
+            write_buffer_bytes,
+            block_cache_bytes,
+        })
+    }
 }
 
 /// `[metrics]`: the HTTP listener of metrics, probes, the REST API and the status page.
@@ -369,6 +409,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
         .restart(restart)
+        .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
         .checkpointing(c);
     if let Some(m) = &file.metrics {
         let addr: std::net::SocketAddr = m.listen.parse().map_err(|_| {
@@ -668,6 +709,24 @@ dir = "out"
             "{}",
             g.describe()
         );
+    }
+
+    #[test]
+    fn state_memory_settings_have_defaults_bounds_and_named_errors() {
+        let g = parse(GOOD, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(g.state, lockgate_state::BackendOptions::default());
+        let set = format!("{GOOD}\n[state]\nwrite_buffer_bytes = 1048576\nblock_cache_bytes = 0\n");
+        let g = parse(&set, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(g.state.write_buffer_bytes, 1 << 20);
+        assert_eq!(g.state.block_cache_bytes, 0);
+        let e = parse_err(&set.replace("1048576", "1000"));
+        assert_eq!(e.key, "state.write_buffer_bytes");
+        let e = parse_err(&set.replace("block_cache_bytes = 0", "block_cache_bytes = 1e30"));
+        assert!(e.key.starts_with("state"), "{e}");
+        let e = parse_err(&set.replace("block_cache_bytes = 0", "block_cache_bytes = 70000000000"));
+        assert_eq!(e.key, "state.block_cache_bytes");
+        let e = parse_err(&set.replace("block_cache_bytes", "cache"));
+        assert!(e.key.starts_with("state"), "{e}");
     }
 
     #[test]

@@ -195,6 +195,8 @@ pub struct JobGraph {
     pub(crate) source: (String, SourceFactory),
     pub(crate) stages: Vec<Stage>,
     pub(crate) sink: (String, SinkFactory),
+    /// Memory settings of each keyed subtask's RocksDB instance (`[state]`).
+    pub state: lockgate_state::BackendOptions,
     /// Where `lockgate run` serves the job's metrics, health probes, REST API and
     /// status page (`[metrics] listen`); `None`: nowhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -248,6 +250,7 @@ impl Job {
             stages: Vec::new(),
             sink: None,
             metrics_listen: None,
+            state: Default::default(),
         }
     }
 }
@@ -263,6 +266,7 @@ pub struct JobBuilder {
     stages: Vec<Stage>,
     sink: Option<(String, SinkFactory)>,
     metrics_listen: Option<std::net::SocketAddr>,
+    state: lockgate_state::BackendOptions,
 }
 
 impl JobBuilder {
@@ -282,6 +286,12 @@ impl JobBuilder {
     /// runs under `lockgate run` (see [`crate::telemetry`]).
     pub fn metrics_listen(mut self, addr: std::net::SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Memory settings of keyed state (default: [`lockgate_state::BackendOptions::default`]).
+    pub fn state_options(mut self, o: lockgate_state::BackendOptions) -> Self {
+        self.state = o;
         self
     }
 
@@ -456,6 +466,7 @@ impl JobBuilder {
             stages: self.stages,
             sink,
             metrics_listen: self.metrics_listen,
+            state: self.state,
         })
     }
 }

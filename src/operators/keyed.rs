@@ -112,7 +112,12 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
             ctx.info.parallelism,
             ctx.info.index,
         );
-        self.backend = Some(KeyedStateBackend::open(&ctx.work_dir, range, &ctx.restore)?);
+        self.backend = Some(KeyedStateBackend::open_with(
+            &ctx.work_dir,
+            range,
+            &ctx.restore,
+            &ctx.state_options,
+        )?);
         self.uid = ctx.uid.clone();
         self.subtask = ctx.info.index;
         self.max_parallelism = ctx.info.max_parallelism;

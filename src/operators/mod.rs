@@ -24,6 +24,8 @@ pub struct OperatorContext {
     /// Every snapshot of this operator in the restored checkpoint (all old subtasks:
     /// a keyed operator takes the key groups it now owns from each).
     pub restore: Vec<StateRestore>,
+    /// The memory settings of keyed state (the job file's `[state]`).
+    pub state_options: lockgate_state::BackendOptions,
 }
 
 /// An operator subtask in a chain.

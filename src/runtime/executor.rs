@@ -388,6 +388,7 @@ async fn run_attempt(
                     work_dir: work.join(format!("{uid}-{i}")),
                     uid,
                     restore,
+                    state_options: job.state,
                 };
                 ops.push((factory(i), ctx));
             }

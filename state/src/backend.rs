@@ -55,7 +55,8 @@ pub struct KeyedStateBackend {
     sst_crc: HashMap<String, (u64, u32)>,
 }
 
-/// The size at which a memtable is flushed to an SST file, in the background. It bounds
+/// The default of [`BackendOptions::write_buffer_bytes`]: the size at which a memtable
+/// is flushed to an SST file, in the background. It bounds
 /// what a checkpoint copies (the WAL since the last flush holds at most about two
 /// memtables' worth of records, and is smaller than the memtables themselves) and the
 /// memory a keyed subtask holds in memtables (at most two of this size). Larger values
@@ -63,9 +64,39 @@ pub struct KeyedStateBackend {
 /// default (64 MiB) made checkpoints copy up to tens of MiB.
 pub const WRITE_BUFFER_BYTES: usize = 8 << 20;
 
-fn db_options() -> Options {
+/// The default of [`BackendOptions::block_cache_bytes`]: RocksDB's own default size.
+pub const BLOCK_CACHE_BYTES: usize = 32 << 20;
+
+/// The memory settings of one keyed subtask's RocksDB instance (the job file's
+/// `[state]` table). A subtask holds at most about two memtables of
+/// `write_buffer_bytes` plus `block_cache_bytes` of cached SST blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// See [`WRITE_BUFFER_BYTES`].
+    pub write_buffer_bytes: usize,
+    /// The LRU cache of uncompressed SST blocks read by lookups; 0 disables it.
+    pub block_cache_bytes: usize,
+}
+
+impl Default for BackendOptions {
+    fn default() -> BackendOptions {
+        BackendOptions {
+            write_buffer_bytes: WRITE_BUFFER_BYTES,
+            block_cache_bytes: BLOCK_CACHE_BYTES,
+        }
+    }
+}
+
+fn db_options(opts: &BackendOptions) -> Options {
     let mut o = Options::default();
-    o.set_write_buffer_size(WRITE_BUFFER_BYTES);
+    o.set_write_buffer_size(opts.write_buffer_bytes);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    if opts.block_cache_bytes == 0 {
+        table.disable_cache();
+    } else {
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(opts.block_cache_bytes));
+    }
+    o.set_block_based_table_factory(&table);
     o.create_if_missing(true);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_max_background_jobs(2);
@@ -145,6 +176,16 @@ impl KeyedStateBackend {
         key_groups: KeyGroupRange,
         restore: &[StateRestore],
     ) -> Result<Self> {
+        Self::open_with(work_dir, key_groups, restore, &BackendOptions::default())
+    }
+
+    /// [`KeyedStateBackend::open`] with the given memory settings.
+    pub fn open_with(
+        work_dir: &Path,
+        key_groups: KeyGroupRange,
+        restore: &[StateRestore],
+        options: &BackendOptions,
+    ) -> Result<Self> {
         restore.iter().try_for_each(check_names)?;
         if work_dir.exists() {
             fs::remove_dir_all(work_dir).map_err(StateError::io("remove", work_dir))?;
@@ -170,7 +211,7 @@ impl KeyedStateBackend {
                 }
             }
         }
-        let db = DB::open(&db_options(), work_dir).map_err(StateError::rocks(work_dir))?;
+        let db = DB::open(&db_options(options), work_dir).map_err(StateError::rocks(work_dir))?;
         // The WAL is written (a checkpoint copies it instead of flushing the memtable)
         // but not synced: only checkpoints are durable.
         let write_opts = WriteOptions::default();
@@ -201,7 +242,8 @@ impl KeyedStateBackend {
         }
         materialize(&src, &r.snapshot.files, &scratch)?;
         {
-            let other = DB::open(&db_options(), &scratch).map_err(StateError::rocks(&scratch))?;
+            let other = DB::open(&db_options(&BackendOptions::default()), &scratch)
+                .map_err(StateError::rocks(&scratch))?;
             let lo = self.key_groups.start.to_be_bytes();
             let hi = u32::from(self.key_groups.end) + 1;
             let mut batch = WriteBatch::default();
@@ -407,6 +449,36 @@ mod tests {
             }
         }
         backend.write(b).unwrap();
+    }
+
+    #[test]
+    fn the_write_buffer_setting_decides_when_memtables_become_sst_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = range_for_subtask(MP, 1, 0);
+        let ssts = |opts: &BackendOptions, name: &str| {
+            let mut b =
+                KeyedStateBackend::open_with(&tmp.path().join(name), range, &[], opts).unwrap();
+            // About 1.5 MiB of keys and values, written in batches.
+            for chunk in 0..30u32 {
+                fill(&b, chunk * 1000..(chunk + 1) * 1000);
+            }
+            let chk = tmp.path().join(format!("{name}-chk"));
+            let files = b.checkpoint(&chk).unwrap();
+            files.iter().filter(|f| f.name.ends_with(".sst")).count()
+        };
+        let small = BackendOptions {
+            write_buffer_bytes: 64 << 10,
+            block_cache_bytes: 0,
+        };
+        assert_eq!(
+            ssts(&BackendOptions::default(), "default"),
+            0,
+            "8 MiB: all in the memtable"
+        );
+        assert!(
+            ssts(&small, "small") >= 1,
+            "64 KiB memtables are flushed to SST files"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub mod restore;
 pub mod snapshot_dir;
 pub mod verify;
 
-pub use backend::{KeyedStateBackend, StateRestore};
+pub use backend::{BackendOptions, KeyedStateBackend, StateRestore};
 pub use error::StateError;
 pub use ids::{CheckpointId, NextOffset};
 pub use keygroup::{KeyGroup, KeyGroupRange};
