@@ -215,9 +215,13 @@ fn the_status_page_in_a_real_browser_shows_the_job_its_checkpoints_and_one_row_p
         completed(&api(&base, "/api/v1/checkpoints")).len() >= 3
     });
     // The source reports its partitions once they are assigned.
-    wait::while_running(&mut job.0, &log, "every partition", DEADLINE, || {
-        api(&base, "/api/v1/partitions").as_array().unwrap().len() == PARTITIONS as usize
-    });
+    wait::while_running(
+        &mut job.0,
+        &log,
+        "/api/v1/partitions to list every partition of the topic",
+        DEADLINE,
+        || api(&base, "/api/v1/partitions").as_array().unwrap().len() == PARTITIONS as usize,
+    );
 
     let dom = chromium(&["--dump-dom"], &format!("{base}/"));
     let checkpoints = api(&base, "/api/v1/checkpoints");
