@@ -172,4 +172,44 @@ mod tests {
         assert!(r.text().await.unwrap().contains("<html"));
         assert_eq!(get(&base, "/nothing-here").await.0, 404);
     }
+
+    #[test]
+    fn the_page_loads_nothing_from_another_origin_and_fetches_only_the_api() {
+        // The one absolute URL is the SVG namespace, an identifier that is never fetched.
+        let outside: Vec<&str> = PAGE
+            .match_indices("http")
+            .map(|(i, _)| &PAGE[i..(i + 40).min(PAGE.len())])
+            .filter(|s| !s.starts_with("http://www.w3.org/2000/svg\""))
+            .collect();
+        assert!(outside.is_empty(), "{outside:?}");
+        for attr in [" src=", " href=", "@import", "url("] {
+            assert!(!PAGE.contains(attr), "the page loads nothing: {attr}");
+        }
+        let fetched: Vec<&str> = ["get(\"", "getText(\""]
+            .iter()
+            .flat_map(|call| PAGE.split(call).skip(1))
+            .filter_map(|s| s.split('"').next())
+            .collect();
+        assert!(fetched.len() >= 5, "{fetched:?}");
+        for path in fetched {
+            assert!(
+                path.starts_with("/api/v1/") || path == "/readyz",
+                "same origin, relative: {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_page_has_no_inline_event_handlers() {
+        // The content security policy may drop 'unsafe-inline' for handlers one day;
+        // listeners are attached from the script.
+        let handler = PAGE.split(" on").skip(1).find(|rest| {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase())
+                .collect();
+            !name.is_empty() && rest[name.len()..].starts_with('=')
+        });
+        assert_eq!(handler.map(|r| &r[..20.min(r.len())]), None);
+    }
 }
