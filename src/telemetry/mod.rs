@@ -549,6 +549,53 @@ mod tests {
         assert!(!t.scrape().contains("lockgate_kafka_partition_lag{"));
     }
 
+    /// Wall-clock seconds now.
+    fn now_s() -> f64 {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    }
+
+    #[test]
+    fn times_sizes_and_durations_are_in_base_units() {
+        let t = Telemetry::new("j", "g", 1, 128);
+        let started = t.job().started_at_ms as f64 / 1000.0;
+        assert!((now_s() - started).abs() < 60.0, "Unix ms: {started}");
+        // Before any checkpoint the age is not made up.
+        t.scrape();
+        assert_eq!(t.metrics().checkpoint_last_age.get(), 0.0);
+        t.checkpoint_triggered(7, false);
+        t.checkpoint_completed(7, 1500, 4096, "/c/chk-7");
+        let m = t.metrics();
+        assert_eq!(m.checkpoint_duration.get_sample_count(), 1);
+        assert!((m.checkpoint_duration.get_sample_sum() - 1.5).abs() < 1e-9, "seconds");
+        let published = m.checkpoint_last_timestamp.get();
+        assert!((now_s() - published).abs() < 60.0, "Unix seconds: {published}");
+        // Published two seconds ago: the age at scrape time says so.
+        m.checkpoint_last_timestamp.set(now_s() - 2.0);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        t.scrape();
+        let age = m.checkpoint_last_age.get();
+        assert!((2.0..10.0).contains(&age), "age {age}");
+        assert!(m.uptime.get() >= 0.02, "uptime {}", m.uptime.get());
+        assert_eq!(m.checkpoint_size.get(), 4096);
+    }
+
+    #[test]
+    fn the_job_view_says_where_it_restored_from_and_why_it_failed() {
+        let t = Telemetry::new("j", "g", 2, 64);
+        t.restored(Some(std::path::Path::new("/c/chk-9")));
+        let j = t.job();
+        assert_eq!(j.restored_from.as_deref(), Some("/c/chk-9"));
+        assert_eq!((j.parallelism, j.max_parallelism), (2, 64));
+        t.failed("disk full");
+        let j = t.job();
+        assert_eq!(j.state, JobState::Failed);
+        assert_eq!(j.last_failure.as_deref(), Some("disk full"));
+        assert!(format!("{t:?}").contains("\"j\""), "{t:?}");
+    }
+
     #[test]
     fn checkpoint_history_and_counters_follow_the_checkpoints() {
         let t = Telemetry::new("j", "g", 1, 128);
