@@ -446,3 +446,296 @@ async fn the_sink_holds_at_most_buffer_max_bytes_and_a_larger_action_passes_alon
     assert_eq!((s.pending(), counters.buffered_bytes()), (0, 0));
     assert_eq!(server.documents("orders").len(), 42, "everything written");
 }
+
+/// A sink of job `t` reporting in the returned telemetry, with `handler`.
+async fn sink_reporting(
+    cfg: EsSinkConfig,
+    handler: Arc<dyn FailureHandler>,
+) -> (EsSink, lockgate::telemetry::Telemetry) {
+    let telemetry = lockgate::telemetry::Telemetry::new("t", "", 1, 128);
+    let cfg = Arc::new(cfg);
+    let mut s = EsSink::new(
+        cfg.clone(),
+        Box::new(ConfigActionBuilder::new(&cfg)),
+        handler,
+    );
+    let info = SubtaskInfo {
+        telemetry: telemetry.clone(),
+        ..info()
+    };
+    s.open(&info, &SinkRestore::default()).await.unwrap();
+    (s, telemetry)
+}
+
+fn failing() -> Arc<dyn FailureHandler> {
+    Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail))
+}
+
+/// The sink subtask's series of one outcome of `vec`.
+fn outcome(vec: &prometheus::IntCounterVec, outcome: &str) -> u64 {
+    vec.with_label_values(&["t", "sink", "0", outcome]).get()
+}
+
+/// Every outcome of `vec` that is not 0, sorted.
+fn outcomes(vec: &prometheus::IntCounterVec, all: &[&'static str]) -> Vec<(&'static str, u64)> {
+    all.iter()
+        .map(|o| (*o, outcome(vec, o)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+const REQUEST_OUTCOMES: &[&str] = &["ok", "item_errors", "retried", "too_large", "failed"];
+const ITEM_OUTCOMES: &[&str] = &[
+    "created",
+    "updated",
+    "deleted",
+    "not_found",
+    "conflict_already_written",
+    "retried",
+    "dead_lettered",
+    "dropped",
+    "requeued",
+    "failed",
+];
+
+fn task_gauge(vec: &prometheus::IntGaugeVec) -> i64 {
+    vec.with_label_values(&["t", "sink", "0"]).get()
+}
+
+fn task_count(vec: &prometheus::IntCounterVec) -> u64 {
+    vec.with_label_values(&["t", "sink", "0"]).get()
+}
+
+fn samples(vec: &prometheus::HistogramVec) -> u64 {
+    vec.with_label_values(&["t", "sink", "0"])
+        .get_sample_count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_and_item_of_a_clean_run_is_counted_once() {
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 10;
+    let (mut s, t) = sink_reporting(cfg, failing()).await;
+    let m = t.metrics();
+    // 35 new documents: 3 full requests, and the rest at the checkpoint.
+    s.invoke((0..35).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    assert_eq!(server.stats().bulk_requests, 4);
+    assert_eq!(outcomes(&m.sink_requests, REQUEST_OUTCOMES), [("ok", 4)]);
+    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("created", 35)]);
+    assert_eq!(task_count(&m.records_out), 35);
+    assert_eq!(samples(&m.sink_request_duration), 4);
+    assert_eq!(samples(&m.sink_retry_backoff), 0);
+    assert!(task_count(&m.sink_bytes_sent) > 35 * GOOD.len() as u64);
+    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert_eq!(task_gauge(&m.sink_in_flight), 0);
+    // The same records again: the same ids, so every document is updated.
+    s.invoke((0..35).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(2)).await.unwrap();
+    assert_eq!(outcomes(&m.sink_requests, REQUEST_OUTCOMES), [("ok", 8)]);
+    assert_eq!(
+        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        [("created", 35), ("updated", 35)]
+    );
+    assert_eq!(task_count(&m.records_out), 70);
+    // Every series of the sink is in the scrape, the ones still at 0 included.
+    let text = t.scrape();
+    for o in ITEM_OUTCOMES {
+        assert!(
+            text.contains(&format!(
+                "lockgate_sink_items_total{{job=\"t\",operator=\"sink\",outcome=\"{o}\",subtask=\"0\"}}"
+            )),
+            "{o} in\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_rejected_item_and_failed_request_is_counted_as_retried_and_everything_ends_created() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        reject_item_fraction: 0.3,
+        seed: 7,
+        fail_requests_status: 503,
+        fail_requests: 2,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 50;
+    cfg.retry_max_attempts = 1000;
+    cfg.retry_initial_ms = 1;
+    cfg.retry_max_ms = 5;
+    let (mut s, t) = sink_reporting(cfg, failing()).await;
+    let m = t.metrics();
+    s.invoke((0..200).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let stats = server.stats();
+    assert!(stats.rejected_items > 0, "{stats:?}");
+    assert_eq!(server.documents("orders").len(), 200);
+    assert_eq!(outcome(&m.sink_items, "retried"), stats.rejected_items);
+    assert_eq!(outcome(&m.sink_items, "created"), 200);
+    assert_eq!(
+        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        [("created", 200), ("retried", stats.rejected_items)]
+    );
+    assert_eq!(outcome(&m.sink_requests, "retried"), 2, "the two 503s");
+    let item_errors = outcome(&m.sink_requests, "item_errors");
+    assert!(item_errors > 0);
+    assert_eq!(
+        outcome(&m.sink_requests, "ok") + item_errors + 2,
+        stats.bulk_requests,
+        "every request counted once"
+    );
+    // One backoff for each response that retried something.
+    assert_eq!(samples(&m.sink_retry_backoff), item_errors + 2);
+    assert_eq!(samples(&m.sink_request_duration), stats.bulk_requests);
+    assert_eq!(task_count(&m.records_out), 200);
+    assert_eq!(task_gauge(&m.sink_pending), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_gauge_is_the_pending_count_and_0_after_each_checkpoint() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        reject_ids: ["orders-0-5".to_string()].into(),
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.retry_max_attempts = 1000;
+    let (mut s, t) = sink_reporting(cfg, failing()).await;
+    let pending = t
+        .metrics()
+        .sink_pending
+        .with_label_values(&["t", "sink", "0"]);
+    s.invoke(vec![rec(4, GOOD), rec(5, GOOD)]).await.unwrap();
+    assert_eq!(pending.get(), 2, "buffered");
+    let counters = s.counters();
+    let snapshot = tokio::spawn(async move {
+        let r = s.snapshot(CheckpointId(1)).await;
+        (s, r)
+    });
+    wait_until("a retry", || server.stats().bulk_requests >= 2).await;
+    assert_eq!(pending.get(), 1, "the retried item");
+    assert_eq!(counters.pending(), 1);
+    server.set_faults(Faults::default());
+    let (mut s, r) = snapshot.await.unwrap();
+    r.unwrap();
+    assert_eq!(pending.get(), 0, "after the checkpoint's flush");
+    s.invoke((10..13).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    assert_eq!(pending.get(), 3);
+    s.snapshot(CheckpointId(2)).await.unwrap();
+    assert_eq!(pending.get(), 0, "after the second checkpoint's flush");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_too_large_is_counted_and_split() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        max_body_bytes: 200,
+        ..Default::default()
+    });
+    let (mut s, t) = sink_reporting(config(&server), failing()).await;
+    let m = t.metrics();
+    s.invoke((0..8).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let stats = server.stats();
+    assert!(stats.too_large >= 1, "{stats:?}");
+    assert_eq!(outcome(&m.sink_requests, "too_large"), stats.too_large);
+    assert_eq!(
+        outcome(&m.sink_requests, "ok") + stats.too_large,
+        stats.bulk_requests
+    );
+    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("created", 8)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_and_a_refused_item_are_counted_as_failed() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        fail_requests_status: 403,
+        fail_requests: 1,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 1;
+    let (mut s, t) = sink_reporting(cfg.clone(), failing()).await;
+    let m = t.metrics();
+    s.invoke(vec![rec(1, GOOD)]).await.unwrap();
+    let counters = s.counters();
+    wait_until("the failure", || counters.failure().is_some()).await;
+    assert_eq!(
+        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        [("failed", 1)]
+    );
+    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+    assert_eq!(task_count(&m.records_out), 0);
+    // A mapping refusal under on_item_error = "fail".
+    let (mut s, t) = sink_reporting(cfg, failing()).await;
+    let m = t.metrics();
+    s.invoke(vec![rec(7, BAD)]).await.unwrap();
+    let counters = s.counters();
+    wait_until("the failure", || counters.failure().is_some()).await;
+    assert_eq!(
+        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        [("item_errors", 1)]
+    );
+    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_refusal_is_dead_lettered_and_counted_under_its_reason() {
+    let kafka = lockgate::testkit::kafka::EmbeddedKafka::start(1, &[("dlq".to_string(), 1)])
+        .expect("embedded Kafka");
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.dead_letter_bootstrap_servers = Some(kafka.bootstrap_servers().to_string());
+    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(
+        ItemErrorPolicy::DeadLetter("dlq".into()),
+    ));
+    let (mut s, t) = sink_reporting(cfg, handler).await;
+    let m = t.metrics();
+    s.invoke(vec![rec(1, GOOD), rec(2, BAD), rec(3, GOOD)])
+        .await
+        .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    assert_eq!(server.documents("orders").len(), 2);
+    assert_eq!(
+        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        [("item_errors", 1)]
+    );
+    assert_eq!(
+        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        [("created", 2), ("dead_lettered", 1)]
+    );
+    let reason = |r: &str| {
+        m.dead_letters
+            .with_label_values(&["t", "sink", "0", r])
+            .get()
+    };
+    assert_eq!(reason("mapping"), 1);
+    for r in [
+        "invalid_document",
+        "version_conflict",
+        "document_missing",
+        "too_large",
+        "rejected",
+    ] {
+        assert_eq!(reason(r), 0, "{r}");
+    }
+    assert_eq!(task_count(&m.records_out), 3, "written or dead-lettered");
+    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert!(t
+        .scrape()
+        .contains("lockgate_dead_letters_total{job=\"t\",operator=\"sink\",reason=\"mapping\",subtask=\"0\"} 1"));
+}

@@ -23,18 +23,99 @@
 //! reach the cluster the way the source does.
 
 use crate::connectors::kafka::properties::{apply, ClientRole};
+use crate::telemetry::metrics::Metrics;
+use prometheus::{IntCounter, IntCounterVec};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// How long a dead-letter write may wait for the broker.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why a record became a dead letter, as the `reason` label of
+/// `lockgate_dead_letters_total`: a short name that stays the same from one release to
+/// the next (the full error goes into the letter's `lockgate.error` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reason {
+    /// The source could not decode the record (`decode`).
+    #[default]
+    Decode,
+    /// The document does not fit the index mapping: a mapper or document parsing
+    /// error, or a field strict mapping does not allow (`mapping`).
+    Mapping,
+    /// No valid bulk action can be made of the record: no usable id or index, or a
+    /// body that is not one JSON object (`invalid_document`).
+    InvalidDocument,
+    /// A version conflict that does not mean "already written" (`version_conflict`).
+    VersionConflict,
+    /// An update of a document that does not exist (`document_missing`).
+    DocumentMissing,
+    /// One action larger than the cluster accepts in a request (`too_large`).
+    TooLarge,
+    /// Any other refusal by Elasticsearch (`rejected`).
+    Rejected,
+}
+
+impl Reason {
+    /// Every reason, in label order of [`Reason::label`].
+    pub const ALL: [Reason; 7] = [
+        Reason::Decode,
+        Reason::Mapping,
+        Reason::InvalidDocument,
+        Reason::VersionConflict,
+        Reason::DocumentMissing,
+        Reason::TooLarge,
+        Reason::Rejected,
+    ];
+
+    /// The reasons of the Elasticsearch sink's letters.
+    pub const REFUSALS: [Reason; 6] = [
+        Reason::Mapping,
+        Reason::InvalidDocument,
+        Reason::VersionConflict,
+        Reason::DocumentMissing,
+        Reason::TooLarge,
+        Reason::Rejected,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Decode => "decode",
+            Reason::Mapping => "mapping",
+            Reason::InvalidDocument => "invalid_document",
+            Reason::VersionConflict => "version_conflict",
+            Reason::DocumentMissing => "document_missing",
+            Reason::TooLarge => "too_large",
+            Reason::Rejected => "rejected",
+        }
+    }
+
+    /// The reason of an action the Elasticsearch sink gave up, from the error type of
+    /// its refusal (Elasticsearch's `error.type`, or the sink's own `invalid_document`
+    /// and `content_too_long` for what it could not send).
+    pub fn of_refusal(error_type: &str) -> Reason {
+        match error_type {
+            "mapper_parsing_exception"
+            | "document_parsing_exception"
+            | "strict_dynamic_mapping_exception" => Reason::Mapping,
+            "invalid_document" => Reason::InvalidDocument,
+            "version_conflict_engine_exception" => Reason::VersionConflict,
+            "document_missing_exception" => Reason::DocumentMissing,
+            "content_too_long" => Reason::TooLarge,
+            _ => Reason::Rejected,
+        }
+    }
+}
+
 /// Where a dead letter came from and why it is one.
 #[derive(Debug, Clone, Default)]
 pub struct DeadLetter<'a> {
     pub error: &'a str,
+    /// The `reason` label it is counted under (the source's letters: `decode`).
+    pub reason: Reason,
     /// The source record's coordinates, if it came from Kafka.
     pub origin: Option<(&'a str, i32, i64)>,
     /// The Elasticsearch index and document id it was meant for.
@@ -61,6 +142,25 @@ fn producer_config<'a>(
 /// An idempotent producer of dead letters (one per subtask).
 pub struct DeadLetterWriter {
     producer: FutureProducer,
+    counts: Option<LetterCounts>,
+}
+
+/// The `lockgate_dead_letters_total` series of one subtask, one per reason, each
+/// looked up once (the first letter of a reason not made at start).
+struct LetterCounts {
+    vec: IntCounterVec,
+    labels: [String; 3],
+    by_reason: [OnceLock<IntCounter>; Reason::ALL.len()],
+}
+
+impl LetterCounts {
+    fn get(&self, reason: Reason) -> &IntCounter {
+        self.by_reason[reason as usize].get_or_init(|| {
+            let [job, operator, subtask] = &self.labels;
+            self.vec
+                .with_label_values(&[job.as_str(), operator, subtask, reason.label()])
+        })
+    }
 }
 
 impl DeadLetterWriter {
@@ -77,10 +177,40 @@ impl DeadLetterWriter {
         let producer = producer_config(bootstrap_servers, properties)
             .create()
             .map_err(|e| format!("dead-letter producer: {e}"))?;
-        Ok(DeadLetterWriter { producer })
+        Ok(DeadLetterWriter {
+            producer,
+            counts: None,
+        })
     }
 
-    /// Writes one dead letter to `topic` and waits for the broker's acknowledgement.
+    /// Counts every letter written in `lockgate_dead_letters_total` of `metrics`, under
+    /// `operator` and `subtask`; the series of `reasons` exist (at 0) from now on, so
+    /// that a query for them shows 0 rather than no data.
+    pub fn counted(
+        mut self,
+        metrics: &Metrics,
+        operator: &str,
+        subtask: u16,
+        reasons: &[Reason],
+    ) -> DeadLetterWriter {
+        let counts = LetterCounts {
+            vec: metrics.dead_letters.clone(),
+            labels: [
+                metrics.job().to_string(),
+                operator.to_string(),
+                subtask.to_string(),
+            ],
+            by_reason: Default::default(),
+        };
+        for &r in reasons {
+            counts.get(r);
+        }
+        self.counts = Some(counts);
+        self
+    }
+
+    /// Writes one dead letter to `topic` and waits for the broker's acknowledgement;
+    /// then, and only then, counts it under its reason.
     pub async fn send(&self, topic: &str, letter: &DeadLetter<'_>) -> Result<(), String> {
         let partition = letter.origin.map(|o| o.1.to_string());
         let offset = letter.origin.map(|o| o.2.to_string());
@@ -112,8 +242,11 @@ impl DeadLetterWriter {
         self.producer
             .send(record, SEND_TIMEOUT)
             .await
-            .map(|_| ())
-            .map_err(|(e, _)| format!("dead-letter to {topic} failed: {e}"))
+            .map_err(|(e, _)| format!("dead-letter to {topic} failed: {e}"))?;
+        if let Some(c) = &self.counts {
+            c.get(letter.reason).inc();
+        }
+        Ok(())
     }
 }
 
@@ -121,6 +254,53 @@ impl DeadLetterWriter {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_refusal_has_a_stable_reason_label() {
+        let cases = [
+            ("mapper_parsing_exception", "mapping"),
+            ("document_parsing_exception", "mapping"),
+            ("strict_dynamic_mapping_exception", "mapping"),
+            (
+                crate::connectors::elasticsearch::bulk::INVALID_DOCUMENT,
+                "invalid_document",
+            ),
+            ("version_conflict_engine_exception", "version_conflict"),
+            ("document_missing_exception", "document_missing"),
+            ("content_too_long", "too_large"),
+            ("illegal_argument_exception", "rejected"),
+            ("", "rejected"),
+        ];
+        for (error_type, label) in cases {
+            assert_eq!(
+                Reason::of_refusal(error_type).label(),
+                label,
+                "{error_type}"
+            );
+        }
+        assert_eq!(DeadLetter::default().reason.label(), "decode");
+        // `ALL` is in discriminant order: `LetterCounts` indexes it by `reason as usize`.
+        for (i, r) in Reason::ALL.into_iter().enumerate() {
+            assert_eq!(r as usize, i, "{r:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_reasons_given_exist_at_zero_before_any_letter() {
+        let m = Metrics::new("j");
+        let _w = DeadLetterWriter::new("127.0.0.1:1", &BTreeMap::new())
+            .unwrap()
+            .counted(&m, "sink", 3, &Reason::REFUSALS);
+        let text = m.encode();
+        for r in Reason::REFUSALS {
+            let series = format!(
+                "lockgate_dead_letters_total{{job=\"j\",operator=\"sink\",reason=\"{}\",subtask=\"3\"}} 0",
+                r.label()
+            );
+            assert!(text.contains(&series), "{series} in\n{text}");
+        }
+        assert!(!text.contains("reason=\"decode\""), "{text}");
+    }
 
     #[test]
     fn the_producer_is_idempotent_and_takes_every_producer_property() {

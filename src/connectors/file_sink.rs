@@ -177,6 +177,8 @@ pub struct FileSink {
     current: Option<(PathBuf, BufWriter<File>)>,
     counter: u64,
     pending: Vec<(u16, CheckpointId)>,
+    /// Records written into part files (`lockgate_records_out_total` of the sink).
+    records_out: Option<prometheus::IntCounter>,
 }
 
 impl FileSink {
@@ -189,6 +191,7 @@ impl FileSink {
             current: None,
             counter: 0,
             pending: Vec::new(),
+            records_out: None,
         }
     }
 
@@ -241,6 +244,9 @@ impl Sink for FileSink {
     async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
         self.index = info.index;
         self.name = info.name.clone();
+        let m = info.telemetry.metrics();
+        self.records_out =
+            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
         fs::create_dir_all(&self.cfg.dir).map_err(|e| self.err("create", &self.cfg.dir, e))?;
         let mut pending = Vec::new();
         for (_, bytes) in &restored.states {
@@ -302,6 +308,9 @@ impl Sink for FileSink {
                 .map_err(|e| {
                     JobError::task(&self.name, format!("write {}: {e}", path.display()))
                 })?;
+        }
+        if let Some(c) = &self.records_out {
+            c.inc_by(batch.len() as u64);
         }
         Ok(())
     }
@@ -515,6 +524,32 @@ mod tests {
             listing(tmp.path()),
             vec!["part-0-1", "part-0-2", "part-0-3"]
         );
+    }
+
+    #[tokio::test]
+    async fn records_out_counts_the_records_written_by_each_subtask() {
+        let tmp = tempfile::tempdir().unwrap();
+        let telemetry = crate::telemetry::Telemetry::new("j", "", 2, 128);
+        let mut sinks = Vec::new();
+        for index in 0..2 {
+            let mut s = sink(tmp.path());
+            let info = SubtaskInfo {
+                telemetry: telemetry.clone(),
+                ..info(index, 2)
+            };
+            s.open(&info, &fresh()).await.unwrap();
+            sinks.push(s);
+        }
+        sinks[0].invoke(batch(&["a", "b"])).await.unwrap();
+        sinks[1].invoke(batch(&["c"])).await.unwrap();
+        sinks[0].invoke(batch(&["d"])).await.unwrap();
+        let m = telemetry.metrics();
+        let out = |subtask: &str| {
+            m.records_out
+                .with_label_values(&["j", "sink", subtask])
+                .get()
+        };
+        assert_eq!((out("0"), out("1")), (3, 1));
     }
 
     #[tokio::test]

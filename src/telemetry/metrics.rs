@@ -188,17 +188,17 @@ impl Metrics {
             ),
             sink_requests: counter(
                 "lockgate_sink_bulk_requests_total",
-                "Bulk requests by outcome: ok, item_errors, retried, too_large, failed.",
+                "Bulk requests by outcome: ok (every item written), item_errors (item results came back and some items were not written), retried (no usable item results: a connection error, 408, 429, 5xx; every action is sent again after a backoff), too_large (413: split in halves), failed (401, 403 or another 4xx: the job fails).",
                 &["job", "operator", "subtask", "outcome"],
             ),
             sink_items: counter(
                 "lockgate_sink_items_total",
-                "Bulk items by outcome: created, updated, deleted, not_found, conflict_already_written, retried, dead_lettered, failed.",
+                "Bulk items by outcome: created (201), updated (200), deleted, not_found (a delete of a missing document, counted as written), conflict_already_written (409 under create or external versions: written by an earlier attempt), retried (a transient item failure: 429, 5xx, a concurrent update), dead_lettered, dropped and requeued (by a failure handler), failed (the job fails: refused under on_item_error = fail, out of retries, unauthorized).",
                 &["job", "operator", "subtask", "outcome"],
             ),
             sink_retry_backoff: histogram(
                 "lockgate_sink_retry_backoff_seconds",
-                "Backoff waited before a bulk retry.",
+                "Backoff scheduled before a bulk retry (one per response that retries actions).",
                 TASK,
             ),
             sink_request_duration: histogram(

@@ -38,6 +38,7 @@ use bytes::Bytes;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher as _;
+use std::time::Duration;
 
 /// The limits the batcher keeps.
 #[derive(Debug, Clone)]
@@ -772,11 +773,17 @@ impl<T> Batcher<T> {
     }
 
     /// Applies the response to request `id`. `jitter` in `[0, 1)` spreads the backoff
-    /// of what is retried.
-    pub fn on_response(&mut self, id: RequestId, response: Response, now_ms: u64, jitter: f64) {
+    /// of what is retried. Returns the backoff it scheduled, if it retries anything.
+    pub fn on_response(
+        &mut self,
+        id: RequestId,
+        response: Response,
+        now_ms: u64,
+        jitter: f64,
+    ) -> Option<Duration> {
         let Some(batch) = self.in_flight.remove(&id) else {
             debug_assert!(false, "a response to an unknown request");
-            return;
+            return None;
         };
         match response {
             Response::Written(n) if n == batch.len() => {
@@ -785,6 +792,7 @@ impl<T> Batcher<T> {
                     let p = self.remove(slot);
                     self.resolved.push(Resolution::Written(p));
                 }
+                None
             }
             Response::Written(n) => {
                 let why = format!("{n} item results for {} actions", batch.len());
@@ -798,17 +806,27 @@ impl<T> Batcher<T> {
                 self.retry(batch, &why, now_ms, jitter)
             }
             Response::Failed(RequestOutcome::Retry, why) => self.retry(batch, &why, now_ms, jitter),
-            Response::Failed(RequestOutcome::Split, why) => self.split(batch, why),
+            Response::Failed(RequestOutcome::Split, why) => {
+                self.split(batch, why);
+                None
+            }
             Response::Failed(RequestOutcome::Fatal | RequestOutcome::Malformed, why) => {
                 for slot in batch {
                     let p = self.remove(slot);
                     self.resolved.push(Resolution::Fatal(p, why.clone()));
                 }
+                None
             }
         }
     }
 
-    fn on_items(&mut self, batch: Vec<usize>, items: Vec<ItemResult>, now_ms: u64, jitter: f64) {
+    fn on_items(
+        &mut self,
+        batch: Vec<usize>,
+        items: Vec<ItemResult>,
+        now_ms: u64,
+        jitter: f64,
+    ) -> Option<Duration> {
         // A document's actions in a request are contiguous and each supersedes the one
         // before: what a later written action of its document supersedes is moot.
         let mut written_later: Vec<Option<Effect>> = vec![None; batch.len()];
@@ -851,9 +869,10 @@ impl<T> Batcher<T> {
                 }
             }
         }
-        if !retry.is_empty() {
-            self.retry(retry, &why, now_ms, jitter);
+        if retry.is_empty() {
+            return None;
         }
+        self.retry(retry, &why, now_ms, jitter)
     }
 
     /// Hands a refused action to the failure handler; it keeps its place meanwhile.
@@ -870,8 +889,14 @@ impl<T> Batcher<T> {
     }
 
     /// Schedules `batch` (in flight) for another attempt, or resolves what has no
-    /// attempts left.
-    fn retry(&mut self, batch: Vec<usize>, why: &str, now_ms: u64, jitter: f64) {
+    /// attempts left. Returns the backoff, if anything is retried.
+    fn retry(
+        &mut self,
+        batch: Vec<usize>,
+        why: &str,
+        now_ms: u64,
+        jitter: f64,
+    ) -> Option<Duration> {
         let mut again = Vec::with_capacity(batch.len());
         let mut attempts = 0;
         let max = self.limits.retry_max_attempts;
@@ -891,7 +916,7 @@ impl<T> Batcher<T> {
             }
         }
         if again.is_empty() {
-            return;
+            return None;
         }
         self.counters.retried += again.len() as u64;
         let delay = backoff(
@@ -902,6 +927,7 @@ impl<T> Batcher<T> {
         );
         self.retries
             .push((now_ms + delay.as_millis() as u64, again));
+        Some(delay)
     }
 
     /// A request refused as too large: its halves are sent separately. A document cut
@@ -2013,10 +2039,20 @@ mod mutation_tests {
         let mut b = Batcher::new(limits(1000, 1, false), 0);
         b.add(Some("d".into()), Effect::Opaque, 10, 1);
         let (id, _) = b.next_request(0, true).unwrap();
-        b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
+        let backoff = b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
+        assert_eq!(
+            backoff,
+            Some(Duration::from_millis(5)),
+            "the backoff it reports"
+        );
         assert_eq!(b.next_wake_ms(), Some(5));
         assert_eq!(sent(&mut b, 4, true), None, "not yet due");
         assert_eq!(sent(&mut b, 5, true), Some(vec![1]));
+        // Written: nothing retried, no backoff.
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("d".into()), Effect::Opaque, 10, 1);
+        let (id, _) = b.next_request(0, true).unwrap();
+        assert_eq!(b.on_response(id, Response::Written(1), 0, 0.0), None);
     }
 
     /// With coalescing, a retry whose document has a newer superseding action queued

@@ -16,21 +16,28 @@
 //! pass through this gate: it only drains. The processor holds each document once (the
 //! encoded lines; the action's body is restored from them when the failure handler
 //! asks).
+//!
+//! It reports in the job's metrics ([`SinkMetrics`]): the pending count (a gauge that
+//! moves with it), requests and items by outcome, backoffs, request durations and
+//! bytes sent. Items are counted where their results are read, from the decision
+//! [`classify`] made, summed per response; the batcher only decides.
 
-use super::action::BulkAction;
+use super::action::{BulkAction, OpType};
 pub use super::batcher::ItemFailure;
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::config::{EsSinkConfig, ItemErrorPolicy};
 use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
 use super::encode::{Added, EncodedBatch, Encoder, Item};
-use super::item_result::{classify, classify_request, Outcome};
+use super::item_result::{classify, classify_request, Outcome, RequestOutcome};
 use super::nodes::NodeSelector;
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::secret::redact_url;
+use crate::telemetry::metrics::Metrics;
 use bytes::Bytes;
 use elasticsearch::http::headers::HeaderMap;
 use elasticsearch::http::Method;
 use elasticsearch::Elasticsearch;
+use prometheus::{Histogram, IntCounter, IntGauge};
 use rand::{Rng, SeedableRng};
 use serde::de::{Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -89,9 +96,10 @@ impl FailureHandler for PolicyFailureHandler {
 }
 
 /// State shared between the processor task and the sink.
-#[derive(Default)]
 pub struct Shared {
     pending: AtomicUsize,
+    /// The subtask's metric handles; `pending` is mirrored in its gauge.
+    metrics: SinkMetrics,
     failure: Mutex<Option<String>>,
     /// The failure is one no restart can cure (the cluster refused the credentials).
     unrecoverable: std::sync::atomic::AtomicBool,
@@ -112,6 +120,24 @@ pub struct Shared {
 }
 
 impl Shared {
+    fn new(metrics: SinkMetrics) -> Shared {
+        Shared {
+            pending: AtomicUsize::new(0),
+            metrics,
+            failure: Mutex::new(None),
+            unrecoverable: Default::default(),
+            bulks: AtomicUsize::new(0),
+            coalesced: AtomicU64::new(0),
+            superseded: AtomicU64::new(0),
+            already_written: AtomicU64::new(0),
+            held_bytes: AtomicUsize::new(0),
+            transit_bytes: AtomicUsize::new(0),
+            space: Default::default(),
+            blocked: Default::default(),
+            room_wanted: Default::default(),
+        }
+    }
+
     /// Actions added and not yet terminally resolved.
     pub fn pending(&self) -> usize {
         self.pending.load(Ordering::SeqCst)
@@ -177,9 +203,203 @@ impl Shared {
         }
     }
 
+    /// Counts `n` actions more pending; the gauge follows with an atomic add of its
+    /// own, so that it is exact whenever the count stands still (0 after a flush).
+    fn add_pending(&self, n: usize) {
+        self.pending.fetch_add(n, Ordering::SeqCst);
+        self.metrics.pending.add(n as i64);
+    }
+
     fn resolve(&self, n: usize) {
         let before = self.pending.fetch_sub(n, Ordering::SeqCst);
         debug_assert!(before >= n, "pending went negative");
+        self.metrics.pending.sub(n as i64);
+    }
+}
+
+/// The outcomes of `lockgate_sink_bulk_requests_total`, as indexes of
+/// [`SinkMetrics::requests`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestLabel {
+    /// Every item written (`errors: false`, or no item failed).
+    Ok,
+    /// Item results came back and some items were not written (each item is counted
+    /// under its own outcome).
+    ItemErrors,
+    /// No usable item results (a connection error, 408, 429, 5xx, or item results that
+    /// do not match the request): every action of it is retried after a backoff.
+    Retried,
+    /// 413: split into halves that are sent again (one action alone is refused).
+    TooLarge,
+    /// 401, 403 or another 4xx: the request is given up and the job fails.
+    Failed,
+}
+
+impl RequestLabel {
+    /// Every outcome, in discriminant order (each is its own index).
+    pub const ALL: [RequestLabel; 5] = [
+        RequestLabel::Ok,
+        RequestLabel::ItemErrors,
+        RequestLabel::Retried,
+        RequestLabel::TooLarge,
+        RequestLabel::Failed,
+    ];
+
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RequestLabel::Ok => "ok",
+            RequestLabel::ItemErrors => "item_errors",
+            RequestLabel::Retried => "retried",
+            RequestLabel::TooLarge => "too_large",
+            RequestLabel::Failed => "failed",
+        }
+    }
+
+    /// The outcome of a request that returned no item results.
+    pub fn of_request(outcome: RequestOutcome) -> RequestLabel {
+        match outcome {
+            RequestOutcome::Retry => RequestLabel::Retried,
+            RequestOutcome::Split => RequestLabel::TooLarge,
+            RequestOutcome::Fatal | RequestOutcome::Malformed => RequestLabel::Failed,
+        }
+    }
+}
+
+/// The outcomes of `lockgate_sink_items_total`, as indexes of [`SinkMetrics::items`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemLabel {
+    /// Written as a new document (201).
+    Created,
+    /// Written over an existing document (200 to an index, create or update).
+    Updated,
+    /// A delete that removed the document.
+    Deleted,
+    /// A delete of a document that was not there (written: nothing to remove).
+    NotFound,
+    /// 409 under `create` or external versions: written by an earlier attempt.
+    ConflictAlreadyWritten,
+    /// A transient failure of the item (429, 5xx, a concurrent update): sent again.
+    Retried,
+    /// Refused, and written to the dead-letter topic.
+    DeadLettered,
+    /// Refused, and given up by the failure handler on purpose.
+    Dropped,
+    /// Refused, and replaced by the failure handler's actions.
+    Requeued,
+    /// Failed the job: refused under `on_item_error = "fail"`, out of retries,
+    /// unauthorized, or its dead letter could not be written.
+    Failed,
+}
+
+impl ItemLabel {
+    /// Every outcome, in discriminant order (each is its own index).
+    pub const ALL: [ItemLabel; 10] = [
+        ItemLabel::Created,
+        ItemLabel::Updated,
+        ItemLabel::Deleted,
+        ItemLabel::NotFound,
+        ItemLabel::ConflictAlreadyWritten,
+        ItemLabel::Retried,
+        ItemLabel::DeadLettered,
+        ItemLabel::Dropped,
+        ItemLabel::Requeued,
+        ItemLabel::Failed,
+    ];
+
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ItemLabel::Created => "created",
+            ItemLabel::Updated => "updated",
+            ItemLabel::Deleted => "deleted",
+            ItemLabel::NotFound => "not_found",
+            ItemLabel::ConflictAlreadyWritten => "conflict_already_written",
+            ItemLabel::Retried => "retried",
+            ItemLabel::DeadLettered => "dead_lettered",
+            ItemLabel::Dropped => "dropped",
+            ItemLabel::Requeued => "requeued",
+            ItemLabel::Failed => "failed",
+        }
+    }
+
+    /// The outcome of an item Elasticsearch answered, from the sink's decision about
+    /// it ([`classify`]); `None` for a refused or fatal one, which is counted once the
+    /// failure handler (or the job's failure) settles it.
+    pub fn of_item(op: OpType, status: u16, outcome: &Outcome) -> Option<ItemLabel> {
+        match outcome {
+            Outcome::Done => Some(match (op, status) {
+                (OpType::Delete, 404) => ItemLabel::NotFound,
+                (OpType::Delete, _) => ItemLabel::Deleted,
+                (_, 201) => ItemLabel::Created,
+                _ => ItemLabel::Updated,
+            }),
+            Outcome::AlreadyWritten => Some(ItemLabel::ConflictAlreadyWritten),
+            Outcome::Retry => Some(ItemLabel::Retried),
+            Outcome::Rejected | Outcome::Fatal => None,
+        }
+    }
+}
+
+/// The written items of an `errors: false` response, whose results are only tallied
+/// by status: `deletes` is how many of its actions were deletes.
+fn written_labels(tally: &Tally, deletes: usize) -> [(ItemLabel, usize); 4] {
+    // Every item was written: a delete answers 200 or 404, anything else 200 or 201.
+    let rest = tally.items.saturating_sub(tally.created + tally.not_found);
+    let deleted = deletes.saturating_sub(tally.not_found).min(rest);
+    let updated = rest - deleted;
+    [
+        (ItemLabel::Created, tally.created),
+        (ItemLabel::Updated, updated),
+        (ItemLabel::Deleted, deleted),
+        (ItemLabel::NotFound, tally.not_found),
+    ]
+}
+
+/// One sink subtask's metric handles, each looked up once when the sink opens: from
+/// then on an update is an atomic add, made once per request or response (per-item
+/// outcomes are summed first).
+pub struct SinkMetrics {
+    pending: IntGauge,
+    in_flight: IntGauge,
+    requests: [IntCounter; RequestLabel::ALL.len()],
+    items: [IntCounter; ItemLabel::ALL.len()],
+    retry_backoff: Histogram,
+    request_duration: Histogram,
+    bytes_sent: IntCounter,
+    /// Actions written (or made moot by a newer written one) or dead-lettered.
+    records_out: IntCounter,
+}
+
+impl SinkMetrics {
+    /// The handles of sink subtask `subtask` in `metrics` (operator label `sink`);
+    /// every outcome's series exists from now on, at 0.
+    pub fn new(metrics: &Metrics, subtask: u16) -> SinkMetrics {
+        const OP: &str = crate::runtime::chain::SINK_UID;
+        let sub = subtask.to_string();
+        let labelled = |vec: &prometheus::IntCounterVec, outcome: &str| {
+            vec.with_label_values(&[metrics.job(), OP, &sub, outcome])
+        };
+        SinkMetrics {
+            pending: metrics.task_gauge(&metrics.sink_pending, OP, subtask),
+            in_flight: metrics.task_gauge(&metrics.sink_in_flight, OP, subtask),
+            requests: RequestLabel::ALL.map(|o| labelled(&metrics.sink_requests, o.label())),
+            items: ItemLabel::ALL.map(|o| labelled(&metrics.sink_items, o.label())),
+            retry_backoff: metrics.task_histogram(&metrics.sink_retry_backoff, OP, subtask),
+            request_duration: metrics.task_histogram(&metrics.sink_request_duration, OP, subtask),
+            bytes_sent: metrics.task_counter(&metrics.sink_bytes_sent, OP, subtask),
+            records_out: metrics.task_counter(&metrics.records_out, OP, subtask),
+        }
+    }
+
+    fn request(&self, outcome: RequestLabel) {
+        self.requests[outcome as usize].inc();
+    }
+
+    fn items(&self, outcome: ItemLabel, n: usize) {
+        if n > 0 {
+            self.items[outcome as usize].inc_by(n as u64);
+        }
     }
 }
 
@@ -198,11 +418,14 @@ pub struct BulkProcessor {
 }
 
 impl BulkProcessor {
-    /// Starts the processor task on the current runtime.
+    /// Starts the processor task on the current runtime; it reports in `metrics` as
+    /// sink subtask `subtask`.
     pub fn start(
         cfg: Arc<EsSinkConfig>,
         handler: Arc<dyn FailureHandler>,
         name: String,
+        metrics: &Metrics,
+        subtask: u16,
     ) -> Result<BulkProcessor, String> {
         let conn = &cfg.connection;
         conn.validate().map_err(|(k, m)| format!("{k}: {m}"))?;
@@ -217,13 +440,17 @@ impl BulkProcessor {
             );
         }
         let dead_letter = match &cfg.dead_letter_bootstrap_servers {
-            Some(servers) => Some(DeadLetterWriter::new(
-                servers,
-                &cfg.dead_letter_properties.0,
-            )?),
+            Some(servers) => Some(
+                DeadLetterWriter::new(servers, &cfg.dead_letter_properties.0)?.counted(
+                    metrics,
+                    crate::runtime::chain::SINK_UID,
+                    subtask,
+                    &Reason::REFUSALS,
+                ),
+            ),
             None => None,
         };
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(SinkMetrics::new(metrics, subtask)));
         let buffer_max_bytes = cfg.buffer_max_bytes.max(1);
         let (tx, rx) = mpsc::channel(4);
         let limits = Limits {
@@ -306,9 +533,7 @@ impl BulkProcessor {
         self.shared.blocked.store(false, Ordering::SeqCst);
         let batch = encoder.take_batch();
         debug_assert_eq!(batch.bytes, bytes);
-        self.shared
-            .pending
-            .fetch_add(batch.actions.len(), Ordering::SeqCst);
+        self.shared.add_pending(batch.actions.len());
         self.shared.transit_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.tx
             .send(Cmd::Add(batch))
@@ -338,14 +563,25 @@ impl BulkProcessor {
     }
 }
 
-/// A request out: its id, its node, and what came back.
-type InFlight = Pin<Box<dyn Future<Output = (RequestId, usize, Sent)> + Send>>;
+/// A request answered.
+struct Answer {
+    id: RequestId,
+    /// The node it went to.
+    node: usize,
+    /// How many actions it carried, and how many of them were deletes.
+    actions: usize,
+    deletes: usize,
+    /// From sending it to the end of its response.
+    took: Duration,
+    sent: Sent,
+}
+
+/// A request out.
+type InFlight = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// The first of `in_flight` to be answered (there are at most `max_in_flight`, so
 /// polling each on a wake-up costs nothing). Cancel safe: the requests stay in the set.
-fn next_answer(
-    in_flight: &mut Vec<InFlight>,
-) -> impl Future<Output = (RequestId, usize, Sent)> + '_ {
+fn next_answer(in_flight: &mut Vec<InFlight>) -> impl Future<Output = Answer> + '_ {
     std::future::poll_fn(move |cx| {
         for i in 0..in_flight.len() {
             if let Poll::Ready(answer) = in_flight[i].as_mut().poll(cx) {
@@ -358,8 +594,9 @@ fn next_answer(
 }
 
 enum Sent {
-    /// `errors: false`: every item written; how many item results there were.
-    Written(usize),
+    /// `errors: false`: every item written; how many item results there were, by
+    /// status.
+    Written(Tally),
     /// Per-item `(status, error type, reason)` in request order.
     Items(Vec<(u16, Option<String>, Option<String>)>),
     /// No item results: the status (None: connection error) and why.
@@ -435,8 +672,8 @@ impl Service {
                     Some(Cmd::Close(w)) => closing = Some(w),
                     None => return,
                 },
-                (id, node, sent) = next_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
-                    self.complete(id, node, sent)
+                answer = next_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                    self.complete(answer)
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = self.shared.room_wanted.notified() => {}
@@ -487,24 +724,35 @@ impl Service {
             error_type: INVALID_DOCUMENT.into(),
             reason: why,
         };
+        let m = &self.shared.metrics;
         match self.handler.on_failure(&action, &failure) {
-            FailureDecision::Fail(message) => self.shared.fail(message),
+            FailureDecision::Fail(message) => {
+                m.items(ItemLabel::Failed, 1);
+                self.shared.fail(message)
+            }
             FailureDecision::Drop => {
                 warn!(action = %action.describe(), error = %failure.reason, "invalid document dropped by the failure handler");
+                m.items(ItemLabel::Dropped, 1);
                 self.shared.resolve(1);
             }
             FailureDecision::DeadLetter(topic) => {
                 match Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await
                 {
-                    Ok(()) => self.shared.resolve(1),
-                    Err(e) => self.shared.fail(e),
+                    Ok(()) => self.dead_lettered(),
+                    Err(e) => {
+                        self.shared.metrics.items(ItemLabel::Failed, 1);
+                        self.shared.fail(e)
+                    }
                 }
             }
-            FailureDecision::Requeue(_) => self.shared.fail(format!(
-                "{}: {} (a replacement for a document that is not JSON is not accepted)",
-                action.describe(),
-                failure.reason
-            )),
+            FailureDecision::Requeue(_) => {
+                m.items(ItemLabel::Failed, 1);
+                self.shared.fail(format!(
+                    "{}: {} (a replacement for a document that is not JSON is not accepted)",
+                    action.describe(),
+                    failure.reason
+                ))
+            }
         }
     }
 
@@ -514,11 +762,14 @@ impl Service {
         let now = self.now_ms();
         while let Some((id, items)) = self.batcher.next_request(now, force) {
             let mut body = Vec::with_capacity(items.iter().map(|i| i.lines.len()).sum());
+            let mut deletes = 0;
             for i in &items {
                 body.extend_from_slice(&i.lines);
+                deletes += usize::from(i.op == OpType::Delete);
             }
             let actions = items.len();
             self.shared.bulks.fetch_add(1, Ordering::Relaxed);
+            self.shared.metrics.bytes_sent.inc_by(body.len() as u64);
             debug!(
                 sink = %self.name,
                 actions,
@@ -531,15 +782,40 @@ impl Service {
             let client = self.clients[node].clone();
             let body = Bytes::from(body);
             self.in_flight.push(Box::pin(async move {
-                (id, node, send_bulk(&client, body).await)
+                // Started at the first poll, when the request is sent.
+                let started = Instant::now();
+                let sent = send_bulk(&client, body).await;
+                Answer {
+                    id,
+                    node,
+                    actions,
+                    deletes,
+                    took: started.elapsed(),
+                    sent,
+                }
             }));
         }
+        self.shared
+            .metrics
+            .in_flight
+            .set(self.in_flight.len() as i64);
     }
 
     /// Hands a response to the batcher, with what each item result means. A node that
     /// did not answer is quarantined; a refusal of the credentials fails the job for
     /// good, naming the node.
-    fn complete(&mut self, id: RequestId, node: usize, sent: Sent) {
+    fn complete(&mut self, answer: Answer) {
+        let Answer {
+            id,
+            node,
+            actions,
+            deletes,
+            took,
+            sent,
+        } = answer;
+        let m = &self.shared.metrics;
+        m.in_flight.set(self.in_flight.len() as i64);
+        m.request_duration.observe(took.as_secs_f64());
         match &sent {
             Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
             _ => self.selector.answered(node),
@@ -578,10 +854,21 @@ impl Service {
         }
         let mut already_written = 0;
         let response = match sent {
-            Sent::Written(n) => Response::Written(n),
+            Sent::Written(tally) => {
+                if tally.items == actions {
+                    m.request(RequestLabel::Ok);
+                    for (label, n) in written_labels(&tally, deletes) {
+                        m.items(label, n);
+                    }
+                } else {
+                    m.request(RequestLabel::Retried);
+                }
+                Response::Written(tally.items)
+            }
             Sent::Items(results) => {
                 let items = self.batcher.in_flight_payloads(id);
                 if items.len() != results.len() {
+                    m.request(RequestLabel::Retried);
                     // Not matched to actions: the batcher retries the whole request, and
                     // its reason names how many results came back.
                     Response::Items(
@@ -598,7 +885,10 @@ impl Service {
                             .collect(),
                     )
                 } else {
-                    Response::Items(
+                    // Summed here, added once per outcome.
+                    let mut counts = [0usize; ItemLabel::ALL.len()];
+                    let mut unwritten = false;
+                    let response = Response::Items(
                         items
                             .iter()
                             .zip(results)
@@ -612,6 +902,11 @@ impl Service {
                                 if outcome == Outcome::AlreadyWritten {
                                     already_written += 1;
                                 }
+                                match ItemLabel::of_item(item.op, status, &outcome) {
+                                    Some(l) => counts[l as usize] += 1,
+                                    None => unwritten = true,
+                                }
+                                unwritten |= outcome == Outcome::Retry;
                                 ItemResult {
                                     outcome,
                                     failure: ItemFailure {
@@ -622,16 +917,42 @@ impl Service {
                                 }
                             })
                             .collect(),
-                    )
+                    );
+                    m.request(if unwritten {
+                        RequestLabel::ItemErrors
+                    } else {
+                        RequestLabel::Ok
+                    });
+                    for (label, n) in ItemLabel::ALL.into_iter().zip(counts) {
+                        m.items(label, n);
+                    }
+                    response
                 }
             }
-            Sent::Request(status, why) => Response::Failed(classify_request(status), why),
+            Sent::Request(status, why) => {
+                let outcome = classify_request(status);
+                m.request(RequestLabel::of_request(outcome));
+                Response::Failed(outcome, why)
+            }
         };
         self.shared
             .already_written
             .fetch_add(already_written, Ordering::Relaxed);
         let (now, jitter) = (self.now_ms(), self.rng.gen());
-        self.batcher.on_response(id, response, now, jitter);
+        if let Some(backoff) = self.batcher.on_response(id, response, now, jitter) {
+            self.shared
+                .metrics
+                .retry_backoff
+                .observe(backoff.as_secs_f64());
+        }
+    }
+
+    /// A refused action was written to the dead-letter topic: it is resolved.
+    fn dead_lettered(&self) {
+        let m = &self.shared.metrics;
+        m.items(ItemLabel::DeadLettered, 1);
+        m.records_out.inc();
+        self.shared.resolve(1);
     }
 
     /// Acts on what the batcher resolved: counts, failure handler, dead letters.
@@ -656,11 +977,14 @@ impl Service {
                         attempts,
                     } => self.refused(refusal, payload, failure, attempts).await,
                     Resolution::Exhausted(item, why) => {
+                        self.shared.metrics.items(ItemLabel::Failed, 1);
                         self.shared.fail(format!("{} {why}", item.describe()))
                     }
-                    Resolution::Fatal(item, why) => self
-                        .shared
-                        .fail(format!("Elasticsearch refused {}: {why}", item.describe())),
+                    Resolution::Fatal(item, why) => {
+                        self.shared.metrics.items(ItemLabel::Failed, 1);
+                        self.shared
+                            .fail(format!("Elasticsearch refused {}: {why}", item.describe()))
+                    }
                 }
             }
             self.shared
@@ -670,6 +994,12 @@ impl Service {
                 .superseded
                 .fetch_add(superseded as u64, Ordering::Relaxed);
             self.shared.resolve(done + coalesced + superseded);
+            // A coalesced or superseded action is as written as the newer one that
+            // made it moot.
+            self.shared
+                .metrics
+                .records_out
+                .inc_by((done + coalesced + superseded) as u64);
         }
         self.resolved = resolved;
     }
@@ -678,13 +1008,16 @@ impl Service {
     /// its document's order until the answer.
     async fn refused(&mut self, refusal: Refusal, item: Item, failure: ItemFailure, attempts: u32) {
         let action = item.full_action();
+        let m = &self.shared.metrics;
         match self.handler.on_failure(&action, &failure) {
             FailureDecision::Fail(message) => {
+                m.items(ItemLabel::Failed, 1);
                 self.batcher.settle_refused(refusal);
                 self.shared.fail(message)
             }
             FailureDecision::Drop => {
                 warn!(action = %action.describe(), error = %failure.reason, "refused action dropped by the failure handler");
+                m.items(ItemLabel::Dropped, 1);
                 self.batcher.settle_refused(refusal);
                 self.shared.resolve(1);
             }
@@ -693,6 +1026,7 @@ impl Service {
                 // and count its attempts, so that a handler requeuing forever fails the
                 // job.
                 if attempts + 1 > self.cfg.retry_max_attempts {
+                    m.items(ItemLabel::Failed, 1);
                     self.batcher.settle_refused(refusal);
                     self.shared.fail(format!(
                         "{} requeued {attempts} times by the failure handler and still refused: {}",
@@ -706,9 +1040,8 @@ impl Service {
                     encoder.push(a);
                 }
                 let batch = encoder.take_batch();
-                self.shared
-                    .pending
-                    .fetch_add(batch.actions.len(), Ordering::SeqCst);
+                m.items(ItemLabel::Requeued, 1);
+                self.shared.add_pending(batch.actions.len());
                 self.shared.resolve(1);
                 let mut replacements = Vec::with_capacity(batch.actions.len());
                 let mut invalid = Vec::new();
@@ -732,8 +1065,11 @@ impl Service {
                     Self::dead_letter(self.dead_letter.as_ref(), &action, &failure, &topic).await;
                 self.batcher.settle_refused(refusal);
                 match written {
-                    Ok(()) => self.shared.resolve(1),
-                    Err(e) => self.shared.fail(e),
+                    Ok(()) => self.dead_lettered(),
+                    Err(e) => {
+                        self.shared.metrics.items(ItemLabel::Failed, 1);
+                        self.shared.fail(e)
+                    }
                 }
             }
         }
@@ -758,6 +1094,7 @@ impl Service {
         );
         let letter = DeadLetter {
             error: &error,
+            reason: Reason::of_refusal(&failure.error_type),
             origin: action
                 .origin
                 .as_ref()
@@ -825,7 +1162,7 @@ async fn send_bulk(client: &Elasticsearch, body: Bytes) -> Sent {
         );
     }
     match parse_response(&bytes) {
-        Ok(Parsed::Written(n)) => Sent::Written(n),
+        Ok(Parsed::Written(tally)) => Sent::Written(tally),
         Ok(Parsed::Items(items)) => Sent::Items(
             items
                 .into_iter()
@@ -848,8 +1185,9 @@ async fn send_bulk(client: &Elasticsearch, body: Bytes) -> Sent {
 /// A bulk response, as far as the processor reads it.
 #[derive(Debug, PartialEq)]
 enum Parsed {
-    /// `errors: false`, with this many item results: their contents are not read.
-    Written(usize),
+    /// `errors: false`: the item results, tallied by status (nothing else of them is
+    /// kept).
+    Written(Tally),
     /// The item results, in request order.
     Items(Vec<ItemReply>),
 }
@@ -865,8 +1203,8 @@ struct ItemReply {
 }
 
 /// Reads a bulk response without building a tree of it. Elasticsearch writes `errors`
-/// before `items`: when it is false, the items are only counted (every one was
-/// written); otherwise, or when a server writes them in the other order, each item's
+/// before `items`: when it is false, the items are only tallied by status (every one
+/// was written); otherwise, or when a server writes them in the other order, each item's
 /// status and error are read.
 fn parse_response(body: &[u8]) -> Result<Parsed, String> {
     struct Top;
@@ -884,7 +1222,7 @@ fn parse_response(body: &[u8]) -> Result<Parsed, String> {
                 match &*key {
                     "errors" => errors = Some(map.next_value::<bool>()?),
                     "items" if errors == Some(false) => {
-                        items = Some(Parsed::Written(map.next_value::<Count>()?.0))
+                        items = Some(Parsed::Written(map.next_value::<Tally>()?))
                     }
                     "items" => {
                         let all = map.next_value::<Vec<Envelope>>()?;
@@ -906,23 +1244,35 @@ fn parse_response(body: &[u8]) -> Result<Parsed, String> {
     parsed
 }
 
-/// How many elements a JSON array has, read without keeping them.
-struct Count(usize);
+/// The item results of an `errors: false` response, counted by status without being
+/// kept: how many, how many created a document (201), how many deletes found none
+/// (404). The rest answered 200: updated, or deleted.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    items: usize,
+    created: usize,
+    not_found: usize,
+}
 
-impl<'de> serde::Deserialize<'de> for Count {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+impl<'de> serde::Deserialize<'de> for Tally {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Tally, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Count;
+            type Value = Tally;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an array")
             }
-            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Count, S::Error> {
-                let mut n = 0;
-                while seq.next_element::<IgnoredAny>()?.is_some() {
-                    n += 1;
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Tally, S::Error> {
+                let mut t = Tally::default();
+                while let Some(Envelope(reply)) = seq.next_element::<Envelope>()? {
+                    t.items += 1;
+                    match reply.status {
+                        201 => t.created += 1,
+                        404 => t.not_found += 1,
+                        _ => {}
+                    }
                 }
-                Ok(Count(n))
+                Ok(t)
             }
         }
         d.deserialize_seq(V)
@@ -962,23 +1312,42 @@ impl<'de> serde::Deserialize<'de> for Envelope {
 
 #[cfg(test)]
 mod tests {
-    use super::{error_chain, parse_response, ItemReply, Parsed};
+    use super::{error_chain, parse_response, written_labels, ItemLabel, ItemReply, Parsed, Tally};
+    use crate::connectors::elasticsearch::action::OpType;
+    use crate::connectors::elasticsearch::item_result::{classify, Outcome};
     use serde_json::json;
 
     #[test]
     fn a_bulk_response_is_read_as_far_as_it_matters() {
         let created = r#"{"index":{"_index":"i","_id":"1","_version":1,"result":"created","_shards":{"total":1,"successful":1,"failed":0},"_seq_no":0,"_primary_term":1,"status":201}}"#;
         let rejected = r#"{"create":{"_index":"i","_id":"2","status":429,"error":{"type":"es_rejected_execution_exception","reason":"queue \"full\""}}}"#;
+        let updated =
+            r#"{"index":{"_index":"i","_id":"1","_version":2,"result":"updated","status":200}}"#;
+        let deleted =
+            r#"{"delete":{"_index":"i","_id":"1","_version":3,"result":"deleted","status":200}}"#;
+        let missing =
+            r#"{"delete":{"_index":"i","_id":"9","_version":1,"result":"not_found","status":404}}"#;
         let reply = |status, error| ItemReply { status, error };
+        let tally = |items, created, not_found| Tally {
+            items,
+            created,
+            not_found,
+        };
         let cases: Vec<(String, Result<Parsed, &str>)> = vec![
             // errors: false (Elasticsearch writes it first): only counted.
             (
                 format!(r#"{{"errors":false,"took":3,"items":[{created},{created}]}}"#),
-                Ok(Parsed::Written(2)),
+                Ok(Parsed::Written(tally(2, 2, 0))),
+            ),
+            (
+                format!(
+                    r#"{{"errors":false,"took":3,"items":[{created},{updated},{deleted},{missing}]}}"#
+                ),
+                Ok(Parsed::Written(tally(4, 1, 1))),
             ),
             (
                 r#"{"errors":false,"took":3,"items":[]}"#.into(),
-                Ok(Parsed::Written(0)),
+                Ok(Parsed::Written(tally(0, 0, 0))),
             ),
             // errors: true: every item's status and error, in order.
             (
@@ -1019,6 +1388,120 @@ mod tests {
                 (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    /// An item's outcome label follows the sink's own decision about it.
+    #[test]
+    fn an_item_is_counted_under_the_outcome_the_sink_decided() {
+        use ItemLabel::*;
+        let rejected = Some("es_rejected_execution_exception");
+        let conflict = Some("version_conflict_engine_exception");
+        /// Operation, external versions, status, error type, and the label.
+        type Case<'a> = (OpType, bool, u16, Option<&'a str>, Option<ItemLabel>);
+        let cases: &[Case] = &[
+            (OpType::Index, false, 201, None, Some(Created)),
+            (OpType::Create, false, 201, None, Some(Created)),
+            (OpType::Update, false, 201, None, Some(Created)),
+            (OpType::Index, false, 200, None, Some(Updated)),
+            (OpType::Update, false, 200, None, Some(Updated)),
+            (OpType::Delete, false, 200, None, Some(Deleted)),
+            (OpType::Delete, false, 404, None, Some(NotFound)),
+            (
+                OpType::Create,
+                false,
+                409,
+                conflict,
+                Some(ConflictAlreadyWritten),
+            ),
+            (
+                OpType::Index,
+                true,
+                409,
+                conflict,
+                Some(ConflictAlreadyWritten),
+            ),
+            (OpType::Update, false, 409, conflict, Some(Retried)),
+            (OpType::Index, false, 429, rejected, Some(Retried)),
+            (OpType::Index, false, 503, None, Some(Retried)),
+            // Refused or fatal: counted when settled (dead-lettered, failed, ...).
+            (OpType::Index, false, 409, conflict, None),
+            (
+                OpType::Index,
+                false,
+                400,
+                Some("document_parsing_exception"),
+                None,
+            ),
+            (OpType::Index, false, 403, Some("security_exception"), None),
+        ];
+        for (op, external, status, ty, want) in cases {
+            let outcome = classify(*op, *external, *status, *ty);
+            assert_eq!(
+                ItemLabel::of_item(*op, *status, &outcome),
+                *want,
+                "{op:?} external={external} {status} {ty:?} ({outcome:?})"
+            );
+        }
+        assert_eq!(
+            ItemLabel::of_item(OpType::Delete, 404, &Outcome::Done),
+            Some(NotFound)
+        );
+    }
+
+    #[test]
+    fn every_outcome_is_its_own_index() {
+        for (i, o) in super::RequestLabel::ALL.into_iter().enumerate() {
+            assert_eq!(o as usize, i, "{o:?}");
+        }
+        for (i, o) in ItemLabel::ALL.into_iter().enumerate() {
+            assert_eq!(o as usize, i, "{o:?}");
+        }
+    }
+
+    /// An `errors: false` response is tallied by status only: the deletes of the
+    /// request tell deleted from updated among its 200s.
+    #[test]
+    fn a_written_response_is_counted_by_status_and_deletes() {
+        let t = |items, created, not_found| Tally {
+            items,
+            created,
+            not_found,
+        };
+        let counts = |tally: Tally, deletes| {
+            written_labels(&tally, deletes)
+                .iter()
+                .map(|(l, n)| (l.label(), *n))
+                .collect::<Vec<_>>()
+        };
+        // 3 created, 2 updated, 4 deletes of which 1 found nothing.
+        assert_eq!(
+            counts(t(9, 3, 1), 4),
+            [
+                ("created", 3),
+                ("updated", 2),
+                ("deleted", 3),
+                ("not_found", 1)
+            ]
+        );
+        assert_eq!(
+            counts(t(5, 5, 0), 0),
+            [
+                ("created", 5),
+                ("updated", 0),
+                ("deleted", 0),
+                ("not_found", 0)
+            ]
+        );
+        // Never more deleted than 200s, whatever the server says.
+        assert_eq!(
+            counts(t(2, 2, 0), 2),
+            [
+                ("created", 2),
+                ("updated", 0),
+                ("deleted", 0),
+                ("not_found", 0)
+            ]
+        );
     }
 
     #[derive(Debug)]

@@ -80,8 +80,14 @@ impl EsSink {
 impl Sink for EsSink {
     async fn open(&mut self, info: &SubtaskInfo, _restored: &SinkRestore) -> Result<()> {
         self.name = info.name.clone();
-        let p = BulkProcessor::start(self.cfg.clone(), self.handler.clone(), info.name.clone())
-            .map_err(|e| JobError::task(&self.name, e))?;
+        let p = BulkProcessor::start(
+            self.cfg.clone(),
+            self.handler.clone(),
+            info.name.clone(),
+            info.telemetry.metrics(),
+            info.index,
+        )
+        .map_err(|e| JobError::task(&self.name, e))?;
         self.processor = Some(p);
         Ok(())
     }

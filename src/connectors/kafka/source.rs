@@ -7,7 +7,7 @@ use super::fetcher::{Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, Lo
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
@@ -442,7 +442,13 @@ impl Source for KafkaSource {
         if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&cfg.bootstrap_servers, &cfg.properties)
-                    .map_err(|e| self.err(e))?,
+                    .map_err(|e| self.err(e))?
+                    .counted(
+                        info.telemetry.metrics(),
+                        "source",
+                        info.index,
+                        &[Reason::Decode],
+                    ),
             );
         }
         self.fetcher = Some(Fetcher::start(consumer.clone(), self.name.clone()));
