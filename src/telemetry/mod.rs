@@ -344,6 +344,9 @@ impl Telemetry {
             if g.subtask == subtask {
                 return g.clone();
             }
+            // Another subtask read it before (an attempt at another parallelism):
+            // its series would stand still forever.
+            remove_partition_series(m, operator, g.subtask, topic, partition);
         }
         let labels = [
             m.job(),
@@ -366,21 +369,11 @@ impl Telemetry {
 
     /// Forgets a partition that no longer exists.
     pub fn remove_partition(&self, operator: &str, topic: &str, partition: i32) {
-        let m = &self.inner.metrics;
         if let Some(g) = self
             .partition_table()
             .remove(&(topic.to_string(), partition))
         {
-            let labels = [
-                m.job(),
-                operator,
-                &g.subtask.to_string(),
-                topic,
-                &partition.to_string(),
-            ];
-            let _ = m.kafka_position.remove_label_values(&labels);
-            let _ = m.kafka_end_offset.remove_label_values(&labels);
-            let _ = m.kafka_lag.remove_label_values(&labels);
+            remove_partition_series(&self.inner.metrics, operator, g.subtask, topic, partition);
         }
     }
 
@@ -401,6 +394,19 @@ impl Telemetry {
             })
             .collect()
     }
+}
+
+fn remove_partition_series(m: &Metrics, operator: &str, subtask: u16, topic: &str, partition: i32) {
+    let labels = [
+        m.job(),
+        operator,
+        &subtask.to_string(),
+        topic,
+        &partition.to_string(),
+    ];
+    let _ = m.kafka_position.remove_label_values(&labels);
+    let _ = m.kafka_end_offset.remove_label_values(&labels);
+    let _ = m.kafka_lag.remove_label_values(&labels);
 }
 
 /// The gauges of one Kafka partition. Position and end are `-1` until known.
@@ -569,9 +575,15 @@ mod tests {
         t.checkpoint_completed(7, 1500, 4096, "/c/chk-7");
         let m = t.metrics();
         assert_eq!(m.checkpoint_duration.get_sample_count(), 1);
-        assert!((m.checkpoint_duration.get_sample_sum() - 1.5).abs() < 1e-9, "seconds");
+        assert!(
+            (m.checkpoint_duration.get_sample_sum() - 1.5).abs() < 1e-9,
+            "seconds"
+        );
         let published = m.checkpoint_last_timestamp.get();
-        assert!((now_s() - published).abs() < 60.0, "Unix seconds: {published}");
+        assert!(
+            (now_s() - published).abs() < 60.0,
+            "Unix seconds: {published}"
+        );
         // Published two seconds ago: the age at scrape time says so.
         m.checkpoint_last_timestamp.set(now_s() - 2.0);
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -594,6 +606,115 @@ mod tests {
         assert_eq!(j.state, JobState::Failed);
         assert_eq!(j.last_failure.as_deref(), Some("disk full"));
         assert!(format!("{t:?}").contains("\"j\""), "{t:?}");
+    }
+
+    #[test]
+    fn every_abort_status_has_its_count_and_completions_count_once() {
+        let t = Telemetry::new("j", "g", 1, 128);
+        for (id, status) in [
+            (1, CheckpointStatus::Declined),
+            (2, CheckpointStatus::Declined),
+            (3, CheckpointStatus::TimedOut),
+            (4, CheckpointStatus::Failed),
+        ] {
+            t.checkpoint_triggered(id, false);
+            t.checkpoint_aborted(id, status, 10, "why");
+        }
+        t.checkpoint_triggered(5, false);
+        t.checkpoint_completed(5, 10, 1, "/c/chk-5");
+        t.checkpoint_triggered(6, false);
+        t.checkpoint_completed(6, 10, 1, "/c/chk-6");
+        let c = t.checkpoints().counts;
+        assert_eq!(
+            (
+                c.declined,
+                c.timed_out,
+                c.failed,
+                c.completed,
+                c.in_progress
+            ),
+            (2, 1, 1, 2, 0)
+        );
+        assert_eq!(t.job().checkpoints_completed, 2);
+        assert_eq!(t.job().last_checkpoint, Some(6));
+        let text = t.scrape();
+        for line in [
+            r#"lockgate_checkpoints_total{job="j",status="declined"} 2"#,
+            r#"lockgate_checkpoints_total{job="j",status="failed"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line}");
+        }
+        let h = t.checkpoints().history;
+        assert_eq!(h[5].status, CheckpointStatus::Declined);
+        assert_eq!(h[5].failure_cause.as_deref(), Some("why"));
+    }
+
+    #[test]
+    fn sink_and_operator_views_are_read_from_the_metrics() {
+        let t = Telemetry::new("j", "g", 2, 128);
+        let m = t.metrics();
+        m.task_gauge(&m.sink_pending, "sink", 1).set(7);
+        m.task_gauge(&m.sink_in_flight, "sink", 1).set(2);
+        m.task_counter(&m.sink_bytes_sent, "sink", 1).inc_by(300);
+        m.sink_items
+            .with_label_values(&["j", "sink", "1", "created"])
+            .inc_by(5);
+        m.sink_requests
+            .with_label_values(&["j", "sink", "1", "ok"])
+            .inc();
+        m.task_gauge(&m.sink_pending, "sink", 0).set(0);
+        let v = t.sinks();
+        assert_eq!(v.len(), 2, "{v:?}");
+        let s1 = &v[1];
+        assert_eq!((s1.operator.as_str(), s1.subtask), ("sink", 1));
+        assert_eq!(
+            (s1.pending, s1.in_flight_requests, s1.bytes_sent),
+            (7, 2, 300)
+        );
+        assert_eq!(s1.items.get("created"), Some(&5));
+        assert_eq!(s1.requests.get("ok"), Some(&1));
+        assert_eq!(v[0].subtask, 0);
+
+        m.task_counter(&m.records_in, "rolling_sum-0", 0).inc_by(10);
+        m.task_counter(&m.records_out, "rolling_sum-0", 0).inc_by(9);
+        m.task_counter(&m.records_out, "source", 1).inc_by(4);
+        let ops = t.operators();
+        let find = |op: &str, sub: u16| {
+            ops.iter()
+                .find(|o| o.operator == op && o.subtask == sub)
+                .map(|o| (o.records_in, o.records_out))
+        };
+        assert_eq!(find("rolling_sum-0", 0), Some((10, 9)));
+        assert_eq!(find("source", 1), Some((0, 4)));
+    }
+
+    #[test]
+    fn a_partition_keeps_its_series_and_is_unknown_until_reported() {
+        let t = Telemetry::new("j", "g", 2, 128);
+        let a = t.partition("source", 1, "orders", 0);
+        a.set_position(5);
+        // Taken again by the same subtask (after a restart): the same series.
+        let b = t.partition("source", 1, "orders", 0);
+        assert_eq!(b.position.get(), 5);
+        let v = t.partitions();
+        assert_eq!((v[0].position, v[0].end), (Some(5), None));
+        // Another subtask owns it now: its own series, unknown again.
+        let c = t.partition("source", 0, "orders", 0);
+        assert_eq!(c.position.get(), -1);
+        let v = t.partitions();
+        assert_eq!((v[0].subtask, v[0].position, v[0].end), (0, None, None));
+        let text = t.scrape();
+        assert!(
+            !text.contains(r#"subtask="1""#),
+            "the old owner's series is gone: {text}"
+        );
+        c.set_end(0);
+        c.set_position(0);
+        let v = t.partitions();
+        assert_eq!(
+            (v[0].position, v[0].end, v[0].lag),
+            (Some(0), Some(0), Some(0))
+        );
     }
 
     #[test]
