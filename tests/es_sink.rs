@@ -739,3 +739,56 @@ async fn a_mapping_refusal_is_dead_lettered_and_counted_under_its_reason() {
         .scrape()
         .contains("lockgate_dead_letters_total{job=\"t\",operator=\"sink\",reason=\"mapping\",subtask=\"0\"} 1"));
 }
+
+/// A failed attempt drops its sink with actions buffered and a request held by the
+/// server: the subtask's gauges, shared with the next attempt's sink, give back what
+/// the dropped one counted, and its processor stops sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_sink_gives_back_its_pending_and_in_flight_and_stops_sending() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        stall: true,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 2;
+    cfg.max_in_flight = 1;
+    let (mut s, t) = sink_reporting(cfg.clone(), failing()).await;
+    let m = t.metrics();
+    s.invoke((0..5).map(|i| rec(i, GOOD)).collect())
+        .await
+        .unwrap();
+    wait_until("a bulk in flight", || server.stats().bulk_requests == 1).await;
+    wait_until("the gauges", || {
+        task_gauge(&m.sink_pending) == 5 && task_gauge(&m.sink_in_flight) == 1
+    })
+    .await;
+    drop(s);
+    wait_until("the dropped sink's share given back", || {
+        task_gauge(&m.sink_pending) == 0 && task_gauge(&m.sink_in_flight) == 0
+    })
+    .await;
+    // The next attempt's sink of the same subtask counts from 0.
+    server.set_faults(Faults::default());
+    let telemetry_info = SubtaskInfo {
+        telemetry: t.clone(),
+        ..info()
+    };
+    let cfg = Arc::new(cfg);
+    let mut next = EsSink::new(
+        cfg.clone(),
+        Box::new(ConfigActionBuilder::new(&cfg)),
+        failing(),
+    );
+    next.open(&telemetry_info, &SinkRestore::default())
+        .await
+        .unwrap();
+    next.invoke(vec![rec(10, GOOD)]).await.unwrap();
+    assert_eq!(task_gauge(&m.sink_pending), 1);
+    next.snapshot(CheckpointId(1)).await.unwrap();
+    assert_eq!(task_gauge(&m.sink_pending), 0);
+    // The dropped sink's processor sent nothing after the stall ended: only its one
+    // request (answered late by the server) and the next sink's one.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(server.stats().bulk_requests, 2, "{:?}", server.stats());
+}

@@ -201,6 +201,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                     if summary.last_checkpoint == Some(id) {
                         let (r, _) = resolve_restore_path(&dir.completed_path(id))
                             .map_err(JobError::Restore)?;
+                        telemetry.restored(Some(&r.path));
                         restored = Some(r);
                     }
                 }
@@ -505,6 +506,8 @@ async fn run_attempt(
                     }
                     Some(Ok((task, Err(e)))) => {
                         error!(task = %task, error = %e, "task failed");
+                        // Not ready from now on, while the other tasks are torn down.
+                        telemetry.set_state(JobState::Restarting);
                         return fail_attempt(&mut tasks, e).await;
                     }
                     Some(Err(join)) => return fail_attempt(&mut tasks, JobError::Other(format!("task panicked: {join}"))).await,

@@ -232,7 +232,8 @@ pub async fn run_input_task(
                     };
                     match event {
                         AlignEvent::Aligned(id) => {
-                            if let Some((_, started)) = aligning.take().filter(|a| a.0 == id) {
+                            // One input has nothing to align: no sample.
+                            if let Some((_, started)) = aligning.take().filter(|a| a.0 == id && inputs.len() > 1) {
                                 alignment.observe(started.elapsed().as_secs_f64());
                             }
                             snapshot_and_ack(&io, &mut chain, id, Vec::new()).await?

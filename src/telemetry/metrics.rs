@@ -142,7 +142,7 @@ impl Metrics {
             ),
             checkpoints: counter(
                 "lockgate_checkpoints_total",
-                "Checkpoints by status: completed, declined, failed (publishing), timed_out.",
+                "Checkpoints by status: completed, declined, failed (publishing), timed_out, abandoned (its attempt failed).",
                 &["job", "status"],
             ),
             checkpoint_duration: histogram(
@@ -169,7 +169,7 @@ impl Metrics {
             ),
             checkpoint_last_age: float_gauge(
                 "lockgate_checkpoint_last_completed_age_seconds",
-                "Seconds since the last completed checkpoint was published (at scrape time).",
+                "Seconds since the last completed checkpoint was published, or since the job started if none was (at scrape time).",
             ),
             checkpoint_alignment: histogram(
                 "lockgate_checkpoint_alignment_seconds",
@@ -235,7 +235,7 @@ impl Metrics {
         }
         // Every status of the counter exists from the start, so a query for failures
         // shows 0 rather than no data.
-        for s in ["completed", "declined", "failed", "timed_out"] {
+        for s in ["completed", "declined", "failed", "timed_out", "abandoned"] {
             m.checkpoints.with_label_values(&[job, s]);
         }
         m

@@ -73,6 +73,7 @@ impl Telemetry {
             restarts: 0,
             last_failure: None,
             checkpoints_completed: 0,
+            checkpoints_since_restart: 0,
             last_checkpoint: None,
         };
         Telemetry {
@@ -105,10 +106,14 @@ impl Telemetry {
         let m = &self.inner.metrics;
         m.uptime.set(self.inner.started.elapsed().as_secs_f64());
         let last = m.checkpoint_last_timestamp.get();
-        if last > 0.0 {
-            m.checkpoint_last_age
-                .set((wall_ms() as f64 / 1000.0 - last).max(0.0));
-        }
+        // Before the first checkpoint, the age runs from the start: a job that never
+        // completes one must trip an alert on the age as well.
+        let age = if last > 0.0 {
+            wall_ms() as f64 / 1000.0 - last
+        } else {
+            self.inner.started.elapsed().as_secs_f64()
+        };
+        m.checkpoint_last_age.set(age.max(0.0));
         for p in self.partition_table().values() {
             p.update_lag();
         }
@@ -132,22 +137,36 @@ impl Telemetry {
     pub fn restarting(&self, cause: &str, error: &str) {
         let m = &self.inner.metrics;
         m.restarts.with_label_values(&[m.job(), cause]).inc();
+        self.abandon_in_progress(&format!("the attempt failed: {error}"));
         let mut s = self.status();
         s.job.state = JobState::Restarting;
         s.job.restarts += 1;
+        s.job.checkpoints_since_restart = 0;
         s.job.last_failure = Some(error.to_string());
-        // Checkpoints in progress belong to the failed attempt.
+    }
+
+    /// Checkpoints in progress belong to a failed attempt: they are abandoned.
+    fn abandon_in_progress(&self, cause: &str) {
+        let m = &self.inner.metrics;
+        let mut s = self.status();
+        let mut n = 0;
         for c in s.history.iter_mut() {
             if c.status == CheckpointStatus::InProgress {
                 c.status = CheckpointStatus::Abandoned;
-                c.failure_cause = Some(format!("the attempt failed: {error}"));
+                c.failure_cause = Some(cause.to_string());
+                n += 1;
             }
         }
         s.counts.in_progress = 0;
+        s.counts.abandoned += n;
+        m.checkpoints
+            .with_label_values(&[m.job(), "abandoned"])
+            .inc_by(n);
     }
 
     /// The job failed for good with `error`.
     pub fn failed(&self, error: &str) {
+        self.abandon_in_progress(&format!("the job failed: {error}"));
         let mut s = self.status();
         s.job.state = JobState::Failed;
         s.job.last_failure = Some(error.to_string());
@@ -204,6 +223,7 @@ impl Telemetry {
         s.counts.completed += 1;
         s.counts.in_progress = s.counts.in_progress.saturating_sub(1);
         s.job.checkpoints_completed += 1;
+        s.job.checkpoints_since_restart += 1;
         s.job.last_checkpoint = Some(id);
         if let Some(c) = s.checkpoint_mut(id) {
             c.status = CheckpointStatus::Completed;
@@ -543,7 +563,11 @@ mod tests {
         assert_eq!(t.partitions()[0].lag, None, "position unknown");
         p.set_position(40);
         assert_eq!(t.partitions()[0].lag, Some(60));
-        assert_eq!(p.lag.get(), 60, "the gauge follows at once, not only at scrape time");
+        assert_eq!(
+            p.lag.get(),
+            60,
+            "the gauge follows at once, not only at scrape time"
+        );
         p.set_position(100);
         assert_eq!(t.partitions()[0].lag, Some(0));
         let text = t.scrape();
@@ -569,9 +593,14 @@ mod tests {
         let t = Telemetry::new("j", "g", 1, 128);
         let started = t.job().started_at_ms as f64 / 1000.0;
         assert!((now_s() - started).abs() < 60.0, "Unix ms: {started}");
-        // Before any checkpoint the age is not made up.
+        // Before any checkpoint the age is the time since the start.
+        std::thread::sleep(std::time::Duration::from_millis(20));
         t.scrape();
-        assert_eq!(t.metrics().checkpoint_last_age.get(), 0.0);
+        let age = t.metrics().checkpoint_last_age.get();
+        assert!(
+            (0.02..10.0).contains(&age),
+            "age before any checkpoint: {age}"
+        );
         t.checkpoint_triggered(7, false);
         t.checkpoint_completed(7, 1500, 4096, "/c/chk-7");
         let m = t.metrics();

@@ -46,6 +46,9 @@ pub struct JobView {
     pub last_failure: Option<String>,
     /// Checkpoints completed since the start.
     pub checkpoints_completed: u64,
+    /// Checkpoints completed since the running attempt started (after an in-process
+    /// restart, the new attempt has to prove itself again).
+    pub checkpoints_since_restart: u64,
     /// The last completed checkpoint's id.
     pub last_checkpoint: Option<u64>,
 }
@@ -102,6 +105,8 @@ pub struct CheckpointCounts {
     pub declined: u64,
     pub failed: u64,
     pub timed_out: u64,
+    /// In progress when their attempt failed.
+    pub abandoned: u64,
     pub in_progress: u64,
 }
 
@@ -130,11 +135,17 @@ impl Status {
 }
 
 /// Whether the job should receive traffic (Kubernetes `readyz`): it is running and
-/// has completed a checkpoint since this process started it, so a restart of the pod
-/// is not ready until it has proved it can checkpoint. `Err` says why not.
+/// its running attempt has completed a checkpoint, so a restarted pod, or a job
+/// restarted in process after a failure, is not ready until it has proved it can
+/// checkpoint. `Err` says why not.
 pub fn readiness(job: &JobView) -> Result<(), String> {
     match job.state {
-        JobState::Running | JobState::Stopping if job.checkpoints_completed > 0 => Ok(()),
+        JobState::Running | JobState::Stopping if job.checkpoints_since_restart > 0 => Ok(()),
+        JobState::Running | JobState::Stopping if job.restarts > 0 => Err(format!(
+            "no checkpoint completed since restart {} (after: {})",
+            job.restarts,
+            job.last_failure.as_deref().unwrap_or("unknown")
+        )),
         JobState::Running | JobState::Stopping => Err(format!(
             "no checkpoint completed since the start{}",
             match &job.restored_from {
@@ -172,6 +183,7 @@ mod tests {
             restarts: 0,
             last_failure: Some("boom".into()),
             checkpoints_completed: completed,
+            checkpoints_since_restart: completed,
             last_checkpoint: None,
         }
     }
@@ -197,6 +209,17 @@ mod tests {
         assert!(readiness(&job(JobState::Restarting, 5))
             .unwrap_err()
             .contains("boom"));
+        // Restarted in process: checkpoints of the failed attempt do not count.
+        let mut restarted = job(JobState::Running, 5);
+        restarted.restarts = 1;
+        restarted.checkpoints_since_restart = 0;
+        let not = readiness(&restarted).unwrap_err();
+        assert!(
+            not.contains("since restart 1") && not.contains("boom"),
+            "{not}"
+        );
+        restarted.checkpoints_since_restart = 1;
+        assert_eq!(readiness(&restarted), Ok(()));
     }
 
     #[test]

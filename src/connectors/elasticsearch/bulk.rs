@@ -211,9 +211,25 @@ impl Shared {
     }
 
     fn resolve(&self, n: usize) {
+        // The gauge first: a flush that sees the count reach 0 finds the gauge at 0
+        // too, so a scrape after the checkpoint never shows what it flushed.
+        self.metrics.pending.sub(n as i64);
         let before = self.pending.fetch_sub(n, Ordering::SeqCst);
         debug_assert!(before >= n, "pending went negative");
-        self.metrics.pending.sub(n as i64);
+    }
+}
+
+impl Drop for Shared {
+    /// The gauges are per subtask and outlive this sink instance: after a failed
+    /// attempt, what it left pending or in flight is no longer anybody's (the next
+    /// attempt's sink counts its own).
+    fn drop(&mut self) {
+        self.metrics
+            .pending
+            .sub(self.pending.load(Ordering::SeqCst) as i64);
+        self.metrics
+            .in_flight
+            .sub(self.metrics.reported_in_flight.load(Ordering::SeqCst));
     }
 }
 
@@ -362,6 +378,9 @@ fn written_labels(tally: &Tally, deletes: usize) -> [(ItemLabel, usize); 4] {
 pub struct SinkMetrics {
     pending: IntGauge,
     in_flight: IntGauge,
+    /// What this instance added to `in_flight`: the gauge is shared with the sink of a
+    /// later attempt, so it moves by differences, never by `set`.
+    reported_in_flight: std::sync::atomic::AtomicI64,
     requests: [IntCounter; RequestLabel::ALL.len()],
     items: [IntCounter; ItemLabel::ALL.len()],
     retry_backoff: Histogram,
@@ -383,6 +402,7 @@ impl SinkMetrics {
         SinkMetrics {
             pending: metrics.task_gauge(&metrics.sink_pending, OP, subtask),
             in_flight: metrics.task_gauge(&metrics.sink_in_flight, OP, subtask),
+            reported_in_flight: Default::default(),
             requests: RequestLabel::ALL.map(|o| labelled(&metrics.sink_requests, o.label())),
             items: ItemLabel::ALL.map(|o| labelled(&metrics.sink_items, o.label())),
             retry_backoff: metrics.task_histogram(&metrics.sink_retry_backoff, OP, subtask),
@@ -390,6 +410,12 @@ impl SinkMetrics {
             bytes_sent: metrics.task_counter(&metrics.sink_bytes_sent, OP, subtask),
             records_out: metrics.task_counter(&metrics.records_out, OP, subtask),
         }
+    }
+
+    /// This instance has `n` requests out.
+    fn report_in_flight(&self, n: usize) {
+        let before = self.reported_in_flight.swap(n as i64, Ordering::SeqCst);
+        self.in_flight.add(n as i64 - before);
     }
 
     fn request(&self, outcome: RequestLabel) {
@@ -415,6 +441,16 @@ pub struct BulkProcessor {
     tx: mpsc::Sender<Cmd>,
     shared: Arc<Shared>,
     buffer_max_bytes: usize,
+    /// The processor task, aborted when the sink is dropped (a failed attempt): it must
+    /// not go on sending the old attempt's requests while the next attempt replays the
+    /// same documents, or an older write could land after a newer one.
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for BulkProcessor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl BulkProcessor {
@@ -479,11 +515,12 @@ impl BulkProcessor {
             name,
             resolved: Vec::new(),
         };
-        tokio::spawn(service.run(rx));
+        let task = tokio::spawn(service.run(rx)).abort_handle();
         Ok(BulkProcessor {
             tx,
             shared,
             buffer_max_bytes,
+            task,
         })
     }
 
@@ -795,10 +832,7 @@ impl Service {
                 }
             }));
         }
-        self.shared
-            .metrics
-            .in_flight
-            .set(self.in_flight.len() as i64);
+        self.shared.metrics.report_in_flight(self.in_flight.len());
     }
 
     /// Hands a response to the batcher, with what each item result means. A node that
@@ -814,7 +848,7 @@ impl Service {
             sent,
         } = answer;
         let m = &self.shared.metrics;
-        m.in_flight.set(self.in_flight.len() as i64);
+        m.report_in_flight(self.in_flight.len());
         m.request_duration.observe(took.as_secs_f64());
         match &sent {
             Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
