@@ -15,21 +15,46 @@ use std::process::{Child, Command, Stdio};
 
 const PARTITIONS: i32 = 4;
 
-fn spawn(dir: &Path, env: &[(&str, &str)]) -> Child {
+/// The job's process, killed when a test fails half-way.
+struct Kill(Child);
+
+impl std::ops::Deref for Kill {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Kill {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(dir: &Path, env: &[(&str, &str)]) -> Kill {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("run.log"))
         .unwrap();
-    Command::new(bin())
-        .args(["run", "--config"])
-        .arg(dir.join("job.toml"))
-        .env("LOCKGATE_LOG", "info")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    Kill(
+        Command::new(bin())
+            .args(["run", "--config"])
+            .arg(dir.join("job.toml"))
+            .env("LOCKGATE_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn log(dir: &Path) -> String {
@@ -70,7 +95,10 @@ url = "{es}"
 index = "user-totals"
 id = "field:/user"
 operation = "upsert"
-bulk_flush_interval_ms = 100
+# Only a checkpoint sends what the sink holds: pending then falls to 0 at checkpoints
+# and nowhere else.
+bulk_flush_interval_ms = 600000
+bulk_max_actions = 1000000
 
 [metrics]
 listen = "127.0.0.1:0"
@@ -136,6 +164,8 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
     assert_eq!(get(&base, "/healthz").map(|r| r.0), Some(200));
 
     let mut produced = 2_000.0;
+    // The most the pending gauge showed: it must have moved for its 0 to mean anything.
+    let mut most_pending = 0.0f64;
     let mut checkpoints_seen = Vec::new();
     for burst in 0..3u64 {
         if burst > 0 {
@@ -145,6 +175,7 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
         // Everything produced so far is read, through the rolling sum, into the sink,
         // and every partition's lag is 0.
         let drained = scrape_until(&mut child, dir, &base, "the burst drained", |s| {
+            most_pending = most_pending.max(s.sum("lockgate_sink_pending_actions", &[]));
             let lags = s.series("lockgate_kafka_partition_lag", &[]);
             records(s) == (produced, produced, produced)
                 && lags.len() == PARTITIONS as usize
@@ -162,7 +193,10 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
             dir,
             &base,
             "a checkpoint after the burst",
-            |s| completed(s) >= before + 1.0,
+            |s| {
+                most_pending = most_pending.max(s.sum("lockgate_sink_pending_actions", &[]));
+                completed(s) >= before + 1.0
+            },
         );
         let pending = after.series("lockgate_sink_pending_actions", &[]);
         assert_eq!(pending.len(), 2, "one series per sink subtask: {pending:?}");
@@ -174,6 +208,10 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
         );
         checkpoints_seen.push(completed(&after));
     }
+    assert!(
+        most_pending > 0.0,
+        "the pending gauge never showed the actions the sink held between checkpoints"
+    );
     assert!(
         checkpoints_seen.windows(2).all(|w| w[1] > w[0]),
         "completed checkpoints grow between scrapes: {checkpoints_seen:?}"
@@ -246,10 +284,8 @@ fn readyz_is_not_ready_until_the_first_checkpoint_completes() {
         DEADLINE,
         || get(&base, "/readyz").is_some_and(|r| r.0 == 200),
     );
-    assert!(
-        wait::count(&dir.join("run.log"), "checkpoint completed") >= 1,
-        "ready only after a checkpoint"
-    );
+    // Ready only after a checkpoint (its log line follows the status update).
+    wait::for_log(&dir.join("run.log"), "checkpoint completed", DEADLINE);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(wait_timeout(&mut child, DEADLINE).success(), "{}", log(dir));
 }

@@ -51,7 +51,7 @@ fn browser() -> PathBuf {
 /// Runs the browser on `url` with `args` and returns its stdout.
 fn chromium(args: &[&str], url: &str) -> String {
     let profile = tempfile::tempdir().unwrap();
-    let out = Command::new(browser())
+    let mut out = Command::new(browser())
         .args([
             "--headless",
             "--disable-gpu",
@@ -64,15 +64,32 @@ fn chromium(args: &[&str], url: &str) -> String {
         .args(args)
         .arg(url)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run the browser");
+    // Read both pipes beside the wait, so that a full pipe cannot stall the browser,
+    // and a hung browser fails the test instead of hanging it.
+    let mut stdout = out.stdout.take().unwrap();
+    let mut stderr = out.stderr.take().unwrap();
+    let read_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut b).unwrap();
+        b
+    });
+    let read_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut b).unwrap();
+        b
+    });
+    let status = wait_timeout(&mut out, DEADLINE);
+    let (stdout, stderr) = (read_out.join().unwrap(), read_err.join().unwrap());
     assert!(
-        out.status.success(),
-        "the browser failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success(),
+        "the browser failed ({status}): {}",
+        String::from_utf8_lossy(&stderr)
     );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(stdout).unwrap()
 }
 
 /// The attributes of every `<tr>` of `dom` that has attribute `name`, and its value.
@@ -260,6 +277,7 @@ fn the_status_page_in_a_real_browser_shows_the_job_its_checkpoints_and_one_row_p
         .into_iter()
         .map(|(_, v)| v)
         .collect();
+    assert_eq!(api_sinks.len(), 2, "one sink per subtask: {sinks}");
     api_sinks.sort();
     page_sinks.sort();
     assert_eq!(

@@ -208,7 +208,7 @@ impl Metrics {
             ),
             sink_bytes_sent: counter(
                 "lockgate_sink_sent_bytes_total",
-                "Bytes of bulk request bodies sent.",
+                "Bytes of bulk request bodies sent, before compression.",
                 TASK,
             ),
             restarts: counter(
