@@ -365,7 +365,7 @@ async fn run_attempt(
             let mut ops = Vec::new();
             let mut op_counters = Vec::new();
             let m = telemetry.metrics();
-            for (kind, uid, factory) in &vertex.ops {
+            for (k, (kind, uid, factory)) in vertex.ops.iter().enumerate() {
                 let restore = match (uid, restored) {
                     (Some(u), Some(r)) => r
                         .metadata
@@ -379,10 +379,13 @@ async fn run_attempt(
                         .collect(),
                     _ => Vec::new(),
                 };
+                // Stateless operators have no uid: their position names their series,
+                // so that two `map`s of one job are never counted as one.
+                let label = uid.clone().unwrap_or_else(|| format!("{kind}-{v}.{k}"));
                 let uid = uid.clone().unwrap_or_else(|| kind.clone());
                 op_counters.push((
-                    m.task_counter(&m.records_in, &uid, i),
-                    m.task_counter(&m.records_out, &uid, i),
+                    m.task_counter(&m.records_in, &label, i),
+                    m.task_counter(&m.records_out, &label, i),
                 ));
                 let ctx = OperatorContext {
                     info: info.clone(),
