@@ -14,12 +14,12 @@ pub mod status;
 
 use metrics::Metrics;
 use prometheus::core::Collector;
-use prometheus::IntGauge;
 use serde::Serialize;
 use status::{
     AckView, CheckpointCounts, CheckpointStatus, CheckpointView, JobState, JobView, Status,
 };
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -114,9 +114,7 @@ impl Telemetry {
             self.inner.started.elapsed().as_secs_f64()
         };
         m.checkpoint_last_age.set(age.max(0.0));
-        for p in self.partition_table().values() {
-            p.update_lag();
-        }
+        self.export_partitions();
         m.encode()
     }
 
@@ -350,7 +348,7 @@ impl Telemetry {
     }
 
     /// The gauges of partition `topic`/`partition`, read by subtask `subtask` of
-    /// `operator`. Taking them again (after a restart) returns the same series.
+    /// `operator`. Taking them again (after a restart) returns the same values.
     pub fn partition(
         &self,
         operator: &str,
@@ -361,39 +359,58 @@ impl Telemetry {
         let m = &self.inner.metrics;
         let mut t = self.partition_table();
         if let Some(g) = t.get(&(topic.to_string(), partition)) {
-            if g.subtask == subtask {
+            if g.values.subtask == subtask && g.values.operator == operator {
                 return g.clone();
             }
             // Another subtask read it before (an attempt at another parallelism):
             // its series would stand still forever.
-            remove_partition_series(m, operator, g.subtask, topic, partition);
+            g.remove_series(m, topic, partition);
         }
-        let labels = [
-            m.job(),
-            operator,
-            &subtask.to_string(),
-            topic,
-            &partition.to_string(),
-        ];
         let g = PartitionGauges {
-            subtask,
-            position: m.kafka_position.with_label_values(&labels),
-            end: m.kafka_end_offset.with_label_values(&labels),
-            lag: m.kafka_lag.with_label_values(&labels),
+            values: Arc::new(PartitionValues {
+                operator: operator.to_string(),
+                subtask,
+                position: AtomicI64::new(-1),
+                end: AtomicI64::new(-1),
+            }),
         };
-        g.position.set(-1);
-        g.end.set(-1);
         t.insert((topic.to_string(), partition), g.clone());
         g
     }
 
     /// Forgets a partition that no longer exists.
-    pub fn remove_partition(&self, operator: &str, topic: &str, partition: i32) {
+    pub fn remove_partition(&self, topic: &str, partition: i32) {
         if let Some(g) = self
             .partition_table()
             .remove(&(topic.to_string(), partition))
         {
-            remove_partition_series(&self.inner.metrics, operator, g.subtask, topic, partition);
+            g.remove_series(&self.inner.metrics, topic, partition);
+        }
+    }
+
+    /// Brings the partition series up to date: a series appears once its value is
+    /// known (no made-up `-1` position, no lag of 0 before the end was ever fetched).
+    fn export_partitions(&self) {
+        let m = &self.inner.metrics;
+        for ((topic, partition), g) in self.partition_table().iter() {
+            let v = &g.values;
+            let labels = [
+                m.job(),
+                v.operator.as_str(),
+                &v.subtask.to_string(),
+                topic.as_str(),
+                &partition.to_string(),
+            ];
+            let (position, end) = g.known();
+            if let Some(p) = position {
+                m.kafka_position.with_label_values(&labels).set(p);
+            }
+            if let Some(e) = end {
+                m.kafka_end_offset.with_label_values(&labels).set(e);
+            }
+            if let Some(l) = g.lag() {
+                m.kafka_lag.with_label_values(&labels).set(l);
+            }
         }
     }
 
@@ -402,64 +419,72 @@ impl Telemetry {
         self.partition_table()
             .iter()
             .map(|((topic, partition), g)| {
-                let (position, end) = (g.position.get(), g.end.get());
+                let (position, end) = g.known();
                 PartitionView {
                     topic: topic.clone(),
                     partition: *partition,
-                    subtask: g.subtask,
-                    position: (position >= 0).then_some(position),
-                    end: (end >= 0).then_some(end),
-                    lag: g.lag_now(),
+                    subtask: g.values.subtask,
+                    position,
+                    end,
+                    lag: g.lag(),
                 }
             })
             .collect()
     }
 }
 
-fn remove_partition_series(m: &Metrics, operator: &str, subtask: u16, topic: &str, partition: i32) {
-    let labels = [
-        m.job(),
-        operator,
-        &subtask.to_string(),
-        topic,
-        &partition.to_string(),
-    ];
-    let _ = m.kafka_position.remove_label_values(&labels);
-    let _ = m.kafka_end_offset.remove_label_values(&labels);
-    let _ = m.kafka_lag.remove_label_values(&labels);
-}
-
-/// The gauges of one Kafka partition. Position and end are `-1` until known.
+/// What the source reports about one Kafka partition. Setting a value is one atomic
+/// store (the source does it once per run of records of the partition); the series are
+/// brought up to date when `/metrics` or the REST API is read.
 #[derive(Clone)]
 pub struct PartitionGauges {
+    values: Arc<PartitionValues>,
+}
+
+struct PartitionValues {
+    operator: String,
     subtask: u16,
-    position: IntGauge,
-    end: IntGauge,
-    lag: IntGauge,
+    /// `-1` until known.
+    position: AtomicI64,
+    end: AtomicI64,
 }
 
 impl PartitionGauges {
     /// The offset of the next record to read.
     pub fn set_position(&self, next: i64) {
-        self.position.set(next);
-        self.update_lag();
+        self.values.position.store(next, Ordering::Relaxed);
     }
 
     /// The partition's end as last fetched.
     pub fn set_end(&self, end: i64) {
-        self.end.set(end);
-        self.update_lag();
+        self.values.end.store(end, Ordering::Relaxed);
     }
 
-    fn lag_now(&self) -> Option<i64> {
-        let (p, e) = (self.position.get(), self.end.get());
-        (p >= 0 && e >= 0).then(|| (e - p).max(0))
+    /// Position and end, where known.
+    fn known(&self) -> (Option<i64>, Option<i64>) {
+        let known = |v: &AtomicI64| Some(v.load(Ordering::Relaxed)).filter(|v| *v >= 0);
+        (known(&self.values.position), known(&self.values.end))
     }
 
-    fn update_lag(&self) {
-        if let Some(l) = self.lag_now() {
-            self.lag.set(l);
+    /// End minus position, once both are known.
+    fn lag(&self) -> Option<i64> {
+        match self.known() {
+            (Some(p), Some(e)) => Some((e - p).max(0)),
+            _ => None,
         }
+    }
+
+    fn remove_series(&self, m: &Metrics, topic: &str, partition: i32) {
+        let labels = [
+            m.job(),
+            self.values.operator.as_str(),
+            &self.values.subtask.to_string(),
+            topic,
+            &partition.to_string(),
+        ];
+        let _ = m.kafka_position.remove_label_values(&labels);
+        let _ = m.kafka_end_offset.remove_label_values(&labels);
+        let _ = m.kafka_lag.remove_label_values(&labels);
     }
 }
 
@@ -559,15 +584,27 @@ mod tests {
         let t = Telemetry::new("j", "g", 1, 128);
         let p = t.partition("source", 0, "orders", 3);
         assert_eq!(t.partitions()[0].lag, None);
+        assert!(
+            !t.scrape().contains("lockgate_kafka_partition"),
+            "no series before a value is known"
+        );
         p.set_end(100);
         assert_eq!(t.partitions()[0].lag, None, "position unknown");
+        let text = t.scrape();
+        assert!(
+            text.contains("lockgate_kafka_partition_end_offset{"),
+            "{text}"
+        );
+        assert!(!text.contains("lockgate_kafka_partition_lag{"), "{text}");
+        assert!(
+            !text.contains("lockgate_kafka_partition_position{"),
+            "{text}"
+        );
         p.set_position(40);
         assert_eq!(t.partitions()[0].lag, Some(60));
-        assert_eq!(
-            p.lag.get(),
-            60,
-            "the gauge follows at once, not only at scrape time"
-        );
+        assert!(t.scrape().contains(
+            r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 60"#
+        ));
         p.set_position(100);
         assert_eq!(t.partitions()[0].lag, Some(0));
         let text = t.scrape();
@@ -575,7 +612,7 @@ mod tests {
             text.contains(r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 0"#),
             "{text}"
         );
-        t.remove_partition("source", "orders", 3);
+        t.remove_partition("orders", 3);
         assert!(t.partitions().is_empty());
         assert!(!t.scrape().contains("lockgate_kafka_partition_lag{"));
     }
@@ -725,12 +762,13 @@ mod tests {
         a.set_position(5);
         // Taken again by the same subtask (after a restart): the same series.
         let b = t.partition("source", 1, "orders", 0);
-        assert_eq!(b.position.get(), 5);
+        assert_eq!(b.known(), (Some(5), None));
+        assert!(t.scrape().contains(r#"subtask="1""#));
         let v = t.partitions();
         assert_eq!((v[0].position, v[0].end), (Some(5), None));
         // Another subtask owns it now: its own series, unknown again.
         let c = t.partition("source", 0, "orders", 0);
-        assert_eq!(c.position.get(), -1);
+        assert_eq!(c.known(), (None, None));
         let v = t.partitions();
         assert_eq!((v[0].subtask, v[0].position, v[0].end), (0, None, None));
         let text = t.scrape();
