@@ -895,7 +895,9 @@ impl Service {
                         m.items(label, n);
                     }
                 } else {
+                    // Every action of a request retried whole is an item retried.
                     m.request(RequestLabel::Retried);
+                    m.items(ItemLabel::Retried, actions);
                 }
                 Response::Written(tally.items)
             }
@@ -903,6 +905,7 @@ impl Service {
                 let items = self.batcher.in_flight_payloads(id);
                 if items.len() != results.len() {
                     m.request(RequestLabel::Retried);
+                    m.items(ItemLabel::Retried, actions);
                     // Not matched to actions: the batcher retries the whole request, and
                     // its reason names how many results came back.
                     Response::Items(
@@ -966,6 +969,9 @@ impl Service {
             Sent::Request(status, why) => {
                 let outcome = classify_request(status);
                 m.request(RequestLabel::of_request(outcome));
+                if outcome == RequestOutcome::Retry {
+                    m.items(ItemLabel::Retried, actions);
+                }
                 Response::Failed(outcome, why)
             }
         };
