@@ -880,11 +880,17 @@ mod metrics {
         drop(source);
 
         // Restored from the checkpoint, with a third topic new since it: the five
-        // partitions it holds are restored, the new one is not.
+        // partitions it holds are restored, the new one is not. Reading uncommitted,
+        // the ends are the high watermarks (the mock cluster fills both offsets).
         kafka.create_topic("orders-c", 1).unwrap();
         produce(&bootstrap, "orders-c", 1, 0, 10);
         let t = Telemetry::default();
-        let mut source = KafkaSource::new(cfg);
+        let mut cfg = (*cfg).clone();
+        cfg.properties
+            .insert("isolation.level".into(), "read_uncommitted".into());
+        // No discovery: its last metadata request would outlive the cluster.
+        cfg.partition_discovery_ms = 0;
+        let mut source = KafkaSource::new(Arc::new(cfg));
         source.open(&info(&t), Some(&checkpoint)).await.unwrap();
         assert_eq!(assigned(&t), 6);
         assert_eq!(restored(&t), 5);
@@ -915,6 +921,7 @@ mod metrics {
         // Statistics off: the ends can only come from the bounds.
         let mut cfg = config(&bootstrap, "0");
         cfg.bounded = true;
+        cfg.partition_discovery_ms = 0;
         let t = Telemetry::default();
         let mut source = KafkaSource::new(Arc::new(cfg));
         source.open(&info(&t), None).await.unwrap();
