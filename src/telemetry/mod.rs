@@ -543,7 +543,11 @@ mod tests {
         assert_eq!(t.partitions()[0].lag, None, "position unknown");
         p.set_position(40);
         assert_eq!(t.partitions()[0].lag, Some(60));
-        assert_eq!(p.lag.get(), 60, "the gauge follows at once, not only at scrape time");
+        assert_eq!(
+            p.lag.get(),
+            60,
+            "the gauge follows at once, not only at scrape time"
+        );
         p.set_position(100);
         assert_eq!(t.partitions()[0].lag, Some(0));
         let text = t.scrape();
