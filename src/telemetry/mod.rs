@@ -363,6 +363,7 @@ impl Telemetry {
         };
         g.position.set(-1);
         g.end.set(-1);
+        g.lag.set(-1);
         t.insert((topic.to_string(), partition), g.clone());
         g
     }
@@ -409,7 +410,8 @@ fn remove_partition_series(m: &Metrics, operator: &str, subtask: u16, topic: &st
     let _ = m.kafka_lag.remove_label_values(&labels);
 }
 
-/// The gauges of one Kafka partition. Position and end are `-1` until known.
+/// The gauges of one Kafka partition. Position and end are `-1` until known, and so is
+/// the lag until both are: a fresh series never reads as "caught up".
 #[derive(Clone)]
 pub struct PartitionGauges {
     subtask: u16,
@@ -419,9 +421,16 @@ pub struct PartitionGauges {
 }
 
 impl PartitionGauges {
-    /// The offset of the next record to read.
+    /// The offset of the next record to read. A known end below it is raised to it:
+    /// the records before `next` were read, so the partition reaches at least there,
+    /// and an end from an older fetch must not read as "caught up" while the source
+    /// is ahead of it.
     pub fn set_position(&self, next: i64) {
         self.position.set(next);
+        let end = self.end.get();
+        if end >= 0 && end < next {
+            self.end.set(next);
+        }
         self.update_lag();
     }
 
@@ -437,9 +446,7 @@ impl PartitionGauges {
     }
 
     fn update_lag(&self) {
-        if let Some(l) = self.lag_now() {
-            self.lag.set(l);
-        }
+        self.lag.set(self.lag_now().unwrap_or(-1));
     }
 }
 
@@ -533,6 +540,24 @@ pub struct PartitionView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lag_gauge_reads_minus_one_until_known_and_the_end_is_never_below_the_position() {
+        let t = Telemetry::new("j", "g", 1, 128);
+        let p = t.partition("source", 0, "orders", 0);
+        assert_eq!(p.lag.get(), -1, "unknown, never 0 (caught up)");
+        p.set_position(40);
+        assert_eq!(p.lag.get(), -1, "end unknown");
+        p.set_end(40);
+        assert_eq!(p.lag.get(), 0);
+        // Read past the end last fetched: the end is at least the position.
+        p.set_position(55);
+        assert_eq!(t.partitions()[0].end, Some(55));
+        assert_eq!(p.lag.get(), 0);
+        assert!(t.scrape().contains(
+            r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="0",subtask="0",topic="orders"} 0"#
+        ));
+    }
 
     #[test]
     fn lag_is_end_minus_position_once_both_are_known() {
