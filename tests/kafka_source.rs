@@ -708,3 +708,238 @@ fn a_bounded_job_whose_topic_stays_unknown_fails_naming_it() {
         "{log}"
     );
 }
+
+// --- The source's metrics, read in-process from its telemetry ---
+
+mod metrics {
+    use super::common::kafka::{payload, produce, watermarks};
+    use lockgate::connectors::kafka::{KafkaSource, KafkaSourceConfig, TopicSelector};
+    use lockgate::connectors::{Source, SourcePoll, SubtaskInfo};
+    use lockgate::state::{CheckpointId, SourcePosition};
+    use lockgate::telemetry::{PartitionView, Telemetry};
+    use lockgate::testkit::kafka::EmbeddedKafka;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn info(telemetry: &Telemetry) -> SubtaskInfo {
+        SubtaskInfo {
+            job: "job".into(),
+            name: "source-0".into(),
+            index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            telemetry: telemetry.clone(),
+        }
+    }
+
+    fn config(bootstrap: &str, statistics_ms: &str) -> KafkaSourceConfig {
+        let pattern = lockgate::connectors::kafka::TopicPattern::new("orders.*").unwrap();
+        let mut cfg = KafkaSourceConfig::new(bootstrap, TopicSelector::Pattern(pattern), "g");
+        cfg.partition_discovery_ms = 200;
+        cfg.properties
+            .insert("statistics.interval.ms".into(), statistics_ms.into());
+        cfg
+    }
+
+    fn counter(t: &Telemetry, f: fn(&lockgate::telemetry::metrics::Metrics) -> i64) -> i64 {
+        f(t.metrics())
+    }
+
+    fn bytes_read(t: &Telemetry) -> i64 {
+        counter(t, |m| {
+            m.kafka_bytes_read
+                .with_label_values(&["job", "source", "0"])
+                .get() as i64
+        })
+    }
+
+    fn assigned(t: &Telemetry) -> i64 {
+        counter(t, |m| {
+            m.kafka_partitions_assigned
+                .with_label_values(&["job", "source", "0"])
+                .get()
+        })
+    }
+
+    fn discovered(t: &Telemetry) -> i64 {
+        counter(t, |m| {
+            m.kafka_partitions_discovered
+                .with_label_values(&["job", "source", "0"])
+                .get() as i64
+        })
+    }
+
+    fn restored(t: &Telemetry) -> i64 {
+        counter(t, |m| {
+            m.kafka_partitions_restored
+                .with_label_values(&["job", "source", "0"])
+                .get()
+        })
+    }
+
+    /// Key and value bytes of what `produce` writes to each partition of `topic`.
+    fn produced_bytes(topic: &str, partitions: i32, count: usize) -> i64 {
+        let mut n = 0;
+        for p in 0..partitions {
+            for i in 0..count {
+                n += format!("k{i}").len() + payload(topic, p, i).len();
+            }
+        }
+        n as i64
+    }
+
+    /// Polls until `n` records in all were read (or fails after a minute).
+    async fn read(source: &mut KafkaSource, n: usize) -> SourcePoll {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got = 0;
+        loop {
+            let mut out = Vec::new();
+            let r = source.poll(&mut out).await.unwrap();
+            got += out.len();
+            if got >= n || r == SourcePoll::Finished {
+                assert_eq!(got, n);
+                return r;
+            }
+            assert!(Instant::now() < deadline, "read {got} of {n} records");
+        }
+    }
+
+    /// Polls the source until `done` holds of its partitions (or fails after a minute).
+    async fn until(
+        source: &mut KafkaSource,
+        t: &Telemetry,
+        what: &str,
+        done: impl Fn(&[PartitionView]) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done(&t.partitions()) {
+            assert!(Instant::now() < deadline, "{what}: {:?}", t.partitions());
+            let mut out = Vec::new();
+            source.poll(&mut out).await.unwrap();
+            assert!(out.is_empty(), "no record left to read");
+        }
+    }
+
+    fn assert_at_end(bootstrap: &str, views: &[PartitionView]) {
+        for v in views {
+            let (_, high) = watermarks(bootstrap, &v.topic, v.partition).unwrap();
+            assert_eq!(v.position, Some(high), "{v:?}");
+            assert_eq!(v.end, Some(high), "{v:?}");
+            assert_eq!(v.lag, Some(0), "{v:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bytes_positions_lag_to_zero_assigned_discovered_and_restored() {
+        let kafka = EmbeddedKafka::start(3, &[("orders-a".into(), 3)]).unwrap();
+        let bootstrap = kafka.bootstrap_servers().to_string();
+        produce(&bootstrap, "orders-a", 3, 0, 400);
+        let cfg = Arc::new(config(&bootstrap, "200"));
+        let t = Telemetry::default();
+        let mut source = KafkaSource::new(cfg.clone());
+        source.open(&info(&t), None).await.unwrap();
+        assert_eq!(assigned(&t), 3);
+        assert_eq!(restored(&t), 0);
+        // Positions are known from the assignment on.
+        assert!(t.partitions().iter().all(|v| v.position == Some(0)));
+
+        read(&mut source, 1200).await;
+        assert_eq!(bytes_read(&t), produced_bytes("orders-a", 3, 400));
+        // The ends come from librdkafka's statistics: the lag of every partition falls
+        // to 0 within an interval or two of reading the last record.
+        until(&mut source, &t, "lag 0 everywhere", |v| {
+            v.len() == 3 && v.iter().all(|p| p.lag == Some(0))
+        })
+        .await;
+        assert_at_end(&bootstrap, &t.partitions());
+        let text = t.scrape();
+        for p in 0..3 {
+            let line = format!(
+                r#"lockgate_kafka_partition_lag{{job="job",operator="source",partition="{p}",subtask="0",topic="orders-a"}} 0"#
+            );
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+
+        // A topic that appears while running is discovered and read from EARLIEST.
+        kafka.create_topic("orders-b", 2).unwrap();
+        produce(&bootstrap, "orders-b", 2, 0, 50);
+        read(&mut source, 100).await;
+        assert_eq!(discovered(&t), 2);
+        assert_eq!(assigned(&t), 5);
+        assert_eq!(
+            bytes_read(&t),
+            produced_bytes("orders-a", 3, 400) + produced_bytes("orders-b", 2, 50)
+        );
+        until(&mut source, &t, "lag 0 everywhere", |v| {
+            v.len() == 5 && v.iter().all(|p| p.lag == Some(0))
+        })
+        .await;
+        assert_at_end(&bootstrap, &t.partitions());
+        let checkpoint: Vec<SourcePosition> = source.snapshot(CheckpointId(1)).unwrap();
+        source.close().await.unwrap();
+        drop(source);
+
+        // Restored from the checkpoint, with a third topic new since it: the five
+        // partitions it holds are restored, the new one is not. Reading uncommitted,
+        // the ends are the high watermarks (the mock cluster fills both offsets).
+        kafka.create_topic("orders-c", 1).unwrap();
+        produce(&bootstrap, "orders-c", 1, 0, 10);
+        let t = Telemetry::default();
+        let mut cfg = (*cfg).clone();
+        cfg.properties
+            .insert("isolation.level".into(), "read_uncommitted".into());
+        // No discovery: its last metadata request would outlive the cluster.
+        cfg.partition_discovery_ms = 0;
+        let mut source = KafkaSource::new(Arc::new(cfg));
+        source.open(&info(&t), Some(&checkpoint)).await.unwrap();
+        assert_eq!(assigned(&t), 6);
+        assert_eq!(restored(&t), 5);
+        assert_eq!(discovered(&t), 0, "found at open, not by discovery");
+        for p in &checkpoint {
+            let v = t
+                .partitions()
+                .into_iter()
+                .find(|v| v.topic == p.stream && v.partition == p.partition)
+                .unwrap();
+            assert_eq!(v.position, Some(p.next.0), "{v:?}");
+        }
+        read(&mut source, 10).await;
+        assert_eq!(bytes_read(&t), produced_bytes("orders-c", 1, 10));
+        until(&mut source, &t, "lag 0 everywhere", |v| {
+            v.len() == 6 && v.iter().all(|p| p.lag == Some(0))
+        })
+        .await;
+        assert_at_end(&bootstrap, &t.partitions());
+        source.close().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bounded_source_takes_its_ends_from_its_bounds() {
+        let kafka = EmbeddedKafka::start(1, &[("orders-a".into(), 2)]).unwrap();
+        let bootstrap = kafka.bootstrap_servers().to_string();
+        produce(&bootstrap, "orders-a", 2, 0, 30);
+        // Statistics off: the ends can only come from the bounds.
+        let mut cfg = config(&bootstrap, "0");
+        cfg.bounded = true;
+        cfg.partition_discovery_ms = 0;
+        let t = Telemetry::default();
+        let mut source = KafkaSource::new(Arc::new(cfg));
+        source.open(&info(&t), None).await.unwrap();
+        let views = t.partitions();
+        assert_eq!(views.len(), 2);
+        assert!(views.iter().all(|v| v.end == Some(30) && v.lag == Some(30)));
+        // Records produced after the start are beyond the bounds.
+        produce(&bootstrap, "orders-a", 2, 30, 5);
+        let mut r = read(&mut source, 60).await;
+        while r != SourcePoll::Finished {
+            let mut out = Vec::new();
+            r = source.poll(&mut out).await.unwrap();
+            assert!(out.is_empty(), "nothing beyond the bounds");
+        }
+        assert_eq!(bytes_read(&t), produced_bytes("orders-a", 2, 30));
+        for v in t.partitions() {
+            assert_eq!((v.position, v.end, v.lag), (Some(30), Some(30), Some(0)));
+        }
+        source.close().await.unwrap();
+    }
+}

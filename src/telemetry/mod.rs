@@ -460,10 +460,13 @@ impl PartitionGauges {
         self.values.end.store(end, Ordering::Relaxed);
     }
 
-    /// Position and end, where known.
+    /// Position and end, where known. An end behind the position (from a fetch older
+    /// than the records read since) is raised to it: the partition reaches at least as
+    /// far as the source has read.
     fn known(&self) -> (Option<i64>, Option<i64>) {
         let known = |v: &AtomicI64| Some(v.load(Ordering::Relaxed)).filter(|v| *v >= 0);
-        (known(&self.values.position), known(&self.values.end))
+        let (position, end) = (known(&self.values.position), known(&self.values.end));
+        (position, end.map(|e| position.map_or(e, |p| e.max(p))))
     }
 
     /// End minus position, once both are known.
@@ -607,6 +610,11 @@ mod tests {
         ));
         p.set_position(100);
         assert_eq!(t.partitions()[0].lag, Some(0));
+        // An end fetched before the last records were read is raised to the position.
+        p.set_position(120);
+        let v = &t.partitions()[0];
+        assert_eq!((v.position, v.end, v.lag), (Some(120), Some(120), Some(0)));
+        p.set_position(100);
         let text = t.scrape();
         assert!(
             text.contains(r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 0"#),

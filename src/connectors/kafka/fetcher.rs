@@ -4,21 +4,99 @@
 //! records or [`BATCH_BYTES`], so the hand-over holds less than
 //! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
 
+use super::Tp;
+use crate::telemetry::PartitionGauges;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-/// Forwards librdkafka's logs and errors to `tracing`.
-#[derive(Debug, Clone, Default)]
-pub struct LogContext;
+/// The consumer's context: forwards librdkafka's logs and errors to `tracing`, and
+/// takes the end offset of the partitions in [`LiveEnds`] from librdkafka's statistics
+/// (emitted every `statistics.interval.ms`, on the poll thread).
+#[derive(Clone, Default)]
+pub struct LogContext {
+    ends: Arc<LiveEnds>,
+}
+
+impl LogContext {
+    /// A context that reports the ends of the partitions registered in `ends`.
+    pub fn new(ends: Arc<LiveEnds>) -> LogContext {
+        LogContext { ends }
+    }
+}
+
+/// The partitions whose end offset is taken from librdkafka's statistics: the source's
+/// unbounded partitions (a bounded partition's end is fixed when it is assigned). The
+/// source registers a partition when it assigns it and removes it when it drops it, so
+/// the statistics never bring back the series of a dropped partition.
+#[derive(Default)]
+pub struct LiveEnds {
+    read_committed: bool,
+    partitions: Mutex<BTreeMap<Tp, PartitionGauges>>,
+}
+
+impl LiveEnds {
+    /// Ends as a consumer with `isolation.level = read_committed` (`true`, librdkafka's
+    /// default) or `read_uncommitted` sees them.
+    pub fn new(read_committed: bool) -> LiveEnds {
+        LiveEnds {
+            read_committed,
+            partitions: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<Tp, PartitionGauges>> {
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reports the end of `tp` to `gauges` from now on.
+    pub fn insert(&self, tp: Tp, gauges: PartitionGauges) {
+        self.table().insert(tp, gauges);
+    }
+
+    /// Stops reporting the end of `tp`.
+    pub fn remove(&self, tp: &Tp) {
+        self.table().remove(tp);
+    }
+
+    fn update(&self, stats: &Statistics) {
+        for ((topic, partition), gauges) in self.table().iter() {
+            if let Some(end) = end_offset(stats, topic, *partition, self.read_committed) {
+                gauges.set_end(end);
+            }
+        }
+    }
+}
+
+/// The end of a partition in one set of librdkafka statistics, as librdkafka's own
+/// `consumer_lag` takes it: the last stable offset for a `read_committed` consumer
+/// (records past it are not delivered yet), else the high watermark. `None` while the
+/// consumer has not fetched the partition (librdkafka reports `-1`) or the statistics
+/// do not hold it.
+pub fn end_offset(
+    stats: &Statistics,
+    topic: &str,
+    partition: i32,
+    read_committed: bool,
+) -> Option<i64> {
+    let p = stats.topics.get(topic)?.partitions.get(&partition)?;
+    let end = if read_committed {
+        p.ls_offset
+    } else {
+        p.hi_offset
+    };
+    (end >= 0).then_some(end)
+}
 
 impl ClientContext for LogContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -34,6 +112,10 @@ impl ClientContext for LogContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         debug!(%error, "librdkafka: {reason}");
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.ends.update(&statistics);
     }
 }
 
@@ -235,4 +317,67 @@ fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &Atomi
         }
     }
     let _ = consumer.unassign();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::statistics::{Partition, Topic};
+
+    fn stats(partitions: &[(i32, i64, i64)]) -> Statistics {
+        let mut topic = Topic {
+            topic: "orders".into(),
+            ..Topic::default()
+        };
+        for &(partition, hi_offset, ls_offset) in partitions {
+            topic.partitions.insert(
+                partition,
+                Partition {
+                    partition,
+                    hi_offset,
+                    ls_offset,
+                    ..Partition::default()
+                },
+            );
+        }
+        let mut s = Statistics::default();
+        s.topics.insert("orders".into(), topic);
+        s
+    }
+
+    #[test]
+    fn the_end_is_the_last_stable_offset_when_reading_committed_else_the_high_watermark() {
+        // An open transaction holds the last stable offset back from the high watermark.
+        let s = stats(&[(0, 120, 100), (1, 7, 7)]);
+        assert_eq!(end_offset(&s, "orders", 0, true), Some(100));
+        assert_eq!(end_offset(&s, "orders", 0, false), Some(120));
+        assert_eq!(end_offset(&s, "orders", 1, true), Some(7));
+    }
+
+    #[test]
+    fn an_end_not_fetched_yet_or_not_in_the_statistics_is_unknown() {
+        // librdkafka reports -1 until the first fetch response of the partition.
+        let s = stats(&[(0, -1, -1), (1, 5, -1)]);
+        assert_eq!(end_offset(&s, "orders", 0, true), None);
+        assert_eq!(end_offset(&s, "orders", 0, false), None);
+        assert_eq!(end_offset(&s, "orders", 1, true), None);
+        assert_eq!(end_offset(&s, "orders", 1, false), Some(5));
+        assert_eq!(end_offset(&s, "orders", 2, false), None);
+        assert_eq!(end_offset(&s, "payments", 0, false), None);
+    }
+
+    #[test]
+    fn statistics_set_the_ends_of_registered_partitions_only() {
+        let t = crate::telemetry::Telemetry::default();
+        let ends = LiveEnds::new(true);
+        let g = t.partition("source", 0, "orders", 0);
+        g.set_position(90);
+        ends.insert(("orders".into(), 0), g);
+        let other = t.partition("source", 0, "orders", 1);
+        LogContext::new(Arc::new(ends)).stats(stats(&[(0, 120, 100), (1, 7, 7)]));
+        let views = t.partitions();
+        assert_eq!((views[0].end, views[0].lag), (Some(100), Some(10)));
+        assert_eq!(views[1].end, None, "not registered");
+        drop(other);
+    }
 }

@@ -3,7 +3,9 @@
 use super::assign::owner;
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
-use super::fetcher::{Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LogContext, Run};
+use super::fetcher::{
+    Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LiveEnds, LogContext, Run,
+};
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::Tp;
@@ -11,6 +13,7 @@ use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
+use crate::telemetry::{PartitionGauges, Telemetry};
 
 /// librdkafka `queued.max.messages.kbytes` unless `[source.kafka.properties]` sets it:
 /// 16 MiB of prefetched records per consumer (librdkafka's default is 64 MiB).
@@ -29,9 +32,18 @@ pub const QUEUED_MIN_MESSAGES: &str = "2000";
 /// prefetch may pass it by one response per broker; a record larger than this is
 /// still fetched, alone.
 pub const FETCH_MAX_BYTES: &str = "4194304";
+
+/// librdkafka `statistics.interval.ms` unless set: how often the consumer reports
+/// partition end offsets, from which the lag gauges are derived. `0` turns the
+/// statistics off (the end and lag of unbounded partitions are then unknown).
+pub const STATISTICS_INTERVAL_MS: &str = "1000";
+
+/// The `operator` label of the source's metrics.
+const OPERATOR: &str = "source";
 use async_trait::async_trait;
 use bytes::Bytes;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
+use prometheus::{IntCounter, IntGauge};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,6 +77,57 @@ pub struct KafkaSource {
     restored: Option<BTreeMap<Tp, NextOffset>>,
     /// Consecutive listings without a known partition.
     missing: BTreeMap<Tp, u32>,
+    metrics: Option<SourceMetrics>,
+}
+
+/// The source subtask's metric handles, taken at open.
+struct SourceMetrics {
+    telemetry: Telemetry,
+    subtask: u16,
+    bytes_read: IntCounter,
+    assigned: IntGauge,
+    discovered: IntCounter,
+    restored: IntGauge,
+    /// Gauges of every owned partition: the position is set on the record path.
+    partitions: BTreeMap<Tp, PartitionGauges>,
+    /// Owned partitions whose start came from the restored checkpoint.
+    from_checkpoint: BTreeSet<Tp>,
+    /// Shared with the consumer's context, which sets the ends of unbounded partitions.
+    live_ends: Arc<LiveEnds>,
+}
+
+impl SourceMetrics {
+    /// Partition `tp` is read from `next` on; its end is `end` when bounded, else it
+    /// comes from the statistics.
+    fn assigned(&mut self, tp: &Tp, next: NextOffset, end: Option<NextOffset>, restored: bool) {
+        let g = self
+            .telemetry
+            .partition(OPERATOR, self.subtask, &tp.0, tp.1);
+        g.set_position(next.0);
+        match end {
+            Some(end) => g.set_end(end.0),
+            None => self.live_ends.insert(tp.clone(), g.clone()),
+        }
+        self.partitions.insert(tp.clone(), g);
+        if restored {
+            self.from_checkpoint.insert(tp.clone());
+        }
+        self.counts();
+    }
+
+    /// Partition `tp` no longer exists: its series go.
+    fn dropped(&mut self, tp: &Tp) {
+        self.live_ends.remove(tp);
+        self.partitions.remove(tp);
+        self.from_checkpoint.remove(tp);
+        self.telemetry.remove_partition(&tp.0, tp.1);
+        self.counts();
+    }
+
+    fn counts(&self) {
+        self.assigned.set(self.partitions.len() as i64);
+        self.restored.set(self.from_checkpoint.len() as i64);
+    }
 }
 
 impl KafkaSource {
@@ -86,6 +149,7 @@ impl KafkaSource {
             last_committed: None,
             restored: None,
             missing: BTreeMap::new(),
+            metrics: None,
         }
     }
 
@@ -107,6 +171,7 @@ impl KafkaSource {
             .set("queued.max.messages.kbytes", QUEUED_MAX_KBYTES)
             .set("queued.min.messages", QUEUED_MIN_MESSAGES)
             .set("fetch.max.bytes", FETCH_MAX_BYTES)
+            .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
             .set("client.id", format!("lockgate-{}", self.name));
         super::properties::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
         c
@@ -210,6 +275,9 @@ impl KafkaSource {
             self.missing.remove(&tp);
             self.positions.remove(&tp);
             self.ends.remove(&tp);
+            if let Some(m) = self.metrics.as_mut() {
+                m.dropped(&tp);
+            }
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&tp.0, tp.1);
             let _ = self.consumer().incremental_unassign(&tpl);
@@ -228,8 +296,30 @@ impl KafkaSource {
             info!(topic = %tp.0, partition = tp.1, start = next.0, "partition discovered");
         }
         self.assign(&resolved)?;
+        self.track(&resolved);
+        if let Some(m) = &self.metrics {
+            m.discovered.inc_by(resolved.len() as u64);
+        }
         self.positions.extend(resolved);
         Ok(())
+    }
+
+    /// Creates the series of newly assigned partitions, starting at `resolved`.
+    fn track(&mut self, resolved: &BTreeMap<Tp, NextOffset>) {
+        let restored = self.restored.as_ref();
+        let Some(m) = self.metrics.as_mut() else {
+            return;
+        };
+        for tp in resolved.keys() {
+            // With a checkpoint, a partition it holds starts at its offset there.
+            let from_checkpoint = restored.is_some_and(|r| r.contains_key(tp));
+            m.assigned(
+                tp,
+                resolved[tp],
+                self.ends.get(tp).copied(),
+                from_checkpoint,
+            );
+        }
     }
 
     /// Resolves starts and, in bounded mode, captures the end of partitions without one.
@@ -366,9 +456,23 @@ impl Source for KafkaSource {
         self.name = info.name.clone();
         self.index = info.index;
         self.parallelism = info.parallelism;
-        let consumer: KafkaConsumer = self
-            .client_config()
-            .create_with_context(LogContext)
+        let config = self.client_config();
+        let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
+        let telemetry = info.telemetry.clone();
+        let m = telemetry.metrics();
+        self.metrics = Some(SourceMetrics {
+            subtask: info.index,
+            bytes_read: m.task_counter(&m.kafka_bytes_read, OPERATOR, info.index),
+            assigned: m.task_gauge(&m.kafka_partitions_assigned, OPERATOR, info.index),
+            discovered: m.task_counter(&m.kafka_partitions_discovered, OPERATOR, info.index),
+            restored: m.task_gauge(&m.kafka_partitions_restored, OPERATOR, info.index),
+            partitions: BTreeMap::new(),
+            from_checkpoint: BTreeSet::new(),
+            live_ends: live_ends.clone(),
+            telemetry: telemetry.clone(),
+        });
+        let consumer: KafkaConsumer = config
+            .create_with_context(LogContext::new(live_ends))
             .map_err(|e| self.err(format!("cannot create consumer: {e}")))?;
         let consumer = Arc::new(consumer);
         self.consumer = Some(consumer.clone());
@@ -438,6 +542,7 @@ impl Source for KafkaSource {
             info!(subtask = %self.name, topic = %tp.0, partition = tp.1, start = next.0, how = ?starts[tp], end = ?self.ends.get(tp).map(|e| e.0), "partition assigned");
         }
         self.assign(&resolved)?;
+        self.track(&resolved);
         self.positions = resolved;
         if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
             self.dead_letter = Some(
@@ -507,6 +612,7 @@ impl Source for KafkaSource {
         let bytes = Bytes::from(bytes);
         out.reserve(records.len());
         let mut records = records.into_iter();
+        let mut read_bytes = 0usize;
         for run in runs {
             let run_records = records.by_ref().take(run.len);
             // A partition's position is looked up once per run, not once per record.
@@ -534,6 +640,8 @@ impl Source for KafkaSource {
                     continue;
                 }
                 next = NextOffset::after(f.offset);
+                read_bytes += f.key.as_ref().map_or(0, |r| r.len())
+                    + f.payload.as_ref().map_or(0, |r| r.len());
                 out.push(Record {
                     key: f.key.map(|r| bytes.slice(r)),
                     route_key: None,
@@ -547,7 +655,13 @@ impl Source for KafkaSource {
                     tombstone,
                 });
             }
+            if let Some(g) = self.metrics.as_ref().and_then(|m| m.partitions.get(&tp)) {
+                g.set_position(next.0);
+            }
             self.positions.insert(tp, next);
+        }
+        if let Some(m) = &self.metrics {
+            m.bytes_read.inc_by(read_bytes as u64);
         }
         Ok(if self.finished() {
             SourcePoll::Finished
@@ -612,6 +726,12 @@ impl Source for KafkaSource {
     }
 }
 
+/// Whether a consumer with these settings reads committed records only (librdkafka's
+/// default), which decides which end offset its lag is measured against.
+fn read_committed(config: &ClientConfig) -> bool {
+    config.get("isolation.level") != Some("read_uncommitted")
+}
+
 /// Start decisions for partitions found while running.
 trait PipeStarts {
     fn pipe_starts(self, restored: Option<&BTreeMap<Tp, NextOffset>>) -> BTreeMap<Tp, Start>;
@@ -658,13 +778,18 @@ mod tests {
     }
 
     #[test]
-    fn librdkafka_prefetch_is_bounded_in_bytes_unless_the_job_file_says_otherwise() {
+    fn librdkafka_prefetch_and_statistics_defaults_apply_unless_the_job_file_says_otherwise() {
         let topics = TopicSelector::List(vec!["a".into()]);
         let cfg = KafkaSourceConfig::new("k:9092", topics.clone(), "g");
         let c = KafkaSource::new(Arc::new(cfg)).client_config();
         assert_eq!(c.get("queued.max.messages.kbytes"), Some(QUEUED_MAX_KBYTES));
         assert_eq!(c.get("fetch.max.bytes"), Some(FETCH_MAX_BYTES));
         assert_eq!(c.get("queued.min.messages"), Some(QUEUED_MIN_MESSAGES));
+        assert_eq!(
+            c.get("statistics.interval.ms"),
+            Some(STATISTICS_INTERVAL_MS)
+        );
+        assert!(read_committed(&c), "librdkafka's default isolation level");
         let mut cfg = KafkaSourceConfig::new("k:9092", topics, "g");
         cfg.properties
             .insert("queued.max.messages.kbytes".into(), "1024".into());
@@ -672,7 +797,13 @@ mod tests {
             .insert("fetch.max.bytes".into(), "52428800".into());
         cfg.properties
             .insert("queued.min.messages".into(), "100000".into());
+        cfg.properties
+            .insert("statistics.interval.ms".into(), "5000".into());
+        cfg.properties
+            .insert("isolation.level".into(), "read_uncommitted".into());
         let c = KafkaSource::new(Arc::new(cfg)).client_config();
+        assert_eq!(c.get("statistics.interval.ms"), Some("5000"));
+        assert!(!read_committed(&c));
         assert_eq!(c.get("queued.max.messages.kbytes"), Some("1024"));
         assert_eq!(c.get("queued.min.messages"), Some("100000"));
         assert_eq!(c.get("fetch.max.bytes"), Some("52428800"));
