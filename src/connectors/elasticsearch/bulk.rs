@@ -854,9 +854,10 @@ impl Service {
             Sent::Request(None, _) => self.selector.failed(node, self.now_ms()),
             _ => self.selector.answered(node),
         }
-        if !matches!(sent, Sent::Written(_)) {
-            // What is not written stays a while (a retry, the failure handler): it gets
-            // its own bytes rather than keep its whole batch's buffer alive.
+        if !matches!(&sent, Sent::Written(t) if t.items == actions) {
+            // What is not written stays a while (a retry, the failure handler; a
+            // response whose item count does not match is retried whole): it gets its
+            // own bytes rather than keep its whole batch's buffer alive.
             self.batcher.for_each_in_flight_mut(id, Item::unpin);
         }
         match &sent {
