@@ -141,6 +141,9 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
     }
     summary.restored_from = restored.as_ref().map(|r| r.path.clone());
     telemetry.restored(summary.restored_from.as_deref());
+    if let Some(r) = &restored {
+        telemetry.restored_checkpoint(r.metadata.id.0, r.metadata.created_ms);
+    }
     let mut stop = opts.stop.clone();
     // When each earlier failure of this run happened (ms on `clock`).
     let clock = Instant::now();

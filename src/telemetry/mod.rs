@@ -125,6 +125,18 @@ impl Telemetry {
         self.status().job.restored_from = path.map(|p| p.display().to_string());
     }
 
+    /// The job restored checkpoint `id`, published at `created_ms` (Unix ms): until
+    /// this process completes one, it is the last completed checkpoint, so that the
+    /// age after a long outage says how old the job's state is.
+    pub fn restored_checkpoint(&self, id: u64, created_ms: u64) {
+        let m = &self.inner.metrics;
+        if m.checkpoint_last_timestamp.get() == 0.0 {
+            m.checkpoint_last_id.set(id as i64);
+            m.checkpoint_last_timestamp.set(created_ms as f64 / 1000.0);
+            self.status().job.last_checkpoint = Some(id);
+        }
+    }
+
     /// The job is in state `state`.
     pub fn set_state(&self, state: JobState) {
         self.status().job.state = state;
@@ -673,6 +685,22 @@ mod tests {
     fn the_job_view_says_where_it_restored_from_and_why_it_failed() {
         let t = Telemetry::new("j", "g", 2, 64);
         t.restored(Some(std::path::Path::new("/c/chk-9")));
+        let hour_ago = wall_ms() - 3_600_000;
+        t.restored_checkpoint(9, hour_ago);
+        assert_eq!(t.job().last_checkpoint, Some(9));
+        t.scrape();
+        let m = t.metrics();
+        assert_eq!(m.checkpoint_last_id.get(), 9);
+        let age = m.checkpoint_last_age.get();
+        assert!(
+            (3599.0..3700.0).contains(&age),
+            "the restored state's age: {age}"
+        );
+        // A checkpoint of this process replaces it, and a later restore does not undo that.
+        t.checkpoint_triggered(10, false);
+        t.checkpoint_completed(10, 5, 1, "/c/chk-10");
+        t.restored_checkpoint(9, hour_ago);
+        assert_eq!(m.checkpoint_last_id.get(), 10);
         let j = t.job();
         assert_eq!(j.restored_from.as_deref(), Some("/c/chk-9"));
         assert_eq!((j.parallelism, j.max_parallelism), (2, 64));
