@@ -785,4 +785,52 @@ mod tests {
         e.push(BulkAction::index("i", Some("d".into()), body));
         assert_eq!(e.bytes(), invalid, "nothing of the last batch is counted");
     }
+
+    /// The actions of a batch share one buffer: written directly or built, each one
+    /// after the first gives back the same lines, key, effect and action as when it is
+    /// alone (its ranges are its own, not the buffer's).
+    #[test]
+    fn actions_sharing_a_buffer_give_back_what_building_them_gives() {
+        for cfg in configs() {
+            let mut direct = ConfigActionBuilder::new(&cfg);
+            let mut built = ConfigActionBuilder::new(&cfg);
+            let (mut a, mut b) = (Encoder::new(), Encoder::new());
+            for r in records() {
+                let ra = direct.encode(&r, &mut a).map_err(|e| e.to_string());
+                let rb = b
+                    .push_built(|v| built.build(&r, v))
+                    .map_err(|e| e.to_string());
+                assert_eq!(ra, rb, "{cfg:?}\n{r:?}");
+            }
+            assert_eq!(a.bytes(), b.bytes(), "{cfg:?}");
+            assert_eq!(seen(a.take_batch()), seen(b.take_batch()), "{cfg:?}");
+        }
+    }
+
+    /// A frozen batch buffer keeps no large spare capacity: a tiny batch after a large
+    /// one does not pin a buffer sized for the large one while its actions live.
+    #[test]
+    fn a_frozen_buffer_keeps_no_large_spare_capacity() {
+        let mut e = Encoder::new();
+        let big = vec![b'x'; 600 << 10];
+        for _ in 0..2 {
+            let doc = [b"{\"p\":\"".as_slice(), &big, b"\"}"].concat();
+            e.push(BulkAction::index("i", Some("d".into()), doc));
+        }
+        drop(e.take_batch());
+        assert_eq!(e.buf.capacity(), MAX_BUFFER);
+        e.push(BulkAction::index("i", None, b"{}".to_vec()));
+        let Some(Added::Encoded(enc)) = e.take_batch().actions.pop() else {
+            panic!("not encoded")
+        };
+        let len = enc.item.lines.len();
+        // The item holds the whole buffer alone: taking it back reuses its allocation.
+        let held = bytes::BytesMut::from(enc.item.lines);
+        assert_eq!(held.len(), len);
+        assert!(
+            held.capacity() <= 2 * MIN_BUFFER,
+            "{} bytes allocated for {len}",
+            held.capacity()
+        );
+    }
 }
