@@ -2146,4 +2146,193 @@ mod mutation_tests {
         b.on_response(id, Response::Items(vec![ok()]), 10, 0.5);
         assert_eq!(b.next_wake_ms(), Some(1000), "b is due at the interval");
     }
+
+    /// A key is its bytes: `as_bytes` gives back exactly what it was made of, and an
+    /// owned copy is the same key.
+    #[test]
+    fn a_key_gives_back_its_bytes() {
+        let buffer = Bytes::from_static(b"xx\"_index\":\"i\",\"_id\":\"d\"yy");
+        let k = DocKey::new(buffer.slice(2..buffer.len() - 2));
+        assert_eq!(k.as_bytes(), b"\"_index\":\"i\",\"_id\":\"d\"");
+        assert_eq!(DocKey::from("d").as_bytes(), b"d");
+        assert_eq!(DocKey::from(String::from("e")).as_bytes(), b"e");
+        let owned = k.clone().owned();
+        assert_eq!(owned.as_bytes(), k.as_bytes());
+        assert_eq!(owned, k);
+    }
+
+    /// The stored hash only rules keys out: two keys whose hashes collide are equal
+    /// exactly when their bytes are, whether they share a buffer (a key and its prefix,
+    /// the same slice) or not.
+    #[test]
+    fn keys_whose_hashes_collide_are_told_apart_by_their_bytes() {
+        let forged = |bytes: Bytes| DocKey { hash: 7, bytes };
+        let buffer = Bytes::from_static(b"abcdabcd");
+        let (whole, prefix) = (forged(buffer.clone()), forged(buffer.slice(0..4)));
+        assert_ne!(whole, prefix, "same start, different lengths");
+        assert_ne!(prefix, whole);
+        assert_ne!(
+            forged(buffer.slice(0..4)),
+            forged(buffer.slice(1..5)),
+            "same length, different bytes"
+        );
+        assert_eq!(
+            forged(buffer.slice(0..4)),
+            forged(buffer.slice(4..8)),
+            "the same bytes at two places"
+        );
+        assert_eq!(forged(buffer.slice(0..4)), prefix, "the same slice");
+        assert_ne!(
+            forged(Bytes::from_static(b"abcd")),
+            forged(Bytes::from_static(b"abce"))
+        );
+        // Equal bytes with different hashes cannot come from `new`; keys made by it are
+        // equal exactly when their bytes are.
+        assert_eq!(DocKey::from("abcd"), DocKey::new(buffer.slice(4..8)));
+        assert_ne!(DocKey::from("abcd"), DocKey::from("abce"));
+    }
+
+    /// The map hashes a key by its stored hash, so distinct documents spread over the
+    /// map rather than all landing in one bucket chain.
+    #[test]
+    fn distinct_keys_hash_apart_and_equal_keys_alike() {
+        use std::hash::BuildHasher as _;
+        let state = std::collections::hash_map::RandomState::new();
+        let hashes: std::collections::HashSet<u64> = (0..1000)
+            .map(|i| state.hash_one(DocKey::from(format!("doc-{i}"))))
+            .collect();
+        assert_eq!(hashes.len(), 1000);
+        let buffer = Bytes::from_static(b"doc-1doc-1");
+        assert_eq!(
+            state.hash_one(DocKey::new(buffer.slice(0..5))),
+            state.hash_one(DocKey::new(buffer.slice(5..10)))
+        );
+    }
+
+    /// [1, 2 rejected with 429, 3 refused] in one request, 4 queued behind: the
+    /// replacement for 3 takes exactly 3's place, after the retried 1 and 2 and before 4.
+    #[test]
+    fn a_replacement_takes_the_place_of_a_refused_action_behind_retried_ones() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        for v in 1..=3 {
+            b.add(Some("d".into()), REPLACE, 10, v);
+        }
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&1, &2, &3]);
+        b.add(Some("d".into()), REPLACE, 10, 4);
+        b.on_response(
+            id,
+            Response::Items(vec![too_many(), too_many(), refused()]),
+            0,
+            0.0,
+        );
+        let (r, payload, _) = refusal(&mut b);
+        assert_eq!(payload, 3);
+        b.requeue(r, vec![(Some("d".into()), REPLACE, 10, 33)]);
+        assert_eq!(sent(&mut b, 5, true), Some(vec![1, 2, 33, 4]));
+    }
+
+    /// `for_each_in_flight_mut` reaches exactly the actions of the request it names, in
+    /// request order, and nothing for a request not in flight.
+    #[test]
+    fn for_each_in_flight_mut_reaches_the_actions_of_that_request() {
+        let mut b = Batcher::new(limits(2, 2, false), 0);
+        for (doc, v) in [("a", 1), ("b", 2), ("c", 3)] {
+            b.add(Some(doc.into()), Effect::Opaque, 10, v);
+        }
+        let (id, _) = b.next_request(0, true).unwrap();
+        let mut seen = vec![];
+        b.for_each_in_flight_mut(id, |p| {
+            seen.push(*p);
+            *p *= 10;
+        });
+        assert_eq!(seen, vec![1, 2]);
+        assert_eq!(b.in_flight_payloads(id), vec![&10, &20]);
+        b.for_each_in_flight_mut(id + 1, |_| panic!("no such request"));
+        assert_eq!(sent(&mut b, 0, true), Some(vec![3]), "c was not in it");
+        b.on_response(id, Response::Items(vec![ok(), ok()]), 0, 0.5);
+        let written: Vec<_> = b
+            .drain_resolved()
+            .into_iter()
+            .map(|r| match r {
+                Resolution::Written(v) => v,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            written,
+            vec![10, 20],
+            "what the processor changed is resolved"
+        );
+    }
+
+    /// `drain_resolved_into` appends what was resolved, in order, behind what `out`
+    /// already holds, and leaves nothing behind to be drained again.
+    #[test]
+    fn drain_resolved_into_appends_in_order_and_takes_everything() {
+        let mut b = Batcher::new(limits(1000, 1, false), 0);
+        b.add(Some("a".into()), Effect::Opaque, 10, 1);
+        b.add(Some("b".into()), Effect::Opaque, 10, 2);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(id, Response::Written(2), 0, 0.5);
+        let mut out = vec![Resolution::Written(0)];
+        b.drain_resolved_into(&mut out);
+        let got: Vec<_> = out
+            .into_iter()
+            .map(|r| match r {
+                Resolution::Written(v) => v,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert!(b.drain_resolved().is_empty());
+    }
+
+    /// Whether the batcher holds no document: no key in its map, no live group.
+    fn holds_no_document(b: &Batcher<i64>) -> bool {
+        b.docs.is_empty() && b.groups.iter().all(Option::is_none)
+    }
+
+    /// A document whose last action is resolved leaves the batcher, whatever resolved
+    /// it (written, coalesced then written, refused and settled, retried then written,
+    /// failed, dropped by `clear_unsent`), so what it holds is bounded by its live
+    /// actions, not by every document it ever saw.
+    #[test]
+    fn a_document_with_no_live_action_leaves_the_batcher() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        let answer = |b: &mut Batcher<i64>, items: Vec<ItemResult>| {
+            let (id, _) = b.next_request(10_000, true).unwrap();
+            b.on_response(id, Response::Items(items), 0, 0.0);
+        };
+        b.add(Some("a".into()), REPLACE, 10, 1);
+        b.add(None, REPLACE, 10, 2);
+        b.add(Some("c".into()), REPLACE, 10, 3);
+        b.add(Some("c".into()), REPLACE, 10, 4);
+        answer(&mut b, vec![ok(); 3]);
+        assert!(holds_no_document(&b), "written and coalesced");
+        b.add(Some("d".into()), REPLACE, 10, 5);
+        answer(&mut b, vec![refused()]);
+        let (r, _, _) = refusal(&mut b);
+        assert!(!holds_no_document(&b), "the refusal holds its place");
+        b.settle_refused(r);
+        assert!(holds_no_document(&b), "refused and settled");
+        b.add(Some("e".into()), REPLACE, 10, 6);
+        answer(&mut b, vec![too_many()]);
+        answer(&mut b, vec![ok()]);
+        assert!(holds_no_document(&b), "retried, then written");
+        b.add(Some("f".into()), REPLACE, 10, 7);
+        let (id, _) = b.next_request(20_000, true).unwrap();
+        b.on_response(
+            id,
+            Response::Failed(RequestOutcome::Fatal, "401".into()),
+            0,
+            0.0,
+        );
+        assert!(holds_no_document(&b), "failed");
+        b.add(Some("g".into()), REPLACE, 10, 8);
+        b.add(None, REPLACE, 10, 9);
+        assert_eq!(b.clear_unsent(), 2);
+        assert!(holds_no_document(&b), "dropped");
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+    }
 }

@@ -633,6 +633,7 @@ mod tests {
                 ),
             };
             assert_eq!(enc.item.full_action(), want, "action {i}");
+            assert_eq!(enc.item.describe(), want.describe(), "action {i}");
             let mut lines = Vec::new();
             want.encode(&mut lines);
             assert_eq!(enc.item.lines, lines, "action {i}");
@@ -707,5 +708,129 @@ mod tests {
                 assert_ne!(key(a.0, a.1), key(b.0, b.1), "{a:?} {b:?}");
             }
         }
+    }
+
+    /// An unpinned item holds its lines in bytes of its own: it no longer keeps its
+    /// batch's buffer alive, and still gives back the same action.
+    #[test]
+    fn an_unpinned_item_no_longer_shares_its_batch_buffer() {
+        let mut e = Encoder::new();
+        for id in ["a", "b"] {
+            e.push(BulkAction::index("i", Some(id.into()), b"{}".to_vec()));
+        }
+        let mut items: Vec<Item> = e
+            .take_batch()
+            .actions
+            .into_iter()
+            .map(|a| match a {
+                Added::Encoded(enc) => enc.item,
+                Added::Invalid(..) => panic!("not encoded"),
+            })
+            .collect();
+        let before = items[0].full_action();
+        assert!(!items[0].lines.is_unique(), "a slice of the batch buffer");
+        items[0].unpin();
+        assert!(items[0].lines.is_unique(), "bytes of its own");
+        assert_eq!(items[0].full_action(), before);
+        assert!(
+            items[1].lines.is_unique(),
+            "the other item alone holds the batch buffer"
+        );
+    }
+
+    /// `len` and `is_empty` count every action added since the last batch was taken,
+    /// encoded or kept whole as invalid.
+    #[test]
+    fn the_encoder_counts_what_was_added_since_the_last_batch() {
+        let mut e = Encoder::new();
+        assert_eq!((e.len(), e.is_empty()), (0, true));
+        e.push(BulkAction::index("i", Some("d".into()), b"{}".to_vec()));
+        assert_eq!((e.len(), e.is_empty()), (1, false));
+        e.push(BulkAction::index(
+            "i",
+            Some("d".into()),
+            b"not json".to_vec(),
+        ));
+        e.push(BulkAction::index("i", None, b"{}".to_vec()));
+        assert_eq!((e.len(), e.is_empty()), (3, false));
+        assert_eq!(e.take_batch().actions.len(), 3);
+        assert_eq!((e.len(), e.is_empty()), (0, true));
+    }
+
+    /// `bytes` counts the lines of the encoded actions exactly, and for an action kept
+    /// whole (which never goes into a request, but is held all the same) at least its
+    /// body, within a bounded overhead; a batch taken carries that count and leaves
+    /// the encoder at 0.
+    #[test]
+    fn bytes_count_encoded_lines_and_an_estimate_for_invalid_actions() {
+        let mut e = Encoder::new();
+        let valid = BulkAction::index("i", Some("d".into()), br#"{"n":1}"#.to_vec());
+        let mut lines = Vec::new();
+        valid.encode(&mut lines);
+        e.push(valid);
+        assert_eq!(e.bytes(), lines.len());
+        let body = vec![b'x'; 300];
+        e.push(BulkAction::index("i", Some("d".into()), body.clone()));
+        let invalid = e.bytes() - lines.len();
+        assert!(
+            (body.len()..body.len() + 1024).contains(&invalid),
+            "an invalid action counts {invalid} bytes"
+        );
+        e.push(BulkAction::index("i", Some("d".into()), body.clone()));
+        assert_eq!(e.bytes(), lines.len() + 2 * invalid);
+        let before = e.bytes();
+        let batch = e.take_batch();
+        assert_eq!(batch.bytes, before);
+        assert_eq!(e.bytes(), 0);
+        e.push(BulkAction::index("i", Some("d".into()), body));
+        assert_eq!(e.bytes(), invalid, "nothing of the last batch is counted");
+    }
+
+    /// The actions of a batch share one buffer: written directly or built, each one
+    /// after the first gives back the same lines, key, effect and action as when it is
+    /// alone (its ranges are its own, not the buffer's).
+    #[test]
+    fn actions_sharing_a_buffer_give_back_what_building_them_gives() {
+        for cfg in configs() {
+            let mut direct = ConfigActionBuilder::new(&cfg);
+            let mut built = ConfigActionBuilder::new(&cfg);
+            let (mut a, mut b) = (Encoder::new(), Encoder::new());
+            for r in records() {
+                let ra = direct.encode(&r, &mut a).map_err(|e| e.to_string());
+                let rb = b
+                    .push_built(|v| built.build(&r, v))
+                    .map_err(|e| e.to_string());
+                assert_eq!(ra, rb, "{cfg:?}\n{r:?}");
+            }
+            assert_eq!(a.bytes(), b.bytes(), "{cfg:?}");
+            assert_eq!(seen(a.take_batch()), seen(b.take_batch()), "{cfg:?}");
+        }
+    }
+
+    /// A frozen batch buffer keeps no large spare capacity: a tiny batch after a large
+    /// one does not pin a buffer sized for the large one while its actions live.
+    #[test]
+    fn a_frozen_buffer_keeps_no_large_spare_capacity() {
+        let mut e = Encoder::new();
+        let big = vec![b'x'; 600 << 10];
+        for _ in 0..2 {
+            let doc = [b"{\"p\":\"".as_slice(), &big, b"\"}"].concat();
+            e.push(BulkAction::index("i", Some("d".into()), doc));
+        }
+        drop(e.take_batch());
+        assert_eq!(e.buf.capacity(), MAX_BUFFER);
+        e.push(BulkAction::index("i", None, b"{}".to_vec()));
+        let Some(Added::Encoded(enc)) = e.take_batch().actions.pop() else {
+            panic!("not encoded")
+        };
+        let len = enc.item.lines.len();
+        // The item holds the whole buffer alone: taking it back reuses its allocation.
+        let held = bytes::BytesMut::from(enc.item.lines);
+        assert_eq!(held.len(), len);
+        assert!(
+            held.capacity() <= 2 * MIN_BUFFER,
+            "{} bytes allocated for {len}",
+            held.capacity()
+        );
     }
 }
