@@ -261,8 +261,9 @@ fn readyz_is_not_ready_until_the_first_checkpoint_completes() {
     let dir = tmp.path();
     let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
     let es = EsProcess::start(&dir.join("es"), false, &[], None);
-    // The first checkpoint comes 4 s after the start: the listener is up long before.
-    write_orders_job(dir, &kafka.bootstrap, &es.url, 4_000);
+    // The first checkpoint comes 8 s after the start: the listener is up long before,
+    // even on a busy machine (and the test fails, rather than pass, if it was not).
+    write_orders_job(dir, &kafka.bootstrap, &es.url, 8_000);
     produce(&kafka.bootstrap, 0, 100);
     let mut child = spawn(dir, &[]);
     let base = url_from_log(&dir.join("run.log"));

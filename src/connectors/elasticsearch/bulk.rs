@@ -481,7 +481,7 @@ impl BulkProcessor {
                     metrics,
                     crate::runtime::chain::SINK_UID,
                     subtask,
-                    &Reason::REFUSALS,
+                    Reason::REFUSALS,
                 ),
             ),
             None => None,

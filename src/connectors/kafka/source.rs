@@ -550,7 +550,7 @@ impl Source for KafkaSource {
                     .map_err(|e| self.err(e))?
                     .counted(
                         info.telemetry.metrics(),
-                        "source",
+                        OPERATOR,
                         info.index,
                         &[Reason::Decode],
                     ),
