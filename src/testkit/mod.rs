@@ -3,3 +3,4 @@
 pub mod es;
 pub mod file_output;
 pub mod kafka;
+pub mod moto;

@@ -32,6 +32,14 @@ pub enum StateError {
     /// A file that must not be overwritten already exists.
     #[error("refusing to overwrite existing {path}")]
     AlreadyExists { path: PathBuf },
+    /// An object-store request failed (or a store location is misconfigured); `key`
+    /// is the URL of the object or location it concerns.
+    #[error("checkpoint store: {op} {key}: {message}")]
+    Store {
+        op: &'static str,
+        key: String,
+        message: String,
+    },
     /// Encoding a value failed.
     #[error("encoding state: {0}")]
     Encode(String),

@@ -8,7 +8,8 @@
 //!   ([`restore`], a pure decision over a listing);
 //! - every name read back from a checkpoint is one plain path component, and no
 //!   symbolic link inside a checkpoint is followed ([`names`]);
-//! - nothing is deleted before a newer checkpoint is published ([`snapshot_dir`]);
+//! - nothing is deleted before a newer checkpoint is published ([`snapshot_dir`], and
+//!   in an object store, [`store`]);
 //! - each stateful subtask owns one RocksDB instance whose checkpoint is a set of hard
 //!   links, and an SST file's CRC is computed once ([`backend`]).
 
@@ -22,6 +23,7 @@ pub mod metadata;
 pub mod names;
 pub mod restore;
 pub mod snapshot_dir;
+pub mod store;
 pub mod verify;
 
 pub use backend::{BackendOptions, KeyedStateBackend, StateRestore};

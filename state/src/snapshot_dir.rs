@@ -163,6 +163,36 @@ impl SnapshotDir {
         ))
     }
 
+    /// Opens `root` as the local staging directory of an object store: creates it if
+    /// needed, takes its lock and removes unfinished checkpoints, but chooses nothing
+    /// (the store decides what is restored). Returns the id after every id present
+    /// locally, so that a new checkpoint never reuses a local name either.
+    pub fn open_staging(root: &Path) -> Result<(SnapshotDir, CheckpointId)> {
+        fs::create_dir_all(root).map_err(StateError::io("create", root))?;
+        let lock = DirLock::acquire(root)?;
+        let plan = restore::restore_plan(&list(root)?);
+        for name in &plan.remove {
+            let p = root.join(name);
+            fs::remove_dir_all(&p).map_err(StateError::io("remove", &p))?;
+        }
+        Ok((
+            SnapshotDir {
+                root: root.to_path_buf(),
+                _lock: lock,
+                corrupt: HashSet::new(),
+            },
+            plan.next_id,
+        ))
+    }
+
+    /// Renames the published checkpoint `id` to `chk-N.abandoned` (its upload to the
+    /// object store failed: it must never be restored from the staging directory).
+    pub fn abandon(&self, id: CheckpointId) -> Result<()> {
+        let from = self.completed_path(id);
+        let to = self.root.join(format!("{}{ABANDONED}", chk_name(id)));
+        durable::rename_durable(&from, &to)
+    }
+
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
