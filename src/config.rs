@@ -6,6 +6,8 @@
 use crate::connectors::file_sink::FileSink;
 use crate::connectors::sequence::SequenceSource;
 use crate::job::{CheckpointSettings, ExponentialDelay, Job, JobGraph, RestartPolicy};
+use crate::secret::{read_secret_file, Secret};
+use lockgate_state::store::{CheckpointLocation, StoreLocation};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -102,12 +104,31 @@ fn default_max_parallelism() -> u16 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckpointSection {
-    dir: PathBuf,
+    /// A local directory, or an object-store URL (`s3://bucket/prefix`).
+    dir: String,
     interval_ms: Option<u64>,
     timeout_ms: Option<u64>,
     min_pause_ms: Option<u64>,
     retain: Option<usize>,
     tolerable_failures: Option<u32>,
+    /// With a store `dir`: the local staging directory (default
+    /// [`default_staging_base`]`/<scheme>/<bucket>/<prefix>`).
+    local_dir: Option<PathBuf>,
+    /// S3 client settings; each wins over its `AWS_*` environment variable.
+    endpoint: Option<String>,
+    region: Option<String>,
+    allow_http: Option<bool>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<Secret>,
+    secret_access_key_file: Option<PathBuf>,
+}
+
+/// Where the local staging directories of object-store checkpoints go when
+/// `checkpoint.local_dir` is not set: `lockgate-checkpoints` in the system's temporary
+/// directory (`$TMPDIR`, else `/tmp`). A new machine starts with it empty and restores
+/// from the store.
+pub fn default_staging_base() -> PathBuf {
+    std::env::temp_dir().join("lockgate-checkpoints")
 }
 
 impl CheckpointSection {
@@ -121,7 +142,105 @@ impl CheckpointSection {
             retain: self.retain.unwrap_or(d.retain),
             tolerable_failures: self.tolerable_failures.unwrap_or(d.tolerable_failures),
             dir: d.dir,
+            store: None,
         }
+    }
+
+    /// The local directory (resolved with `resolve`) and the store location, if `dir`
+    /// is a URL. Errors name the key.
+    fn location(
+        &self,
+        resolve: &dyn Fn(&Path) -> PathBuf,
+    ) -> Result<(PathBuf, Option<StoreLocation>), (String, String)> {
+        let key = |k: &str| format!("checkpoint.{k}");
+        let s3_keys = [
+            ("endpoint", self.endpoint.is_some()),
+            ("region", self.region.is_some()),
+            ("allow_http", self.allow_http.is_some()),
+            ("access_key_id", self.access_key_id.is_some()),
+            ("secret_access_key", self.secret_access_key.is_some()),
+            (
+                "secret_access_key_file",
+                self.secret_access_key_file.is_some(),
+            ),
+        ];
+        let location = CheckpointLocation::parse(&self.dir).map_err(|m| (key("dir"), m))?;
+        let store = match location {
+            CheckpointLocation::Local(p) => {
+                let only_store = s3_keys
+                    .iter()
+                    .find(|(_, set)| *set)
+                    .map(|(k, _)| *k)
+                    .or(self.local_dir.as_ref().map(|_| "local_dir"));
+                if let Some(k) = only_store {
+                    return Err((
+                        key(k),
+                        "applies only to an object-store checkpoint.dir (s3://bucket/prefix)"
+                            .into(),
+                    ));
+                }
+                return Ok((resolve(&p), None));
+            }
+            CheckpointLocation::Store(s) => s,
+        };
+        if !matches!(store.scheme(), "s3" | "s3a") {
+            if let Some((k, _)) = s3_keys.iter().find(|(_, set)| *set) {
+                return Err((
+                    key(k),
+                    format!(
+                        "is an S3 setting; a {}:// store takes its settings from its environment variables",
+                        store.scheme()
+                    ),
+                ));
+            }
+        }
+        let secret = match (&self.secret_access_key, &self.secret_access_key_file) {
+            (Some(_), Some(_)) => {
+                return Err((
+                    key("secret_access_key"),
+                    "set secret_access_key or secret_access_key_file, not both".into(),
+                ))
+            }
+            (Some(s), None) => Some(s.clone()),
+            (None, Some(f)) => Some(
+                read_secret_file(&resolve(f)).map_err(|m| (key("secret_access_key_file"), m))?,
+            ),
+            (None, None) => None,
+        };
+        if secret.is_some() != self.access_key_id.is_some() {
+            return Err((
+                key(if secret.is_some() {
+                    "access_key_id"
+                } else {
+                    "secret_access_key"
+                }),
+                "access_key_id and secret_access_key (or secret_access_key_file) go together"
+                    .into(),
+            ));
+        }
+        let mut store = store;
+        let options: [(&str, Option<String>); 5] = [
+            ("aws_endpoint", self.endpoint.clone()),
+            ("aws_region", self.region.clone()),
+            ("aws_allow_http", self.allow_http.map(|b| b.to_string())),
+            ("aws_access_key_id", self.access_key_id.clone()),
+            (
+                "aws_secret_access_key",
+                secret.map(|s| s.expose().to_string()),
+            ),
+        ];
+        for (k, v) in options {
+            if let Some(v) = v {
+                store = store.with_option(k, v);
+            }
+        }
+        // Builds the client once, so that a bad setting is a configuration error.
+        store.open().map_err(|m| (key("dir"), m))?;
+        let local = match &self.local_dir {
+            Some(p) => resolve(p),
+            None => store.staging_dir(&default_staging_base()),
+        };
+        Ok((local, Some(store)))
     }
 }
 
@@ -339,7 +458,11 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
     };
     Ok(JobDescription {
         name: file.job.name.clone(),
-        checkpoint_dir: base.join(&file.checkpoint.dir),
+        checkpoint_dir: file
+            .checkpoint
+            .location(&|p: &Path| base.join(p))
+            .map_err(|(k, m)| err(&k, m))?
+            .0,
         kafka,
         elasticsearch,
         file_sink: match &file.sink.file {
@@ -393,7 +516,12 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             ),
         ));
     }
-    let c = file.checkpoint.settings(resolve(&file.checkpoint.dir));
+    let (local, store) = file
+        .checkpoint
+        .location(&resolve)
+        .map_err(|(k, m)| err(&k, m))?;
+    let mut c = file.checkpoint.settings(local);
+    c.store = store;
     if c.retain < 2 {
         return Err(err(
             "checkpoint.retain",
@@ -696,6 +824,97 @@ dir = "out"
             Ok(_) => panic!("expected an error"),
             Err(e) => e,
         }
+    }
+
+    fn with_checkpoint(keys: &str) -> String {
+        GOOD.replace("dir = \"state\"\ninterval_ms = 200", keys)
+    }
+
+    #[test]
+    fn a_store_checkpoint_dir_keeps_a_local_staging_directory_and_client_settings() {
+        let g = parse(
+            &with_checkpoint(
+                "dir = \"s3://orders/jobs/a\"\nlocal_dir = \"staging\"\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\nregion = \"eu-west-1\"",
+            ),
+            Path::new("/jobs/job.toml"),
+        )
+        .unwrap();
+        assert_eq!(g.checkpoint.dir, PathBuf::from("/jobs/staging"));
+        let s = g.checkpoint.store.as_ref().unwrap();
+        assert_eq!(s.to_string(), "s3://orders/jobs/a");
+        assert_eq!(
+            s.option_keys().collect::<Vec<_>>(),
+            ["aws_endpoint", "aws_region", "aws_allow_http"]
+        );
+        // The default staging directory is per location, under the temporary directory.
+        let g = parse(
+            &with_checkpoint("dir = \"s3://orders/jobs/a\""),
+            Path::new("/jobs/job.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            g.checkpoint.dir,
+            default_staging_base().join("s3/orders/jobs/a")
+        );
+        // A member's line is one call, in both places.
+        let m = g.checkpoint.join("member-1-of-3");
+        assert_eq!(
+            m.store.unwrap().to_string(),
+            "s3://orders/jobs/a/member-1-of-3"
+        );
+        assert!(m.dir.ends_with("s3/orders/jobs/a/member-1-of-3"));
+    }
+
+    #[test]
+    fn store_settings_errors_name_the_key_and_the_file() {
+        for (keys, key, says) in [
+            ("dir = \"ftp://b/p\"", "checkpoint.dir", "not a supported checkpoint store"),
+            ("dir = \"s3:///p\"", "checkpoint.dir", "names no bucket"),
+            (
+                "dir = \"state\"\nendpoint = \"http://x\"",
+                "checkpoint.endpoint",
+                "only to an object-store",
+            ),
+            (
+                "dir = \"state\"\nlocal_dir = \"x\"",
+                "checkpoint.local_dir",
+                "only to an object-store",
+            ),
+            (
+                "dir = \"gs://b/p\"\nregion = \"x\"",
+                "checkpoint.region",
+                "is an S3 setting",
+            ),
+            (
+                "dir = \"s3://b/p\"\naccess_key_id = \"a\"\nsecret_access_key = \"s\"\nsecret_access_key_file = \"f\"",
+                "checkpoint.secret_access_key",
+                "not both",
+            ),
+            (
+                "dir = \"s3://b/p\"\naccess_key_id = \"a\"",
+                "checkpoint.secret_access_key",
+                "go together",
+            ),
+            (
+                "dir = \"s3://b/p\"\naccess_key_id = \"a\"\nsecret_access_key_file = \"/nonexistent/secret\"",
+                "checkpoint.secret_access_key_file",
+                "cannot read",
+            ),
+        ] {
+            let e = parse_err(&with_checkpoint(keys));
+            assert_eq!(e.key, key, "{keys}: {e}");
+            assert!(e.message.contains(says), "{keys}: {e}");
+            assert!(e.to_string().starts_with("/jobs/job.toml: "), "{e}");
+        }
+        // A secret never appears in the settings' debug output.
+        let g = parse(
+            &with_checkpoint(
+                "dir = \"s3://b/p\"\naccess_key_id = \"a\"\nsecret_access_key = \"hunter2\"",
+            ),
+            Path::new("/jobs/job.toml"),
+        )
+        .unwrap();
+        assert!(!format!("{:?}", g.checkpoint).contains("hunter2"));
     }
 
     #[test]

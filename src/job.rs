@@ -21,7 +21,14 @@ pub type KeyFn = Arc<dyn Fn(&Record) -> Result<Vec<u8>> + Send + Sync>;
 /// Checkpoint settings (the `[checkpoint]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointSettings {
+    /// The local snapshot directory. With [`CheckpointSettings::store`] set it is the
+    /// local staging directory: checkpoints are built and published here, then uploaded,
+    /// and a start downloads the checkpoint it restores into it.
     pub dir: PathBuf,
+    /// The object-store prefix that holds the checkpoints (`checkpoint.dir =
+    /// "s3://..."`); `None`: `dir` alone holds them. A checkpoint counts as complete
+    /// only once its `_metadata` is in the store.
+    pub store: Option<lockgate_state::store::StoreLocation>,
     /// 0 disables periodic checkpoints; the final checkpoint is always taken.
     pub interval_ms: u64,
     pub timeout_ms: u64,
@@ -36,11 +43,33 @@ impl CheckpointSettings {
     pub fn new(dir: impl Into<PathBuf>) -> CheckpointSettings {
         CheckpointSettings {
             dir: dir.into(),
+            store: None,
             interval_ms: 1000,
             timeout_ms: 60_000,
             min_pause_ms: 0,
             retain: 3,
             tolerable_failures: 0,
+        }
+    }
+}
+
+impl CheckpointSettings {
+    /// The same settings one path segment further down, in the local directory and in
+    /// the store alike (a member's own checkpoint line: `member-I-of-N`). `segment`
+    /// must be one plain path component.
+    pub fn join(&self, segment: &str) -> CheckpointSettings {
+        CheckpointSettings {
+            dir: self.dir.join(segment),
+            store: self.store.as_ref().map(|s| s.join(segment)),
+            ..self.clone()
+        }
+    }
+
+    /// Where the checkpoints live: the store when there is one, else the directory.
+    pub fn location(&self) -> lockgate_state::store::CheckpointLocation {
+        match &self.store {
+            Some(s) => lockgate_state::store::CheckpointLocation::Store(s.clone()),
+            None => lockgate_state::store::CheckpointLocation::Local(self.dir.clone()),
         }
     }
 }

@@ -40,7 +40,7 @@ enum Command {
         /// The TOML job file.
         #[arg(long)]
         config: PathBuf,
-        /// Restore from this chk-N directory (or the newest valid checkpoint of a checkpoint directory).
+        /// Restore from this chk-N directory (or the newest valid checkpoint of a checkpoint directory); also a store URL (s3://bucket/prefix/chk-N, or s3://bucket/prefix for its newest).
         #[arg(long)]
         restore: Option<PathBuf>,
         /// Accept a checkpoint of another job graph, restoring the state that matches.
@@ -163,9 +163,11 @@ enum TestkitCommand {
 
 #[derive(Debug, Subcommand)]
 enum CheckpointsCommand {
-    /// One line per checkpoint of a checkpoint directory, newest last.
+    /// One line per checkpoint of a checkpoint directory or object-store prefix, newest last.
     List {
-        /// The job's checkpoint directory (`checkpoint.dir`).
+        /// The job's checkpoint directory (`checkpoint.dir`), or its store URL
+        /// (`s3://bucket/prefix`; endpoint and credentials from the store's environment
+        /// variables).
         dir: PathBuf,
     },
     /// Id, time, job, positions, files, and whether every CRC verifies.

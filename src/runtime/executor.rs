@@ -16,7 +16,8 @@ use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
 use crate::operators::OperatorContext;
 use crate::telemetry::status::{CheckpointStatus, JobState};
 use crate::telemetry::Telemetry;
-use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir};
+use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir, Startup};
+use lockgate_state::store::{CheckpointLocation, CheckpointStore};
 use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -30,7 +31,8 @@ use tracing::{error, info, warn};
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// Restore from this `chk-N` directory (or the newest valid checkpoint of this
-    /// checkpoint directory) instead of the job's own checkpoint directory.
+    /// checkpoint directory) instead of the job's own checkpoint directory; a store URL
+    /// (`s3://bucket/prefix[/chk-N]`) is downloaded into the local directory first.
     pub restore: Option<PathBuf>,
     /// Accept a checkpoint of a different job graph, restoring what matches by uid.
     pub allow_non_restored_state: bool,
@@ -80,23 +82,46 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
 
 async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
     let root = job.checkpoint.dir.clone();
-    let (dir, startup) = tokio::task::block_in_place(|| SnapshotDir::open(&root))?;
+    let store = match &job.checkpoint.store {
+        Some(loc) => Some(Arc::new(CheckpointStore::new(loc)?)),
+        None => None,
+    };
+    let (dir, startup) = match &store {
+        None => tokio::task::block_in_place(|| SnapshotDir::open(&root))?,
+        // The local directory is only the staging layer: the store decides what is
+        // restored, and ids continue after every id of either.
+        Some(s) => {
+            let (dir, local_next) =
+                tokio::task::block_in_place(|| SnapshotDir::open_staging(&root))?;
+            let found = s.start(&root).await?;
+            let startup = Startup {
+                restored: found.restored,
+                skipped: found
+                    .skipped
+                    .into_iter()
+                    .map(|(url, why)| (PathBuf::from(url), why))
+                    .collect(),
+                next_id: found.next_id.max(local_next),
+            };
+            (dir, startup)
+        }
+    };
     let dir = Arc::new(dir);
     let mut summary = RunSummary::default();
     for (path, why) in &startup.skipped {
         warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify; falling back to an older one");
     }
     summary.skipped = startup.skipped.clone();
-    let explicit = match &opts.restore {
+    let (explicit, explicit_own) = match &opts.restore {
         Some(p) => {
-            let (r, skipped) = resolve_restore_path(p).map_err(JobError::Restore)?;
+            let (r, skipped, own) = resolve_explicit(p, job, &root).await?;
             for (path, why) in &skipped {
                 warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify");
             }
             summary.skipped.extend(skipped);
-            Some(r)
+            (Some(r), own)
         }
-        None => None,
+        None => (None, None),
     };
     // The rules are plain functions (checkpoint::start); this is the I/O around them.
     let own_root = root.canonicalize().ok();
@@ -108,7 +133,8 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             .map(|(p, why)| (p.display().to_string(), why.clone()))
             .collect(),
         explicit: explicit.as_ref().map(|r| {
-            let own = r.path.parent().and_then(|p| p.canonicalize().ok()) == own_root;
+            let own = explicit_own
+                .unwrap_or_else(|| r.path.parent().and_then(|p| p.canonicalize().ok()) == own_root);
             (r.metadata.id, own)
         }),
         next_id_on_disk: startup.next_id,
@@ -130,11 +156,18 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
     };
     if let Some(r) = &restored {
         check_compatible(job, &r.metadata, opts.allow_non_restored_state)?;
-        let abandoned = tokio::task::block_in_place(|| match abandon {
-            Abandon::Nothing => Ok(Vec::new()),
-            Abandon::NewerThan(id) => dir.abandon_newer(Some(id)),
-            Abandon::All => dir.abandon_newer(None),
-        })?;
+        let newer_than = match abandon {
+            Abandon::Nothing => None,
+            Abandon::NewerThan(id) => Some(Some(id)),
+            Abandon::All => Some(None),
+        };
+        let mut abandoned = Vec::new();
+        if let Some(k) = newer_than {
+            abandoned = tokio::task::block_in_place(|| dir.abandon_newer(k))?;
+            if let Some(s) = &store {
+                abandoned.extend(s.abandon_newer(k).await?.iter().map(|n| s.url_of(n)));
+            }
+        }
         for name in abandoned {
             warn!(checkpoint = %name, restored = %r.path.display(), "newer checkpoint abandoned: the job continues from an older one");
         }
@@ -160,6 +193,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         let result = run_attempt(
             job,
             &dir,
+            store.as_ref(),
             restored.as_ref(),
             &mut next_id,
             &mut stop,
@@ -211,6 +245,81 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             }
         }
     }
+}
+
+/// Resolves `--restore`: a local `chk-N` or checkpoint directory, or a store URL
+/// (`s3://bucket/prefix/chk-N`, or `s3://bucket/prefix` for its newest checkpoint that
+/// verifies), downloaded into `<root>/.restore/`. Returns the checkpoint, the ones
+/// skipped, and for a store URL whether it is the job's own store prefix (for a local
+/// path the caller compares directories).
+async fn resolve_explicit(
+    p: &std::path::Path,
+    job: &JobGraph,
+    root: &std::path::Path,
+) -> Result<(Restored, Vec<(PathBuf, String)>, Option<bool>)> {
+    let text = p.to_string_lossy();
+    let location = match CheckpointLocation::parse(&text) {
+        Ok(CheckpointLocation::Store(s)) => s,
+        Ok(CheckpointLocation::Local(_)) => {
+            let (r, skipped) = resolve_restore_path(p).map_err(JobError::Restore)?;
+            return Ok((r, skipped, None));
+        }
+        Err(e) => return Err(JobError::Restore(format!("--restore {text}: {e}"))),
+    };
+    // The job's own store settings (endpoint, credentials) apply to its own bucket.
+    let own = job.checkpoint.store.as_ref();
+    let location = match own {
+        Some(o) if o.scheme() == location.scheme() && o.bucket() == location.bucket() => {
+            location.with_options_of(o)
+        }
+        _ => location,
+    };
+    let into = root.join(".restore");
+    let fresh = into.clone();
+    tokio::task::block_in_place(|| -> std::io::Result<()> {
+        if fresh.exists() {
+            std::fs::remove_dir_all(&fresh)?;
+        }
+        std::fs::create_dir_all(&fresh)
+    })
+    .map_err(lockgate_state::StateError::io("create", &into))?;
+    let named = location
+        .last_segment()
+        .and_then(lockgate_state::snapshot_dir::parse_name)
+        .filter(|(_, kind)| *kind == lockgate_state::snapshot_dir::NameKind::Checkpoint);
+    let (prefix, restored, skipped) = match named {
+        Some(_) => {
+            let name = location.last_segment().unwrap_or_default().to_string();
+            let parent = location.parent();
+            let s = CheckpointStore::new(&parent)?;
+            let r = s
+                .download(&name, &into)
+                .await?
+                .map_err(|why| JobError::Restore(format!("--restore {text}: {why}")))?;
+            (parent, r, Vec::new())
+        }
+        None => {
+            let s = CheckpointStore::new(&location)?;
+            let found = s.newest(&into).await?;
+            let skipped: Vec<(PathBuf, String)> = found
+                .skipped
+                .into_iter()
+                .map(|(u, why)| (PathBuf::from(u), why))
+                .collect();
+            let r = found.restored.ok_or_else(|| {
+                JobError::Restore(format!(
+                    "--restore {text}: no checkpoint there verifies{}",
+                    skipped
+                        .iter()
+                        .map(|(p, why)| format!("; {}: {why}", p.display()))
+                        .collect::<String>()
+                ))
+            })?;
+            (location, r, skipped)
+        }
+    };
+    let is_own = own.is_some_and(|o| o.to_string() == prefix.to_string());
+    Ok((restored, skipped, Some(is_own)))
 }
 
 /// Refuses a checkpoint of another job unless non-restored state is allowed
@@ -296,9 +405,11 @@ async fn stop_requested(stop: &mut Option<watch::Receiver<bool>>) {
 }
 
 /// Runs one attempt of the job, from `restored`.
+#[allow(clippy::too_many_arguments)]
 async fn run_attempt(
     job: &JobGraph,
     dir: &Arc<SnapshotDir>,
+    store: Option<&Arc<CheckpointStore>>,
     restored: Option<&Restored>,
     next_id: &mut CheckpointId,
     stop: &mut Option<watch::Receiver<bool>>,
@@ -588,15 +699,37 @@ async fn run_attempt(
                                 .await
                             }
                         };
+                        // With a store, the checkpoint is complete once its `_metadata`
+                        // is there; a failed upload is a failed publish, and the local
+                        // copy is abandoned so that it is never restored.
+                        let published = match (published, store) {
+                            (Ok(path), Some(s)) => {
+                                let uploaded = s.publish(&path).await;
+                                match uploaded {
+                                    Ok(up) => {
+                                        info!(checkpoint = %id, objects = up.objects, bytes = up.bytes, reused = up.reused, "checkpoint uploaded to the store");
+                                        Ok(s.url_of(&lockgate_state::snapshot_dir::chk_name(id)))
+                                    }
+                                    Err(e) => {
+                                        if let Err(a) = tokio::task::block_in_place(|| dir.abandon(id)) {
+                                            warn!(checkpoint = %id, error = %a, "cannot abandon the local copy of a checkpoint whose upload failed");
+                                        }
+                                        Err(e)
+                                    }
+                                }
+                            }
+                            (Ok(path), None) => Ok(path.display().to_string()),
+                            (Err(e), _) => Err(e),
+                        };
                         match published {
                             Ok(path) => {
                                 coord.on_published(id, now_ms(start));
                                 let took = since_trigger(&triggered_at, id);
-                                telemetry.checkpoint_completed(id.0, took, size_bytes, &path.display().to_string());
+                                telemetry.checkpoint_completed(id.0, took, size_bytes, &path);
                                 summary.checkpoints += 1;
                                 summary.last_checkpoint = Some(id);
                                 summary.checkpoint_durations_ms.push(took);
-                                info!(checkpoint = %id, path = %path.display(), duration_ms = took, is_final, "checkpoint completed");
+                                info!(checkpoint = %id, path = %path, duration_ms = took, is_final, "checkpoint completed");
                                 crate::fault::after_publish();
                                 crate::fault::checkpoint_completed();
                                 send_all(Control::Complete { id, is_final });
@@ -612,13 +745,26 @@ async fn run_attempt(
                                 aborted = later;
                                 let d = dir.clone();
                                 let retain = job.checkpoint.retain;
-                                retention = Some(tokio::task::spawn_blocking(move || {
-                                    if let Err(e) = d.apply_retention(retain) {
-                                        warn!(error = %e, "retention failed; older checkpoints stay");
-                                    }
-                                    for a in done {
-                                        if let Err(e) = d.discard(a) {
-                                            warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                let st = store.cloned();
+                                retention = Some(tokio::spawn(async move {
+                                    let _ = tokio::task::spawn_blocking(move || {
+                                        if let Err(e) = d.apply_retention(retain) {
+                                            warn!(error = %e, "retention failed; older checkpoints stay");
+                                        }
+                                        for a in done {
+                                            if let Err(e) = d.discard(a) {
+                                                warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
+                                            }
+                                        }
+                                    })
+                                    .await;
+                                    if let Some(s) = st {
+                                        match s.apply_retention(retain).await {
+                                            Ok(r) if !r.deleted.is_empty() || r.collected > 0 => {
+                                                tracing::debug!(deleted = ?r.deleted, collected = r.collected, "store retention");
+                                            }
+                                            Ok(_) => {}
+                                            Err(e) => warn!(error = %e, "store retention failed; older checkpoints stay"),
                                         }
                                     }
                                 }));

@@ -125,6 +125,13 @@ impl StoreLocation {
         self
     }
 
+    /// This location with the client settings of `other` (the same bucket reached
+    /// with the same endpoint and credentials).
+    pub fn with_options_of(mut self, other: &StoreLocation) -> StoreLocation {
+        self.options = other.options.clone();
+        self
+    }
+
     /// The client settings' keys (values are not exposed: they may be secrets).
     pub fn option_keys(&self) -> impl Iterator<Item = &str> {
         self.options.iter().map(|(k, _)| k.as_str())

@@ -259,9 +259,19 @@ impl CheckpointStore {
     /// does not verify is named in `skipped` and remembered as corrupt (retention does
     /// not count it as sound); a failure of the store or of the local disk is an error.
     pub async fn start(&self, local_root: &Path) -> Result<StoreStartup> {
+        self.choose(local_root, true).await
+    }
+
+    /// Downloads the newest checkpoint of the store that verifies into `local_root`
+    /// (for `--restore` of a store prefix), changing nothing in the store.
+    pub async fn newest(&self, local_root: &Path) -> Result<StoreStartup> {
+        self.choose(local_root, false).await
+    }
+
+    async fn choose(&self, local_root: &Path, remove_unfinished: bool) -> Result<StoreStartup> {
         let listing = self.scan().await?;
         let plan = restore::restore_plan(&listing.entries);
-        for name in &plan.remove {
+        for name in plan.remove.iter().filter(|_| remove_unfinished) {
             for key in listing.entry_objects.get(name).into_iter().flatten() {
                 self.delete(key).await?;
             }
