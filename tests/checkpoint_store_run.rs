@@ -182,6 +182,19 @@ fn checkpoints_list_and_restore_accept_a_store_url() {
     // The final checkpoint is listed as final.
     assert!(complete.last().unwrap().contains("true"), "{listed}");
 
+    let out = Command::new(bin())
+        .args(["checkpoints", "inspect", &format!("{url}/{newest}")])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    let inspected = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{inspected}");
+    assert!(
+        inspected.contains(&format!("checkpoint:  {url}/{newest}")),
+        "{inspected}"
+    );
+    assert!(inspected.contains("status:      verified"), "{inspected}");
+
     // Another job (its own, empty store prefix and staging directory) restores the
     // newest checkpoint by URL: the bounded job is at its end, so it finishes at once
     // and writes nothing again.

@@ -136,16 +136,69 @@ fn list_store(location: &StoreLocation) -> i32 {
 /// Prints a checkpoint's id, time, job, positions and files, verifying every CRC.
 /// Exits 1 when anything fails verification, naming the file.
 pub fn inspect(chk: &Path) -> i32 {
+    match CheckpointLocation::parse(&chk.to_string_lossy()) {
+        Ok(CheckpointLocation::Store(s)) => inspect_store(&s),
+        Ok(CheckpointLocation::Local(_)) => inspect_dir(chk, &chk.display().to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// [`inspect`] of `s3://bucket/prefix/chk-N`: downloads it into a temporary directory
+/// (as a restore would) and inspects that copy.
+fn inspect_store(location: &StoreLocation) -> i32 {
+    let url = location.to_string();
+    let Some(name) = location
+        .last_segment()
+        .filter(|n| {
+            snapshot_dir::parse_name(n)
+                .is_some_and(|(_, k)| k == snapshot_dir::NameKind::Checkpoint)
+        })
+        .map(str::to_string)
+    else {
+        eprintln!(
+            "error: {url} names no checkpoint (write .../chk-N; `checkpoints list` shows them)"
+        );
+        return EXIT_USAGE;
+    };
+    let store = match CheckpointStore::new(&location.parent()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let tmp = std::env::temp_dir().join(format!("lockgate-inspect-{}", std::process::id()));
+    let downloaded = super::runtime().block_on(store.download(&name, &tmp));
+    let code = match downloaded {
+        Ok(Ok(r)) => inspect_dir(&r.path, &url),
+        Ok(Err(why)) => {
+            println!("checkpoint:  {url}");
+            println!("status:      CORRUPT: {why}");
+            EXIT_FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
+    code
+}
+
+fn inspect_dir(chk: &Path, shown: &str) -> i32 {
     let meta = match CheckpointMetadata::read(chk) {
         Ok(m) => m,
         Err(e) => {
-            println!("checkpoint:  {}", chk.display());
+            println!("checkpoint:  {shown}");
             println!("status:      CORRUPT: {e}");
             return EXIT_FAILURE;
         }
     };
     let problems = verify_files(chk, &meta);
-    println!("checkpoint:  {}", chk.display());
+    println!("checkpoint:  {shown}");
     println!("id:          {}", meta.id);
     println!("created:     {}", time(meta.created_ms));
     println!(

@@ -172,7 +172,7 @@ enum CheckpointsCommand {
     },
     /// Id, time, job, positions, files, and whether every CRC verifies.
     Inspect {
-        /// A `chk-N` directory.
+        /// A `chk-N` directory, or a checkpoint in a store (`s3://bucket/prefix/chk-N`).
         chk: PathBuf,
     },
 }

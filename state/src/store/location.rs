@@ -194,7 +194,11 @@ impl StoreLocation {
     pub fn open(&self) -> Result<(Arc<dyn ObjectStore>, StorePath), String> {
         let text = self.url_text();
         let url = url::Url::parse(&text).map_err(|e| format!("{self}: {e}"))?;
-        let (scheme, _) = ObjectStoreScheme::parse(&url).map_err(|e| format!("{self}: {e}"))?;
+        // The path inside the store as the client sees it: for `https://` URLs of a
+        // cloud (`https://s3.REGION.amazonaws.com/BUCKET/prefix`) the bucket is part of
+        // the URL path, not of the prefix.
+        let (scheme, prefix) =
+            ObjectStoreScheme::parse(&url).map_err(|e| format!("{self}: {e}"))?;
         let err = |e: object_store::Error| format!("{self}: {e}");
         let store: Arc<dyn ObjectStore> = match scheme {
             ObjectStoreScheme::AmazonS3 => {
@@ -230,12 +234,7 @@ impl StoreLocation {
             }
             other => return Err(format!("{self}: {other:?} is not a checkpoint store")),
         };
-        Ok((store, self.store_prefix()))
-    }
-
-    /// The prefix as a path inside the store (for an HTTP store, the whole URL path).
-    pub fn store_prefix(&self) -> StorePath {
-        StorePath::from_iter(self.prefix.iter().map(String::as_str))
+        Ok((store, prefix))
     }
 
     fn url_text(&self) -> String {
@@ -300,7 +299,17 @@ mod tests {
         );
         let s = StoreLocation::parse("s3://b").unwrap();
         assert!(s.prefix().is_empty());
-        assert_eq!(s.store_prefix().as_ref(), "");
+        assert_eq!(s.open().unwrap().1.as_ref(), "");
+    }
+
+    #[test]
+    fn the_prefix_inside_the_store_leaves_out_a_bucket_named_in_the_url_path() {
+        let s = StoreLocation::parse("s3://b/jobs/a").unwrap();
+        assert_eq!(s.open().unwrap().1.as_ref(), "jobs/a");
+        let s = StoreLocation::parse("https://s3.eu-west-1.amazonaws.com/b/jobs/a")
+            .unwrap()
+            .with_option("aws_region", "eu-west-1");
+        assert_eq!(s.open().unwrap().1.as_ref(), "jobs/a");
     }
 
     #[test]
