@@ -488,3 +488,57 @@ fn abandoning_newer_checkpoints_in_the_store_keeps_them_out_of_later_starts() {
         "{keys:?}"
     );
 }
+
+#[test]
+fn a_state_file_larger_than_one_request_is_uploaded_in_parts_and_restored_whole() {
+    let mut line = Line::new(Kind::Store);
+    let o = line.open();
+    // 23 MiB of incompressible bytes: more than one buffered request, so the upload
+    // goes through a multipart upload.
+    let pending = o.dir.begin(CheckpointId(1)).unwrap();
+    std::fs::create_dir(pending.join("sum-0")).unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let big: Vec<u8> = (0..23 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(pending.join("sum-0/000042.sst"), &big).unwrap();
+    let meta = CheckpointMetadata {
+        id: CheckpointId(1),
+        job_name: "orders".into(),
+        fingerprint: 7,
+        created_ms: 1,
+        parallelism: 1,
+        max_parallelism: 128,
+        is_final: false,
+        subtasks: vec![SubtaskSnapshot {
+            operator: "sum".into(),
+            subtask: 0,
+            key_groups: Some(GROUPS),
+            state_dir: Some("sum-0".into()),
+            files: vec![lockgate::state::FileEntry {
+                name: "000042.sst".into(),
+                size: big.len() as u64,
+                crc32: crc32fast::hash(&big),
+            }],
+            inline_state: Vec::new(),
+        }],
+        positions: Vec::new(),
+    };
+    let path = o.dir.publish(&meta).unwrap();
+    let store = o.store.clone().unwrap();
+    let up = line.rt.block_on(store.publish(&path)).unwrap();
+    assert_eq!(up.objects, 2);
+    drop(o);
+    line.new_pod(1);
+    let o = line.open();
+    let (_, restored, _) = o.restored.as_ref().unwrap();
+    assert_eq!(
+        std::fs::read(restored.join("sum-0/000042.sst")).unwrap(),
+        big
+    );
+}
