@@ -107,6 +107,10 @@ enum Command {
         /// List the failpoints and exit.
         #[arg(long)]
         list_failpoints: bool,
+        /// Run the job as N members (`lockgate run --member I --members N`), each killed
+        /// --kills times on its own seeded schedule; verified together at the end.
+        #[arg(long, default_value_t = 1)]
+        members: u16,
     },
     /// Embedded Kafka and Elasticsearch test servers for tests, demos and examples.
     #[command(subcommand)]
@@ -280,13 +284,14 @@ pub fn main() -> i32 {
             es_faults,
             kill_after_ms,
             list_failpoints,
+            members,
         } => {
             if list_failpoints {
                 chaos::list_failpoints()
             } else {
                 chaos::chaos(
                     config.expect("required by clap"),
-                    kills,
+                    (kills, members),
                     seed,
                     (failpoints, failpoint_runs),
                     report,
