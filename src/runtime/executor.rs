@@ -138,6 +138,7 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
 async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
     job.check_members()
         .map_err(|(key, e)| JobError::Other(format!("job {}: {key}: {e}", job.name)))?;
+    telemetry.member(job.member);
     let base = job.checkpoint.dir.clone();
     // The member's line, and whether this start is a rescale: a plain decision over
     // every line of the checkpoint directory (member::line_plan).
