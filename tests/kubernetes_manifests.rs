@@ -167,7 +167,11 @@ fn the_statefulset_runs_one_member_per_pod_with_probes_and_time_for_a_final_chec
         &format!("\"{}", rooted(&secrets_dir).display()),
     );
     std::fs::write(&job_path, &pod_text).unwrap();
-    for name in ["KAFKA_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+    for name in [
+        "KAFKA_PASSWORD",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ] {
         assert!(env.contains_key(name), "{name} is in the pod's environment");
     }
     for var in pod_text.split("${").skip(1) {

@@ -189,6 +189,21 @@ fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly
     }
     let shares = assert_final_shares(&config, 3);
     assert!(shares.iter().all(|s| !s.is_empty()), "{shares:?}");
+    // `checkpoints list` of the shared directory names every member's line.
+    let out = Command::new(bin())
+        .args(["checkpoints", "list"])
+        .arg(config.with_file_name("checkpoints"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for i in 0..3 {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("member-{i}-of-3 ")))
+            .unwrap_or_else(|| panic!("member-{i}-of-3 listed:\n{text}"));
+        assert!(row.trim_end().ends_with("true"), "final: {row}");
+    }
 
     // 3 -> 2 while orders keep arriving: records produced while no member runs are
     // read by the new members, from the positions of the old ones.

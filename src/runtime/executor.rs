@@ -171,7 +171,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             })
         }
         (None, LinePlan::Rescale { from, newest }) => {
-            let set = tokio::task::block_in_place(|| rescale_set(job, &base, from, *newest))?;
+            let set = tokio::task::block_in_place(|| rescale_set(job, &base, from))?;
             info!(job = %job.name, member = %job.member, from = from.len(), newest = %newest, "rescaling: taking this member's share of every old member's final checkpoint");
             Some(set)
         }
@@ -300,12 +300,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
 
 /// Reads the final checkpoints of the old members `from` for a rescale: each must
 /// verify and be final, and all must come from one job graph.
-fn rescale_set(
-    job: &JobGraph,
-    base: &std::path::Path,
-    from: &[Member],
-    newest: CheckpointId,
-) -> Result<RestoreSet> {
+fn rescale_set(job: &JobGraph, base: &std::path::Path, from: &[Member]) -> Result<RestoreSet> {
     let mut parts: Vec<Restored> = Vec::new();
     for m in from {
         let dir = lines::line_dir(base, *m);
@@ -334,7 +329,6 @@ fn rescale_set(
         }
         parts.push(r);
     }
-    debug_assert!(parts.iter().any(|r| r.metadata.id == newest));
     Ok(RestoreSet {
         parts,
         keep: member_share(job, true),
