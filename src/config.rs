@@ -91,6 +91,10 @@ struct JobSection {
     parallelism: u16,
     #[serde(default = "default_max_parallelism")]
     max_parallelism: u16,
+    /// The source's topics are partitioned by the key of the `key_by`: keyed state is
+    /// kept per source partition, so that the job can run as several members.
+    #[serde(default)]
+    co_partitioned: bool,
 }
 
 fn one() -> u16 {
@@ -536,6 +540,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
     let mut b = Job::builder(&j.name)
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
+        .co_partitioned(j.co_partitioned)
         .restart(restart)
         .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
         .checkpointing(c);
@@ -557,7 +562,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             let cfg = s
                 .config(j.max_parallelism)
                 .map_err(|(k, m)| err(&format!("source.sequence.{k}"), m))?;
-            b.source("sequence", move |_| {
+            b.source(crate::connectors::sequence::KIND, move |_| {
                 Box::new(SequenceSource::new(cfg.clone()))
             })
         }

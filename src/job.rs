@@ -229,9 +229,56 @@ pub struct JobGraph {
     /// Where `lockgate run` serves the job's metrics, health probes, REST API and
     /// status page (`[metrics] listen`); `None`: nowhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The source's partitions hold every record of a key (`[job] co_partitioned`):
+    /// keyed state is then kept per source partition, so that it moves with its
+    /// partition when the members of the job change.
+    pub co_partitioned: bool,
+    /// Which member of the job this process is (`lockgate run --member I --members N`):
+    /// it reads its share of the source's partitions and keeps its own checkpoint line.
+    pub member: crate::member::Member,
 }
 
 impl JobGraph {
+    /// Whether the graph holds keyed state (an operator after a `key_by`).
+    pub fn has_keyed_state(&self) -> bool {
+        self.stages
+            .iter()
+            .any(|s| matches!(s, Stage::Operator { uid: Some(_), .. }))
+    }
+
+    /// Refuses to run as several members what would not stay exactly-once: keyed
+    /// state unless the source is co-partitioned (records of one key could reach two
+    /// members), and the file sink (whose part files are named per subtask of one
+    /// process). The error names the job-file key it concerns.
+    pub fn check_members(&self) -> std::result::Result<(), (&'static str, String)> {
+        self.member
+            .check_fits(self.parallelism)
+            .map_err(|e| ("job.parallelism", e))?;
+        if self.member.count == 1 {
+            return Ok(());
+        }
+        if self.has_keyed_state() && !self.co_partitioned {
+            return Err((
+                "job.co_partitioned",
+                format!(
+                    "{} has keyed state, which is correct across {} members only when every record of a key is in one source partition: set co_partitioned = true if the topics are partitioned by the key of the key_by",
+                    self.describe(),
+                    self.member.count
+                ),
+            ));
+        }
+        if self.sink.0 == "file" {
+            return Err((
+                "sink.file",
+                format!(
+                    "the file sink runs as one process; {} members need the Elasticsearch sink",
+                    self.member.count
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// A fingerprint of the graph's shape: kinds and uids of its steps, not its
     /// parallelism (a checkpoint restores at another parallelism). Stable across
     /// releases: FNV-1a over a textual description.
@@ -255,6 +302,7 @@ impl JobGraph {
                 Stage::Operator {
                     kind, uid: None, ..
                 } => kind.clone(),
+                Stage::KeyBy(_) if self.co_partitioned => "key_by(co_partitioned)".into(),
                 Stage::KeyBy(_) => "key_by".into(),
             });
         }
@@ -279,6 +327,8 @@ impl Job {
             stages: Vec::new(),
             sink: None,
             metrics_listen: None,
+            co_partitioned: false,
+            member: crate::member::Member::SOLO,
             state: Default::default(),
         }
     }
@@ -296,6 +346,8 @@ pub struct JobBuilder {
     sink: Option<(String, SinkFactory)>,
     metrics_listen: Option<std::net::SocketAddr>,
     state: lockgate_state::BackendOptions,
+    co_partitioned: bool,
+    member: crate::member::Member,
 }
 
 impl JobBuilder {
@@ -315,6 +367,21 @@ impl JobBuilder {
     /// runs under `lockgate run` (see [`crate::telemetry`]).
     pub fn metrics_listen(mut self, addr: std::net::SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Declares that the source's partitions hold every record of a key (its topics are
+    /// partitioned by the key of the `key_by`): keyed state is kept per source
+    /// partition, which lets the job run as several members and change their number.
+    /// Part of the graph's fingerprint.
+    pub fn co_partitioned(mut self, yes: bool) -> Self {
+        self.co_partitioned = yes;
+        self
+    }
+
+    /// Runs the job as `member` of several (default: [`crate::member::Member::SOLO`]).
+    pub fn member(mut self, member: crate::member::Member) -> Self {
+        self.member = member;
         self
     }
 
@@ -496,6 +563,8 @@ impl JobBuilder {
             sink,
             metrics_listen: self.metrics_listen,
             state: self.state,
+            co_partitioned: self.co_partitioned,
+            member: self.member,
         })
     }
 }

@@ -43,6 +43,8 @@
 //! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
 //! | dead letters | [`connectors::dead_letter`] |
+//! | members: which partitions a member reads, its checkpoint line, rescale rules | [`member`] (pure) |
+//! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
 //! | failpoints | [`fault`] |
 //! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |
 //! | the command line, the chaos harness, the test servers | `cli`, `chaos`, `testkit` (feature `harness`, on by default) |
@@ -58,6 +60,7 @@ pub mod error;
 pub mod fault;
 pub mod interpolate;
 pub mod job;
+pub mod member;
 pub mod operators;
 pub mod record;
 pub mod runtime;

@@ -151,6 +151,71 @@ fn thirty_sigkills_over_200k_records_with_coordinates_ids() {
     thirty_kills(COORDINATES);
 }
 
+#[test]
+fn three_members_killed_independently_are_exactly_once_together() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 8)]);
+    produce_orders(&kafka.bootstrap, "orders", 60_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), UPSERT_BY_USER);
+    // Orders are keyed by user, so partitioned by the rolling sum's key.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "parallelism = 2\n",
+        "parallelism = 1\nco_partitioned = true\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--members",
+            "3",
+            "--kills",
+            "4",
+            "--seed",
+            "7",
+            // Each member owns at least 2 partitions (7,500 records each at least, over
+            // 7 batches): 4 runs of at most 900 ms, throttled to a batch per 300 ms,
+            // cannot finish a member before its 4th kill.
+            "--failpoints",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "4",
+            "--kill-after-ms",
+            "300..900",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["kills"], 12, "{out}");
+    assert_eq!(r["job_failures"], 0, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 60_000);
+    let runs = r["runs"].as_array().unwrap();
+    for m in 0..3u64 {
+        let mine: Vec<&Value> = runs.iter().filter(|x| x["member"] == m).collect();
+        assert_eq!(
+            mine.len(),
+            5,
+            "member {m}: 4 kills and a finishing run: {out}"
+        );
+        assert_eq!(mine[4]["ended"], "finished", "{out}");
+        // Every member resumed from its own line after a kill that followed one.
+        for (i, run) in mine.iter().enumerate().skip(1) {
+            if mine[i - 1]["newest_after"].is_string() {
+                assert_eq!(
+                    run["restored"]["checkpoint"],
+                    mine[i - 1]["newest_after"],
+                    "{out}"
+                );
+            }
+        }
+    }
+    let lines: Vec<String> = std::fs::read_dir(tmp.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("member-"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+}
+
 /// Sink settings under which only the checkpoint's flush writes: no size or interval
 /// trigger, so that a sink acknowledging before its flush completed, or `_metadata`
 /// published before the sink flushed, loses documents every time.

@@ -233,6 +233,7 @@ fn restore_db(work: &Path, o: &Opened) -> KeyedStateBackend {
         .map(|s| StateRestore {
             checkpoint_dir: path.clone(),
             snapshot: s.clone(),
+            keep: None,
         })
         .collect();
     KeyedStateBackend::open(work, GROUPS, &restore).unwrap()

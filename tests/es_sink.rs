@@ -21,6 +21,7 @@ fn info() -> SubtaskInfo {
         parallelism: 1,
         max_parallelism: 128,
         telemetry: Default::default(),
+        member: lockgate::member::Member::SOLO,
     }
 }
 
@@ -461,6 +462,7 @@ async fn sink_reporting(
     );
     let info = SubtaskInfo {
         telemetry: telemetry.clone(),
+        member: lockgate::member::Member::SOLO,
         ..info()
     };
     s.open(&info, &SinkRestore::default()).await.unwrap();

@@ -732,6 +732,7 @@ mod metrics {
             parallelism: 1,
             max_parallelism: 128,
             telemetry: telemetry.clone(),
+            member: lockgate::member::Member::SOLO,
         }
     }
 

@@ -169,3 +169,91 @@ pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
         "spawner_rss_mib": mib(spawner as f64),
     })
 }
+
+/// Runs `count` members of `config` (`lockgate run --member I --members N`) at once and
+/// waits for all; returns the seconds from the first spawn to the last exit.
+fn run_members(config: &Path, count: u16) -> f64 {
+    let start = std::time::Instant::now();
+    let children: Vec<(std::process::Child, PathBuf)> = (0..count)
+        .map(|i| {
+            let log = config.with_extension(format!("member-{i}.log"));
+            let mut cmd = std::process::Command::new(super::bin());
+            cmd.args(["run", "--config"]).arg(config);
+            if count > 1 {
+                cmd.args(["--member", &i.to_string(), "--members", &count.to_string()]);
+            }
+            let child = cmd
+                .env("LOCKGATE_LOG", "info")
+                .env_remove("LOCKGATE_FAILPOINTS")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("spawn lockgate run");
+            (child, log)
+        })
+        .collect();
+    for (child, log) in children {
+        let (status, _) = super::wait4(child);
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("{} ended with status {status}:\n{text}", log.display());
+        }
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// Throughput of the orders job run as each of `counts` members (parallelism 1 per
+/// member, `co_partitioned`, 1 s checkpoints), from the first member's spawn to the last
+/// one's exit; member counts alternate within each round, median of `rounds`; every
+/// run's index is verified exactly. All members share this machine's cores.
+pub fn members_throughput(
+    orders: u64,
+    partitions: i32,
+    rounds: usize,
+    counts: &[u16],
+) -> serde_json::Value {
+    let kafka = Server::kafka("orders", partitions, orders);
+    let es = Server::elasticsearch();
+    let work = tempfile::tempdir().expect("tempdir");
+    let expected = expected_totals(orders);
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
+    let mut run = 0;
+    for round in 0..rounds {
+        for (k, &count) in counts.iter().enumerate() {
+            let index = format!("members-{run}");
+            let dir = work.path().join(format!("run-{run}"));
+            let job = orders_job(&dir, &kafka.address, &es.address, &index, 1000);
+            let text = std::fs::read_to_string(&job).expect("job file").replace(
+                "parallelism = 2\n",
+                "parallelism = 1\nco_partitioned = true\n",
+            );
+            std::fs::write(&job, text).expect("job file");
+            let secs = run_members(&job, count);
+            verify(&es.address, &index, &expected);
+            let _ = std::fs::remove_dir_all(&dir);
+            let rate = orders as f64 / secs;
+            eprintln!("members, round {round}: {count} member(s): {rate:.0} rec/s ({secs:.2} s)");
+            rates[k].push(rate);
+            run += 1;
+        }
+    }
+    let medians: Vec<f64> = rates.into_iter().map(median).collect();
+    let rows: Vec<serde_json::Value> = counts
+        .iter()
+        .zip(&medians)
+        .map(|(c, r)| {
+            serde_json::json!({
+                "members": c,
+                "records_per_sec": r.round(),
+                "ratio_to_one_member": round3(r / medians[0]),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "job": "Kafka -> rolling_sum by user -> Elasticsearch upsert; each member a `lockgate run` process at parallelism 1, co_partitioned, 1 s checkpoints; all members, Kafka and the test server share this machine's cores",
+        "records": orders,
+        "partitions": partitions,
+        "rounds": rounds,
+        "by_members": rows,
+    })
+}

@@ -211,6 +211,7 @@ pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, Es
         parallelism: 1,
         max_parallelism: 128,
         telemetry: Default::default(),
+        member: lockgate::member::Member::SOLO,
     };
     let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
     let start = Instant::now();

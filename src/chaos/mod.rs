@@ -13,6 +13,7 @@ pub mod rollback;
 pub mod target;
 pub mod verify;
 
+use crate::member::Member;
 use indicatif::{ProgressBar, ProgressStyle};
 use outcome::{Restored, RunOutcome};
 use rand::{Rng, SeedableRng};
@@ -50,6 +51,10 @@ pub struct ChaosOptions {
     /// Where the runs' logs go.
     pub log: PathBuf,
     pub progress: bool,
+    /// Run the job as this many members (`lockgate run --member I --members N`), each
+    /// killed on its own seeded schedule (`kills` each) and restarted on its own; the
+    /// output of all of them is verified together at the end.
+    pub members: u16,
 }
 
 /// The corruption of one checkpoint and what the next run made of it.
@@ -77,6 +82,8 @@ impl Corruption {
 /// One run of the job, as the harness saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
+    /// The member that ran (0 for a job run as one process).
+    pub member: u16,
     /// `killed`, `finished`, `failpoint-abort`, or `failed: <error>`.
     pub ended: String,
     /// The checkpoint it restored.
@@ -139,6 +146,27 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds one member's lane to the report.
+    fn absorb(&mut self, lane: Report) {
+        self.kills += lane.kills;
+        self.failpoint_aborts += lane.failpoint_aborts;
+        self.job_failures += lane.job_failures;
+        self.restarts += lane.restarts;
+        self.checkpoints_completed += lane.checkpoints_completed;
+        self.runs.extend(lane.runs);
+        self.recovery_ms.extend(lane.recovery_ms);
+        self.corrupted = self.corrupted.take().or(lane.corrupted);
+        self.corruption_detected = match (self.corruption_detected, lane.corruption_detected) {
+            (Some(a), Some(b)) => Some(a && b),
+            (a, b) => a.or(b),
+        };
+        self.corruption = self.corruption.take().or(lane.corruption);
+        self.stopped = match (self.stopped.take(), lane.stopped) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+    }
+
     /// The job finished, its output is exact, a corrupted checkpoint (if any) was
     /// reported and fallen back from, and (file sink) every restore rolled back exactly
     /// the parts it had to.
@@ -274,11 +302,18 @@ struct RunEvents {
 
 fn spawn(
     opts: &ChaosOptions,
+    member: Member,
     run: u32,
     log: &Arc<Mutex<std::fs::File>>,
 ) -> std::io::Result<(Child, Arc<Mutex<RunEvents>>, std::thread::JoinHandle<()>)> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("run").arg("--config").arg(&opts.config);
+    if member.count > 1 {
+        cmd.arg("--member")
+            .arg(member.index.to_string())
+            .arg("--members")
+            .arg(member.count.to_string());
+    }
     let armed = opts.failpoint_runs.is_none_or(|n| run <= n);
     match opts.failpoints.as_ref().filter(|_| armed) {
         Some(f) => cmd.env(crate::fault::ENV, f),
@@ -319,7 +354,10 @@ fn spawn(
             if let Some(err) = line.strip_prefix("error: ") {
                 e.error = Some(err.to_string());
             }
-            let _ = writeln!(log.lock().expect("lock"), "{line}");
+            let _ = match member.line() {
+                Some(l) => writeln!(log.lock().expect("lock"), "[{l}] {line}"),
+                None => writeln!(log.lock().expect("lock"), "{line}"),
+            };
         }
     });
     Ok((child, events, reader))
@@ -433,11 +471,10 @@ fn supervise(
 /// error [`outcome::HOPELESS_AFTER`] times in a row, backing off between them, over at
 /// least [`outcome::HOPELESS_SPAN_MS`], stops the harness with that error in
 /// the report (`stopped`) instead of being restarted again and again.
-pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Report, String> {
+pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Result<Report, String> {
     // Reads the job file with the job's own parser, validating all of it.
     let target = Target::from_job_file(&opts.config)?;
     let started = Instant::now();
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed);
     let log = Arc::new(Mutex::new(
         std::fs::OpenOptions::new()
             .create(true)
@@ -451,7 +488,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
         ..Default::default()
     };
     let bar = if opts.progress {
-        ProgressBar::new(u64::from(opts.kills))
+        ProgressBar::new(u64::from(opts.kills) * u64::from(opts.members.max(1)))
     } else {
         ProgressBar::hidden()
     };
@@ -483,158 +520,40 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     } else {
         None
     };
-    let mut outcomes: Vec<(RunOutcome, u64)> = Vec::new();
-    let mut failure_streak = 0;
-    let mut checking: Option<Corruption> = None;
-    let mut runs = 0;
-    loop {
-        runs += 1;
-        if runs > opts.max_runs {
-            report.stopped = Some(format!(
-                "the job did not finish within {} runs",
-                opts.max_runs
-            ));
-            break;
-        }
-        let sink_dir = match &target.output {
-            target::Output::Files(dir) => Some(dir.as_path()),
-            target::Output::Elasticsearch(_) => None,
-        };
-        let sink_before = sink_dir
-            .map(rollback::list)
-            .transpose()
-            .map_err(|e| format!("listing the file sink's directory: {e}"))?;
-        let spawned = Instant::now();
-        let (mut child, events, reader) =
-            spawn(opts, runs, &log).map_err(|e| format!("cannot start the job: {e}"))?;
-        let kill_at = (report.kills < opts.kills).then(|| {
-            spawned
-                + Duration::from_millis(rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1))
-        });
-        let corrupt_next = opts.corrupt_latest && report.corruption.is_none();
-        let status = supervise(&mut child, kill_at, || {
-            let decided = events.lock().expect("lock").restored.is_some();
-            let enough = !corrupt_next
-                || fallback_rolls_back(&target, &complete_checkpoints(&target.checkpoint_dir));
-            (checking.is_none() || decided) && enough
-        })?;
-        // The process is gone: its log ends.
-        let _ = reader.join();
-        let ev = std::mem::take(&mut *events.lock().expect("lock"));
-        report.checkpoints_completed += ev.checkpoints;
-        let first_record_ms = ev
-            .first_record
-            .map(|t| t.duration_since(spawned).as_millis() as u64);
-        if runs > 1 {
-            report.recovery_ms.extend(first_record_ms);
-        }
-        if let Some(mut c) = checking.take() {
-            c.reported = ev.skipped.contains(&c.checkpoint);
-            c.restored = ev.restored.clone();
-            report.corruption_detected = Some(c.fell_back());
-            report.corruption = Some(c);
-        }
-        let outcome = match status {
-            None => RunOutcome::Killed,
-            Some(s) if s.success() => RunOutcome::Finished,
-            Some(s) if s.code() == Some(2) => {
-                return Err(format!(
-                    "the job refused its configuration (see {})",
-                    opts.log.display()
-                ))
-            }
-            Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => {
-                RunOutcome::FailpointAbort
-            }
-            // A job failure (exit 1), a panic or a crash: restarted, and counted.
-            Some(s) => RunOutcome::Failed {
-                error: ev.error.clone().unwrap_or_else(|| format!("{s}")),
-                started: ev.first_record.is_some() || ev.checkpoints > 0,
-            },
-        };
-        report.runs.push(RunRecord {
-            ended: match &outcome {
-                RunOutcome::Killed => "killed".into(),
-                RunOutcome::Finished => "finished".into(),
-                RunOutcome::FailpointAbort => "failpoint-abort".into(),
-                RunOutcome::Failed { error, .. } => format!("failed: {error}"),
-            },
-            restored: ev.restored.clone().unwrap_or(Restored::Unknown),
-            checkpoints: ev.checkpoints,
-            first_record_ms,
-            signal: match &outcome {
-                RunOutcome::Killed => Some("SIGKILL".into()),
-                RunOutcome::FailpointAbort => Some("SIGABRT".into()),
-                _ => None,
-            },
-            failpoint: ev.failpoint.clone(),
-            restored_offsets: ev.restored_offsets,
-            roll_back: match (sink_dir, &sink_before) {
-                (Some(dir), Some(before)) => {
-                    let after = rollback::list(dir)
-                        .map_err(|e| format!("listing the file sink's directory: {e}"))?;
-                    let restore_done = ev.checkpoints > 0 || outcome == RunOutcome::Finished;
-                    Some(rollback::check(
-                        before,
-                        &after,
-                        ev.restored.as_ref().unwrap_or(&Restored::Unknown),
-                        restore_done,
-                    ))
-                }
-                _ => None,
-            },
-            newest_after: complete_checkpoints(&target.checkpoint_dir)
-                .last()
-                .map(|p| file_name(p)),
-        });
-        outcomes.push((outcome.clone(), started.elapsed().as_millis() as u64));
-        match outcome {
-            RunOutcome::Finished => break,
-            RunOutcome::Killed => {
-                report.kills += 1;
-                bar.inc(1);
-                bar.set_message(format!(
-                    "runs {runs}, checkpoints {}",
-                    report.checkpoints_completed
-                ));
-                after_kill(report.kills);
-                let chks = complete_checkpoints(&target.checkpoint_dir);
-                if corrupt_next && fallback_rolls_back(&target, &chks) {
-                    let fallback = file_name(&chks[chks.len() - 2]);
-                    if let Some((chk, what)) = corrupt_latest(&target.checkpoint_dir, &mut rng) {
-                        report.corrupted = Some(what.clone());
-                        checking = Some(Corruption {
-                            what,
-                            checkpoint: file_name(&chk),
-                            fallback,
-                            ..Default::default()
-                        });
-                        // Recorded now, completed by the next run.
-                        report.corruption = checking.clone();
-                    }
-                }
-            }
-            RunOutcome::FailpointAbort => report.failpoint_aborts += 1,
-            RunOutcome::Failed { .. } => {
-                report.job_failures += 1;
-                if let Some(error) = outcome::hopeless(&outcomes) {
-                    report.stopped = Some(format!(
-                        "the job failed at start-up {} times in a row over {} s or more: {error}",
-                        outcome::HOPELESS_AFTER,
-                        outcome::HOPELESS_SPAN_MS / 1000
-                    ));
-                    break;
-                }
-                failure_streak += 1;
-                std::thread::sleep(Duration::from_millis(outcome::failure_backoff_ms(
-                    failure_streak,
-                )));
-            }
-        }
-        if !matches!(outcome, RunOutcome::Failed { .. }) {
-            failure_streak = 0;
-        }
-        report.restarts += 1;
+    if opts.members == 0 {
+        return Err("--members must be at least 1".into());
+    }
+    let after_kill = Mutex::new(&mut after_kill);
+    let kills_total = std::sync::atomic::AtomicU32::new(0);
+    let ctx = Lane {
+        opts,
+        target: &target,
+        log: &log,
+        bar: &bar,
+        after_kill: &after_kill,
+        kills_total: &kills_total,
+    };
+    let lanes: Vec<Result<Report, String>> = if opts.members == 1 {
+        vec![ctx.run(Member::SOLO)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = Member::all(opts.members)
+                .map(|m| {
+                    let ctx = &ctx;
+                    scope.spawn(move || ctx.run(m))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a member's lane panicked".into()))
+                })
+                .collect()
+        })
+    };
+    for lane in lanes {
+        report.absorb(lane?);
     }
     bar.finish_and_clear();
     if let Some(t) = fault_thread {
@@ -655,6 +574,200 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32)) -> Result<Repor
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// What every member's lane of the harness shares.
+struct Lane<'a, F: FnMut(u32) + Send> {
+    opts: &'a ChaosOptions,
+    target: &'a Target,
+    log: &'a Arc<Mutex<std::fs::File>>,
+    bar: &'a ProgressBar,
+    after_kill: &'a Mutex<&'a mut F>,
+    /// Kills over all lanes: what `after_kill` is told.
+    kills_total: &'a std::sync::atomic::AtomicU32,
+}
+
+/// `"member-I-of-N: "` before a message about one member of several.
+fn who(member: Member) -> String {
+    member.line().map(|l| format!("{l}: ")).unwrap_or_default()
+}
+
+impl<F: FnMut(u32) + Send> Lane<'_, F> {
+    /// Runs one member until it finishes: killed on its own seeded schedule, restarted
+    /// with the same command. Returns the lane's part of the report (no verdict).
+    fn run(&self, member: Member) -> Result<Report, String> {
+        let (opts, target, bar) = (self.opts, self.target, self.bar);
+        let log = self.log;
+        let line = crate::checkpoint::lines::line_dir(&target.checkpoint_dir, member);
+        // Each member has its own schedule; member 0's is the single process's.
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(
+            opts.seed
+                .wrapping_add(u64::from(member.index).wrapping_mul(0x9E37_79B9)),
+        );
+        let started = Instant::now();
+        let mut report = Report::default();
+        let mut outcomes: Vec<(RunOutcome, u64)> = Vec::new();
+        let mut failure_streak = 0;
+        let mut checking: Option<Corruption> = None;
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            if runs > opts.max_runs {
+                report.stopped = Some(format!(
+                    "{}the job did not finish within {} runs",
+                    who(member),
+                    opts.max_runs
+                ));
+                break;
+            }
+            let sink_dir = match &target.output {
+                target::Output::Files(dir) => Some(dir.as_path()),
+                target::Output::Elasticsearch(_) => None,
+            };
+            let sink_before = sink_dir
+                .map(rollback::list)
+                .transpose()
+                .map_err(|e| format!("listing the file sink's directory: {e}"))?;
+            let spawned = Instant::now();
+            let (mut child, events, reader) =
+                spawn(opts, member, runs, log).map_err(|e| format!("cannot start the job: {e}"))?;
+            let kill_at = (report.kills < opts.kills).then(|| {
+                spawned
+                    + Duration::from_millis(
+                        rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1),
+                    )
+            });
+            let corrupt_next = opts.corrupt_latest && report.corruption.is_none();
+            let status = supervise(&mut child, kill_at, || {
+                let decided = events.lock().expect("lock").restored.is_some();
+                let enough =
+                    !corrupt_next || fallback_rolls_back(target, &complete_checkpoints(&line));
+                (checking.is_none() || decided) && enough
+            })?;
+            // The process is gone: its log ends.
+            let _ = reader.join();
+            let ev = std::mem::take(&mut *events.lock().expect("lock"));
+            report.checkpoints_completed += ev.checkpoints;
+            let first_record_ms = ev
+                .first_record
+                .map(|t| t.duration_since(spawned).as_millis() as u64);
+            if runs > 1 {
+                report.recovery_ms.extend(first_record_ms);
+            }
+            if let Some(mut c) = checking.take() {
+                c.reported = ev.skipped.contains(&c.checkpoint);
+                c.restored = ev.restored.clone();
+                report.corruption_detected = Some(c.fell_back());
+                report.corruption = Some(c);
+            }
+            let outcome = match status {
+                None => RunOutcome::Killed,
+                Some(s) if s.success() => RunOutcome::Finished,
+                Some(s) if s.code() == Some(2) => {
+                    return Err(format!(
+                        "{}the job refused its configuration (see {})",
+                        who(member),
+                        opts.log.display()
+                    ))
+                }
+                Some(s)
+                    if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) =>
+                {
+                    RunOutcome::FailpointAbort
+                }
+                // A job failure (exit 1), a panic or a crash: restarted, and counted.
+                Some(s) => RunOutcome::Failed {
+                    error: ev.error.clone().unwrap_or_else(|| format!("{s}")),
+                    started: ev.first_record.is_some() || ev.checkpoints > 0,
+                },
+            };
+            report.runs.push(RunRecord {
+                member: member.index,
+                ended: match &outcome {
+                    RunOutcome::Killed => "killed".into(),
+                    RunOutcome::Finished => "finished".into(),
+                    RunOutcome::FailpointAbort => "failpoint-abort".into(),
+                    RunOutcome::Failed { error, .. } => format!("failed: {error}"),
+                },
+                restored: ev.restored.clone().unwrap_or(Restored::Unknown),
+                checkpoints: ev.checkpoints,
+                first_record_ms,
+                signal: match &outcome {
+                    RunOutcome::Killed => Some("SIGKILL".into()),
+                    RunOutcome::FailpointAbort => Some("SIGABRT".into()),
+                    _ => None,
+                },
+                failpoint: ev.failpoint.clone(),
+                restored_offsets: ev.restored_offsets,
+                roll_back: match (sink_dir, &sink_before) {
+                    (Some(dir), Some(before)) => {
+                        let after = rollback::list(dir)
+                            .map_err(|e| format!("listing the file sink's directory: {e}"))?;
+                        let restore_done = ev.checkpoints > 0 || outcome == RunOutcome::Finished;
+                        Some(rollback::check(
+                            before,
+                            &after,
+                            ev.restored.as_ref().unwrap_or(&Restored::Unknown),
+                            restore_done,
+                        ))
+                    }
+                    _ => None,
+                },
+                newest_after: complete_checkpoints(&line).last().map(|p| file_name(p)),
+            });
+            outcomes.push((outcome.clone(), started.elapsed().as_millis() as u64));
+            match outcome {
+                RunOutcome::Finished => break,
+                RunOutcome::Killed => {
+                    report.kills += 1;
+                    let total = self.kills_total.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.inc(1);
+                    bar.set_message(format!(
+                        "runs {runs}, checkpoints {}",
+                        report.checkpoints_completed
+                    ));
+                    (self.after_kill.lock().expect("lock"))(total);
+                    let chks = complete_checkpoints(&line);
+                    if corrupt_next && fallback_rolls_back(target, &chks) {
+                        let fallback = file_name(&chks[chks.len() - 2]);
+                        if let Some((chk, what)) = corrupt_latest(&line, &mut rng) {
+                            report.corrupted = Some(what.clone());
+                            checking = Some(Corruption {
+                                what,
+                                checkpoint: file_name(&chk),
+                                fallback,
+                                ..Default::default()
+                            });
+                            // Recorded now, completed by the next run.
+                            report.corruption = checking.clone();
+                        }
+                    }
+                }
+                RunOutcome::FailpointAbort => report.failpoint_aborts += 1,
+                RunOutcome::Failed { .. } => {
+                    report.job_failures += 1;
+                    if let Some(error) = outcome::hopeless(&outcomes) {
+                        report.stopped = Some(format!(
+                            "{}the job failed at start-up {} times in a row over {} s or more: {error}",
+                            who(member),
+                            outcome::HOPELESS_AFTER,
+                            outcome::HOPELESS_SPAN_MS / 1000
+                        ));
+                        break;
+                    }
+                    failure_streak += 1;
+                    std::thread::sleep(Duration::from_millis(outcome::failure_backoff_ms(
+                        failure_streak,
+                    )));
+                }
+            }
+            if !matches!(outcome, RunOutcome::Failed { .. }) {
+                failure_streak = 0;
+            }
+            report.restarts += 1;
+        }
+        Ok(report)
+    }
 }
 
 #[cfg(test)]

@@ -22,20 +22,36 @@ fn parse_range(s: &str) -> Option<(u64, u64)> {
 /// Runs the harness and prints its report; exits 0 only when the output is exact.
 pub fn chaos(
     config: PathBuf,
-    kills: u32,
+    (kills, members): (u32, u16),
     seed: u64,
     (failpoints, failpoint_runs): (Option<String>, Option<u32>),
     report: Option<PathBuf>,
     (corrupt_latest, es_faults): (bool, bool),
     kill_after_ms: &str,
 ) -> i32 {
+    if members == 0 {
+        eprintln!("error: --members must be at least 1");
+        return EXIT_USAGE;
+    }
     let Some(range) = parse_range(kill_after_ms) else {
         eprintln!("error: --kill-after-ms {kill_after_ms}: expected MIN..MAX milliseconds");
         return EXIT_USAGE;
     };
-    if let Err(e) = crate::config::load(&config) {
-        eprintln!("error: {e}");
-        return EXIT_USAGE;
+    match crate::config::load(&config) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+        Ok(mut job) => {
+            job.member = crate::member::Member {
+                index: 0,
+                count: members,
+            };
+            if let Err((key, e)) = job.check_members() {
+                eprintln!("error: {}: {key}: {e}", config.display());
+                return EXIT_USAGE;
+            }
+        }
     }
     let log = config.with_extension("chaos.log");
     let opts = ChaosOptions {
@@ -50,11 +66,19 @@ pub fn chaos(
         max_runs: kills + 1000,
         log: log.clone(),
         progress: true,
+        members,
     };
-    println!(
-        "lockgate chaos: {kills} SIGKILLs, seed {seed}; job log: {}",
-        log.display()
-    );
+    if members > 1 {
+        println!(
+            "lockgate chaos: {members} members, {kills} SIGKILLs each, seed {seed}; job log: {}",
+            log.display()
+        );
+    } else {
+        println!(
+            "lockgate chaos: {kills} SIGKILLs, seed {seed}; job log: {}",
+            log.display()
+        );
+    }
     let r = match chaos::run(&opts, |_| {}) {
         Ok(r) => r,
         Err(e) => {

@@ -81,6 +81,41 @@ pub fn list(dir: &Path) -> i32 {
             e.name, e.id.0, status, created, is_final, bytes
         );
     }
+    print_member_lines(dir)
+}
+
+/// Below the table of a checkpoint directory that members share, one line per
+/// member's line with its newest checkpoint (list a line itself for all of its
+/// checkpoints).
+fn print_member_lines(dir: &Path) -> i32 {
+    match crate::checkpoint::lines::scan(dir) {
+        Ok(l) => print_lines(&l),
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn print_lines(lines: &[crate::member::LineState]) -> i32 {
+    let members: Vec<_> = lines.iter().filter(|l| l.member.count > 1).collect();
+    if members.is_empty() {
+        return 0;
+    }
+    println!();
+    println!("{:<28} {:>10} {:>6}", "MEMBER LINE", "NEWEST", "FINAL");
+    for l in members {
+        let (newest, is_final) = match l.newest_valid {
+            Some((id, f)) => (id.0.to_string(), f.to_string()),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        println!(
+            "{:<28} {:>10} {:>6}",
+            l.member.line().unwrap_or_default(),
+            newest,
+            is_final
+        );
+    }
     0
 }
 
@@ -130,7 +165,13 @@ fn list_store(location: &StoreLocation) -> i32 {
             e.name, e.id.0, status, created, is_final, bytes
         );
     }
-    0
+    match super::runtime().block_on(crate::checkpoint::lines::scan_store(location)) {
+        Ok(l) => print_lines(&l),
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
 }
 
 /// Prints a checkpoint's id, time, job, positions and files, verifying every CRC.

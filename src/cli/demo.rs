@@ -132,6 +132,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         max_runs: 20,
         log: dir.join("job.log"),
         progress: true,
+        members: 1,
     };
     let mut created = Ok(());
     let report = chaos::run(&opts, |kill| {

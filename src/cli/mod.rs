@@ -46,6 +46,21 @@ enum Command {
         /// Accept a checkpoint of another job graph, restoring the state that matches.
         #[arg(long)]
         allow_non_restored_state: bool,
+        /// Run as member I (from 0) of --members N: this process reads its share of the
+        /// partitions and keeps its own checkpoint line, `member-I-of-N/` below the
+        /// checkpoint directory.
+        #[arg(long, requires = "members", conflicts_with = "member_from_hostname")]
+        member: Option<u16>,
+        /// How many members run the job (each a `lockgate run` with the same job file).
+        #[arg(long)]
+        members: Option<u16>,
+        /// Take I of --member from the host name (a StatefulSet pod is NAME-I).
+        #[arg(long, requires = "members")]
+        member_from_hostname: bool,
+        /// The job ran as K members, each stopped with SIGTERM (a final checkpoint):
+        /// take this member's share of the partitions and state of all of them.
+        #[arg(long, value_name = "K")]
+        rescale_from: Option<u16>,
     },
     /// List a checkpoint directory, or inspect and verify one checkpoint.
     ///
@@ -92,6 +107,10 @@ enum Command {
         /// List the failpoints and exit.
         #[arg(long)]
         list_failpoints: bool,
+        /// Run the job as N members (`lockgate run --member I --members N`), each killed
+        /// --kills times on its own seeded schedule; verified together at the end.
+        #[arg(long, default_value_t = 1)]
+        members: u16,
     },
     /// Embedded Kafka and Elasticsearch test servers for tests, demos and examples.
     #[command(subcommand)]
@@ -231,7 +250,28 @@ pub fn main() -> i32 {
             config,
             restore,
             allow_non_restored_state,
-        } => run::run(&config, restore, allow_non_restored_state),
+            member,
+            members,
+            member_from_hostname,
+            rescale_from,
+        } => {
+            let member = match run::member(member, members, member_from_hostname) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            run::run(
+                &config,
+                run::RunArgs {
+                    restore,
+                    allow_non_restored_state,
+                    member,
+                    rescale_from,
+                },
+            )
+        }
         Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
         Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
         Command::Demo { dir } => demo::demo(dir),
@@ -246,13 +286,14 @@ pub fn main() -> i32 {
             es_faults,
             kill_after_ms,
             list_failpoints,
+            members,
         } => {
             if list_failpoints {
                 chaos::list_failpoints()
             } else {
                 chaos::chaos(
                     config.expect("required by clap"),
-                    kills,
+                    (kills, members),
                     seed,
                     (failpoints, failpoint_runs),
                     report,

@@ -1,22 +1,73 @@
 //! `lockgate run`.
 
 use super::{runtime, EXIT_FAILURE, EXIT_USAGE};
+use crate::member::Member;
 use crate::runtime::{run as run_job, RunOptions};
 use crate::telemetry::Telemetry;
 use std::path::{Path, PathBuf};
 use tokio::sync::watch;
 use tracing::{error, info};
 
+/// The options of `lockgate run` besides the job file.
+pub struct RunArgs {
+    pub restore: Option<PathBuf>,
+    pub allow_non_restored_state: bool,
+    pub member: Member,
+    pub rescale_from: Option<u16>,
+}
+
+/// The member this process is, from `--member I --members N` or
+/// `--member-from-hostname --members N` (none of them: the job as one process).
+pub fn member(
+    index: Option<u16>,
+    count: Option<u16>,
+    from_hostname: bool,
+) -> Result<Member, String> {
+    match (index, count, from_hostname) {
+        (None, None, false) => Ok(Member::SOLO),
+        (Some(i), Some(n), false) => Member::new(i, n),
+        (None, Some(n), true) => Member::from_hostname(&hostname()?, n),
+        (None, Some(_), false) => {
+            Err("--members needs --member I or --member-from-hostname".into())
+        }
+        _ => Err("--member and --member-from-hostname need --members N".into()),
+    }
+}
+
+fn hostname() -> Result<String, String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many
+    // bytes, and the result is read up to its first NUL (or the whole buffer).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(format!(
+            "--member-from-hostname: cannot read the host name: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// Runs the job of `config` to its end; SIGTERM or Ctrl-C stop it with a final
 /// checkpoint and exit 0.
-pub fn run(config: &Path, restore: Option<PathBuf>, allow_non_restored_state: bool) -> i32 {
-    let job = match crate::config::load(config) {
+pub fn run(config: &Path, args: RunArgs) -> i32 {
+    let mut job = match crate::config::load(config) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_USAGE;
         }
     };
+    job.member = args.member;
+    if let Err((key, e)) = job.check_members() {
+        eprintln!("error: {}: {key}: {e}", config.display());
+        return EXIT_USAGE;
+    }
+    if args.rescale_from == Some(0) {
+        eprintln!("error: --rescale-from must be at least 1");
+        return EXIT_USAGE;
+    }
     let rt = runtime();
     rt.block_on(async move {
         let telemetry = Telemetry::new(
@@ -50,12 +101,13 @@ pub fn run(config: &Path, restore: Option<PathBuf>, allow_non_restored_state: bo
             let _ = stop_tx.send(true);
         });
         let opts = RunOptions {
-            restore,
-            allow_non_restored_state,
+            restore: args.restore,
+            allow_non_restored_state: args.allow_non_restored_state,
             stop: Some(stop_rx),
             telemetry: Some(telemetry),
+            rescale_from: args.rescale_from,
         };
-        info!(job = %job.name, graph = %job.describe(), parallelism = job.parallelism, "job starting");
+        info!(job = %job.name, graph = %job.describe(), parallelism = job.parallelism, member = %job.member, "job starting");
         match run_job(&job, opts).await {
             Ok(s) => {
                 info!(

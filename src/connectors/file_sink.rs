@@ -433,6 +433,7 @@ mod tests {
             parallelism,
             max_parallelism: 128,
             telemetry: Default::default(),
+            member: crate::member::Member::SOLO,
         }
     }
 
@@ -535,6 +536,7 @@ mod tests {
             let mut s = sink(tmp.path());
             let info = SubtaskInfo {
                 telemetry: telemetry.clone(),
+                member: crate::member::Member::SOLO,
                 ..info(index, 2)
             };
             s.open(&info, &fresh()).await.unwrap();

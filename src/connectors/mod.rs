@@ -33,6 +33,10 @@ pub struct SubtaskInfo {
     pub max_parallelism: u16,
     /// The job's metrics and status: where the subtask reports what it does.
     pub telemetry: crate::telemetry::Telemetry,
+    /// The member of the job this subtask runs in: a source reads the share of its
+    /// splits that global subtask `member.global_index(index, parallelism)` of
+    /// `member.global_parallelism(parallelism)` owns.
+    pub member: crate::member::Member,
 }
 
 /// What one [`Source::poll`] produced.

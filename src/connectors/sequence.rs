@@ -15,6 +15,8 @@ use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The source kind of the sequence source in a job graph.
+pub const KIND: &str = "sequence";
 /// The stream name under which sequence positions are checkpointed.
 pub const STREAM: &str = "sequence";
 
@@ -143,7 +145,10 @@ impl Source for SequenceSource {
     ) -> Result<()> {
         let keys = i64::from(self.cfg.keys.max(1));
         let n = self.cfg.splits.max(1);
-        for j in (info.index..n).step_by(usize::from(info.parallelism)) {
+        // Splits are assigned over every member's subtasks.
+        let global = info.member.global_index(info.index, info.parallelism);
+        let parallelism = info.member.global_parallelism(info.parallelism);
+        for j in (global..n).step_by(usize::from(parallelism)) {
             let mut split = Split {
                 id: j,
                 n: i64::from(n),
@@ -165,7 +170,7 @@ impl Source for SequenceSource {
             self.splits.push(split);
         }
         if self.cfg.rate_per_sec > 0 {
-            self.rate_per_subtask = self.cfg.rate_per_sec as f64 / f64::from(info.parallelism);
+            self.rate_per_subtask = self.cfg.rate_per_sec as f64 / f64::from(parallelism);
         }
         Ok(())
     }
@@ -250,6 +255,7 @@ mod tests {
             parallelism,
             max_parallelism: 8,
             telemetry: Default::default(),
+            member: crate::member::Member::SOLO,
         }
     }
 

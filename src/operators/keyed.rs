@@ -3,6 +3,10 @@
 //! A keyed function sees one record at a time with its key and a [`KeyedState`] scoped
 //! to that key. Updates of a batch are buffered in memory (reads see them) and written
 //! to RocksDB in one atomic write at the end of the batch.
+//!
+//! In a `co_partitioned` job, the state of a key is kept under its source partition
+//! ([`partition_scope`] before the key): a member that takes over a partition takes
+//! exactly the state of the keys that partition carries ([`scope_of`]).
 
 use super::{Operator, OperatorContext};
 use crate::error::{JobError, Result};
@@ -16,6 +20,24 @@ use std::path::Path;
 
 fn codec() -> impl bincode::config::Config {
     bincode::config::standard()
+}
+
+/// The bytes before a key in a partition-scoped state key: the stream's length (u16,
+/// big-endian), the stream, the partition (i32, big-endian).
+pub fn partition_scope(out: &mut Vec<u8>, stream: &str, partition: i32) {
+    let len = u16::try_from(stream.len()).expect("a stream name shorter than 64 KiB");
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(stream.as_bytes());
+    out.extend_from_slice(&partition.to_be_bytes());
+}
+
+/// The source partition of a partition-scoped state key written by
+/// [`partition_scope`], or `None` when the bytes are not one.
+pub fn scope_of(user_key: &[u8]) -> Option<(&str, i32)> {
+    let len = usize::from(u16::from_be_bytes(user_key.get(..2)?.try_into().ok()?));
+    let stream = std::str::from_utf8(user_key.get(2..2 + len)?).ok()?;
+    let p = user_key.get(2 + len..2 + len + 4)?;
+    Some((stream, i32::from_be_bytes(p.try_into().ok()?)))
 }
 
 /// The state of the current key, for a [`KeyedFunction`].
@@ -88,6 +110,10 @@ pub struct KeyedOperator<F> {
     subtask: u16,
     max_parallelism: u16,
     task: String,
+    /// Keys are kept under their record's source partition.
+    scoped: bool,
+    /// The scoped key of the current record (reused: no allocation per record).
+    scoped_key: Vec<u8>,
 }
 
 impl<F: KeyedFunction> KeyedOperator<F> {
@@ -101,6 +127,8 @@ impl<F: KeyedFunction> KeyedOperator<F> {
             subtask: 0,
             max_parallelism: 1,
             task: String::new(),
+            scoped: false,
+            scoped_key: Vec::new(),
         }
     }
 }
@@ -122,6 +150,7 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
         self.subtask = ctx.info.index;
         self.max_parallelism = ctx.info.max_parallelism;
         self.task = ctx.info.name.clone();
+        self.scoped = ctx.partition_scoped;
         Ok(())
     }
 
@@ -136,11 +165,25 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
                 backend.key_groups().contains(group),
                 "record routed to the wrong subtask"
             );
+            let state_key = if self.scoped {
+                let o = record.origin.as_ref().ok_or_else(|| {
+                    JobError::task(
+                        &self.task,
+                        "a co_partitioned job's keyed operator received a record without a source partition",
+                    )
+                })?;
+                self.scoped_key.clear();
+                partition_scope(&mut self.scoped_key, &o.stream, o.partition);
+                self.scoped_key.extend_from_slice(&key);
+                &self.scoped_key[..]
+            } else {
+                &key[..]
+            };
             let mut state = KeyedState {
                 backend,
                 overlay: &mut self.overlay,
                 group,
-                key: &key,
+                key: state_key,
             };
             self.function.process(&key, record, &mut state, out)?;
         }
@@ -173,5 +216,34 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
             files,
             inline_state: Vec::new(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The partition of a scoped key is read back whatever the key holds.
+        #[test]
+        fn a_scoped_key_names_its_partition(stream in ".{0,40}", partition in any::<i32>(), key in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut k = Vec::new();
+            partition_scope(&mut k, &stream, partition);
+            k.extend_from_slice(&key);
+            prop_assert_eq!(scope_of(&k), Some((stream.as_str(), partition)));
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_scope_are_refused() {
+        assert_eq!(scope_of(b""), None);
+        assert_eq!(scope_of(&[0]), None);
+        // A stream length beyond the bytes, or a partition cut short.
+        assert_eq!(scope_of(&[0, 9, b'a']), None);
+        assert_eq!(scope_of(&[0, 1, b'a', 0, 0, 1]), None);
+        // Not UTF-8.
+        assert_eq!(scope_of(&[0, 1, 0xff, 0, 0, 0, 1]), None);
+        assert_eq!(scope_of(&[0, 1, b'a', 0, 0, 0, 7]), Some(("a", 7)));
     }
 }

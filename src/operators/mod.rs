@@ -26,6 +26,8 @@ pub struct OperatorContext {
     pub restore: Vec<StateRestore>,
     /// The memory settings of keyed state (the job file's `[state]`).
     pub state_options: lockgate_state::BackendOptions,
+    /// Keep keyed state per source partition (the job is `co_partitioned`).
+    pub partition_scoped: bool,
 }
 
 /// An operator subtask in a chain.

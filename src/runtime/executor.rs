@@ -6,6 +6,7 @@ use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
 use super::restart::{next_restart, Restart};
 use super::task::{run_input_task, run_source_task, TaskIo};
+use crate::checkpoint::lines;
 use crate::checkpoint::start::{
     compatibility, restart_source, start_decision, Abandon, Source, StartDecision, StartFacts,
 };
@@ -13,11 +14,13 @@ use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
+use crate::member::{line_plan, owns_split, LinePlan, Member};
 use crate::operators::OperatorContext;
 use crate::telemetry::status::{CheckpointStatus, JobState};
 use crate::telemetry::Telemetry;
+use lockgate_state::backend::KeyFilter;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir, Startup};
-use lockgate_state::store::{CheckpointLocation, CheckpointStore};
+use lockgate_state::store::{CheckpointLocation, CheckpointStore, StoreLocation};
 use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -41,6 +44,60 @@ pub struct RunOptions {
     /// Where the run reports its metrics and status (one is made if `None`); serve it
     /// with `telemetry::server` to watch the job.
     pub telemetry: Option<Telemetry>,
+    /// `--rescale-from K`: the job ran as K members, each stopped with a final
+    /// checkpoint; this member takes its share of all of them (see
+    /// [`crate::member::line_plan`]). Ignored once this member's own line holds a newer
+    /// checkpoint, so that a restarted member keeps its arguments.
+    pub rescale_from: Option<u16>,
+}
+
+/// What an attempt restores: one checkpoint, or in a rescale every old member's final
+/// checkpoint.
+#[derive(Clone)]
+struct RestoreSet {
+    parts: Vec<Restored>,
+    /// This member's share of the keyed state, when the parts may hold other members'.
+    keep: Option<KeyFilter>,
+}
+
+impl RestoreSet {
+    fn one(r: Restored) -> RestoreSet {
+        RestoreSet {
+            parts: vec![r],
+            keep: None,
+        }
+    }
+
+    /// The newest part: its id and time stand for the set.
+    fn newest(&self) -> &Restored {
+        self.parts
+            .iter()
+            .max_by_key(|r| r.metadata.id)
+            .expect("a restore set has a part")
+    }
+
+    /// The union of every part's source positions (each split is in one part: a
+    /// member's source snapshots only the splits it reads).
+    fn positions(&self) -> Vec<lockgate_state::SourcePosition> {
+        self.parts
+            .iter()
+            .flat_map(|r| r.metadata.positions.iter().cloned())
+            .collect()
+    }
+}
+
+/// The filter that keeps this member's share of keyed state taken from checkpoints of
+/// other layouts: a co-partitioned job's state is scoped by source partition, and the
+/// member keeps the partitions its sources read.
+fn member_share(job: &JobGraph, rescale: bool) -> Option<KeyFilter> {
+    if !job.co_partitioned || !(rescale || job.member.count > 1) {
+        return None;
+    }
+    let (member, p, kind) = (job.member, job.parallelism, job.source.0.clone());
+    Some(Arc::new(move |user_key: &[u8]| {
+        crate::operators::keyed::scope_of(user_key)
+            .is_some_and(|(stream, partition)| owns_split(member, p, &kind, stream, partition))
+    }))
 }
 
 /// What a finished run did.
@@ -81,8 +138,26 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
 }
 
 async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
-    let root = job.checkpoint.dir.clone();
-    let store = match &job.checkpoint.store {
+    job.check_members()
+        .map_err(|(key, e)| JobError::Other(format!("job {}: {key}: {e}", job.name)))?;
+    telemetry.member(job.member);
+    let base = job.checkpoint.dir.clone();
+    let base_store = job.checkpoint.store.clone();
+    // The member's line, and whether this start is a rescale: a plain decision over
+    // every line of the checkpoint directory, or of the store when there is one
+    // (member::line_plan).
+    let line_states = match &base_store {
+        None => tokio::task::block_in_place(|| lines::scan(&base))?,
+        Some(s) => lines::scan_store(s).await?,
+    };
+    let plan = line_plan(job.member, opts.rescale_from, &line_states)
+        .map_err(|e| JobError::Restore(format!("{}: {e}", job.checkpoint.location())))?;
+    let root = lines::line_dir(&base, job.member);
+    let line_store = base_store.as_ref().map(|s| match job.member.line() {
+        Some(l) => s.join(&l),
+        None => s.clone(),
+    });
+    let store = match &line_store {
         Some(loc) => Some(Arc::new(CheckpointStore::new(loc)?)),
         None => None,
     };
@@ -112,16 +187,32 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify; falling back to an older one");
     }
     summary.skipped = startup.skipped.clone();
-    let (explicit, explicit_own) = match &opts.restore {
-        Some(p) => {
-            let (r, skipped, own) = resolve_explicit(p, job, &root).await?;
+    let (explicit, explicit_own) = match (&opts.restore, &plan) {
+        (Some(_), LinePlan::Rescale { .. }) => {
+            return Err(JobError::Restore(
+                "--restore and --rescale-from exclude each other".into(),
+            ))
+        }
+        (Some(p), LinePlan::Own) => {
+            let (r, skipped, own) = resolve_explicit(p, line_store.as_ref(), &root).await?;
             for (path, why) in &skipped {
                 warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify");
             }
             summary.skipped.extend(skipped);
-            (Some(r), own)
+            (
+                Some(RestoreSet {
+                    parts: vec![r],
+                    keep: member_share(job, false),
+                }),
+                own,
+            )
         }
-        None => (None, None),
+        (None, LinePlan::Rescale { from, newest }) => {
+            let set = rescale_set(job, &base, base_store.as_ref(), from).await?;
+            info!(job = %job.name, member = %job.member, from = from.len(), newest = %newest, "rescaling: taking this member's share of every old member's final checkpoint");
+            (Some(set), None)
+        }
+        (None, LinePlan::Own) => (None, None),
     };
     // The rules are plain functions (checkpoint::start); this is the I/O around them.
     let own_root = root.canonicalize().ok();
@@ -132,9 +223,12 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             .iter()
             .map(|(p, why)| (p.display().to_string(), why.clone()))
             .collect(),
-        explicit: explicit.as_ref().map(|r| {
-            let own = explicit_own
-                .unwrap_or_else(|| r.path.parent().and_then(|p| p.canonicalize().ok()) == own_root);
+        explicit: explicit.as_ref().map(|set| {
+            let r = set.newest();
+            let own = set.parts.len() == 1
+                && explicit_own.unwrap_or_else(|| {
+                    r.path.parent().and_then(|p| p.canonicalize().ok()) == own_root
+                });
             (r.metadata.id, own)
         }),
         next_id_on_disk: startup.next_id,
@@ -151,11 +245,14 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
     };
     let mut restored = match source {
         Source::Empty => None,
-        Source::Newest(_) => startup.restored,
+        Source::Newest(_) => startup.restored.map(RestoreSet::one),
         Source::Explicit(_) => explicit,
     };
-    if let Some(r) = &restored {
-        check_compatible(job, &r.metadata, opts.allow_non_restored_state)?;
+    if let Some(set) = &restored {
+        for part in &set.parts {
+            check_compatible(job, &part.metadata, opts.allow_non_restored_state)?;
+        }
+        let r = set.newest();
         let newer_than = match abandon {
             Abandon::Nothing => None,
             Abandon::NewerThan(id) => Some(Some(id)),
@@ -172,9 +269,10 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             warn!(checkpoint = %name, restored = %r.path.display(), "newer checkpoint abandoned: the job continues from an older one");
         }
     }
-    summary.restored_from = restored.as_ref().map(|r| r.path.clone());
+    summary.restored_from = restored.as_ref().map(|set| set.newest().path.clone());
     telemetry.restored(summary.restored_from.as_deref());
-    if let Some(r) = &restored {
+    if let Some(set) = &restored {
+        let r = set.newest();
         telemetry.restored_checkpoint(r.metadata.id.0, r.metadata.created_ms);
     }
     let mut stop = opts.stop.clone();
@@ -183,8 +281,8 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
     let mut failures_ms: Vec<u64> = Vec::new();
     loop {
         match &restored {
-            Some(r) => {
-                info!(job = %job.name, checkpoint = %r.path.display(), first_new_checkpoint = %next_id, "restoring")
+            Some(set) => {
+                info!(job = %job.name, checkpoint = %set.newest().path.display(), parts = set.parts.len(), first_new_checkpoint = %next_id, "restoring")
             }
             None => {
                 info!(job = %job.name, first_new_checkpoint = %next_id, "starting without a checkpoint")
@@ -239,7 +337,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                         let (r, _) = resolve_restore_path(&dir.completed_path(id))
                             .map_err(JobError::Restore)?;
                         telemetry.restored(Some(&r.path));
-                        restored = Some(r);
+                        restored = Some(RestoreSet::one(r));
                     }
                 }
             }
@@ -254,7 +352,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
 /// path the caller compares directories).
 async fn resolve_explicit(
     p: &std::path::Path,
-    job: &JobGraph,
+    own: Option<&StoreLocation>,
     root: &std::path::Path,
 ) -> Result<(Restored, Vec<(PathBuf, String)>, Option<bool>)> {
     let text = p.to_string_lossy();
@@ -267,7 +365,6 @@ async fn resolve_explicit(
         Err(e) => return Err(JobError::Restore(format!("--restore {text}: {e}"))),
     };
     // The job's own store settings (endpoint, credentials) apply to its own bucket.
-    let own = job.checkpoint.store.as_ref();
     let location = match own {
         Some(o) if o.scheme() == location.scheme() && o.bucket() == location.bucket() => {
             location.with_options_of(o)
@@ -320,6 +417,77 @@ async fn resolve_explicit(
     };
     let is_own = own.is_some_and(|o| o.to_string() == prefix.to_string());
     Ok((restored, skipped, Some(is_own)))
+}
+
+/// Reads the final checkpoints of the old members `from` for a rescale: each must
+/// verify and be final, and all must come from one job graph. With a store, each old
+/// member's newest checkpoint that verifies is downloaded into `<base>/.rescale/`.
+async fn rescale_set(
+    job: &JobGraph,
+    base: &std::path::Path,
+    store: Option<&StoreLocation>,
+    from: &[Member],
+) -> Result<RestoreSet> {
+    let mut parts: Vec<Restored> = Vec::new();
+    for m in from {
+        let dir = lines::line_dir(base, *m);
+        let (r, skipped, shown) = match store {
+            None => {
+                let (r, skipped) = tokio::task::block_in_place(|| resolve_restore_path(&dir))
+                    .map_err(JobError::Restore)?;
+                (r, skipped, dir.display().to_string())
+            }
+            Some(s) => {
+                let line = match m.line() {
+                    Some(l) => s.join(&l),
+                    None => s.clone(),
+                };
+                let into = base
+                    .join(".rescale")
+                    .join(m.line().unwrap_or_else(|| "solo".into()));
+                let found = CheckpointStore::new(&line)?.newest(&into).await?;
+                let skipped = found
+                    .skipped
+                    .into_iter()
+                    .map(|(u, why)| (PathBuf::from(u), why))
+                    .collect();
+                let r = found.restored.ok_or_else(|| {
+                    JobError::Restore(format!(
+                        "--rescale-from {}: {line} holds no checkpoint that verifies",
+                        from.len()
+                    ))
+                })?;
+                (r, skipped, line.to_string())
+            }
+        };
+        for (path, why) in &skipped {
+            warn!(checkpoint = %path.display(), reason = %why, "skipping checkpoint that does not verify");
+        }
+        if !r.metadata.is_final {
+            return Err(JobError::Restore(format!(
+                "--rescale-from {}: the newest checkpoint of {} that verifies ({}) is not a final one; start the old members again and stop each with SIGTERM",
+                from.len(),
+                shown,
+                r.path.display()
+            )));
+        }
+        if let Some(first) = parts.first() {
+            let (a, b) = (&first.metadata, &r.metadata);
+            if (a.fingerprint, a.max_parallelism) != (b.fingerprint, b.max_parallelism) {
+                return Err(JobError::Restore(format!(
+                    "--rescale-from {}: {} and {} come from different job graphs",
+                    from.len(),
+                    first.path.display(),
+                    r.path.display()
+                )));
+            }
+        }
+        parts.push(r);
+    }
+    Ok(RestoreSet {
+        parts,
+        keep: member_share(job, true),
+    })
 }
 
 /// Refuses a checkpoint of another job unless non-restored state is allowed
@@ -410,7 +578,7 @@ async fn run_attempt(
     job: &JobGraph,
     dir: &Arc<SnapshotDir>,
     store: Option<&Arc<CheckpointStore>>,
-    restored: Option<&Restored>,
+    restored: Option<&RestoreSet>,
     next_id: &mut CheckpointId,
     stop: &mut Option<watch::Receiver<bool>>,
     summary: &mut RunSummary,
@@ -435,7 +603,7 @@ async fn run_attempt(
         .iter()
         .flat_map(|v| v.ops.iter().filter_map(|o| o.1.clone()))
         .collect();
-    if let Some(r) = restored {
+    for r in restored.iter().flat_map(|set| &set.parts) {
         for s in &r.metadata.subtasks {
             if s.operator != SINK_UID && !known_uids.contains(&s.operator) {
                 warn!(operator = %s.operator, subtask = s.subtask, "state of an operator the job no longer has is not restored");
@@ -475,20 +643,26 @@ async fn run_attempt(
                 parallelism: p,
                 max_parallelism: job.max_parallelism,
                 telemetry: telemetry.clone(),
+                member: job.member,
             };
             let mut ops = Vec::new();
             let mut op_counters = Vec::new();
             let m = telemetry.metrics();
             for (k, (kind, uid, factory)) in vertex.ops.iter().enumerate() {
                 let restore = match (uid, restored) {
-                    (Some(u), Some(r)) => r
-                        .metadata
-                        .subtasks
+                    (Some(u), Some(set)) => set
+                        .parts
                         .iter()
-                        .filter(|s| &s.operator == u)
-                        .map(|s| StateRestore {
-                            checkpoint_dir: r.path.clone(),
-                            snapshot: s.clone(),
+                        .flat_map(|r| {
+                            r.metadata
+                                .subtasks
+                                .iter()
+                                .filter(|s| &s.operator == u)
+                                .map(|s| StateRestore {
+                                    checkpoint_dir: r.path.clone(),
+                                    snapshot: s.clone(),
+                                    keep: set.keep.clone(),
+                                })
                         })
                         .collect(),
                     _ => Vec::new(),
@@ -507,6 +681,7 @@ async fn run_attempt(
                     uid,
                     restore,
                     state_options: job.state,
+                    partition_scoped: job.co_partitioned,
                 };
                 ops.push((factory(i), ctx));
             }
@@ -541,7 +716,7 @@ async fn run_attempt(
             let sr = sink_restore.clone();
             if v == 0 {
                 let source = (job.source.1)(i);
-                let positions = restored.map(|r| r.metadata.positions.clone());
+                let positions = restored.map(RestoreSet::positions);
                 tasks.spawn(async move {
                     (id, run_source_task(io, source, positions, chain, sr).await)
                 });
@@ -816,19 +991,28 @@ async fn fail_attempt(tasks: &mut JoinSet<(TaskId, Result<()>)>, e: JobError) ->
     Err(e)
 }
 
-fn sink_restore(restored: Option<&Restored>) -> SinkRestore {
+/// The sinks' states of the restored checkpoint. In a rescale, the old members' sink
+/// subtasks are numbered one after the other (member `k`'s subtask `j` becomes
+/// `k × parallelism + j`, its global index).
+fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
     match restored {
         None => SinkRestore::default(),
-        Some(r) => SinkRestore {
-            checkpoint: Some(r.metadata.id),
-            states: r
-                .metadata
-                .subtasks
+        Some(set) => SinkRestore {
+            checkpoint: Some(set.newest().metadata.id),
+            states: set
+                .parts
                 .iter()
-                .filter(|s| s.operator == SINK_UID)
-                .map(|s| (s.subtask, s.inline_state.clone()))
+                .enumerate()
+                .flat_map(|(k, r)| {
+                    let offset = k as u16 * r.metadata.parallelism;
+                    r.metadata
+                        .subtasks
+                        .iter()
+                        .filter(|s| s.operator == SINK_UID)
+                        .map(move |s| (offset + s.subtask, s.inline_state.clone()))
+                })
                 .collect(),
-            parallelism: r.metadata.parallelism,
+            parallelism: set.parts.len() as u16 * set.newest().metadata.parallelism,
         },
     }
 }

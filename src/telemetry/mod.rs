@@ -69,6 +69,8 @@ impl Telemetry {
             uptime_seconds: 0.0,
             parallelism,
             max_parallelism,
+            member: 0,
+            members: 1,
             restored_from: None,
             restarts: 0,
             last_failure: None,
@@ -119,6 +121,13 @@ impl Telemetry {
     }
 
     // --- the job's life, reported by the executor ---
+
+    /// The process runs as `member` of the job.
+    pub fn member(&self, member: crate::member::Member) {
+        let mut s = self.status();
+        s.job.member = member.index;
+        s.job.members = member.count;
+    }
 
     /// The job restored checkpoint `path` (or started empty: `None`).
     pub fn restored(&self, path: Option<&std::path::Path>) {
@@ -704,6 +713,9 @@ mod tests {
         let j = t.job();
         assert_eq!(j.restored_from.as_deref(), Some("/c/chk-9"));
         assert_eq!((j.parallelism, j.max_parallelism), (2, 64));
+        assert_eq!((j.member, j.members), (0, 1));
+        t.member(crate::member::Member::new(2, 3).unwrap());
+        assert_eq!((t.job().member, t.job().members), (2, 3));
         t.failed("disk full");
         let j = t.job();
         assert_eq!(j.state, JobState::Failed);

@@ -38,6 +38,10 @@ pub struct JobView {
     pub uptime_seconds: f64,
     pub parallelism: u16,
     pub max_parallelism: u16,
+    /// Which member of the job this process is (`--member I --members N`; 0 of 1 for
+    /// a job run as one process).
+    pub member: u16,
+    pub members: u16,
     /// The checkpoint the job started from, if any.
     pub restored_from: Option<String>,
     /// In-process restarts since the start.
@@ -179,6 +183,8 @@ mod tests {
             uptime_seconds: 0.0,
             parallelism: 1,
             max_parallelism: 128,
+            member: 0,
+            members: 1,
             restored_from: Some("/c/chk-4".into()),
             restarts: 0,
             last_failure: Some("boom".into()),

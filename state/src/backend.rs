@@ -28,14 +28,40 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use tracing::{debug, info};
 
+/// Which user keys of a snapshot a restore keeps (see [`StateRestore::keep`]).
+pub type KeyFilter = std::sync::Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// A subtask snapshot to restore from: the checkpoint directory and its entry.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StateRestore {
     pub checkpoint_dir: PathBuf,
     pub snapshot: SubtaskSnapshot,
+    /// When set, only the entries whose user key (the key after the key group and the
+    /// state name) it accepts are restored: how a member takes its share of another
+    /// member's state. The snapshot is then always copied, never linked.
+    pub keep: Option<KeyFilter>,
+}
+
+impl std::fmt::Debug for StateRestore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateRestore")
+            .field("checkpoint_dir", &self.checkpoint_dir)
+            .field("snapshot", &self.snapshot)
+            .field("keep", &self.keep.as_ref().map(|_| "filter"))
+            .finish()
+    }
 }
 
 impl StateRestore {
+    /// All of `snapshot`'s state, from the checkpoint at `checkpoint_dir`.
+    pub fn new(checkpoint_dir: PathBuf, snapshot: SubtaskSnapshot) -> StateRestore {
+        StateRestore {
+            checkpoint_dir,
+            snapshot,
+            keep: None,
+        }
+    }
+
     fn state_path(&self) -> Option<PathBuf> {
         self.snapshot
             .state_dir
@@ -106,6 +132,13 @@ fn db_options(opts: &BackendOptions) -> Options {
 
 fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard()
+}
+
+/// The user key of a RocksDB key built by [`state_key`], or `None` for a key too short
+/// to be one.
+pub fn user_key_of(key: &[u8]) -> Option<&[u8]> {
+    let name_len = usize::from(*key.get(2)?);
+    key.get(3 + name_len..)
 }
 
 /// Builds the RocksDB key of `(group, state, user_key)`.
@@ -199,7 +232,9 @@ impl KeyedStateBackend {
             })
             .collect();
         let mut sst_crc = HashMap::new();
-        let exact = relevant.len() == 1 && relevant[0].snapshot.key_groups == Some(key_groups);
+        let exact = relevant.len() == 1
+            && relevant[0].keep.is_none()
+            && relevant[0].snapshot.key_groups == Some(key_groups);
         if exact {
             let r = relevant[0];
             if let Some(src) = r.state_path() {
@@ -252,6 +287,11 @@ impl KeyedStateBackend {
                 let (k, v) = item.map_err(StateError::rocks(&scratch))?;
                 if k.len() < 2 || u32::from(u16::from_be_bytes([k[0], k[1]])) >= hi {
                     break;
+                }
+                if let Some(keep) = &r.keep {
+                    if !user_key_of(&k).is_some_and(|u| keep(u)) {
+                        continue;
+                    }
                 }
                 batch.put(&k, &v);
                 copied += 1;
@@ -426,9 +466,9 @@ mod tests {
         range: KeyGroupRange,
         files: Vec<FileEntry>,
     ) -> StateRestore {
-        StateRestore {
-            checkpoint_dir: dir.to_path_buf(),
-            snapshot: SubtaskSnapshot {
+        StateRestore::new(
+            dir.to_path_buf(),
+            SubtaskSnapshot {
                 operator: "op".into(),
                 subtask: 0,
                 key_groups: Some(range),
@@ -436,7 +476,7 @@ mod tests {
                 files,
                 inline_state: vec![],
             },
-        }
+        )
     }
 
     fn fill(backend: &KeyedStateBackend, keys: std::ops::Range<u32>) {
@@ -538,6 +578,39 @@ mod tests {
             found, 1000,
             "every key restored exactly once across subtasks"
         );
+    }
+
+    #[test]
+    fn a_key_filter_restores_only_the_keys_it_keeps_even_at_the_same_key_groups() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chk = tmp.path().join("chk");
+        fs::create_dir(&chk).unwrap();
+        let range = range_for_subtask(MP, 1, 0);
+        let mut b = KeyedStateBackend::open(&tmp.path().join("work"), range, &[]).unwrap();
+        fill(&b, 0..1000);
+        let files = b.checkpoint(&chk.join("op-0")).unwrap();
+        let mut r = snapshot(&chk, "op-0", range, files);
+        // Keep the even keys only: the same key groups would otherwise be linked whole.
+        r.keep = Some(std::sync::Arc::new(|k: &[u8]| {
+            std::str::from_utf8(k).unwrap().parse::<u32>().unwrap() % 2 == 0
+        }));
+        let re = KeyedStateBackend::open(&tmp.path().join("re"), range, &[r]).unwrap();
+        for k in 0..1000u32 {
+            let key = k.to_string();
+            let g = key_group_of(key.as_bytes(), MP);
+            let want = (k % 2 == 0).then_some(k as i64);
+            assert_eq!(
+                re.get::<i64>(g, "sum", key.as_bytes()).unwrap(),
+                want,
+                "{k}"
+            );
+        }
+        assert_eq!(
+            user_key_of(&state_key(KeyGroup(3), "sum", b"abc")),
+            Some(&b"abc"[..])
+        );
+        assert_eq!(user_key_of(&[0, 1]), None);
+        assert_eq!(user_key_of(&[0, 1, 5, b's']), None);
     }
 
     #[test]

@@ -454,8 +454,9 @@ impl Source for KafkaSource {
         restored: Option<&[SourcePosition]>,
     ) -> Result<()> {
         self.name = info.name.clone();
-        self.index = info.index;
-        self.parallelism = info.parallelism;
+        // Partitions are assigned over every member's subtasks.
+        self.index = info.member.global_index(info.index, info.parallelism);
+        self.parallelism = info.member.global_parallelism(info.parallelism);
         let config = self.client_config();
         let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
         let telemetry = info.telemetry.clone();

@@ -225,6 +225,36 @@ impl CheckpointStore {
         Ok(out)
     }
 
+    /// The newest complete checkpoint whose `_metadata` reads, and whether it is a
+    /// final one (its state files are not read: that costs as much as the state).
+    pub async fn newest_readable(&self) -> Result<Option<(CheckpointId, bool)>> {
+        let listing = self.scan().await?;
+        let plan = restore::restore_plan(&listing.entries);
+        for id in plan.candidates {
+            match self.read_metadata(&chk_name(id)).await {
+                Ok(m) => return Ok(Some((id, m.is_final))),
+                Err(FetchError::Corrupt(_)) => continue,
+                Err(FetchError::Failed(e)) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The names of the folders directly under the prefix (`chk-N`, `shared`, and any
+    /// other, such as a member's line).
+    pub async fn folders(&self) -> Result<Vec<String>> {
+        let listed = self
+            .store
+            .list_with_delimiter(Some(&self.prefix))
+            .await
+            .map_err(self.err("list", ""))?;
+        Ok(listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect())
+    }
+
     async fn read_metadata_bytes(&self, name: &str) -> std::result::Result<Vec<u8>, FetchError> {
         let rel = metadata_key(name);
         match self.store.get(&self.key(&rel)).await {

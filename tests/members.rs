@@ -1,0 +1,352 @@
+//! One job as several members (`lockgate run --member I --members N`): each member
+//! reads its share of the partitions and keeps its own checkpoint line; the number of
+//! members changes with final checkpoints between (`--rescale-from K`). Real
+//! processes, the embedded Kafka (8 partitions), the Elasticsearch test server, and
+//! the chaos harness's verifier.
+
+mod common;
+
+use common::es::Es;
+use common::kafka::KafkaProcess;
+use common::{bin, sigkill, signal, tail, wait_timeout};
+use lockgate::chaos::target::Target;
+use lockgate::chaos::verify::{read_inputs, verify};
+use lockgate_state::snapshot_dir::{list, resolve_restore_path};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const USERS: u64 = 300;
+const PARTITIONS: i32 = 8;
+
+/// A `kafka -> rolling_sum by user -> elasticsearch upsert by user` job on a live
+/// (unbounded) topic whose orders are keyed, so partitioned, by user.
+fn job(dir: &Path, bootstrap: &str, es: &str, co_partitioned: bool) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"members-test\"\nparallelism = 1\nco_partitioned = {co_partitioned}\n\n\
+         [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\n\
+         partition_discovery_ms = 500\n\n\
+         [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
+         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nbulk_flush_interval_ms = 100\n\
+         id = \"field:/user\"\noperation = \"upsert\"\n"
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn produce(bootstrap: &str, from: u64, count: u64) {
+    lockgate::testkit::kafka::produce_orders(bootstrap, "orders", from, count, USERS).unwrap();
+}
+
+/// One member process, logging to `member-I-of-N.log` beside the job file.
+struct MemberProcess {
+    child: Child,
+    log: PathBuf,
+    line: PathBuf,
+}
+
+impl MemberProcess {
+    fn start(config: &Path, index: u16, count: u16, extra: &[&str]) -> MemberProcess {
+        let log = config.with_file_name(format!("member-{index}-of-{count}.log"));
+        let child = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .args([
+                "--member",
+                &index.to_string(),
+                "--members",
+                &count.to_string(),
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let line = config.with_file_name("checkpoints").join(if count == 1 {
+            String::new()
+        } else {
+            format!("member-{index}-of-{count}")
+        });
+        MemberProcess { child, log, line }
+    }
+
+    fn log_text(&self) -> String {
+        tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 30)
+    }
+
+    /// Waits until the member's line holds a complete checkpoint numbered above `after`.
+    fn wait_for_checkpoint_after(&mut self, after: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if newest_complete(&self.line).is_some_and(|id| id > after) {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "{} exited ({status}):\n{}",
+                    self.line.display(),
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no checkpoint in {}:\n{}",
+                self.line.display(),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM: the member completes a final checkpoint and exits 0.
+    fn stop(mut self) {
+        signal(&self.child, libc::SIGTERM);
+        let status = wait_timeout(&mut self.child, Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", self.log_text());
+    }
+}
+
+fn newest_complete(line: &Path) -> Option<u64> {
+    list(line)
+        .unwrap()
+        .iter()
+        .filter(|e| e.status == lockgate_state::restore::EntryStatus::Complete)
+        .map(|e| e.id.0)
+        .max()
+}
+
+/// The partitions in the newest checkpoint of each of `count` members' lines, after
+/// checking that each is final and that the members' shares are disjoint and cover
+/// every partition.
+fn assert_final_shares(config: &Path, count: u16) -> Vec<BTreeSet<i32>> {
+    let base = config.with_file_name("checkpoints");
+    let mut all = BTreeSet::new();
+    let mut shares = Vec::new();
+    for i in 0..count {
+        let line = if count == 1 {
+            base.clone()
+        } else {
+            base.join(format!("member-{i}-of-{count}"))
+        };
+        let (r, skipped) = resolve_restore_path(&line).unwrap();
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert!(r.metadata.is_final, "{} is not final", r.path.display());
+        let share: BTreeSet<i32> = r.metadata.positions.iter().map(|p| p.partition).collect();
+        for p in &share {
+            assert!(
+                all.insert(*p),
+                "partition {p} is in two members' checkpoints"
+            );
+        }
+        shares.push(share);
+    }
+    assert_eq!(all, (0..PARTITIONS).collect(), "{shares:?}");
+    shares
+}
+
+/// Waits until the index holds exactly what the topic implies (every user's total
+/// over every order, each order applied once), or fails with the verdict.
+fn wait_exact(config: &Path, members: &[MemberProcess]) {
+    let target = Target::from_job_file(config).unwrap();
+    let inputs = read_inputs(&target).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let v = verify(&target, &inputs).unwrap();
+        if v.exact() && v.documents == USERS {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = members.iter().map(|m| m.log_text()).collect();
+            panic!("not exact: {v:?}\n{}", logs.join("\n---\n"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    produce(&kafka.bootstrap, 0, 6_000);
+
+    // Three members: each reads its share and checkpoints in its own line.
+    let mut three: Vec<MemberProcess> = (0..3)
+        .map(|i| MemberProcess::start(&config, i, 3, &[]))
+        .collect();
+    for m in &mut three {
+        m.wait_for_checkpoint_after(0);
+    }
+    produce(&kafka.bootstrap, 6_000, 3_000);
+    wait_exact(&config, &three);
+    for m in three {
+        m.stop();
+    }
+    let shares = assert_final_shares(&config, 3);
+    assert!(shares.iter().all(|s| !s.is_empty()), "{shares:?}");
+    // `checkpoints list` of the shared directory names every member's line.
+    let out = Command::new(bin())
+        .args(["checkpoints", "list"])
+        .arg(config.with_file_name("checkpoints"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for i in 0..3 {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("member-{i}-of-3 ")))
+            .unwrap_or_else(|| panic!("member-{i}-of-3 listed:\n{text}"));
+        assert!(row.trim_end().ends_with("true"), "final: {row}");
+    }
+
+    // 3 -> 2 while orders keep arriving: records produced while no member runs are
+    // read by the new members, from the positions of the old ones.
+    produce(&kafka.bootstrap, 9_000, 2_000);
+    let mut two: Vec<MemberProcess> = (0..2)
+        .map(|i| MemberProcess::start(&config, i, 2, &["--rescale-from", "3"]))
+        .collect();
+    let base = newest_complete(&config.with_file_name("checkpoints").join("member-0-of-3"))
+        .unwrap()
+        .max(newest_complete(&config.with_file_name("checkpoints").join("member-1-of-3")).unwrap())
+        .max(newest_complete(&config.with_file_name("checkpoints").join("member-2-of-3")).unwrap());
+    for m in &mut two {
+        m.wait_for_checkpoint_after(base);
+    }
+    produce(&kafka.bootstrap, 11_000, 3_000);
+    wait_exact(&config, &two);
+    // A member restarted with the same arguments resumes its own line, which is now
+    // newer than the old members' final checkpoints (SIGKILL: no final checkpoint).
+    let mut restarted = two.remove(1);
+    sigkill(&mut restarted.child);
+    let mut restarted = MemberProcess::start(&config, 1, 2, &["--rescale-from", "3"]);
+    let before = newest_complete(&restarted.line).unwrap();
+    restarted.wait_for_checkpoint_after(before);
+    assert!(
+        std::fs::read_to_string(&restarted.log)
+            .unwrap()
+            .contains("member-1-of-2/chk-"),
+        "restored from its own line:\n{}",
+        restarted.log_text()
+    );
+    two.push(restarted);
+    produce(&kafka.bootstrap, 14_000, 2_000);
+    wait_exact(&config, &two);
+    for m in two {
+        m.stop();
+    }
+    assert_final_shares(&config, 2);
+
+    // 2 -> 4.
+    let mut four: Vec<MemberProcess> = (0..4)
+        .map(|i| MemberProcess::start(&config, i, 4, &["--rescale-from", "2"]))
+        .collect();
+    produce(&kafka.bootstrap, 16_000, 4_000);
+    for m in &mut four {
+        m.wait_for_checkpoint_after(0);
+    }
+    wait_exact(&config, &four);
+    for m in four {
+        m.stop();
+    }
+    let shares = assert_final_shares(&config, 4);
+    assert!(shares.iter().all(|s| !s.is_empty()), "{shares:?}");
+}
+
+#[test]
+fn a_rescale_is_refused_when_a_member_was_killed_instead_of_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    produce(&kafka.bootstrap, 0, 2_000);
+    let mut two: Vec<MemberProcess> = (0..2)
+        .map(|i| MemberProcess::start(&config, i, 2, &[]))
+        .collect();
+    for m in &mut two {
+        m.wait_for_checkpoint_after(0);
+    }
+    let mut killed = two.pop().unwrap();
+    sigkill(&mut killed.child);
+    two.pop().unwrap().stop();
+
+    let run = |args: &[&str]| {
+        let out = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--member", "0", "--members", "3", "--rescale-from", "2"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("member-1-of-2") && err.contains("is not a final one"),
+        "{err}"
+    );
+    // Without --rescale-from, a new layout must not start over while the old one
+    // holds checkpoints.
+    let (code, err) = run(&["--member", "0", "--members", "3"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("start with --rescale-from 2"), "{err}");
+    // Nor may the job start as one process.
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("start with --rescale-from 2"), "{err}");
+    // The refusals wrote nothing: no new line was started.
+    let lines: Vec<String> = std::fs::read_dir(config.with_file_name("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("member-"))
+        .collect();
+    let mut lines = lines;
+    lines.sort();
+    assert_eq!(lines, vec!["member-0-of-2", "member-1-of-2"]);
+}
+
+#[test]
+fn members_refuse_keyed_state_unless_co_partitioned_and_bad_member_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Nothing listens here: each refusal comes before the job touches a server.
+    let config = job(tmp.path(), "127.0.0.1:1", "http://127.0.0.1:1", false);
+    let run = |args: &[&str]| {
+        let out = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--member", "0", "--members", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("job.toml: job.co_partitioned:") && err.contains("rolling_sum"),
+        "{err}"
+    );
+    let (code, err) = run(&["--member", "2", "--members", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--member 2 is not below --members 2"), "{err}");
+    let (code, err) = run(&["--members", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--members needs --member"), "{err}");
+    let (code, err) = run(&["--member", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--members"), "{err}");
+    assert!(
+        !config.with_file_name("checkpoints").exists(),
+        "a refused start creates no checkpoint directory"
+    );
+}
