@@ -228,3 +228,66 @@ fn checkpoints_list_and_restore_accept_a_store_url() {
     );
     verify_exact(&config);
 }
+
+/// Members keep their lines under the store prefix (`member-I-of-N/`); a rescale on a
+/// new machine (nothing local) reads every old member's final checkpoint from the store.
+#[test]
+fn members_keep_their_lines_in_the_store_and_a_rescale_on_a_new_machine_reads_them_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-members").unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 8_000, 100).unwrap();
+    let es = Es::testkit();
+    let env = moto.env();
+    let config = job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &es.url(),
+        "lockgate-members",
+        "",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "parallelism = 2\n",
+        "parallelism = 1\nco_partitioned = true\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(["run", "--config"])
+            .arg(&config)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("LOCKGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(tmp.path().join("runs.log"))
+                    .unwrap(),
+            );
+        c.spawn().unwrap()
+    };
+    // Two members run the bounded job to its end, each with a final checkpoint.
+    let mut members: Vec<Child> = (0..2)
+        .map(|i| run(&["--member", &i.to_string(), "--members", "2"]))
+        .collect();
+    for m in &mut members {
+        let status = wait_timeout(m, DEADLINE);
+        let log = std::fs::read_to_string(tmp.path().join("runs.log")).unwrap();
+        assert!(status.success(), "{}", tail(&log, 40));
+    }
+    std::fs::remove_dir_all(tmp.path().join("staging")).unwrap();
+    // One process takes both lines' final checkpoints from the store.
+    let status = wait_timeout(&mut run(&["--rescale-from", "2"]), DEADLINE);
+    let log = std::fs::read_to_string(tmp.path().join("runs.log")).unwrap();
+    assert!(status.success(), "{}", tail(&log, 40));
+    assert!(log.contains("rescaling"), "{}", tail(&log, 40));
+    assert!(
+        log.contains("/staging/.rescale/member-"),
+        "{}",
+        tail(&log, 40)
+    );
+    verify_exact(&config);
+}
