@@ -51,6 +51,7 @@ fn read_line(dir: &Path, member: Member) -> Result<LineState, StateError> {
     Ok(LineState {
         member,
         newest_valid,
+        next_id: plan.next_id,
     })
 }
 
@@ -71,7 +72,8 @@ mod tests {
             lines,
             vec![LineState {
                 member: Member::SOLO,
-                newest_valid: None
+                newest_valid: None,
+                next_id: CheckpointId(1),
             }]
         );
         let write = |dir: &Path, id: u64, is_final: bool| {
@@ -102,13 +104,16 @@ mod tests {
         std::fs::create_dir_all(base.join("member-2-of-2")).unwrap();
         std::fs::write(base.join("member-0-of-3"), b"a file").unwrap();
         let lines = scan(base).unwrap();
-        let got: Vec<_> = lines.iter().map(|l| (l.member, l.newest_valid)).collect();
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.member, l.newest_valid, l.next_id.0))
+            .collect();
         assert_eq!(
             got,
             vec![
-                (Member::SOLO, Some((CheckpointId(3), true))),
-                (m(0, 2), Some((CheckpointId(5), true))),
-                (m(1, 2), Some((CheckpointId(6), false))),
+                (Member::SOLO, Some((CheckpointId(3), true)), 4),
+                (m(0, 2), Some((CheckpointId(5), true)), 6),
+                (m(1, 2), Some((CheckpointId(6), false)), 8),
             ]
         );
     }

@@ -15,5 +15,8 @@ pub use config::{
 };
 pub use source::KafkaSource;
 
+/// The source kind of the Kafka source in a job graph.
+pub const KIND: &str = "kafka";
+
 /// A topic partition.
 pub type Tp = (String, i32);
