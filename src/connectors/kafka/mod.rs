@@ -7,6 +7,7 @@ pub mod config;
 pub mod decode;
 pub mod fetcher;
 pub mod properties;
+pub mod queues;
 pub mod source;
 pub mod start_position;
 

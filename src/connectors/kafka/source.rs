@@ -475,9 +475,11 @@ impl Source for KafkaSource {
             live_ends: live_ends.clone(),
             telemetry: telemetry.clone(),
         });
-        let consumer: KafkaConsumer = config
-            .create_with_context(LogContext::new(live_ends))
-            .map_err(|e| self.err(format!("cannot create consumer: {e}")))?;
+        let consumer = KafkaConsumer::new(
+            config
+                .create_with_context(LogContext::new(live_ends))
+                .map_err(|e| self.err(format!("cannot create consumer: {e}")))?,
+        );
         let consumer = Arc::new(consumer);
         self.consumer = Some(consumer.clone());
         let cfg = self.cfg.clone();
