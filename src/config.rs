@@ -682,7 +682,7 @@ fn kafka_source(
     let mut kc = kafka_config(k, job_name, err)?;
     kc.tombstones = tombstones;
     let kc = std::sync::Arc::new(kc);
-    Ok(b.source("kafka", move |_| {
+    Ok(b.source(crate::connectors::kafka::KIND, move |_| {
         Box::new(crate::connectors::kafka::KafkaSource::new(kc.clone()))
     }))
 }

@@ -236,6 +236,9 @@ pub struct JobGraph {
     /// Which member of the job this process is (`lockgate run --member I --members N`):
     /// it reads its share of the source's partitions and keeps its own checkpoint line.
     pub member: crate::member::Member,
+    /// Uids of keyed operators whose state is a fact about the key across all
+    /// partitions ([`JobBuilder::keyed_across_partitions`]): never scoped by partition.
+    pub(crate) across_partitions: std::collections::BTreeSet<String>,
 }
 
 impl JobGraph {
@@ -251,9 +254,6 @@ impl JobGraph {
     /// members), and the file sink (whose part files are named per subtask of one
     /// process). The error names the job-file key it concerns.
     pub fn check_members(&self) -> std::result::Result<(), (&'static str, String)> {
-        self.member
-            .check_fits(self.parallelism)
-            .map_err(|e| ("job.parallelism", e))?;
         if self.member.count == 1 {
             return Ok(());
         }
@@ -329,6 +329,7 @@ impl Job {
             metrics_listen: None,
             co_partitioned: false,
             member: crate::member::Member::SOLO,
+            across_partitions: Default::default(),
             state: Default::default(),
         }
     }
@@ -348,6 +349,7 @@ pub struct JobBuilder {
     state: lockgate_state::BackendOptions,
     co_partitioned: bool,
     member: crate::member::Member,
+    across_partitions: std::collections::BTreeSet<String>,
 }
 
 impl JobBuilder {
@@ -497,6 +499,18 @@ impl JobBuilder {
         self
     }
 
+    /// A keyed operator whose state is a fact about the key across every partition
+    /// (such as which partition writes a document): in a `co_partitioned` job its state
+    /// is not scoped by source partition, and a rescale gives every member all of it.
+    pub fn keyed_across_partitions<K, F>(mut self, kind: &str, uid: &str, factory: F) -> Self
+    where
+        K: KeyedFunction + 'static,
+        F: Fn(u16) -> K + Send + Sync + 'static,
+    {
+        self.across_partitions.insert(uid.to_string());
+        self.keyed(kind, uid, factory)
+    }
+
     /// The sink, created once per subtask (and again on restart).
     pub fn sink<F>(mut self, kind: &str, factory: F) -> Self
     where
@@ -565,6 +579,7 @@ impl JobBuilder {
             state: self.state,
             co_partitioned: self.co_partitioned,
             member: self.member,
+            across_partitions: self.across_partitions,
         })
     }
 }

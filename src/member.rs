@@ -30,10 +30,6 @@ impl fmt::Display for Member {
     }
 }
 
-/// The largest number of members (and of members × parallelism): subtask indices are
-/// `u16`, and key groups stop at 32768.
-pub const MAX_GLOBAL_SUBTASKS: u32 = 32768;
-
 impl Member {
     /// The job as one process.
     pub const SOLO: Member = Member { index: 0, count: 1 };
@@ -64,35 +60,6 @@ impl Member {
             }
         };
         Member::new(index, count)
-    }
-
-    /// Refuses a member count whose subtasks do not fit the indices: `count ×
-    /// parallelism` source subtasks are numbered globally.
-    pub fn check_fits(&self, parallelism: u16) -> Result<(), String> {
-        let total = u32::from(self.count) * u32::from(parallelism);
-        if total > MAX_GLOBAL_SUBTASKS {
-            return Err(format!(
-                "{} members × parallelism {parallelism} = {total} subtasks, more than {MAX_GLOBAL_SUBTASKS}",
-                self.count
-            ));
-        }
-        Ok(())
-    }
-
-    /// The global index of this member's local subtask `local` (of `parallelism` per
-    /// member): `index × parallelism + local`, of [`Member::global_parallelism`].
-    pub fn global_index(&self, local: u16, parallelism: u16) -> u16 {
-        self.index * parallelism + local
-    }
-
-    /// The number of subtasks of a vertex over all members.
-    pub fn global_parallelism(&self, parallelism: u16) -> u16 {
-        self.count * parallelism
-    }
-
-    /// Whether global subtask `global` (of `count × parallelism`) runs in this member.
-    pub fn runs(&self, global: u16, parallelism: u16) -> bool {
-        global / parallelism == self.index
     }
 
     /// The directory of this member's line below the checkpoint directory
@@ -141,6 +108,9 @@ pub struct LineState {
     /// The newest checkpoint that verified, and whether it is a final one (the member
     /// was stopped with SIGTERM or finished, not killed).
     pub newest_valid: Option<(CheckpointId, bool)>,
+    /// The first id after every id present in the line (corrupt, unfinished and
+    /// abandoned ones included).
+    pub next_id: CheckpointId,
 }
 
 /// What a member's start does.
@@ -161,16 +131,21 @@ pub enum LinePlan {
 
 /// Decides a member's start from every line of the checkpoint directory.
 ///
-/// Ids of a rescaled line continue after the old members' final checkpoints, so ids
-/// order the layouts: the layout with the newest valid checkpoint is the current one.
+/// A layout is a member count. New ids always continue after every id of every line
+/// ([`first_free_id`]), so ids order the layouts: the layout holding the newest
+/// checkpoint is the one that ran last.
 ///
-/// - With `--rescale-from K`: the K old lines must each end in a final checkpoint (a
-///   killed member's positions and state after its last checkpoint are not there; it
-///   must be started again and stopped with SIGTERM) and K must differ from the
-///   current count. If the own line already holds a checkpoint newer than all of them,
-///   the rescale happened before (a restarted pod keeps its arguments): resume it.
-/// - Without: refuse when another layout's line holds a newer checkpoint than the own
-///   line (starting a stale or empty line would replay or skip records).
+/// - Without `--rescale-from`: refuse when another layout's line holds a newer
+///   checkpoint than the own line (starting a stale or empty line would replay or skip
+///   records); otherwise start from the own line.
+/// - With `--rescale-from K`: if the own line holds a checkpoint and no other layout's
+///   line is newer, the rescale happened before (a restarted pod keeps its arguments):
+///   resume it, whether or not the old lines are still there. Otherwise rescale, which
+///   needs every one of the K old lines to end in a final checkpoint (a killed member's
+///   positions and state after its last checkpoint are not there; it must be started
+///   again and stopped with SIGTERM), K to differ from the current count, and no third
+///   layout to hold a checkpoint newer than the K members' finals (then the K-member
+///   run is not the latest one).
 pub fn line_plan(
     me: Member,
     rescale_from: Option<u16>,
@@ -178,21 +153,23 @@ pub fn line_plan(
 ) -> Result<LinePlan, String> {
     let own = lines.iter().find(|l| l.member == me);
     let own_newest = own.and_then(|l| l.newest_valid).map(|(id, _)| id);
+    let newest_of = |l: &LineState| l.newest_valid.map(|(id, _)| (id, l.member));
+    let newer_elsewhere = lines
+        .iter()
+        .filter(|l| l.member.count != me.count)
+        .filter_map(newest_of)
+        .filter(|(id, _)| Some(*id) > own_newest)
+        .max();
+    let chk = lockgate_state::snapshot_dir::chk_name;
     let Some(k) = rescale_from else {
-        let newer = lines
-            .iter()
-            .filter(|l| l.member.count != me.count)
-            .filter_map(|l| l.newest_valid.map(|(id, _)| (id, l.member)))
-            .filter(|(id, _)| Some(*id) > own_newest)
-            .max();
-        return match newer {
+        return match newer_elsewhere {
             None => Ok(LinePlan::Own),
             Some((id, m)) => Err(format!(
                 "{} holds {} (of the job run as {}), newer than anything in this member's line ({}): start with --rescale-from {}",
                 m.line_display(),
-                lockgate_state::snapshot_dir::chk_name(id),
+                chk(id),
                 layout(m.count),
-                own_newest.map_or("empty".to_string(), lockgate_state::snapshot_dir::chk_name),
+                own_newest.map_or("empty".to_string(), chk),
                 m.count
             )),
         };
@@ -202,7 +179,10 @@ pub fn line_plan(
             "--rescale-from {k} is the current number of members: a rescale changes it"
         ));
     }
-    let mut base = CheckpointId(0);
+    if own_newest.is_some() && newer_elsewhere.is_none() {
+        return Ok(LinePlan::Own);
+    }
+    let (mut oldest, mut newest) = (CheckpointId(u64::MAX), CheckpointId(0));
     let mut from = Vec::new();
     for old in Member::all(k) {
         let line = lines.iter().find(|l| l.member == old);
@@ -217,51 +197,82 @@ pub fn line_plan(
                 return Err(format!(
                     "--rescale-from {k}: the newest checkpoint of {} ({}) is not a final one: {old} was killed, not stopped; start the {k} members again and stop each with SIGTERM, which completes a final checkpoint",
                     old.line_display(),
-                    lockgate_state::snapshot_dir::chk_name(id)
+                    chk(id)
                 ))
             }
-            Some((id, true)) => base = base.max(id),
+            Some((id, true)) => {
+                oldest = oldest.min(id);
+                newest = newest.max(id);
+            }
         }
         from.push(old);
     }
-    if own_newest.is_some_and(|id| id > base) {
-        return Ok(LinePlan::Own);
+    let later = lines
+        .iter()
+        .filter(|l| l.member.count != k && l.member.count != me.count)
+        .filter_map(newest_of)
+        .filter(|(id, _)| *id > oldest)
+        .max();
+    if let Some((id, m)) = later {
+        return Err(format!(
+            "--rescale-from {k}: {} holds {} (of the job run as {}), newer than a final checkpoint of the {k} members: the job ran as {} after them; rescale from {}",
+            m.line_display(),
+            chk(id),
+            layout(m.count),
+            layout(m.count),
+            m.count
+        ));
     }
-    Ok(LinePlan::Rescale { from, newest: base })
+    Ok(LinePlan::Rescale { from, newest })
 }
 
-/// The global subtask (of `global_parallelism`) that reads split `partition` of
-/// `stream`, as the job's source assigns them: the sequence source reads split `j` in
-/// subtask `j % n`; every other source is assigned like Kafka partitions.
-pub fn split_owner(
-    source_kind: &str,
-    stream: &str,
-    partition: i32,
-    global_parallelism: u16,
-) -> u16 {
+/// The first id no line has used: a start continues after every id of every line, so
+/// that ids order the layouts (and a rescaled line never reuses an old member's ids).
+pub fn first_free_id(lines: &[LineState]) -> CheckpointId {
+    lines
+        .iter()
+        .map(|l| l.next_id)
+        .max()
+        .unwrap_or(CheckpointId(1))
+}
+
+/// The owner (of `n`) of split `partition` of `stream`, as the job's source assigns
+/// them: the sequence source gives split `j` to `j % n`; every other source is assigned
+/// like Kafka partitions (Flink's assigner, [`crate::connectors::kafka::assign`]).
+/// A custom source of the Rust API reads its splits as [`split_reader`] says.
+pub fn split_owner(source_kind: &str, stream: &str, partition: i32, n: u16) -> u16 {
     if source_kind == crate::connectors::sequence::KIND {
-        partition.rem_euclid(i32::from(global_parallelism)) as u16
+        partition.rem_euclid(i32::from(n)) as u16
     } else {
-        crate::connectors::kafka::assign::owner(stream, partition, global_parallelism)
+        crate::connectors::kafka::assign::owner(stream, partition, n)
     }
 }
 
-/// Whether split `partition` of `stream` is read by member `me`, each member running
-/// `parallelism` subtasks of the source.
-pub fn owns_split(
+/// Whether member `me` reads split `partition` of `stream`: splits are assigned to
+/// members first ([`split_owner`] over the member count), independently of each
+/// member's parallelism, so that changing `job.parallelism` never moves a split from
+/// one member to another.
+pub fn owns_split(me: Member, source_kind: &str, stream: &str, partition: i32) -> bool {
+    split_owner(source_kind, stream, partition, me.count) == me.index
+}
+
+/// The local subtask (of `parallelism`) of member `me` that reads split `partition` of
+/// `stream`, or `None` when another member reads it. Within a member, its splits are
+/// spread over its subtasks by their rank among the member's splits
+/// (`partition / count`, consecutive for one member), so that they stay balanced; for a
+/// job run as one process this is exactly the single-process assignment.
+pub fn split_reader(
     me: Member,
     parallelism: u16,
     source_kind: &str,
     stream: &str,
     partition: i32,
-) -> bool {
-    let global = split_owner(
-        source_kind,
-        stream,
-        partition,
-        me.global_parallelism(parallelism),
-    );
-    me.runs(global, parallelism)
+) -> Option<u16> {
+    if !owns_split(me, source_kind, stream, partition) {
+        return None;
+    }
+    let rank = partition.div_euclid(i32::from(me.count));
+    Some(split_owner(source_kind, stream, rank, parallelism))
 }
 
 #[cfg(test)]
@@ -277,6 +288,7 @@ mod tests {
         LineState {
             member,
             newest_valid: newest.map(|(id, f)| (CheckpointId(id), f)),
+            next_id: CheckpointId(newest.map_or(1, |(id, _)| id + 1)),
         }
     }
 
@@ -299,11 +311,6 @@ mod tests {
         ] {
             assert_eq!(Member::parse_line(bad), None, "{bad}");
         }
-        assert_eq!(m(1, 3).global_index(2, 4), 6);
-        assert_eq!(m(1, 3).global_parallelism(4), 12);
-        assert!(m(1, 3).runs(7, 4) && !m(1, 3).runs(8, 4) && !m(1, 3).runs(3, 4));
-        assert!(m(0, 2).check_fits(16384).is_ok());
-        assert!(m(0, 3).check_fits(16384).is_err());
     }
 
     #[test]
@@ -319,28 +326,50 @@ mod tests {
     }
 
     proptest! {
-        /// Every partition is read by exactly one member, and members split a topic's
-        /// partitions evenly.
+        /// Every split is read by exactly one subtask of one member; members split a
+        /// topic's partitions evenly and so do a member's subtasks; which member reads a
+        /// split does not depend on the parallelism.
         #[test]
-        fn each_partition_has_exactly_one_member(topic in "[a-z]{1,10}", parts in 1i32..100, count in 1u16..6, p in 1u16..5) {
-            let mut per_member = vec![0i32; usize::from(count)];
+        fn each_split_has_exactly_one_reader(kind in prop_oneof!["kafka", "sequence"], topic in "[a-z]{1,10}", parts in 1i32..100, count in 1u16..6, p in 1u16..5, q in 1u16..5) {
+            let mut per_subtask = vec![vec![0i32; usize::from(p)]; usize::from(count)];
             for part in 0..parts {
-                let owners: Vec<Member> = Member::all(count).filter(|me| owns_split(*me, p, "kafka", &topic, part)).collect();
-                prop_assert_eq!(owners.len(), 1);
-                per_member[usize::from(owners[0].index)] += 1;
+                let readers: Vec<(Member, u16)> = Member::all(count)
+                    .filter_map(|me| split_reader(me, p, &kind, &topic, part).map(|j| (me, j)))
+                    .collect();
+                prop_assert_eq!(readers.len(), 1);
+                let (me, j) = readers[0];
+                prop_assert!(j < p);
+                prop_assert!(owns_split(me, &kind, &topic, part));
+                prop_assert!(split_reader(me, q, &kind, &topic, part).is_some(), "the member keeps it at parallelism {}", q);
+                per_subtask[usize::from(me.index)][usize::from(j)] += 1;
             }
-            let (lo, hi) = (per_member.iter().min().unwrap(), per_member.iter().max().unwrap());
-            prop_assert!(hi - lo <= i32::from(p), "{:?}", per_member);
+            let members: Vec<i32> = per_subtask.iter().map(|s| s.iter().sum()).collect();
+            let (lo, hi) = (members.iter().min().unwrap(), members.iter().max().unwrap());
+            prop_assert!(hi - lo <= 1, "members {:?}", members);
+            for s in &per_subtask {
+                let (lo, hi) = (s.iter().min().unwrap(), s.iter().max().unwrap());
+                prop_assert!(hi - lo <= 1, "subtasks {:?}", per_subtask);
+            }
         }
     }
 
     #[test]
-    fn sequence_splits_go_round_robin_over_every_members_subtasks() {
-        // Member 1 of 2 at parallelism 2 runs global subtasks 2 and 3 of 4.
-        let owned: Vec<i32> = (0..8)
-            .filter(|j| owns_split(m(1, 2), 2, "sequence", "sequence", *j))
+    fn one_process_reads_splits_as_before_members_existed() {
+        for part in 0..40 {
+            assert_eq!(
+                split_reader(Member::SOLO, 3, "kafka", "orders", part),
+                Some(crate::connectors::kafka::assign::owner("orders", part, 3))
+            );
+            assert_eq!(
+                split_reader(Member::SOLO, 3, "sequence", "sequence", part),
+                Some((part % 3) as u16)
+            );
+        }
+        // Member 1 of 2 reads the odd splits of the sequence, alternating subtasks.
+        let read: Vec<(i32, u16)> = (0..8)
+            .filter_map(|j| split_reader(m(1, 2), 2, "sequence", "sequence", j).map(|s| (j, s)))
             .collect();
-        assert_eq!(owned, vec![2, 3, 6, 7]);
+        assert_eq!(read, vec![(1, 0), (3, 1), (5, 0), (7, 1)]);
     }
 
     #[test]
@@ -427,6 +456,85 @@ mod tests {
         // And without --rescale-from, the stale line is refused, not resumed.
         let e = line_plan(m(0, 2), None, &lines).unwrap_err();
         assert!(e.contains("--rescale-from 3"), "{e}");
+    }
+
+    /// 3 members (ids up to 9), then 2 (10..50), then 4 (51..70).
+    fn three_two_four() -> Vec<LineState> {
+        vec![
+            line(m(0, 3), Some((9, true))),
+            line(m(1, 3), Some((8, true))),
+            line(m(2, 3), Some((9, true))),
+            line(m(0, 2), Some((50, true))),
+            line(m(1, 2), Some((49, true))),
+            line(m(0, 4), Some((70, false))),
+            line(m(1, 4), Some((69, false))),
+            line(m(2, 4), Some((70, false))),
+            line(m(3, 4), Some((68, false))),
+        ]
+    }
+
+    #[test]
+    fn an_old_member_restarted_with_its_rescale_arguments_is_refused_once_a_newer_layout_ran() {
+        // Member 1 of 2 still has `--rescale-from 3`; its own line (49) is newer than
+        // the 3 members' finals, but the 4 members ran after it.
+        let e = line_plan(m(1, 2), Some(3), &three_two_four()).unwrap_err();
+        assert!(
+            e.contains("-of-4 holds chk-0000000070") && e.contains("rescale from 4"),
+            "{e}"
+        );
+        // The 4 members themselves resume their lines, with or without the argument.
+        assert_eq!(
+            line_plan(m(3, 4), Some(2), &three_two_four()),
+            Ok(LinePlan::Own)
+        );
+        assert_eq!(
+            line_plan(m(3, 4), None, &three_two_four()),
+            Ok(LinePlan::Own)
+        );
+    }
+
+    #[test]
+    fn a_rescale_from_a_layout_that_a_later_one_replaced_is_refused() {
+        // Going to 5 members, but naming the 3 members of the first period.
+        let e = line_plan(m(0, 5), Some(3), &three_two_four()).unwrap_err();
+        assert!(
+            e.contains("newer than a final checkpoint of the 3 members"),
+            "{e}"
+        );
+        // 3 -> 2 -> 3 where member 2 of 3 never ran in the last period: its final is
+        // the first period's, older than the 2 members' checkpoints.
+        let lines = vec![
+            line(m(0, 3), Some((60, true))),
+            line(m(1, 3), Some((61, true))),
+            line(m(2, 3), Some((9, true))),
+            line(m(0, 2), Some((50, true))),
+            line(m(1, 2), Some((49, true))),
+        ];
+        let e = line_plan(m(0, 4), Some(3), &lines).unwrap_err();
+        assert!(e.contains("member-0-of-2 holds chk-0000000050"), "{e}");
+    }
+
+    #[test]
+    fn a_member_resumes_its_line_after_the_old_lines_were_deleted() {
+        let lines = [line(m(0, 2), Some((12, false))), line(m(1, 2), None)];
+        assert_eq!(line_plan(m(0, 2), Some(3), &lines), Ok(LinePlan::Own));
+        // A peer that never checkpointed needs them, and says so.
+        let e = line_plan(m(1, 2), Some(3), &lines).unwrap_err();
+        assert!(e.contains("member-0-of-3 holds no checkpoint"), "{e}");
+    }
+
+    #[test]
+    fn new_ids_continue_after_every_id_of_every_line() {
+        assert_eq!(first_free_id(&[]), CheckpointId(1));
+        let mut lines = three_two_four();
+        assert_eq!(first_free_id(&lines), CheckpointId(71));
+        // An unfinished or corrupt checkpoint's id counts too.
+        lines.push(LineState {
+            member: m(1, 3),
+            newest_valid: None,
+            next_id: CheckpointId(90),
+        });
+        assert_eq!(first_free_id(&lines), CheckpointId(90));
     }
 
     #[test]

@@ -227,13 +227,16 @@ fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly
     let mut restarted = MemberProcess::start(&config, 1, 2, &["--rescale-from", "3"]);
     let before = newest_complete(&restarted.line).unwrap();
     restarted.wait_for_checkpoint_after(before);
+    let log = std::fs::read_to_string(&restarted.log).unwrap();
+    let restoring = log
+        .lines()
+        .find(|l| l.contains(" restoring "))
+        .unwrap_or_else(|| panic!("a restore:\n{}", restarted.log_text()));
     assert!(
-        std::fs::read_to_string(&restarted.log)
-            .unwrap()
-            .contains("member-1-of-2/chk-"),
-        "restored from its own line:\n{}",
-        restarted.log_text()
+        restoring.contains("member-1-of-2/chk-") && restoring.contains("parts=1"),
+        "restored from its own line: {restoring}"
     );
+    assert!(!log.contains("rescaling"), "not rescaled again:\n{log}");
     two.push(restarted);
     produce(&kafka.bootstrap, 14_000, 2_000);
     wait_exact(&config, &two);
@@ -349,4 +352,82 @@ fn members_refuse_keyed_state_unless_co_partitioned_and_bad_member_arguments() {
         !config.with_file_name("checkpoints").exists(),
         "a refused start creates no checkpoint directory"
     );
+}
+
+#[test]
+fn the_external_version_guard_still_sees_every_partition_of_a_co_partitioned_job() {
+    // Document ids by field, external versions (offsets): a document written from two
+    // partitions must fail the job, co_partitioned or not. The guard's state is about
+    // the document across partitions, so it must not be scoped by partition.
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders-eu", 1), ("orders-us", 1)]);
+    let es = Es::testkit();
+    let text = format!(
+        "[job]\nname = \"guard\"\nco_partitioned = true\n\n\
+         [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n[restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders-eu\", \"orders-us\"]\nbounded = \"latest\"\n\n\
+         [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nid = \"field:/order\"\nversioning = \"external\"\n",
+        kafka.bootstrap,
+        es.url()
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    common::kafka::produce_raw(&kafka.bootstrap, "orders-eu", 0, &[br#"{"order":"o-1"}"#]);
+    common::kafka::produce_raw(&kafka.bootstrap, "orders-us", 0, &[br#"{"order":"o-1"}"#]);
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("document \"o-1\" is written by orders-"),
+        "{}",
+        tail(&err, 20)
+    );
+}
+
+#[test]
+fn a_rescale_is_refused_while_an_old_member_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    produce(&kafka.bootstrap, 0, 1_000);
+    let mut two: Vec<MemberProcess> = (0..2)
+        .map(|i| MemberProcess::start(&config, i, 2, &[]))
+        .collect();
+    for m in &mut two {
+        m.wait_for_checkpoint_after(0);
+    }
+    for m in two {
+        m.stop();
+    }
+    // Member 0 of 2 is started again, with checkpoints a minute apart: its newest
+    // checkpoint stays the final one while it runs.
+    let slow = config.with_file_name("slow.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("interval_ms = 200", "interval_ms = 60000");
+    std::fs::write(&slow, text).unwrap();
+    let running = MemberProcess::start(&slow, 0, 2, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&running.log)
+        .unwrap_or_default()
+        .contains(" restoring ")
+    {
+        assert!(Instant::now() < deadline, "{}", running.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--member", "0", "--members", "3", "--rescale-from", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("member 0 of 2 still runs"), "{err}");
+    running.stop();
 }

@@ -8,6 +8,12 @@
 //! with the client settings the source uses; lockgate runs the whole job (source ->
 //! discarding sink, a checkpoint every second, final checkpoint included).
 //!
+//! Per record, the raw side calls `BaseConsumer::poll` (one event, and clock reads)
+//! and adds the payload's length. Lockgate's poll thread takes records from
+//! librdkafka in batch calls and copies each key and payload into its batch's buffer;
+//! the source task checks each payload's JSON, makes a `Record` of slices of that
+//! buffer, and moves the partition's position once per run of records.
+//!
 //! Two rates per side: `records_per_sec` over the steady state, from the first record
 //! read (raw) or reaching the sink (lockgate) to the last; `wall_records_per_sec` from
 //! the start to the last record (raw) or to the job's return (lockgate), which adds the

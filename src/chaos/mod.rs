@@ -160,7 +160,12 @@ impl Report {
             (Some(a), Some(b)) => Some(a && b),
             (a, b) => a.or(b),
         };
-        self.corruption = self.corruption.take().or(lane.corruption);
+        // The report keeps one corruption: a lane's that was not fallen back from wins,
+        // so that `passed` fails when any lane's fallback failed.
+        self.corruption = match (self.corruption.take(), lane.corruption) {
+            (Some(a), Some(b)) if a.fell_back() && !b.fell_back() => Some(b),
+            (a, b) => a.or(b),
+        };
         self.stopped = match (self.stopped.take(), lane.stopped) {
             (Some(a), Some(b)) => Some(format!("{a}; {b}")),
             (a, b) => a.or(b),

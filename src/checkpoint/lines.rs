@@ -47,17 +47,21 @@ pub fn scan(base: &Path) -> Result<Vec<LineState>, StateError> {
 /// `_metadata` reads.
 pub async fn scan_store(base: &StoreLocation) -> Result<Vec<LineState>, StateError> {
     let store = CheckpointStore::new(base)?;
+    let (newest_valid, next_id) = store.newest_readable().await?;
     let mut lines = vec![LineState {
         member: Member::SOLO,
-        newest_valid: store.newest_readable().await?,
+        newest_valid,
+        next_id,
     }];
     for name in store.folders().await? {
-        if let Some(m) = Member::parse_line(&name) {
+        if let Some(member) = Member::parse_line(&name) {
+            let (newest_valid, next_id) = CheckpointStore::new(&base.join(&name))?
+                .newest_readable()
+                .await?;
             lines.push(LineState {
-                member: m,
-                newest_valid: CheckpointStore::new(&base.join(&name))?
-                    .newest_readable()
-                    .await?,
+                member,
+                newest_valid,
+                next_id,
             });
         }
     }
@@ -75,6 +79,7 @@ fn read_line(dir: &Path, member: Member) -> Result<LineState, StateError> {
     Ok(LineState {
         member,
         newest_valid,
+        next_id: plan.next_id,
     })
 }
 
@@ -95,7 +100,8 @@ mod tests {
             lines,
             vec![LineState {
                 member: Member::SOLO,
-                newest_valid: None
+                newest_valid: None,
+                next_id: CheckpointId(1),
             }]
         );
         let write = |dir: &Path, id: u64, is_final: bool| {
@@ -126,13 +132,16 @@ mod tests {
         std::fs::create_dir_all(base.join("member-2-of-2")).unwrap();
         std::fs::write(base.join("member-0-of-3"), b"a file").unwrap();
         let lines = scan(base).unwrap();
-        let got: Vec<_> = lines.iter().map(|l| (l.member, l.newest_valid)).collect();
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.member, l.newest_valid, l.next_id.0))
+            .collect();
         assert_eq!(
             got,
             vec![
-                (Member::SOLO, Some((CheckpointId(3), true))),
-                (m(0, 2), Some((CheckpointId(5), true))),
-                (m(1, 2), Some((CheckpointId(6), false))),
+                (Member::SOLO, Some((CheckpointId(3), true)), 4),
+                (m(0, 2), Some((CheckpointId(5), true)), 6),
+                (m(1, 2), Some((CheckpointId(6), false)), 8),
             ]
         );
     }

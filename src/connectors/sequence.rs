@@ -145,10 +145,11 @@ impl Source for SequenceSource {
     ) -> Result<()> {
         let keys = i64::from(self.cfg.keys.max(1));
         let n = self.cfg.splits.max(1);
-        // Splits are assigned over every member's subtasks.
-        let global = info.member.global_index(info.index, info.parallelism);
-        let parallelism = info.member.global_parallelism(info.parallelism);
-        for j in (global..n).step_by(usize::from(parallelism)) {
+        let reads = |j: u16| {
+            crate::member::split_reader(info.member, info.parallelism, KIND, STREAM, i32::from(j))
+                == Some(info.index)
+        };
+        for j in (0..n).filter(|j| reads(*j)) {
             let mut split = Split {
                 id: j,
                 n: i64::from(n),
@@ -170,7 +171,8 @@ impl Source for SequenceSource {
             self.splits.push(split);
         }
         if self.cfg.rate_per_sec > 0 {
-            self.rate_per_subtask = self.cfg.rate_per_sec as f64 / f64::from(parallelism);
+            let subtasks = u32::from(info.parallelism) * u32::from(info.member.count);
+            self.rate_per_subtask = self.cfg.rate_per_sec as f64 / f64::from(subtasks);
         }
         Ok(())
     }

@@ -166,11 +166,10 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
                 "record routed to the wrong subtask"
             );
             let state_key = if self.scoped {
-                let o = record.origin.as_ref().ok_or_else(|| {
-                    JobError::task(
-                        &self.task,
-                        "a co_partitioned job's keyed operator received a record without a source partition",
-                    )
+                // A restart cannot cure this: the same records come again.
+                let o = record.origin.as_ref().ok_or_else(|| JobError::Unrecoverable {
+                    task: self.task.clone(),
+                    message: "a co_partitioned job's keyed operator received a record without a source partition (co_partitioned needs a source whose records carry their partition)".into(),
                 })?;
                 self.scoped_key.clear();
                 partition_scope(&mut self.scoped_key, &o.stream, o.partition);

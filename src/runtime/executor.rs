@@ -14,7 +14,7 @@ use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
-use crate::member::{line_plan, owns_split, LinePlan, Member};
+use crate::member::{first_free_id, line_plan, owns_split, LinePlan, Member};
 use crate::operators::OperatorContext;
 use crate::telemetry::status::{CheckpointStatus, JobState};
 use crate::telemetry::Telemetry;
@@ -93,10 +93,10 @@ fn member_share(job: &JobGraph, rescale: bool) -> Option<KeyFilter> {
     if !job.co_partitioned || !(rescale || job.member.count > 1) {
         return None;
     }
-    let (member, p, kind) = (job.member, job.parallelism, job.source.0.clone());
+    let (member, kind) = (job.member, job.source.0.clone());
     Some(Arc::new(move |user_key: &[u8]| {
         crate::operators::keyed::scope_of(user_key)
-            .is_some_and(|(stream, partition)| owns_split(member, p, &kind, stream, partition))
+            .is_some_and(|(stream, partition)| owns_split(member, &kind, stream, partition))
     }))
 }
 
@@ -241,7 +241,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             source,
             abandon,
             next_id,
-        } => (source, abandon, next_id),
+        } => (source, abandon, next_id.max(first_free_id(&line_states))),
     };
     let mut restored = match source {
         Source::Empty => None,
@@ -419,9 +419,12 @@ async fn resolve_explicit(
     Ok((restored, skipped, Some(is_own)))
 }
 
-/// Reads the final checkpoints of the old members `from` for a rescale: each must
-/// verify and be final, and all must come from one job graph. With a store, each old
-/// member's newest checkpoint that verifies is downloaded into `<base>/.rescale/`.
+/// Reads the final checkpoints of the old members `from` for a rescale: none may be
+/// running (each line's lock is free), each must verify and be final, all must come
+/// from one job graph, and no split may be in two of them. With a store, each old
+/// member's newest checkpoint that verifies is downloaded into `<base>/.rescale/`;
+/// the lock is then checked only for old members whose local directory is on this
+/// machine (a store has no lock).
 async fn rescale_set(
     job: &JobGraph,
     base: &std::path::Path,
@@ -429,8 +432,22 @@ async fn rescale_set(
     from: &[Member],
 ) -> Result<RestoreSet> {
     let mut parts: Vec<Restored> = Vec::new();
+    // Held while the checkpoints are read: an old member started meanwhile waits.
+    let mut held = Vec::new();
+    let mut splits = HashSet::new();
     for m in from {
         let dir = lines::line_dir(base, *m);
+        if store.is_none() || dir.is_dir() {
+            match tokio::task::block_in_place(|| lockgate_state::lock::ReadLock::acquire(&dir)) {
+                Ok(lock) => held.push(lock),
+                Err(e) => {
+                    return Err(JobError::Restore(format!(
+                        "--rescale-from {}: {m} still runs or cannot be checked: {e}",
+                        from.len()
+                    )))
+                }
+            }
+        }
         let (r, skipped, shown) = match store {
             None => {
                 let (r, skipped) = tokio::task::block_in_place(|| resolve_restore_path(&dir))
@@ -482,8 +499,20 @@ async fn rescale_set(
                 )));
             }
         }
+        for p in &r.metadata.positions {
+            if !splits.insert((p.stream.clone(), p.partition)) {
+                return Err(JobError::Restore(format!(
+                    "--rescale-from {}: {}/{} is in two old members' checkpoints (the last: {}); they are not one run",
+                    from.len(),
+                    p.stream,
+                    p.partition,
+                    r.path.display()
+                )));
+            }
+        }
         parts.push(r);
     }
+    drop(held);
     Ok(RestoreSet {
         parts,
         keep: member_share(job, true),
@@ -649,6 +678,9 @@ async fn run_attempt(
             let mut op_counters = Vec::new();
             let m = telemetry.metrics();
             for (k, (kind, uid, factory)) in vertex.ops.iter().enumerate() {
+                let across = uid
+                    .as_ref()
+                    .is_some_and(|u| job.across_partitions.contains(u));
                 let restore = match (uid, restored) {
                     (Some(u), Some(set)) => set
                         .parts
@@ -661,7 +693,7 @@ async fn run_attempt(
                                 .map(|s| StateRestore {
                                     checkpoint_dir: r.path.clone(),
                                     snapshot: s.clone(),
-                                    keep: set.keep.clone(),
+                                    keep: set.keep.clone().filter(|_| !across),
                                 })
                         })
                         .collect(),
@@ -681,7 +713,7 @@ async fn run_attempt(
                     uid,
                     restore,
                     state_options: job.state,
-                    partition_scoped: job.co_partitioned,
+                    partition_scoped: job.co_partitioned && !across,
                 };
                 ops.push((factory(i), ctx));
             }
@@ -992,8 +1024,8 @@ async fn fail_attempt(tasks: &mut JoinSet<(TaskId, Result<()>)>, e: JobError) ->
 }
 
 /// The sinks' states of the restored checkpoint. In a rescale, the old members' sink
-/// subtasks are numbered one after the other (member `k`'s subtask `j` becomes
-/// `k × parallelism + j`, its global index).
+/// subtasks are numbered one after the other (old member `k`'s subtask `j` follows the
+/// subtasks of members `0..k`), and the checkpoint id is the newest of them.
 fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
     match restored {
         None => SinkRestore::default(),
@@ -1002,9 +1034,12 @@ fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
             states: set
                 .parts
                 .iter()
-                .enumerate()
-                .flat_map(|(k, r)| {
-                    let offset = k as u16 * r.metadata.parallelism;
+                .scan(0u16, |next, r| {
+                    let offset = *next;
+                    *next += r.metadata.parallelism;
+                    Some((offset, r))
+                })
+                .flat_map(|(offset, r)| {
                     r.metadata
                         .subtasks
                         .iter()
@@ -1012,7 +1047,7 @@ fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
                         .map(move |s| (offset + s.subtask, s.inline_state.clone()))
                 })
                 .collect(),
-            parallelism: set.parts.len() as u16 * set.newest().metadata.parallelism,
+            parallelism: set.parts.iter().map(|r| r.metadata.parallelism).sum(),
         },
     }
 }

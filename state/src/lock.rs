@@ -78,6 +78,51 @@ impl DirLock {
     }
 }
 
+/// A shared hold on `<dir>/LOCK` for a process that only reads the directory (a
+/// member reading an old member's line for a rescale): any number of readers at once,
+/// but never while a process runs on the directory, and no process can start on it
+/// while it is held. Released on drop.
+#[derive(Debug)]
+pub struct ReadLock {
+    _file: File,
+}
+
+impl ReadLock {
+    /// Takes the shared hold without waiting. A directory a live process holds is
+    /// [`StateError::Locked`], naming it and the holder's pid. A directory without a
+    /// `LOCK` file never had a process, and is held by creating one.
+    pub fn acquire(dir: &Path) -> Result<ReadLock> {
+        let path = dir.join("LOCK");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(StateError::io("open", &path))?;
+        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = (&file).read_to_string(&mut holder);
+                return Err(StateError::Locked {
+                    path: dir.to_path_buf(),
+                    holder: holder.trim().to_string(),
+                });
+            }
+            return Err(StateError::Io {
+                op: "flock",
+                path,
+                source: err,
+            });
+        }
+        Ok(ReadLock { _file: file })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +136,26 @@ mod tests {
         assert!(err.to_string().contains(&std::process::id().to_string()));
         drop(first);
         DirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn readers_share_a_directory_that_no_process_runs_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ReadLock::acquire(dir.path()).unwrap();
+        let b = ReadLock::acquire(dir.path()).unwrap();
+        // No process starts on a directory being read.
+        let err = DirLock::acquire(dir.path()).unwrap_err();
+        assert!(matches!(err, StateError::Locked { .. }), "{err}");
+        drop((a, b));
+        let running = DirLock::acquire(dir.path()).unwrap();
+        // Nor is a directory read while a process runs on it.
+        let err = ReadLock::acquire(dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains(&std::process::id().to_string()),
+            "{err}"
+        );
+        drop(running);
+        ReadLock::acquire(dir.path()).unwrap();
     }
 
     #[test]

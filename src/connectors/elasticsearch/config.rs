@@ -505,11 +505,10 @@ impl EsSection {
         {
             use super::version_guard::{guard_key, VersionGuard, UID};
             let id = c.id.clone();
-            b.key_by(move |r| Ok(guard_key(&id, r))).keyed(
-                "elasticsearch_version_guard",
-                UID,
-                |_| VersionGuard,
-            )
+            // Which partition writes a document is one fact for all partitions (and
+            // all members): its state is never scoped by partition.
+            b.key_by(move |r| Ok(guard_key(&id, r)))
+                .keyed_across_partitions("elasticsearch_version_guard", UID, |_| VersionGuard)
         } else {
             b
         };

@@ -3,12 +3,18 @@
 //! backpressure stops fetching instead of growing memory. A batch is cut at [`BATCH`]
 //! records or [`BATCH_BYTES`], so the hand-over holds less than
 //! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
+//!
+//! The thread takes messages from librdkafka in batch calls (see [`super::queues`]):
+//! a call takes no more records than fit in what is left of [`BATCH_BYTES`] at the
+//! largest record size seen so far ([`take_at_most`]), so the bound above holds
+//! while records are no larger than one seen before; a record larger than all
+//! before it can carry its call past the bound, once, by the call's other records.
 
+use super::queues::{Polled, Queues};
 use super::Tp;
 use crate::telemetry::PartitionGauges;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
@@ -121,8 +127,7 @@ impl ClientContext for LogContext {
 
 impl ConsumerContext for LogContext {}
 
-/// The consumer type of the source.
-pub type KafkaConsumer = BaseConsumer<LogContext>;
+pub use super::queues::KafkaConsumer;
 
 /// One fetched record: where its key and payload are in its batch's buffer.
 #[derive(Debug, Clone)]
@@ -141,6 +146,9 @@ pub struct Run {
     pub topic: Arc<str>,
     pub partition: i32,
     pub len: usize,
+    /// librdkafka's handle of the topic: a message continues the run without its
+    /// topic name being read.
+    topic_id: usize,
 }
 
 /// Records in poll order, cut into runs of one partition, and one buffer holding all
@@ -212,9 +220,21 @@ impl Drop for Fetcher {
 /// payloads copied into one buffer.
 struct BatchBuilder {
     batch: FetchedBatch,
+    /// The largest record (key and payload) seen so far: before the first, a call
+    /// takes one record.
+    largest: Option<usize>,
     /// The bytes of the previous batch: the next buffer is reserved at that size, so
     /// that a batch fits in one allocation while record sizes stay alike.
     reserve: usize,
+}
+
+/// How many records the next batch call may take into a batch that holds `records`
+/// records of `bytes` bytes, when no record seen so far was larger than `largest`
+/// bytes: as many as fit under [`BATCH_BYTES`] at that size, and at least one (a batch
+/// that is not full takes one more record, as a batch cut by bytes always did).
+pub fn take_at_most(records: usize, bytes: usize, largest: usize) -> usize {
+    let fit = BATCH_BYTES.saturating_sub(bytes) / largest.max(1);
+    fit.min(BATCH.saturating_sub(records)).max(1)
 }
 
 /// The smallest buffer reserved for a batch.
@@ -224,12 +244,22 @@ impl BatchBuilder {
     fn new() -> BatchBuilder {
         BatchBuilder {
             batch: FetchedBatch::default(),
+            largest: None,
             reserve: MIN_RESERVE,
         }
     }
 
     fn is_empty(&self) -> bool {
         self.batch.records.is_empty()
+    }
+
+    /// How many records the next batch call may take.
+    fn room(&self) -> usize {
+        take_at_most(
+            self.batch.records.len(),
+            self.batch.bytes.len(),
+            self.largest.unwrap_or(BATCH_BYTES),
+        )
     }
 
     fn is_full(&self) -> bool {
@@ -243,34 +273,37 @@ impl BatchBuilder {
         Some(start..self.batch.bytes.len())
     }
 
-    fn push(&mut self, m: &BorrowedMessage<'_>) {
+    fn push(&mut self, m: &Polled<'_>) {
         if self.is_empty() {
             self.batch.bytes.reserve(self.reserve);
             self.batch.records.reserve(BATCH);
         }
-        let partition = m.partition();
-        let topic = m.topic();
+        let (partition, topic_id) = (m.partition(), m.topic_id());
         match self.batch.runs.last_mut() {
-            Some(r) if r.partition == partition && *r.topic == *topic => r.len += 1,
+            Some(r) if r.partition == partition && r.topic_id == topic_id => r.len += 1,
             _ => {
-                let topic = match self.batch.runs.iter().find(|r| *r.topic == *topic) {
+                let topic = match self.batch.runs.iter().find(|r| r.topic_id == topic_id) {
                     Some(r) => r.topic.clone(),
-                    None => Arc::from(topic),
+                    None => Arc::from(m.topic()),
                 };
                 self.batch.runs.push(Run {
                     topic,
                     partition,
                     len: 1,
+                    topic_id,
                 });
             }
         }
+        let start = self.batch.bytes.len();
         let key = self.copy(m.key());
         let payload = self.copy(m.payload());
+        let size = self.batch.bytes.len() - start;
+        self.largest = Some(self.largest.map_or(size, |l| l.max(size)));
         self.batch.records.push(Fetched {
             offset: m.offset(),
             key,
             payload,
-            timestamp: m.timestamp().to_millis(),
+            timestamp: m.timestamp(),
         });
     }
 
@@ -281,41 +314,47 @@ impl BatchBuilder {
 }
 
 fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &AtomicBool) {
+    let mut queues = Queues::new(consumer, BATCH);
     let mut batch = BatchBuilder::new();
     let mut transient = 0u64;
+    let mut transient_error = |e: KafkaError| {
+        // Broker and transport errors are retried by librdkafka.
+        transient += 1;
+        if transient.is_power_of_two() {
+            warn!(error = %e, occurrences = transient, "Kafka consumer error (retrying)");
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
+        queues.serve_events(&mut transient_error);
         let wait = if batch.is_empty() {
             Duration::from_millis(100)
         } else {
             Duration::ZERO
         };
-        match consumer.poll(wait) {
-            Some(Ok(m)) => {
-                batch.push(&m);
-                if !batch.is_full() {
-                    continue;
-                }
-            }
-            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
-                let _ = tx.blocking_send(Handover::Fatal(
-                    "offset out of range: records this job has not read were deleted by retention"
-                        .into(),
-                ));
-                return;
-            }
-            Some(Err(e)) => {
-                // Broker and transport errors are retried by librdkafka.
-                transient += 1;
-                if transient.is_power_of_two() {
-                    warn!(error = %e, occurrences = transient, "Kafka consumer error (retrying)");
-                }
-            }
-            None => {}
+        let mut fatal = None;
+        let n =
+            queues.consume(wait, batch.room(), |m| match m.error() {
+                None => batch.push(m),
+                Some(RDKafkaErrorCode::PartitionEOF) => {}
+                Some(RDKafkaErrorCode::OffsetOutOfRange) => fatal = Some(
+                    "offset out of range: records this job has not read were deleted by retention",
+                ),
+                Some(code) => transient_error(KafkaError::MessageConsumption(code)),
+            });
+        if let Some(why) = fatal {
+            let _ = tx.blocking_send(Handover::Fatal(why.into()));
+            return;
+        }
+        // Hand the batch over when it is full or the queue ran dry: a partial batch
+        // waits for nothing.
+        if n > 0 && !batch.is_full() {
+            continue;
         }
         if !batch.is_empty() && tx.blocking_send(Handover::Batch(batch.take())).is_err() {
             return;
         }
     }
+    drop(queues);
     let _ = consumer.unassign();
 }
 
@@ -343,6 +382,31 @@ mod tests {
         let mut s = Statistics::default();
         s.topics.insert("orders".into(), topic);
         s
+    }
+
+    #[test]
+    fn a_batch_call_takes_what_fits_under_the_byte_bound_at_the_largest_size_seen() {
+        // Small records: the record count bounds the call.
+        assert_eq!(take_at_most(0, 0, 100), BATCH);
+        assert_eq!(take_at_most(1000, 100_000, 100), BATCH - 1000);
+        // Large records: the bytes left bound it, at the largest size seen.
+        assert_eq!(take_at_most(0, 0, 300 << 10), 3);
+        assert_eq!(take_at_most(3, 900 << 10, 100 << 10), 1);
+        // Whatever fits, a batch that is not full takes one more record, as a batch
+        // cut by bytes always did: it ends under the bound plus one record.
+        assert_eq!(take_at_most(0, 0, BATCH_BYTES), 1);
+        assert_eq!(take_at_most(0, 0, 4 * BATCH_BYTES), 1);
+        assert_eq!(take_at_most(1, BATCH_BYTES - 1, 10), 1);
+        assert_eq!(take_at_most(BATCH, BATCH_BYTES, 10), 1);
+        assert_eq!(take_at_most(0, 0, 0), BATCH, "empty records");
+        // With records no larger than the largest seen, a call of more than one record
+        // never carries a batch past the bound.
+        for largest in [1, 100, 4096, 333_333, BATCH_BYTES, 3 * BATCH_BYTES] {
+            for bytes in [0, 1, BATCH_BYTES / 2, BATCH_BYTES - 1] {
+                let n = take_at_most(0, bytes, largest);
+                assert!(n == 1 || bytes + n * largest <= BATCH_BYTES);
+            }
+        }
     }
 
     #[test]

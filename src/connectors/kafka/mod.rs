@@ -7,6 +7,7 @@ pub mod config;
 pub mod decode;
 pub mod fetcher;
 pub mod properties;
+pub mod queues;
 pub mod source;
 pub mod start_position;
 
@@ -14,6 +15,9 @@ pub use config::{
     DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicPattern, TopicSelector,
 };
 pub use source::KafkaSource;
+
+/// The source kind of the Kafka source in a job graph.
+pub const KIND: &str = "kafka";
 
 /// A topic partition.
 pub type Tp = (String, i32);

@@ -1,6 +1,5 @@
 //! The Kafka source subtask.
 
-use super::assign::owner;
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::decode;
 use super::fetcher::{
@@ -8,7 +7,7 @@ use super::fetcher::{
 };
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
-use super::Tp;
+use super::{Tp, KIND};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
@@ -61,6 +60,8 @@ pub struct KafkaSource {
     name: String,
     index: u16,
     parallelism: u16,
+    /// The member of the job this subtask runs in: it reads that member's share.
+    member: crate::member::Member,
     consumer: Option<Arc<KafkaConsumer>>,
     fetcher: Option<Fetcher>,
     /// Next offset to read of every owned partition.
@@ -138,6 +139,7 @@ impl KafkaSource {
             name: String::new(),
             index: 0,
             parallelism: 1,
+            member: crate::member::Member::SOLO,
             consumer: None,
             fetcher: None,
             positions: BTreeMap::new(),
@@ -182,7 +184,8 @@ impl KafkaSource {
     }
 
     fn owns(&self, tp: &Tp) -> bool {
-        owner(&tp.0, tp.1, self.parallelism) == self.index
+        crate::member::split_reader(self.member, self.parallelism, KIND, &tp.0, tp.1)
+            == Some(self.index)
     }
 
     /// Resolves starts to concrete next offsets (blocking requests to the cluster).
@@ -454,9 +457,9 @@ impl Source for KafkaSource {
         restored: Option<&[SourcePosition]>,
     ) -> Result<()> {
         self.name = info.name.clone();
-        // Partitions are assigned over every member's subtasks.
-        self.index = info.member.global_index(info.index, info.parallelism);
-        self.parallelism = info.member.global_parallelism(info.parallelism);
+        self.index = info.index;
+        self.parallelism = info.parallelism;
+        self.member = info.member;
         let config = self.client_config();
         let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
         let telemetry = info.telemetry.clone();
@@ -472,9 +475,11 @@ impl Source for KafkaSource {
             live_ends: live_ends.clone(),
             telemetry: telemetry.clone(),
         });
-        let consumer: KafkaConsumer = config
-            .create_with_context(LogContext::new(live_ends))
-            .map_err(|e| self.err(format!("cannot create consumer: {e}")))?;
+        let consumer = KafkaConsumer::new(
+            config
+                .create_with_context(LogContext::new(live_ends))
+                .map_err(|e| self.err(format!("cannot create consumer: {e}")))?,
+        );
         let consumer = Arc::new(consumer);
         self.consumer = Some(consumer.clone());
         let cfg = self.cfg.clone();

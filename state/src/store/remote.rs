@@ -226,18 +226,19 @@ impl CheckpointStore {
     }
 
     /// The newest complete checkpoint whose `_metadata` reads, and whether it is a
-    /// final one (its state files are not read: that costs as much as the state).
-    pub async fn newest_readable(&self) -> Result<Option<(CheckpointId, bool)>> {
+    /// final one (its state files are not read: that costs as much as the state); and
+    /// the id after every id present.
+    pub async fn newest_readable(&self) -> Result<(Option<(CheckpointId, bool)>, CheckpointId)> {
         let listing = self.scan().await?;
         let plan = restore::restore_plan(&listing.entries);
-        for id in plan.candidates {
+        for &id in &plan.candidates {
             match self.read_metadata(&chk_name(id)).await {
-                Ok(m) => return Ok(Some((id, m.is_final))),
+                Ok(m) => return Ok((Some((id, m.is_final)), plan.next_id)),
                 Err(FetchError::Corrupt(_)) => continue,
                 Err(FetchError::Failed(e)) => return Err(e),
             }
         }
-        Ok(None)
+        Ok((None, plan.next_id))
     }
 
     /// The names of the folders directly under the prefix (`chk-N`, `shared`, and any
