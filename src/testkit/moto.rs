@@ -45,11 +45,20 @@ pub fn moto_binary() -> Result<PathBuf, String> {
     }
 }
 
-/// A running moto server; killed when dropped.
+/// A running moto server; stopped when dropped, and when the process that started it
+/// ends in any way (a server kept in a `static`, which is never dropped, included).
 pub struct MotoServer {
+    /// A shell that runs the server and stops it once this pipe closes (moto itself
+    /// does not watch its standard input).
     child: Child,
+    stdin: Option<std::process::ChildStdin>,
     endpoint: String,
 }
+
+/// Runs `$0 "$@"` (the server) and stops it when standard input closes; exits with it.
+/// (A background command of a non-interactive shell reads `/dev/null` unless told
+/// otherwise: the watcher reads the pipe through descriptor 3.)
+const WATCH_STDIN: &str = r#"exec 3<&0; "$0" "$@" </dev/null & pid=$!; (cat <&3 >/dev/null; kill $pid 2>/dev/null) & wait $pid"#;
 
 impl MotoServer {
     /// Starts moto on a free loopback port and waits until it answers.
@@ -63,13 +72,16 @@ impl MotoServer {
                 .and_then(|l| l.local_addr())
                 .map_err(|e| e.to_string())?
                 .port();
-            let mut child = Command::new(&bin)
+            let mut child = Command::new("sh")
+                .args(["-c", WATCH_STDIN])
+                .arg(&bin)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdin(Stdio::null())
+                .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|e| format!("{}: {e}", bin.display()))?;
+            let stdin = child.stdin.take();
             let endpoint = format!("http://127.0.0.1:{port}");
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(60) {
@@ -78,11 +90,15 @@ impl MotoServer {
                     break;
                 }
                 if reqwest::blocking::get(format!("{endpoint}/")).is_ok() {
-                    return Ok(MotoServer { child, endpoint });
+                    return Ok(MotoServer {
+                        child,
+                        stdin,
+                        endpoint,
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = child.kill();
+            drop(stdin);
             let _ = child.wait();
             if last.is_empty() {
                 last = "moto_server did not answer within 60 s".into();
@@ -136,7 +152,8 @@ impl MotoServer {
 
 impl Drop for MotoServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // Closing the pipe stops the server; the shell exits with it.
+        drop(self.stdin.take());
         let _ = self.child.wait();
     }
 }
