@@ -162,10 +162,16 @@ fn the_statefulset_runs_one_member_per_pod_with_probes_and_time_for_a_final_chec
         std::fs::write(file, value).unwrap();
     }
     // The job file's absolute paths point into the pod: re-root them here.
-    let pod_text = job_text.replace(
-        &format!("\"{secrets_dir}"),
-        &format!("\"{}", rooted(&secrets_dir).display()),
-    );
+    let work_dir = mount_of("work");
+    let pod_text = job_text
+        .replace(
+            &format!("\"{secrets_dir}"),
+            &format!("\"{}", rooted(&secrets_dir).display()),
+        )
+        .replace(
+            &format!("\"{work_dir}"),
+            &format!("\"{}", rooted(&work_dir).display()),
+        );
     std::fs::write(&job_path, &pod_text).unwrap();
     for name in [
         "KAFKA_PASSWORD",
@@ -184,6 +190,17 @@ fn the_statefulset_runs_one_member_per_pod_with_probes_and_time_for_a_final_chec
         job.co_partitioned,
         "a job with keyed state runs as members only co-partitioned"
     );
+    // Members on other machines share the checkpoints through the object store; the
+    // local staging directory is on the pod's writable work volume.
+    let store = job.checkpoint.store.as_ref().expect("checkpoint.dir is a store");
+    assert_eq!(store.scheme(), "s3", "{store}");
+    let work = mount_of("work");
+    assert!(
+        job.checkpoint.dir.starts_with(rooted(&work)),
+        "local_dir {} is on the work volume {work}",
+        job.checkpoint.dir.display()
+    );
+    assert!(volume("work")["emptyDir"].as_hash().is_some());
 
     // The probes reach the job's listener.
     let listen: std::net::SocketAddr = job.metrics_listen.expect("[metrics] listen");

@@ -32,7 +32,7 @@ pub fn moto_binary() -> Result<PathBuf, String> {
         .status()
         .is_ok_and(|s| s.success())
         && Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "moto[server]"])
+            .args(["install", "-q", "moto[server]==5.2.5"])
             .status()
             .is_ok_and(|s| s.success());
     if ok && bin.exists() {
