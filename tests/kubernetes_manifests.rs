@@ -192,7 +192,11 @@ fn the_statefulset_runs_one_member_per_pod_with_probes_and_time_for_a_final_chec
     );
     // Members on other machines share the checkpoints through the object store; the
     // local staging directory is on the pod's writable work volume.
-    let store = job.checkpoint.store.as_ref().expect("checkpoint.dir is a store");
+    let store = job
+        .checkpoint
+        .store
+        .as_ref()
+        .expect("checkpoint.dir is a store");
     assert_eq!(store.scheme(), "s3", "{store}");
     let work = mount_of("work");
     assert!(
