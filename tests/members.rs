@@ -110,6 +110,27 @@ impl MemberProcess {
     }
 }
 
+/// The embedded Kafka (8 partitions of `orders`), the Elasticsearch test server, and a
+/// co-partitioned job file on them in `dir`.
+fn servers(dir: &Path) -> (KafkaProcess, Es, PathBuf) {
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = Es::testkit();
+    let config = job(dir, &kafka.bootstrap, &es.url(), true);
+    (kafka, es, config)
+}
+
+/// Starts all `count` members with `extra` arguments and waits until each completed a
+/// checkpoint numbered above `after`.
+fn start_members(config: &Path, count: u16, extra: &[&str], after: u64) -> Vec<MemberProcess> {
+    let mut members: Vec<MemberProcess> = (0..count)
+        .map(|i| MemberProcess::start(config, i, count, extra))
+        .collect();
+    for m in &mut members {
+        m.wait_for_checkpoint_after(after);
+    }
+    members
+}
+
 fn newest_complete(line: &Path) -> Option<u64> {
     list(line)
         .unwrap()
@@ -170,18 +191,11 @@ fn wait_exact(config: &Path, members: &[MemberProcess]) {
 #[test]
 fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
-    let es = Es::testkit();
-    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    let (kafka, _es, config) = servers(tmp.path());
     produce(&kafka.bootstrap, 0, 6_000);
 
     // Three members: each reads its share and checkpoints in its own line.
-    let mut three: Vec<MemberProcess> = (0..3)
-        .map(|i| MemberProcess::start(&config, i, 3, &[]))
-        .collect();
-    for m in &mut three {
-        m.wait_for_checkpoint_after(0);
-    }
+    let three = start_members(&config, 3, &[], 0);
     produce(&kafka.bootstrap, 6_000, 3_000);
     wait_exact(&config, &three);
     for m in three {
@@ -208,16 +222,19 @@ fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly
     // 3 -> 2 while orders keep arriving: records produced while no member runs are
     // read by the new members, from the positions of the old ones.
     produce(&kafka.bootstrap, 9_000, 2_000);
-    let mut two: Vec<MemberProcess> = (0..2)
-        .map(|i| MemberProcess::start(&config, i, 2, &["--rescale-from", "3"]))
-        .collect();
-    let base = newest_complete(&config.with_file_name("checkpoints").join("member-0-of-3"))
-        .unwrap()
-        .max(newest_complete(&config.with_file_name("checkpoints").join("member-1-of-3")).unwrap())
-        .max(newest_complete(&config.with_file_name("checkpoints").join("member-2-of-3")).unwrap());
-    for m in &mut two {
-        m.wait_for_checkpoint_after(base);
-    }
+    let base = (0..3)
+        .map(|i| {
+            newest_complete(
+                &config
+                    .with_file_name("checkpoints")
+                    .join(format!("member-{i}-of-3")),
+            )
+            .unwrap()
+        })
+        .max()
+        .unwrap();
+    // New ids continue after the old members' final checkpoints.
+    let mut two = start_members(&config, 2, &["--rescale-from", "3"], base);
     produce(&kafka.bootstrap, 11_000, 3_000);
     wait_exact(&config, &two);
     // A member restarted with the same arguments resumes its own line, which is now
@@ -246,13 +263,19 @@ fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly
     assert_final_shares(&config, 2);
 
     // 2 -> 4.
-    let mut four: Vec<MemberProcess> = (0..4)
-        .map(|i| MemberProcess::start(&config, i, 4, &["--rescale-from", "2"]))
-        .collect();
+    let base = (0..2)
+        .map(|i| {
+            newest_complete(
+                &config
+                    .with_file_name("checkpoints")
+                    .join(format!("member-{i}-of-2")),
+            )
+            .unwrap()
+        })
+        .max()
+        .unwrap();
+    let four = start_members(&config, 4, &["--rescale-from", "2"], base);
     produce(&kafka.bootstrap, 16_000, 4_000);
-    for m in &mut four {
-        m.wait_for_checkpoint_after(0);
-    }
     wait_exact(&config, &four);
     for m in four {
         m.stop();
@@ -264,16 +287,9 @@ fn three_members_share_the_partitions_and_rescale_3_2_4_on_a_live_stream_exactly
 #[test]
 fn a_rescale_is_refused_when_a_member_was_killed_instead_of_stopped() {
     let tmp = tempfile::tempdir().unwrap();
-    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
-    let es = Es::testkit();
-    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    let (kafka, _es, config) = servers(tmp.path());
     produce(&kafka.bootstrap, 0, 2_000);
-    let mut two: Vec<MemberProcess> = (0..2)
-        .map(|i| MemberProcess::start(&config, i, 2, &[]))
-        .collect();
-    for m in &mut two {
-        m.wait_for_checkpoint_after(0);
-    }
+    let mut two = start_members(&config, 2, &[], 0);
     let mut killed = two.pop().unwrap();
     sigkill(&mut killed.child);
     two.pop().unwrap().stop();
@@ -391,17 +407,9 @@ fn the_external_version_guard_still_sees_every_partition_of_a_co_partitioned_job
 #[test]
 fn a_rescale_is_refused_while_an_old_member_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
-    let es = Es::testkit();
-    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), true);
+    let (kafka, _es, config) = servers(tmp.path());
     produce(&kafka.bootstrap, 0, 1_000);
-    let mut two: Vec<MemberProcess> = (0..2)
-        .map(|i| MemberProcess::start(&config, i, 2, &[]))
-        .collect();
-    for m in &mut two {
-        m.wait_for_checkpoint_after(0);
-    }
-    for m in two {
+    for m in start_members(&config, 2, &[], 0) {
         m.stop();
     }
     // Member 0 of 2 is started again, with checkpoints a minute apart: its newest
