@@ -73,12 +73,10 @@ impl Member {
     pub fn parse_line(name: &str) -> Option<Member> {
         let rest = name.strip_prefix("member-")?;
         let (i, n) = rest.split_once("-of-")?;
-        let plain = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !plain(i) || !plain(n) {
-            return None;
-        }
         let m = Member::new(i.parse().ok()?, n.parse().ok()?).ok()?;
-        (m.count > 1 && m.line().as_deref() == Some(name)).then_some(m)
+        // Only the spelling `line` writes names a line: no sign, no leading zero, and
+        // never one member (whose line is the checkpoint directory itself).
+        (m.line().as_deref() == Some(name)).then_some(m)
     }
 
     /// Every member of a job run as `count` members.
@@ -297,6 +295,7 @@ mod tests {
         assert!(Member::new(3, 3).is_err());
         assert!(Member::new(0, 0).is_err());
         assert_eq!(m(2, 3).line().as_deref(), Some("member-2-of-3"));
+        assert_eq!(m(2, 3).to_string(), "member 2 of 3");
         assert_eq!(Member::SOLO.line(), None);
         assert_eq!(m(0, 1).line(), None);
         assert_eq!(Member::parse_line("member-2-of-3"), Some(m(2, 3)));

@@ -94,6 +94,15 @@ mod tests {
         let m = |i, n| Member::new(i, n).unwrap();
         assert_eq!(line_dir(base, Member::SOLO), base);
         assert_eq!(line_dir(base, m(1, 3)), base.join("member-1-of-3"));
+        // A directory not made yet (a first start): the empty line of one process.
+        assert_eq!(
+            scan(&base.join("absent")).unwrap(),
+            vec![LineState {
+                member: Member::SOLO,
+                newest_valid: None,
+                next_id: CheckpointId(1),
+            }]
+        );
         // An empty directory: only the (empty) line of a single process.
         let lines = scan(base).unwrap();
         assert_eq!(
