@@ -131,6 +131,20 @@ fn start_members(config: &Path, count: u16, extra: &[&str], after: u64) -> Vec<M
     members
 }
 
+/// `lockgate run` of `config` with `args`, to its end: the exit code and stderr.
+fn run_once(config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn newest_complete(line: &Path) -> Option<u64> {
     list(line)
         .unwrap()
@@ -294,18 +308,7 @@ fn a_rescale_is_refused_when_a_member_was_killed_instead_of_stopped() {
     sigkill(&mut killed.child);
     two.pop().unwrap().stop();
 
-    let run = |args: &[&str]| {
-        let out = Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| run_once(&config, args);
     let (code, err) = run(&["--member", "0", "--members", "3", "--rescale-from", "2"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -337,18 +340,7 @@ fn members_refuse_keyed_state_unless_co_partitioned_and_bad_member_arguments() {
     let tmp = tempfile::tempdir().unwrap();
     // Nothing listens here: each refusal comes before the job touches a server.
     let config = job(tmp.path(), "127.0.0.1:1", "http://127.0.0.1:1", false);
-    let run = |args: &[&str]| {
-        let out = Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| run_once(&config, args);
     let (code, err) = run(&["--member", "0", "--members", "2"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
@@ -390,13 +382,8 @@ fn the_external_version_guard_still_sees_every_partition_of_a_co_partitioned_job
     std::fs::write(&config, text).unwrap();
     common::kafka::produce_raw(&kafka.bootstrap, "orders-eu", 0, &[br#"{"order":"o-1"}"#]);
     common::kafka::produce_raw(&kafka.bootstrap, "orders-us", 0, &[br#"{"order":"o-1"}"#]);
-    let out = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = run_once(&config, &[]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("document \"o-1\" is written by orders-"),
         "{}",
@@ -428,14 +415,11 @@ fn a_rescale_is_refused_while_an_old_member_runs() {
         assert!(Instant::now() < deadline, "{}", running.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .args(["--member", "0", "--members", "3", "--rescale-from", "2"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = run_once(
+        &config,
+        &["--member", "0", "--members", "3", "--rescale-from", "2"],
+    );
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("member 0 of 2 still runs"), "{err}");
     running.stop();
 }

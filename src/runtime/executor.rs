@@ -396,14 +396,8 @@ async fn resolve_explicit(
             (parent, r, Vec::new())
         }
         None => {
-            let s = CheckpointStore::new(&location)?;
-            let found = s.newest(&into).await?;
-            let skipped: Vec<(PathBuf, String)> = found
-                .skipped
-                .into_iter()
-                .map(|(u, why)| (PathBuf::from(u), why))
-                .collect();
-            let r = found.restored.ok_or_else(|| {
+            let (restored, skipped) = newest_in_store(&location, &into).await?;
+            let r = restored.ok_or_else(|| {
                 JobError::Restore(format!(
                     "--restore {text}: no checkpoint there verifies{}",
                     skipped
@@ -462,13 +456,8 @@ async fn rescale_set(
                 let into = base
                     .join(".rescale")
                     .join(m.line().unwrap_or_else(|| "solo".into()));
-                let found = CheckpointStore::new(&line)?.newest(&into).await?;
-                let skipped = found
-                    .skipped
-                    .into_iter()
-                    .map(|(u, why)| (PathBuf::from(u), why))
-                    .collect();
-                let r = found.restored.ok_or_else(|| {
+                let (restored, skipped) = newest_in_store(&line, &into).await?;
+                let r = restored.ok_or_else(|| {
                     JobError::Restore(format!(
                         "--rescale-from {}: {line} holds no checkpoint that verifies",
                         from.len()
@@ -517,6 +506,21 @@ async fn rescale_set(
         parts,
         keep: member_share(job, true),
     })
+}
+
+/// The newest checkpoint of the store at `location` that verifies (downloaded into
+/// `into`), and the ones skipped with why.
+async fn newest_in_store(
+    location: &lockgate_state::store::StoreLocation,
+    into: &std::path::Path,
+) -> Result<(Option<Restored>, Vec<(PathBuf, String)>)> {
+    let found = CheckpointStore::new(location)?.newest(into).await?;
+    let skipped = found
+        .skipped
+        .into_iter()
+        .map(|(u, why)| (PathBuf::from(u), why))
+        .collect();
+    Ok((found.restored, skipped))
 }
 
 /// Refuses a checkpoint of another job unless non-restored state is allowed
