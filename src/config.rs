@@ -361,6 +361,21 @@ enum TransformSection {
 struct SinkSection {
     file: Option<crate::connectors::file_sink::FileSection>,
     elasticsearch: Option<crate::connectors::elasticsearch::config::EsSection>,
+    kafka: Option<crate::connectors::kafka::sink_config::KafkaSinkSection>,
+}
+
+impl SinkSection {
+    /// The names of the sink tables present.
+    fn present(&self) -> Vec<&'static str> {
+        [
+            ("file", self.file.is_some()),
+            ("elasticsearch", self.elasticsearch.is_some()),
+            ("kafka", self.kafka.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, p)| p.then_some(n))
+        .collect()
+    }
 }
 
 /// Reads and validates a job file.
@@ -417,14 +432,19 @@ fn read_file(text: &str, path: &Path) -> Result<JobFile, ConfigError> {
 #[derive(Debug, Clone)]
 pub struct JobDescription {
     pub name: String,
-    /// The checkpoint directory, resolved against the job file's directory.
+    /// The checkpoint directory, resolved against the job file's directory (the local
+    /// staging directory of a store).
     pub checkpoint_dir: PathBuf,
+    /// The object store that keeps the checkpoints, as written (`s3://bucket/prefix`).
+    pub checkpoint_store: Option<String>,
     pub kafka: Option<crate::connectors::kafka::KafkaSourceConfig>,
     pub elasticsearch: Option<crate::connectors::elasticsearch::EsSinkConfig>,
     /// The file sink's directory, resolved against the job file's directory.
     pub file_sink: Option<PathBuf>,
     /// `(key, field, output)` JSON pointers of each `rolling_sum`, in order.
     pub rolling_sums: Vec<(String, String, String)>,
+    /// The Kafka sink, for a repartition stage.
+    pub kafka_sink: Option<crate::connectors::kafka::sink_config::KafkaSinkConfig>,
 }
 
 /// Reads a job file's typed settings (after validating the whole file with [`load`]).
@@ -460,13 +480,25 @@ pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
         }
         None => None,
     };
+    let kafka_sink = match &file.sink.kafka {
+        Some(k) => Some(
+            k.config(
+                kafka.as_ref(),
+                file.checkpoint.settings(PathBuf::new()).timeout_ms,
+            )
+            .map_err(|(key, m)| err(&format!("sink.kafka.{key}"), m))?,
+        ),
+        None => None,
+    };
+    let (checkpoint_dir, store) = file
+        .checkpoint
+        .location(&|p: &Path| base.join(p))
+        .map_err(|(k, m)| err(&k, m))?;
     Ok(JobDescription {
+        kafka_sink,
         name: file.job.name.clone(),
-        checkpoint_dir: file
-            .checkpoint
-            .location(&|p: &Path| base.join(p))
-            .map_err(|(k, m)| err(&k, m))?
-            .0,
+        checkpoint_dir,
+        checkpoint_store: store.map(|_| file.checkpoint.dir.clone()),
         kafka,
         elasticsearch,
         file_sink: match &file.sink.file {
@@ -607,6 +639,43 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     }
 
+    let sinks = file.sink.present();
+    if sinks.len() != 1 {
+        return Err(err(
+            "sink",
+            format!(
+                "exactly one sink table: [sink.file], [sink.elasticsearch] or [sink.kafka]{}",
+                if sinks.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (found {})", sinks.join(", "))
+                }
+            ),
+        ));
+    }
+    if let Some(k) = &file.sink.kafka {
+        // The records of a source partition must reach the topic through one producer,
+        // in the order they were read: the downstream stage's deduplication relies on
+        // it. A keyed stage in between would spread them over several.
+        if !file.transform.is_empty() {
+            return Err(err(
+                "sink.kafka",
+                "a repartition stage writes records as it reads them: remove the [[transform]] sections and put them into the job that reads the topic (with origin_headers = true)".into(),
+            ));
+        }
+        let source = match &file.source.kafka {
+            Some(s) => Some(kafka_config(s, &j.name, &err)?),
+            None => None,
+        };
+        let cfg = std::sync::Arc::new(
+            k.config(source.as_ref(), timeout_ms)
+                .map_err(|(key, m)| err(&format!("sink.kafka.{key}"), m))?,
+        );
+        b = b.sink(crate::connectors::kafka::sink::KIND, move |_| {
+            Box::new(crate::connectors::kafka::sink::KafkaSink::new(cfg.clone()))
+        });
+        return b.build().map_err(|e| err("job", e.to_string()));
+    }
     b = match (&file.sink.file, &file.sink.elasticsearch) {
         (Some(f), None) => {
             let cfg = f
@@ -645,18 +714,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             e.build(b, &ctx)
                 .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?
         }
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "sink",
-                "exactly one sink table: file or elasticsearch".into(),
-            ))
-        }
-        (None, None) => {
-            return Err(err(
-                "sink",
-                "a sink table is required: [sink.file] or [sink.elasticsearch]".into(),
-            ))
-        }
+        _ => unreachable!("exactly one sink table, checked above"),
     };
     b.build().map_err(|e| err("job", e.to_string()))
 }

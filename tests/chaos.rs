@@ -216,6 +216,156 @@ fn three_members_killed_independently_are_exactly_once_together() {
     assert_eq!(lines.len(), 3, "{lines:?}");
 }
 
+/// The `[checkpoint]` table of a job keeping its checkpoints in `moto`'s bucket under
+/// `prefix`, with the client settings in the job file.
+fn store_checkpoints(moto: &lockgate::testkit::moto::MotoServer, prefix: &str) -> String {
+    format!(
+        "[checkpoint]\ndir = \"s3://lockgate-chaos/{prefix}\"\nlocal_dir = \"staging-{prefix}\"\ninterval_ms = 200\n\
+         endpoint = \"{}\"\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"\n",
+        moto.endpoint()
+    )
+}
+
+/// Orders keyed by order number (so a user's orders are in every partition) summed by
+/// user across 3 members: a repartition stage writes them to a topic keyed by user, and
+/// the job reads that topic co-partitioned. Both jobs keep their checkpoints in the
+/// object store, and every member of each is killed on its own schedule. The
+/// repartition stage's replays reach the topic again and must be dropped downstream.
+#[test]
+fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 8), ("orders-by-user", 8)]);
+    lockgate::testkit::kafka::produce_orders_keyed(
+        &kafka.bootstrap,
+        "orders",
+        0,
+        40_000,
+        USERS,
+        lockgate::testkit::kafka::OrderKey::Order,
+    )
+    .unwrap();
+    let es = Es::testkit();
+    let moto = lockgate::testkit::moto::MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-chaos").unwrap();
+    let bootstrap = &kafka.bootstrap;
+    let upstream = tmp.path().join("repartition.toml");
+    std::fs::write(
+        &upstream,
+        format!(
+            "[job]\nname = \"repartition\"\nparallelism = 1\n\n{}\n\
+             [restart]\nstrategy = \"none\"\n\n\
+             [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+             [sink.kafka]\ntopic = \"orders-by-user\"\nkey = \"/user\"\n",
+            store_checkpoints(&moto, "repartition")
+        ),
+    )
+    .unwrap();
+    let job = |origin_headers: bool| {
+        format!(
+            "[job]\nname = \"totals\"\nparallelism = 1\nco_partitioned = true\n\n{}\n\
+             [restart]\nstrategy = \"none\"\n\n\
+             [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders-by-user\"]\nbounded = \"latest\"\norigin_headers = {origin_headers}\n\n\
+             [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\noutput = \"/total\"\n\n\
+             [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nbulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n{UPSERT_BY_USER}\n",
+            store_checkpoints(&moto, "totals"),
+            es.url()
+        )
+    };
+    let config = tmp.path().join("job.toml");
+    let up = upstream.to_str().unwrap();
+    // Without origin_headers the replays would be applied twice: refused before any run.
+    std::fs::write(&config, job(false)).unwrap();
+    let refused = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("chaos")
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = refused(&["--upstream", up, "--members", "3"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("without origin_headers = true"), "{err}");
+    // So is damaging a checkpoint in the store, which the harness does not do.
+    std::fs::write(&config, job(true)).unwrap();
+    let (code, err) = refused(&["--upstream", up, "--corrupt-latest"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("keeps them in s3://lockgate-chaos/"), "{err}");
+
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--upstream",
+            up,
+            "--members",
+            "3",
+            "--kills",
+            "2",
+            "--seed",
+            "11",
+            // A member owns at least 2 partitions (at least 10,000 records, in at
+            // least 10 batches): 2 runs of at most 2.5 s, throttled to a batch per
+            // 300 ms, cannot finish before the 2nd kill, and a run lives long enough to
+            // upload checkpoints to the store before it is killed.
+            "--failpoints",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "2",
+            "--kill-after-ms",
+            "1200..2500",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["verdict"]["inputs"], 40_000, "{out}");
+    assert_eq!(
+        r["kills"], 12,
+        "2 kills of each of 3 members of each stage: {out}"
+    );
+    assert_eq!(r["job_failures"], 0, "{out}");
+    let runs = r["runs"].as_array().unwrap();
+    for stage in ["upstream", "job"] {
+        for m in 0..3u64 {
+            let mine: Vec<&Value> = runs
+                .iter()
+                .filter(|x| x["stage"] == stage && x["member"] == m)
+                .collect();
+            assert_eq!(mine.len(), 3, "{stage} member {m}: {out}");
+            assert_eq!(mine[2]["ended"], "finished", "{stage} member {m}: {out}");
+            // A run after one that completed a checkpoint resumed from the store.
+            for i in 1..3 {
+                if mine[i - 1]["checkpoints"].as_u64() > Some(0) {
+                    assert!(
+                        mine[i]["restored"]["checkpoint"].is_string(),
+                        "{stage} member {m} run {i}: {out}"
+                    );
+                }
+            }
+        }
+    }
+    // The repartition stage's kills left records after its checkpoints in the topic,
+    // which its restarts wrote again: the job dropped those copies.
+    assert!(r["replays_dropped"].as_u64().unwrap() > 0, "{out}");
+    let written: i64 = (0..8)
+        .map(|p| {
+            let (lo, hi) = common::kafka::watermarks(bootstrap, "orders-by-user", p).unwrap();
+            hi - lo
+        })
+        .sum();
+    // Copies in the topic, each dropped by some run (a run killed after dropping some
+    // drops them again after its restore, so the runs' count may be higher).
+    let copies = written as u64 - 40_000;
+    assert!(copies > 0, "{out}");
+    assert!(
+        r["replays_dropped"].as_u64().unwrap() >= copies,
+        "{copies} copies: {out}"
+    );
+}
+
 /// Sink settings under which only the checkpoint's flush writes: no size or interval
 /// trigger, so that a sink acknowledging before its flush completed, or `_metadata`
 /// published before the sink flushed, loses documents every time.

@@ -55,6 +55,21 @@ pub struct ChaosOptions {
     /// killed on its own seeded schedule (`kills` each) and restarted on its own; the
     /// output of all of them is verified together at the end.
     pub members: u16,
+    /// A repartition stage (a job with `[sink.kafka]`) that writes the topic the job
+    /// reads: it runs first, as many members as the job and killed the same way, until
+    /// it finishes; then the job runs; and the job's output is verified against the
+    /// repartition stage's input.
+    pub upstream: Option<PathBuf>,
+}
+
+/// Which of the two jobs of a repartitioned run a lane runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// The repartition stage (`--upstream`).
+    Upstream,
+    /// The job of `--config`.
+    Job,
 }
 
 /// The corruption of one checkpoint and what the next run made of it.
@@ -82,6 +97,8 @@ impl Corruption {
 /// One run of the job, as the harness saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
+    /// The job that ran: `upstream` (the repartition stage) or `job`.
+    pub stage: Stage,
     /// The member that ran (0 for a job run as one process).
     pub member: u16,
     /// `killed`, `finished`, `failpoint-abort`, or `failed: <error>`.
@@ -116,6 +133,9 @@ pub struct Report {
     pub job_failures: u32,
     pub restarts: u32,
     pub checkpoints_completed: u64,
+    /// Records the job dropped as already applied: replays of the repartition stage
+    /// (reading with `origin_headers`), as its runs logged them.
+    pub replays_dropped: u64,
     /// Every run, in order.
     pub runs: Vec<RunRecord>,
     /// Per restart: process start to first record emitted, in milliseconds.
@@ -153,6 +173,7 @@ impl Report {
         self.job_failures += lane.job_failures;
         self.restarts += lane.restarts;
         self.checkpoints_completed += lane.checkpoints_completed;
+        self.replays_dropped += lane.replays_dropped;
         self.runs.extend(lane.runs);
         self.recovery_ms.extend(lane.recovery_ms);
         self.corrupted = self.corrupted.take().or(lane.corrupted);
@@ -224,6 +245,7 @@ impl Report {
                 "checkpoints completed",
                 self.checkpoints_completed.to_string(),
             ),
+            ("replays dropped", self.replays_dropped.to_string()),
             ("recovery p50 (ms)", self.recovery_ms_p50.to_string()),
             ("recovery p99 (ms)", self.recovery_ms_p99.to_string()),
             (
@@ -303,16 +325,29 @@ struct RunEvents {
     failpoint: Option<String>,
     /// Σ next offsets of the restored checkpoint (read when it was restored).
     restored_offsets: Option<u64>,
+    /// Records dropped as replays of the upstream stage.
+    replays_dropped: u64,
+}
+
+/// The `dropped=N` of a source's log line about replays of the upstream stage.
+fn replays_dropped(line: &str) -> Option<u64> {
+    if !line.contains("a replay of the upstream stage") {
+        return None;
+    }
+    let rest = &line[line.find(" dropped=")? + " dropped=".len()..];
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
 }
 
 fn spawn(
     opts: &ChaosOptions,
+    (config, stage): (&Path, Stage),
     member: Member,
     run: u32,
     log: &Arc<Mutex<std::fs::File>>,
 ) -> std::io::Result<(Child, Arc<Mutex<RunEvents>>, std::thread::JoinHandle<()>)> {
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("run").arg("--config").arg(&opts.config);
+    cmd.arg("run").arg("--config").arg(config);
     if member.count > 1 {
         cmd.arg("--member")
             .arg(member.index.to_string())
@@ -359,8 +394,16 @@ fn spawn(
             if let Some(err) = line.strip_prefix("error: ") {
                 e.error = Some(err.to_string());
             }
+            e.replays_dropped += replays_dropped(&line).unwrap_or(0);
+            let stage = match stage {
+                Stage::Upstream => "upstream ",
+                Stage::Job => "",
+            };
             let _ = match member.line() {
-                Some(l) => writeln!(log.lock().expect("lock"), "[{l}] {line}"),
+                Some(l) => writeln!(log.lock().expect("lock"), "[{stage}{l}] {line}"),
+                None if !stage.is_empty() => {
+                    writeln!(log.lock().expect("lock"), "[upstream] {line}")
+                }
                 None => writeln!(log.lock().expect("lock"), "{line}"),
             };
         }
@@ -479,6 +522,33 @@ fn supervise(
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Result<Report, String> {
     // Reads the job file with the job's own parser, validating all of it.
     let target = Target::from_job_file(&opts.config)?;
+    let upstream = match &opts.upstream {
+        Some(p) => Some((
+            p.as_path(),
+            Target::from_job_file(p).map_err(|e| format!("--upstream {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    // What the output is verified against: the repartition stage's input, if any.
+    let verified = match &upstream {
+        Some((_, up)) => target.through(up)?,
+        None => {
+            if let target::Output::Topic(topic) = &target.output {
+                return Err(format!(
+                    "this job writes the topic `{topic}`: give the job that reads it as --config and this one as --upstream"
+                ));
+            }
+            target.clone()
+        }
+    };
+    if opts.corrupt_latest {
+        let stores = std::iter::once(&target).chain(upstream.as_ref().map(|(_, t)| t));
+        if let Some(store) = stores.filter_map(|t| t.checkpoint_store.as_ref()).next() {
+            return Err(format!(
+                "--corrupt-latest damages checkpoints in a local directory; this job keeps them in {store}"
+            ));
+        }
+    }
     let started = Instant::now();
     let log = Arc::new(Mutex::new(
         std::fs::OpenOptions::new()
@@ -493,7 +563,11 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
         ..Default::default()
     };
     let bar = if opts.progress {
-        ProgressBar::new(u64::from(opts.kills) * u64::from(opts.members.max(1)))
+        ProgressBar::new(
+            u64::from(opts.kills)
+                * u64::from(opts.members.max(1))
+                * (1 + u64::from(upstream.is_some())),
+        )
     } else {
         ProgressBar::hidden()
     };
@@ -530,35 +604,48 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
     }
     let after_kill = Mutex::new(&mut after_kill);
     let kills_total = std::sync::atomic::AtomicU32::new(0);
-    let ctx = Lane {
-        opts,
-        target: &target,
-        log: &log,
-        bar: &bar,
-        after_kill: &after_kill,
-        kills_total: &kills_total,
-    };
-    let lanes: Vec<Result<Report, String>> = if opts.members == 1 {
-        vec![ctx.run(Member::SOLO)]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = Member::all(opts.members)
-                .map(|m| {
-                    let ctx = &ctx;
-                    scope.spawn(move || ctx.run(m))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a member's lane panicked".into()))
-                })
-                .collect()
-        })
-    };
-    for lane in lanes {
-        report.absorb(lane?);
+    // The repartition stage runs to its end first: the job's bounded source then reads
+    // everything it wrote, replays included.
+    let stages = upstream
+        .iter()
+        .map(|(p, t)| (Stage::Upstream, *p, t))
+        .chain([(Stage::Job, opts.config.as_path(), &target)]);
+    for (stage, config, target) in stages {
+        let ctx = Lane {
+            opts,
+            stage,
+            config,
+            target,
+            log: &log,
+            bar: &bar,
+            after_kill: &after_kill,
+            kills_total: &kills_total,
+        };
+        let lanes: Vec<Result<Report, String>> = if opts.members == 1 {
+            vec![ctx.run(Member::SOLO)]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = Member::all(opts.members)
+                    .map(|m| {
+                        let ctx = &ctx;
+                        scope.spawn(move || ctx.run(m))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("a member's lane panicked".into()))
+                    })
+                    .collect()
+            })
+        };
+        for lane in lanes {
+            report.absorb(lane?);
+        }
+        if report.stopped.is_some() {
+            break;
+        }
     }
     bar.finish_and_clear();
     if let Some(t) = fault_thread {
@@ -574,8 +661,8 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
     if report.stopped.is_none() {
-        let inputs = verify::read_inputs(&target)?;
-        report.verdict = verify::verify(&target, &inputs)?;
+        let inputs = verify::read_inputs(&verified)?;
+        report.verdict = verify::verify(&verified, &inputs)?;
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
@@ -584,6 +671,9 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
 /// What every member's lane of the harness shares.
 struct Lane<'a, F: FnMut(u32) + Send> {
     opts: &'a ChaosOptions,
+    stage: Stage,
+    /// The job file this lane runs.
+    config: &'a Path,
     target: &'a Target,
     log: &'a Arc<Mutex<std::fs::File>>,
     bar: &'a ProgressBar,
@@ -592,9 +682,18 @@ struct Lane<'a, F: FnMut(u32) + Send> {
     kills_total: &'a std::sync::atomic::AtomicU32,
 }
 
-/// `"member-I-of-N: "` before a message about one member of several.
-fn who(member: Member) -> String {
-    member.line().map(|l| format!("{l}: ")).unwrap_or_default()
+/// `"member-I-of-N: "` before a message about one member of several, and
+/// `"upstream "` before one about the repartition stage.
+fn who(stage: Stage, member: Member) -> String {
+    let stage = match stage {
+        Stage::Upstream => "upstream ",
+        Stage::Job => "",
+    };
+    match member.line() {
+        Some(l) => format!("{stage}{l}: "),
+        None if !stage.is_empty() => "upstream: ".into(),
+        None => String::new(),
+    }
 }
 
 impl<F: FnMut(u32) + Send> Lane<'_, F> {
@@ -604,10 +703,16 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
         let (opts, target, bar) = (self.opts, self.target, self.bar);
         let log = self.log;
         let line = crate::checkpoint::lines::line_dir(&target.checkpoint_dir, member);
-        // Each member has its own schedule; member 0's is the single process's.
+        // Each member has its own schedule; member 0's is the single process's. The
+        // repartition stage's members have theirs too.
+        let salt = match self.stage {
+            Stage::Upstream => 0x5DEE_CE66_D000,
+            Stage::Job => 0,
+        };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(
             opts.seed
-                .wrapping_add(u64::from(member.index).wrapping_mul(0x9E37_79B9)),
+                .wrapping_add(u64::from(member.index).wrapping_mul(0x9E37_79B9))
+                .wrapping_add(salt),
         );
         let started = Instant::now();
         let mut report = Report::default();
@@ -620,14 +725,14 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
             if runs > opts.max_runs {
                 report.stopped = Some(format!(
                     "{}the job did not finish within {} runs",
-                    who(member),
+                    who(self.stage, member),
                     opts.max_runs
                 ));
                 break;
             }
             let sink_dir = match &target.output {
                 target::Output::Files(dir) => Some(dir.as_path()),
-                target::Output::Elasticsearch(_) => None,
+                target::Output::Elasticsearch(_) | target::Output::Topic(_) => None,
             };
             let sink_before = sink_dir
                 .map(rollback::list)
@@ -635,7 +740,8 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 .map_err(|e| format!("listing the file sink's directory: {e}"))?;
             let spawned = Instant::now();
             let (mut child, events, reader) =
-                spawn(opts, member, runs, log).map_err(|e| format!("cannot start the job: {e}"))?;
+                spawn(opts, (self.config, self.stage), member, runs, log)
+                    .map_err(|e| format!("cannot start the job: {e}"))?;
             let kill_at = (report.kills < opts.kills).then(|| {
                 spawned
                     + Duration::from_millis(
@@ -653,6 +759,7 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
             let _ = reader.join();
             let ev = std::mem::take(&mut *events.lock().expect("lock"));
             report.checkpoints_completed += ev.checkpoints;
+            report.replays_dropped += ev.replays_dropped;
             let first_record_ms = ev
                 .first_record
                 .map(|t| t.duration_since(spawned).as_millis() as u64);
@@ -671,7 +778,7 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 Some(s) if s.code() == Some(2) => {
                     return Err(format!(
                         "{}the job refused its configuration (see {})",
-                        who(member),
+                        who(self.stage, member),
                         opts.log.display()
                     ))
                 }
@@ -687,6 +794,7 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 },
             };
             report.runs.push(RunRecord {
+                stage: self.stage,
                 member: member.index,
                 ended: match &outcome {
                     RunOutcome::Killed => "killed".into(),
@@ -754,7 +862,7 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                     if let Some(error) = outcome::hopeless(&outcomes) {
                         report.stopped = Some(format!(
                             "{}the job failed at start-up {} times in a row over {} s or more: {error}",
-                            who(member),
+                            who(self.stage, member),
                             outcome::HOPELESS_AFTER,
                             outcome::HOPELESS_SPAN_MS / 1000
                         ));

@@ -13,6 +13,9 @@ pub enum Output {
     Elasticsearch(EsTarget),
     /// The exactly-once file sink's directory: its committed `part-*` files.
     Files(std::path::PathBuf),
+    /// A Kafka topic (`[sink.kafka]`): a repartition stage, verified through the job
+    /// that reads the topic (`lockgate chaos --upstream`).
+    Topic(String),
 }
 
 /// An index and how to read it.
@@ -38,6 +41,12 @@ pub struct Target {
     /// `(key pointer, field pointer, output pointer)` of a rolling_sum transform.
     pub rolling_sum: Option<(String, String, String)>,
     pub checkpoint_dir: std::path::PathBuf,
+    /// The checkpoints are kept in this object store (`checkpoint_dir` is then the
+    /// local staging directory).
+    pub checkpoint_store: Option<String>,
+    /// The job reads its topics' origin headers and drops replays of the upstream
+    /// stage (`origin_headers = true`).
+    pub origin_headers: bool,
 }
 
 impl Target {
@@ -48,8 +57,9 @@ impl Target {
         let k = d
             .kafka
             .ok_or("the chaos harness verifies [source.kafka] jobs")?;
-        let output = match (d.elasticsearch, d.file_sink) {
-            (Some(e), _) => {
+        let output = match (d.elasticsearch, d.file_sink, d.kafka_sink) {
+            (_, _, Some(k)) => Output::Topic(k.topic),
+            (Some(e), _, None) => {
                 if super::super::connectors::elasticsearch::index_name::IndexTemplate::parse(
                     &e.index,
                 )
@@ -66,14 +76,15 @@ impl Target {
                     id: e.id,
                 })
             }
-            (None, Some(dir)) => Output::Files(dir),
-            (None, None) => {
-                return Err(
-                    "the chaos harness verifies [sink.elasticsearch] or [sink.file] jobs".into(),
-                )
-            }
+            (None, Some(dir), None) => Output::Files(dir),
+            (None, None, None) => return Err(
+                "the chaos harness verifies [sink.elasticsearch], [sink.file] or [sink.kafka] jobs"
+                    .into(),
+            ),
         };
         Ok(Target {
+            origin_headers: k.origin_headers,
+            checkpoint_store: d.checkpoint_store,
             bootstrap_servers: k.bootstrap_servers,
             kafka_properties: k.properties.0,
             topics: k.topics,
@@ -87,8 +98,38 @@ impl Target {
     pub fn elasticsearch(&self) -> Option<&EsTarget> {
         match &self.output {
             Output::Elasticsearch(e) => Some(e),
-            Output::Files(_) => None,
+            Output::Files(_) | Output::Topic(_) => None,
         }
+    }
+
+    /// The target that verifies this job's output against the input of `upstream`,
+    /// the repartition stage that writes the topic this job reads: the records of
+    /// `upstream`'s topics, each applied once, make this job's output.
+    pub fn through(&self, upstream: &Target) -> Result<Target, String> {
+        let Output::Topic(topic) = &upstream.output else {
+            return Err("--upstream names a job that writes to Elasticsearch or files; it must write to a topic ([sink.kafka]) that this job reads".into());
+        };
+        if matches!(self.output, Output::Topic(_)) {
+            return Err(
+                "--config names a repartition stage too: give the job that reads it".into(),
+            );
+        }
+        if !self.selects(topic) {
+            return Err(format!(
+                "this job does not read `{topic}`, the topic the --upstream job writes"
+            ));
+        }
+        if !self.origin_headers {
+            return Err(format!(
+                "this job reads `{topic}` without origin_headers = true: replays of the upstream stage would be applied twice"
+            ));
+        }
+        Ok(Target {
+            bootstrap_servers: upstream.bootstrap_servers.clone(),
+            kafka_properties: upstream.kafka_properties.clone(),
+            topics: upstream.topics.clone(),
+            ..self.clone()
+        })
     }
 
     /// Whether the job reads `topic`.

@@ -175,6 +175,9 @@ pub fn verify(t: &Target, inputs: &[Input]) -> Result<Verdict, String> {
     match &t.output {
         Output::Elasticsearch(e) => verify_index(t, e, inputs),
         Output::Files(dir) => verify_files(t, dir, inputs),
+        Output::Topic(topic) => Err(format!(
+            "a repartition stage's topic `{topic}` is verified through the job that reads it (lockgate chaos --config <that job> --upstream <this job>)"
+        )),
     }
 }
 

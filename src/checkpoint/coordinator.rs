@@ -446,6 +446,7 @@ mod tests {
             partition,
             next: lockgate_state::NextOffset(next),
             end: None,
+            applied: Vec::new(),
         }
     }
 

@@ -21,7 +21,7 @@ fn parse_range(s: &str) -> Option<(u64, u64)> {
 
 /// Runs the harness and prints its report; exits 0 only when the output is exact.
 pub fn chaos(
-    config: PathBuf,
+    (config, upstream): (PathBuf, Option<PathBuf>),
     (kills, members): (u32, u16),
     seed: u64,
     (failpoints, failpoint_runs): (Option<String>, Option<u32>),
@@ -37,25 +37,27 @@ pub fn chaos(
         eprintln!("error: --kill-after-ms {kill_after_ms}: expected MIN..MAX milliseconds");
         return EXIT_USAGE;
     };
-    match crate::config::load(&config) {
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_USAGE;
-        }
-        Ok(mut job) => {
-            job.member = crate::member::Member {
-                index: 0,
-                count: members,
-            };
-            if let Err((key, e)) = job.check_members() {
-                eprintln!("error: {}: {key}: {e}", config.display());
+    for file in std::iter::once(&config).chain(&upstream) {
+        match crate::config::load(file) {
+            Err(e) => {
+                eprintln!("error: {e}");
                 return EXIT_USAGE;
+            }
+            Ok(mut job) => {
+                job.member = crate::member::Member {
+                    index: 0,
+                    count: members,
+                };
+                if let Err((key, e)) = job.check_members() {
+                    eprintln!("error: {}: {key}: {e}", file.display());
+                    return EXIT_USAGE;
+                }
             }
         }
     }
     let log = config.with_extension("chaos.log");
     let opts = ChaosOptions {
-        config,
+        config: config.clone(),
         kills,
         seed,
         failpoints,
@@ -67,7 +69,15 @@ pub fn chaos(
         log: log.clone(),
         progress: true,
         members,
+        upstream: upstream.clone(),
     };
+    if let Some(up) = &upstream {
+        println!(
+            "lockgate chaos: repartition stage {} first, then {}",
+            up.display(),
+            config.display()
+        );
+    }
     if members > 1 {
         println!(
             "lockgate chaos: {members} members, {kills} SIGKILLs each, seed {seed}; job log: {}",

@@ -133,6 +133,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         log: dir.join("job.log"),
         progress: true,
         members: 1,
+        upstream: None,
     };
     let mut created = Ok(());
     let report = chaos::run(&opts, |kill| {

@@ -111,6 +111,11 @@ enum Command {
         /// --kills times on its own seeded schedule; verified together at the end.
         #[arg(long, default_value_t = 1)]
         members: u16,
+        /// A repartition stage (a job file with [sink.kafka]) that writes the topic the
+        /// job reads: it runs first, killed the same way, until it finishes; the job's
+        /// output is then verified against the repartition stage's input.
+        #[arg(long)]
+        upstream: Option<PathBuf>,
     },
     /// Embedded Kafka and Elasticsearch test servers for tests, demos and examples.
     #[command(subcommand)]
@@ -287,12 +292,13 @@ pub fn main() -> i32 {
             kill_after_ms,
             list_failpoints,
             members,
+            upstream,
         } => {
             if list_failpoints {
                 chaos::list_failpoints()
             } else {
                 chaos::chaos(
-                    config.expect("required by clap"),
+                    (config.expect("required by clap"), upstream),
                     (kills, members),
                     seed,
                     (failpoints, failpoint_runs),

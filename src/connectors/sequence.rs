@@ -240,6 +240,7 @@ impl Source for SequenceSource {
                 partition: i32::from(s.id),
                 next: NextOffset(s.next.min(end)),
                 end: Some(NextOffset(end)),
+                applied: Vec::new(),
             })
             .collect())
     }

@@ -202,6 +202,28 @@ pub fn produce_orders(
     count: u64,
     users: u64,
 ) -> Result<(), String> {
+    produce_orders_keyed(bootstrap, topic, from, count, users, OrderKey::User)
+}
+
+/// What the Kafka key of a sample order is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderKey {
+    /// Its user: a user's orders stay in one partition.
+    User,
+    /// Its order number: a user's orders spread over every partition (a rolling sum by
+    /// user across members then needs a repartition stage).
+    Order,
+}
+
+/// [`produce_orders`], keyed as `key` says.
+pub fn produce_orders_keyed(
+    bootstrap: &str,
+    topic: &str,
+    from: u64,
+    count: u64,
+    users: u64,
+    key: OrderKey,
+) -> Result<(), String> {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use std::time::Duration;
     let p: BaseProducer = rdkafka::ClientConfig::new()
@@ -216,10 +238,12 @@ pub fn produce_orders(
             "{{\"order\":{i},\"user\":\"{user}\",\"amount\":{}}}",
             1 + (i * 31) % 500
         );
-        while p
-            .send(BaseRecord::to(topic).key(&user).payload(&body))
-            .is_err()
-        {
+        let order = format!("order-{i}");
+        let k = match key {
+            OrderKey::User => &user,
+            OrderKey::Order => &order,
+        };
+        while p.send(BaseRecord::to(topic).key(k).payload(&body)).is_err() {
             p.poll(Duration::from_millis(5));
         }
     }

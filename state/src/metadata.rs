@@ -13,8 +13,11 @@ use std::path::Path;
 
 /// The magic bytes that open every `_metadata` file.
 pub const MAGIC: &[u8; 4] = b"LGCK";
-/// The format version this release writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this release writes. It also reads version 1 (written before
+/// source positions carried [`SourcePosition::applied`]), as positions without marks.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this release reads.
+pub const OLDEST_READABLE: u16 = 1;
 /// The file name of the metadata inside a checkpoint directory.
 pub const METADATA_FILE: &str = "_metadata";
 
@@ -74,6 +77,73 @@ pub struct SourcePosition {
     pub next: NextOffset,
     /// For bounded sources: the offset at which the split ends (exclusive).
     pub end: Option<NextOffset>,
+    /// For a split whose records carry their upstream coordinates (a topic written by
+    /// a lockgate Kafka sink, read with `origin_headers`): the highest upstream offset
+    /// applied from each upstream split, sorted by stream and partition. A replayed
+    /// record at or below its mark is a duplicate of the upstream stage's replay.
+    pub applied: Vec<UpstreamMark>,
+}
+
+/// The highest offset of one upstream split applied through a downstream split.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct UpstreamMark {
+    pub stream: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Format version 1, decoded and converted: its source positions had no marks.
+mod v1 {
+    use super::{NextOffset, SubtaskSnapshot};
+    use crate::ids::CheckpointId;
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub(super) struct CheckpointMetadata {
+        id: CheckpointId,
+        job_name: String,
+        fingerprint: u64,
+        created_ms: u64,
+        parallelism: u16,
+        max_parallelism: u16,
+        is_final: bool,
+        subtasks: Vec<SubtaskSnapshot>,
+        positions: Vec<SourcePosition>,
+    }
+
+    #[derive(Deserialize)]
+    struct SourcePosition {
+        stream: String,
+        partition: i32,
+        next: NextOffset,
+        end: Option<NextOffset>,
+    }
+
+    impl From<CheckpointMetadata> for super::CheckpointMetadata {
+        fn from(m: CheckpointMetadata) -> Self {
+            super::CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name,
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks,
+                positions: m
+                    .positions
+                    .into_iter()
+                    .map(|p| super::SourcePosition {
+                        stream: p.stream,
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                        applied: Vec::new(),
+                    })
+                    .collect(),
+            }
+        }
+    }
 }
 
 fn bincode_config() -> impl bincode::config::Config {
@@ -111,9 +181,9 @@ impl CheckpointMetadata {
             return Err(corrupt("bad magic (not a lockgate _metadata file)".into()));
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE..=FORMAT_VERSION).contains(&version) {
             return Err(corrupt(format!(
-                "format version {version}, this release reads {FORMAT_VERSION}"
+                "format version {version}, this release reads {OLDEST_READABLE} to {FORMAT_VERSION}"
             )));
         }
         let len = u32::from_le_bytes(bytes[6..10].try_into().unwrap()) as usize;
@@ -132,8 +202,18 @@ impl CheckpointMetadata {
                 "CRC mismatch: stored {stored:08x}, computed {actual:08x}"
             )));
         }
-        let (meta, used) = bincode::serde::decode_from_slice(body, bincode_config())
-            .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
+        let undecodable =
+            |e: bincode::error::DecodeError| corrupt(format!("undecodable body: {e}"));
+        let (meta, used): (CheckpointMetadata, usize) = if version == 1 {
+            let (m, used) = bincode::serde::decode_from_slice::<v1::CheckpointMetadata, _>(
+                body,
+                bincode_config(),
+            )
+            .map_err(undecodable)?;
+            (m.into(), used)
+        } else {
+            bincode::serde::decode_from_slice(body, bincode_config()).map_err(undecodable)?
+        };
         if used != body.len() {
             return Err(corrupt("trailing bytes in body".into()));
         }
@@ -189,8 +269,78 @@ pub(crate) mod tests {
                 partition: 3,
                 next: NextOffset(17),
                 end: None,
+                applied: vec![UpstreamMark {
+                    stream: "orders-raw".into(),
+                    partition: 5,
+                    offset: 99,
+                }],
             }],
         }
+    }
+
+    #[test]
+    fn reads_format_version_1_as_positions_without_marks() {
+        // Version 1's layout, written field by field as that release's serde did.
+        #[derive(Serialize)]
+        struct V1Position<'a> {
+            stream: &'a str,
+            partition: i32,
+            next: NextOffset,
+            end: Option<NextOffset>,
+        }
+        #[derive(Serialize)]
+        struct V1<'a> {
+            id: CheckpointId,
+            job_name: &'a str,
+            fingerprint: u64,
+            created_ms: u64,
+            parallelism: u16,
+            max_parallelism: u16,
+            is_final: bool,
+            subtasks: &'a [SubtaskSnapshot],
+            positions: Vec<V1Position<'a>>,
+        }
+        let want = sample(4);
+        let old = V1 {
+            id: want.id,
+            job_name: &want.job_name,
+            fingerprint: want.fingerprint,
+            created_ms: want.created_ms,
+            parallelism: want.parallelism,
+            max_parallelism: want.max_parallelism,
+            is_final: want.is_final,
+            subtasks: &want.subtasks,
+            positions: want
+                .positions
+                .iter()
+                .map(|p| V1Position {
+                    stream: &p.stream,
+                    partition: p.partition,
+                    next: p.next,
+                    end: p.end,
+                })
+                .collect(),
+        };
+        let body = bincode::serde::encode_to_vec(&old, bincode_config()).unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        let got = CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap();
+        let mut expect = want.clone();
+        expect.positions[0].applied.clear();
+        assert_eq!(got, expect);
+        // A version-2 body under a version-1 header does not decode as version 1.
+        let mut v2 = want.encode().unwrap();
+        v2[4..6].copy_from_slice(&1u16.to_le_bytes());
+        assert!(CheckpointMetadata::decode(&v2, Path::new("x")).is_err());
+        // Nor does an unknown newer version.
+        let mut v3 = want.encode().unwrap();
+        v3[4..6].copy_from_slice(&3u16.to_le_bytes());
+        let err = CheckpointMetadata::decode(&v3, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("format version 3"), "{err}");
     }
 
     #[test]

@@ -159,6 +159,10 @@ pub struct KafkaSourceConfig {
     ///
     /// [`Record::tombstone`]: crate::record::Record::tombstone
     pub tombstones: bool,
+    /// The topics were written by a lockgate Kafka sink (a repartition stage): each
+    /// record's origin headers are read, and a record the job has already applied (a
+    /// replay of the upstream stage) is dropped. See [`super::upstream`].
+    pub origin_headers: bool,
 }
 
 impl KafkaSourceConfig {
@@ -180,6 +184,7 @@ impl KafkaSourceConfig {
             connect_timeout_ms: 30_000,
             properties: Properties::default(),
             tombstones: false,
+            origin_headers: false,
         }
     }
 }
@@ -210,6 +215,7 @@ pub struct KafkaSection {
     format: Option<String>,
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
+    origin_headers: Option<bool>,
     /// librdkafka properties of every Kafka client of the job, checked at load; which
     /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
@@ -269,6 +275,7 @@ impl KafkaSection {
             c.on_decode_error = DecodeErrorPolicy::parse(p).map_err(at("on_decode_error"))?;
         }
         c.connect_timeout_ms = self.connect_timeout_ms.unwrap_or(c.connect_timeout_ms);
+        c.origin_headers = self.origin_headers.unwrap_or(c.origin_headers);
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
         }

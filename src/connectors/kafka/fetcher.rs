@@ -161,7 +161,19 @@ pub struct FetchedBatch {
     pub bytes: Vec<u8>,
     pub records: Vec<Fetched>,
     pub runs: Vec<Run>,
+    /// With origin headers read: each record's [`ORIGIN_HEADERS`] values, in the
+    /// buffer, one entry per record. Empty otherwise.
+    pub headers: Vec<OriginHeaders>,
 }
+
+/// Where the values of a record's origin headers ([`ORIGIN_HEADERS`]) are in its
+/// batch's buffer (None: the header is absent).
+pub type OriginHeaders = [Option<Range<usize>>; 3];
+
+/// The headers a repartition stage's records carry: topic, partition, offset
+/// ([`super::upstream`]).
+pub const ORIGIN_HEADERS: [&std::ffi::CStr; 3] =
+    [c"lockgate.topic", c"lockgate.partition", c"lockgate.offset"];
 
 /// What the poll thread hands over.
 #[derive(Debug)]
@@ -188,14 +200,15 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Starts polling `consumer` on a dedicated thread.
-    pub fn start(consumer: Arc<KafkaConsumer>, name: String) -> Fetcher {
+    /// Starts polling `consumer` on a dedicated thread; with `origin_headers`, each
+    /// batch also carries its records' [`ORIGIN_HEADERS`].
+    pub fn start(consumer: Arc<KafkaConsumer>, name: String, origin_headers: bool) -> Fetcher {
         let (tx, rx) = mpsc::channel(QUEUED);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()
             .name(format!("kafka-{name}"))
-            .spawn(move || poll_loop(&consumer, &tx, &flag))
+            .spawn(move || poll_loop(&consumer, &tx, &flag, origin_headers))
             .expect("spawn the Kafka poll thread");
         Fetcher { rx, stop }
     }
@@ -226,6 +239,8 @@ struct BatchBuilder {
     /// The bytes of the previous batch: the next buffer is reserved at that size, so
     /// that a batch fits in one allocation while record sizes stay alike.
     reserve: usize,
+    /// Copy each record's origin headers too.
+    origin_headers: bool,
 }
 
 /// How many records the next batch call may take into a batch that holds `records`
@@ -241,11 +256,12 @@ pub fn take_at_most(records: usize, bytes: usize, largest: usize) -> usize {
 const MIN_RESERVE: usize = 16 << 10;
 
 impl BatchBuilder {
-    fn new() -> BatchBuilder {
+    fn new(origin_headers: bool) -> BatchBuilder {
         BatchBuilder {
             batch: FetchedBatch::default(),
             largest: None,
             reserve: MIN_RESERVE,
+            origin_headers,
         }
     }
 
@@ -297,6 +313,10 @@ impl BatchBuilder {
         let start = self.batch.bytes.len();
         let key = self.copy(m.key());
         let payload = self.copy(m.payload());
+        if self.origin_headers {
+            let h = ORIGIN_HEADERS.map(|name| self.copy(m.header(name)));
+            self.batch.headers.push(h);
+        }
         let size = self.batch.bytes.len() - start;
         self.largest = Some(self.largest.map_or(size, |l| l.max(size)));
         self.batch.records.push(Fetched {
@@ -313,9 +333,14 @@ impl BatchBuilder {
     }
 }
 
-fn poll_loop(consumer: &KafkaConsumer, tx: &mpsc::Sender<Handover>, stop: &AtomicBool) {
+fn poll_loop(
+    consumer: &KafkaConsumer,
+    tx: &mpsc::Sender<Handover>,
+    stop: &AtomicBool,
+    origin_headers: bool,
+) {
     let mut queues = Queues::new(consumer, BATCH);
-    let mut batch = BatchBuilder::new();
+    let mut batch = BatchBuilder::new(origin_headers);
     let mut transient = 0u64;
     let mut transient_error = |e: KafkaError| {
         // Broker and transport errors are retried by librdkafka.

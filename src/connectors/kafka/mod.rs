@@ -8,8 +8,11 @@ pub mod decode;
 pub mod fetcher;
 pub mod properties;
 pub mod queues;
+pub mod sink;
+pub mod sink_config;
 pub mod source;
 pub mod start_position;
+pub mod upstream;
 
 pub use config::{
     DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicPattern, TopicSelector,

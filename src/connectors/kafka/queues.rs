@@ -126,6 +126,28 @@ impl Polled<'_> {
         unsafe { bytes(self.m.payload as *const u8, self.m.len) }
     }
 
+    /// The value of the last header named `name`, if the message has one.
+    pub fn header(&self, name: &CStr) -> Option<&[u8]> {
+        let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: the message is live; librdkafka parses its headers once and keeps
+        // them with the message, returning a borrowed handle.
+        let err = unsafe { rd::rd_kafka_message_headers(self.m, &mut headers) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+            return None;
+        }
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: `headers` belongs to the live message and `name` is NUL-terminated;
+        // the value stays valid while the message lives.
+        let err =
+            unsafe { rd::rd_kafka_header_get_last(headers, name.as_ptr(), &mut value, &mut size) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        // SAFETY: as above; a null value (a header without one) is None.
+        unsafe { bytes(value as *const u8, size) }
+    }
+
     /// Milliseconds since the epoch, if the broker gave a timestamp.
     pub fn timestamp(&self) -> Option<i64> {
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;

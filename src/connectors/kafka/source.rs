@@ -7,6 +7,7 @@ use super::fetcher::{
 };
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
+use super::upstream::{self, Marks};
 use super::{Tp, KIND};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
@@ -78,6 +79,12 @@ pub struct KafkaSource {
     restored: Option<BTreeMap<Tp, NextOffset>>,
     /// Consecutive listings without a known partition.
     missing: BTreeMap<Tp, u32>,
+    /// With `origin_headers`: the upstream marks of every owned partition.
+    marks: BTreeMap<Tp, Marks>,
+    /// With `origin_headers`: the marks of every partition of the restored checkpoint.
+    restored_marks: BTreeMap<Tp, Vec<lockgate_state::UpstreamMark>>,
+    /// Records dropped as already applied (replays of the upstream stage).
+    replayed: u64,
     metrics: Option<SourceMetrics>,
 }
 
@@ -151,6 +158,9 @@ impl KafkaSource {
             last_committed: None,
             restored: None,
             missing: BTreeMap::new(),
+            marks: BTreeMap::new(),
+            restored_marks: BTreeMap::new(),
+            replayed: 0,
             metrics: None,
         }
     }
@@ -278,6 +288,7 @@ impl KafkaSource {
             self.missing.remove(&tp);
             self.positions.remove(&tp);
             self.ends.remove(&tp);
+            self.marks.remove(&tp);
             if let Some(m) = self.metrics.as_mut() {
                 m.dropped(&tp);
             }
@@ -300,11 +311,28 @@ impl KafkaSource {
         }
         self.assign(&resolved)?;
         self.track(&resolved);
+        self.mark(&resolved);
         if let Some(m) = &self.metrics {
             m.discovered.inc_by(resolved.len() as u64);
         }
         self.positions.extend(resolved);
         Ok(())
+    }
+
+    /// With origin headers read: the marks of newly assigned partitions, from the
+    /// restored checkpoint where it holds them.
+    fn mark(&mut self, resolved: &BTreeMap<Tp, NextOffset>) {
+        if !self.cfg.origin_headers {
+            return;
+        }
+        for tp in resolved.keys() {
+            let applied = self
+                .restored_marks
+                .get(tp)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            self.marks.insert(tp.clone(), Marks::from_applied(applied));
+        }
     }
 
     /// Creates the series of newly assigned partitions, starting at `resolved`.
@@ -543,12 +571,21 @@ impl Source for KafkaSource {
         let owned: Vec<Tp> = listing.iter().filter(|tp| self.owns(tp)).cloned().collect();
         let starts = start_positions(restored_map.as_ref(), &owned, &cfg.startup);
         self.restored = restored_map;
+        if cfg.origin_headers {
+            self.restored_marks = restored
+                .unwrap_or_default()
+                .iter()
+                .filter(|p| cfg.topics.matches(&p.stream) && !p.applied.is_empty())
+                .map(|p| ((p.stream.clone(), p.partition), p.applied.clone()))
+                .collect();
+        }
         let resolved = self.blocking(|s| s.resolve_with_ends(&starts)).await?;
         for (tp, next) in &resolved {
             info!(subtask = %self.name, topic = %tp.0, partition = tp.1, start = next.0, how = ?starts[tp], end = ?self.ends.get(tp).map(|e| e.0), "partition assigned");
         }
         self.assign(&resolved)?;
         self.track(&resolved);
+        self.mark(&resolved);
         self.positions = resolved;
         if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
             self.dead_letter = Some(
@@ -562,7 +599,11 @@ impl Source for KafkaSource {
                     ),
             );
         }
-        self.fetcher = Some(Fetcher::start(consumer.clone(), self.name.clone()));
+        self.fetcher = Some(Fetcher::start(
+            consumer.clone(),
+            self.name.clone(),
+            cfg.origin_headers,
+        ));
         if cfg.partition_discovery_ms > 0 {
             let (tx, rx) = mpsc::channel(1);
             self.discovered = Some(rx);
@@ -613,12 +654,19 @@ impl Source for KafkaSource {
             bytes,
             records,
             runs,
+            headers,
         } = batch;
         // Records hold slices of the batch's buffer: it is shared from here on.
         let bytes = Bytes::from(bytes);
         out.reserve(records.len());
-        let mut records = records.into_iter();
+        // Each record with its origin headers, when they are read.
+        let mut headers = headers.into_iter();
+        let mut records = records.into_iter().map(|f| {
+            let h = headers.next();
+            (f, h)
+        });
         let mut read_bytes = 0usize;
+        let replayed_before = self.replayed;
         for run in runs {
             let run_records = records.by_ref().take(run.len);
             // A partition's position is looked up once per run, not once per record.
@@ -628,12 +676,40 @@ impl Source for KafkaSource {
                 continue;
             };
             let end = self.ends.get(&tp).copied();
-            for f in run_records {
+            // Every owned partition has marks when origin headers are read (empty for
+            // one that starts fresh).
+            let mut marks = self
+                .cfg
+                .origin_headers
+                .then(|| self.marks.remove(&tp).unwrap_or_default());
+            for (f, h) in run_records {
                 if f.offset < next.0 {
                     continue; // already emitted (a re-fetch)
                 }
                 if end.is_some_and(|end| f.offset >= end.0) {
                     continue; // beyond a bounded end
+                }
+                if let Some(marks) = marks.as_mut() {
+                    let h = h.unwrap_or_default();
+                    let at = |i: usize| h[i].clone().map(|r| &bytes[r]);
+                    match upstream::parse(at(0), at(1), at(2)) {
+                        // A duplicate is dropped before its payload is looked at: the
+                        // first copy already went through the decode policy.
+                        Ok(c) if !marks.admit(c) => {
+                            self.replayed += 1;
+                            next = NextOffset::after(f.offset);
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(why) => {
+                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why).await {
+                                self.marks.insert(tp, std::mem::take(marks));
+                                return Err(e);
+                            }
+                            next = NextOffset::after(f.offset);
+                            continue;
+                        }
+                    }
                 }
                 let tombstone = f.payload.is_none() && self.cfg.tombstones;
                 if tombstone {
@@ -664,10 +740,16 @@ impl Source for KafkaSource {
             if let Some(g) = self.metrics.as_ref().and_then(|m| m.partitions.get(&tp)) {
                 g.set_position(next.0);
             }
+            if let Some(m) = marks {
+                self.marks.insert(tp.clone(), m);
+            }
             self.positions.insert(tp, next);
         }
         if let Some(m) = &self.metrics {
             m.bytes_read.inc_by(read_bytes as u64);
+        }
+        if self.replayed > replayed_before {
+            info!(subtask = %self.name, dropped = self.replayed - replayed_before, total = self.replayed, "dropped records this job already applied (a replay of the upstream stage)");
         }
         Ok(if self.finished() {
             SourcePoll::Finished
@@ -692,6 +774,7 @@ impl Source for KafkaSource {
                 partition: tp.1,
                 next: *next,
                 end: self.ends.get(tp).copied(),
+                applied: self.marks.get(tp).map(Marks::applied).unwrap_or_default(),
             })
             .collect())
     }

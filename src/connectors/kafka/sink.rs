@@ -1,0 +1,295 @@
+//! The Kafka sink (`[sink.kafka]`): the upstream side of a repartition stage.
+//!
+//! Each record is written to one topic, keyed by the value at a JSON pointer of its
+//! payload (so Kafka's partitioner puts every record of a key in one partition), with
+//! its payload unchanged and its origin coordinates in the headers `lockgate.topic`,
+//! `lockgate.partition` and `lockgate.offset`. The producer is idempotent
+//! (`enable.idempotence = true`, `acks = all`), so each partition receives the records
+//! of one run in the order they were sent, without gaps or duplicates of its own.
+//!
+//! A checkpoint waits, at its barrier, until every record sent before it is
+//! acknowledged by the broker: a completed checkpoint never stands for a record that
+//! could still be lost. After a crash the job replays from that checkpoint and writes
+//! some records a second time; a downstream job reading the topic with
+//! `origin_headers = true` drops them ([`super::upstream`]). The sink alone is
+//! therefore at-least-once, and the pair is exactly-once, without Kafka transactions
+//! (which librdkafka cannot resume after a crash).
+
+use super::sink_config::KafkaSinkConfig;
+use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::connectors::kafka::sink_config::InvalidPolicy;
+use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::record::{Batch, Record};
+use async_trait::async_trait;
+use lockgate_state::CheckpointId;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tracing::info;
+
+/// The kind of the Kafka sink in a job graph.
+pub const KIND: &str = "kafka";
+
+/// What the producer's delivery reports tell the sink.
+#[derive(Default)]
+struct Deliveries {
+    /// Records sent and not yet acknowledged or failed.
+    pending: AtomicU64,
+    /// The first delivery failure: the job fails with it (and replays).
+    failed: Mutex<Option<String>>,
+    /// Woken when `pending` reaches 0 or a delivery fails.
+    settled: Notify,
+}
+
+/// The producer's context: counts delivery reports.
+struct Reports(Arc<Deliveries>);
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut failed = self.0.failed.lock().expect("lock");
+            if failed.is_none() {
+                *failed = Some(format!(
+                    "writing to {} failed: {e} (librdkafka gave up after its retries)",
+                    m.topic()
+                ));
+            }
+        }
+        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 || result.is_err() {
+            self.0.settled.notify_waiters();
+        }
+    }
+}
+
+/// A Kafka sink subtask.
+pub struct KafkaSink {
+    cfg: Arc<KafkaSinkConfig>,
+    name: String,
+    producer: Option<ThreadedProducer<Reports>>,
+    deliveries: Arc<Deliveries>,
+    dead_letter: Option<DeadLetterWriter>,
+    written: u64,
+}
+
+impl KafkaSink {
+    /// A sink subtask writing what `cfg` says.
+    pub fn new(cfg: Arc<KafkaSinkConfig>) -> KafkaSink {
+        KafkaSink {
+            cfg,
+            name: String::new(),
+            producer: None,
+            deliveries: Arc::default(),
+            dead_letter: None,
+            written: 0,
+        }
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> JobError {
+        JobError::task(&self.name, message)
+    }
+
+    /// The first delivery failure so far, as the job's error.
+    fn failure(&self) -> Result<()> {
+        match self.deliveries.failed.lock().expect("lock").as_ref() {
+            Some(e) => Err(self.err(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends one record, waiting while librdkafka's queue is full.
+    async fn send(&mut self, r: &Record, key: &[u8]) -> Result<()> {
+        let o = r.origin.as_ref().ok_or_else(|| JobError::Unrecoverable {
+            task: self.name.clone(),
+            message: "a record without origin coordinates reached [sink.kafka], which writes them into its headers".into(),
+        })?;
+        let (partition, offset) = (o.partition.to_string(), o.offset.to_string());
+        let producer = self.producer.as_ref().expect("opened");
+        loop {
+            let headers = OwnedHeaders::new_with_capacity(3)
+                .insert(Header {
+                    key: super::upstream::TOPIC,
+                    value: Some(o.stream.as_bytes()),
+                })
+                .insert(Header {
+                    key: super::upstream::PARTITION,
+                    value: Some(partition.as_bytes()),
+                })
+                .insert(Header {
+                    key: super::upstream::OFFSET,
+                    value: Some(offset.as_bytes()),
+                });
+            let mut record = BaseRecord::to(&self.cfg.topic)
+                .key(key)
+                .payload(&r.value[..])
+                .headers(headers);
+            if let Some(ts) = r.timestamp {
+                record = record.timestamp(ts);
+            }
+            // Counted before the send: the delivery report may come at once.
+            self.deliveries.pending.fetch_add(1, Ordering::AcqRel);
+            match producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((e, _)) => {
+                    self.deliveries.pending.fetch_sub(1, Ordering::AcqRel);
+                    match e {
+                        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
+                            self.failure()?;
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        e => {
+                            return Err(self.err(format!("cannot write to {}: {e}", self.cfg.topic)))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A record whose key cannot be read: failed or dead-lettered, by policy.
+    async fn invalid(&self, r: &Record, why: &str) -> Result<()> {
+        match &self.cfg.on_invalid {
+            InvalidPolicy::Fail => Err(self.err(why)),
+            InvalidPolicy::DeadLetter(topic) => {
+                let writer = self.dead_letter.as_ref().expect("created in open");
+                let letter = DeadLetter {
+                    error: why,
+                    reason: Reason::InvalidDocument,
+                    origin: r
+                        .origin
+                        .as_ref()
+                        .map(|o| (&*o.stream, o.partition, o.offset)),
+                    key: r.key.as_deref(),
+                    payload: &r.value,
+                    ..DeadLetter::default()
+                };
+                writer.send(topic, &letter).await.map_err(|e| self.err(e))
+            }
+        }
+    }
+
+    /// Waits until every record sent so far is acknowledged, or one failed.
+    async fn settle(&self, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let woken = self.deliveries.settled.notified();
+            self.failure()?;
+            let pending = self.deliveries.pending.load(Ordering::Acquire);
+            if pending == 0 {
+                return Ok(());
+            }
+            // A short poll as well: a wake-up between the load and the wait is not
+            // lost for longer than that.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let wait = Duration::from_millis(50).min(left);
+            if wait.is_zero() {
+                return Err(JobError::Declined(format!(
+                    "{}: {pending} records to {} not acknowledged within {} ms",
+                    self.name,
+                    self.cfg.topic,
+                    within.as_millis()
+                )));
+            }
+            let _ = tokio::time::timeout(wait, woken).await;
+        }
+    }
+}
+
+/// The message key of a record: the value at `pointer` of its JSON payload, a string's
+/// text as is and any other value as its JSON text.
+pub fn message_key(payload: &[u8], pointer: &str) -> std::result::Result<Vec<u8>, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+    match v.pointer(pointer) {
+        Some(serde_json::Value::String(s)) => Ok(s.clone().into_bytes()),
+        Some(serde_json::Value::Null) | None => Err(format!("no key at {pointer}")),
+        Some(other) => Ok(serde_json::to_vec(other).expect("a JSON value serializes")),
+    }
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    async fn open(&mut self, info: &SubtaskInfo, _restored: &SinkRestore) -> Result<()> {
+        self.name = info.name.clone();
+        let producer: ThreadedProducer<Reports> = self
+            .cfg
+            .client_config()
+            .create_with_context(Reports(self.deliveries.clone()))
+            .map_err(|e| self.err(format!("cannot create the producer: {e}")))?;
+        self.producer = Some(producer);
+        if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
+            self.dead_letter = Some(
+                DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)
+                    .map_err(|e| self.err(e))?
+                    .counted(
+                        info.telemetry.metrics(),
+                        "sink",
+                        info.index,
+                        &[Reason::InvalidDocument],
+                    ),
+            );
+        }
+        Ok(())
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        self.failure()?;
+        for r in &batch {
+            match message_key(&r.value, &self.cfg.key) {
+                Ok(key) => self.send(r, &key).await?,
+                Err(why) => {
+                    let why = format!("{}: {why}", crate::operators::rolling_sum::describe(r));
+                    self.invalid(r, &why).await?
+                }
+            }
+        }
+        self.written += batch.len() as u64;
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _id: CheckpointId) -> Result<Vec<u8>> {
+        // Nothing to keep: what the barrier needs is that every record before it is
+        // in the topic.
+        self.settle(self.cfg.flush_timeout).await?;
+        Ok(Vec::new())
+    }
+
+    async fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.settle(self.cfg.flush_timeout).await?;
+        info!(subtask = %self.name, records = self.written, topic = %self.cfg.topic, "kafka sink closed");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_is_a_strings_text_or_a_values_json() {
+        assert_eq!(message_key(br#"{"user":"u-1"}"#, "/user").unwrap(), b"u-1");
+        assert_eq!(message_key(br#"{"n":{"id":7}}"#, "/n/id").unwrap(), b"7");
+        assert_eq!(message_key(br#"{"n":[1,2]}"#, "/n").unwrap(), b"[1,2]");
+        for (payload, want) in [
+            (&br#"{"user":null}"#[..], "no key at /user"),
+            (br#"{"other":1}"#, "no key at /user"),
+            (b"not json", "not JSON"),
+        ] {
+            let e = message_key(payload, "/user").unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+}
