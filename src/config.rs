@@ -1044,6 +1044,34 @@ dir = "out"
     }
 
     #[test]
+    fn a_kafka_sink_job_is_a_repartition_stage_without_transforms() {
+        let text = r#"
+[job]
+name = "t"
+[checkpoint]
+dir = "c"
+[source.kafka]
+bootstrap_servers = "k:9092"
+topics = ["orders"]
+[sink.kafka]
+topic = "orders-by-user"
+key = "/user"
+"#;
+        let job = parse(text, Path::new("/jobs/job.toml")).unwrap();
+        assert_eq!(job.describe(), "t: source:kafka > sink:kafka");
+        let with_sum = text.to_string()
+            + "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\n";
+        let e = parse_err(&with_sum);
+        assert_eq!(e.key, "sink.kafka", "{e}");
+        let e = parse_err(&text.replace("key = \"/user\"", "key = \"user\""));
+        assert_eq!(e.key, "sink.kafka.key", "{e}");
+        let two = text.to_string() + "[sink.file]\ndir = \"out\"\n";
+        let e = parse_err(&two);
+        assert_eq!(e.key, "sink", "{e}");
+        assert!(e.message.contains("found file, kafka"), "{e}");
+    }
+
+    #[test]
     fn text_records_cannot_feed_the_elasticsearch_sink() {
         let text = r#"
 [job]

@@ -487,6 +487,113 @@ fn invalid_json_under_dead_letter_reaches_the_dead_letter_topic_with_its_error()
     assert!(h["lockgate.error"].contains("not valid JSON"), "{h:?}");
 }
 
+/// Writes `records` to partition 0 of `topic`: each a payload and, if given, the origin
+/// headers a `[sink.kafka]` writes (upstream topic, partition, offset).
+fn produce_with_origin(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(String, Option<(&str, i32, i64)>)],
+) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    for (payload, origin) in records {
+        let mut r = BaseRecord::<(), _>::to(topic).partition(0).payload(payload);
+        if let Some((t, part, off)) = origin {
+            let (part, off) = (part.to_string(), off.to_string());
+            r = r.headers(
+                OwnedHeaders::new()
+                    .insert(Header {
+                        key: "lockgate.topic",
+                        value: Some(*t),
+                    })
+                    .insert(Header {
+                        key: "lockgate.partition",
+                        value: Some(&part),
+                    })
+                    .insert(Header {
+                        key: "lockgate.offset",
+                        value: Some(&off),
+                    }),
+            );
+        }
+        p.send(r).unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+#[test]
+fn origin_headers_drop_replays_keep_marks_and_treat_missing_headers_as_decode_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let at = |i: usize, origin: Option<(&'static str, i32, i64)>| (payload("orders", 0, i), origin);
+    produce_with_origin(
+        &kafka.bootstrap,
+        "orders",
+        &[
+            at(0, Some(("raw", 0, 10))),
+            at(1, Some(("raw", 0, 11))),
+            at(2, Some(("raw", 0, 10))), // a replay of the upstream stage
+            at(3, Some(("raw", 1, 10))), // another upstream partition has its own mark
+            at(4, None),                 // not written by [sink.kafka]: a decode error
+            at(5, Some(("raw", 0, 11))), // a replay again
+            at(6, Some(("raw", 0, 12))),
+        ],
+    );
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\norigin_headers = true\non_decode_error = \"skip\"",
+    );
+    let (status, log) = run_job(tmp.path(), None, &[]);
+    assert!(status.success(), "{log}");
+    let got = committed_output(&tmp.path().join("out"));
+    assert_eq!(got[&("orders".to_string(), 0)], vec![0, 1, 3, 6], "{log}");
+    assert!(log.contains("no lockgate.topic header"), "{log}");
+    assert!(log.contains("a replay of the upstream stage"), "{log}");
+    // The marks are in the checkpoint, with the partition's position.
+    let newest = std::fs::read_dir(tmp.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("chk-") && !n.contains('.'))
+        .max()
+        .unwrap();
+    let out = Command::new(bin())
+        .args(["checkpoints", "inspect"])
+        .arg(tmp.path().join("checkpoints").join(newest))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("applied from raw/0 up to offset 12"),
+        "{text}"
+    );
+    assert!(
+        text.contains("applied from raw/1 up to offset 10"),
+        "{text}"
+    );
+
+    // Under `fail`, the record without headers fails the job, naming what is missing.
+    write_job(
+        &tmp.path().join("strict"),
+        &kafka.bootstrap,
+        1,
+        "topics = [\"orders\"]",
+        "bounded = \"latest\"\norigin_headers = true",
+    );
+    let (status, log) = run_job(&tmp.path().join("strict"), None, &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("record orders/0@4 cannot be decoded: no lockgate.topic header"),
+        "{log}"
+    );
+}
+
 #[test]
 fn dead_letters_use_every_producer_property_of_the_source() {
     // `message.max.bytes` is neither a connection nor a security property: it reaches

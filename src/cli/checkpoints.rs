@@ -265,6 +265,13 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
             p.next.0,
             p.end.map_or("-".to_string(), |e| e.0.to_string())
         );
+        // A split read with origin_headers: what it applied of each upstream split.
+        for a in &p.applied {
+            println!(
+                "    applied from {}/{} up to offset {}",
+                a.stream, a.partition, a.offset
+            );
+        }
     }
     println!();
     println!("subtasks:");
