@@ -487,13 +487,12 @@ fn invalid_json_under_dead_letter_reaches_the_dead_letter_topic_with_its_error()
     assert!(h["lockgate.error"].contains("not valid JSON"), "{h:?}");
 }
 
+/// Upstream coordinates as a `[sink.kafka]` writes them: topic, partition, offset.
+type Origin<'a> = (&'a str, i32, i64);
+
 /// Writes `records` to partition 0 of `topic`: each a payload and, if given, the origin
 /// headers a `[sink.kafka]` writes (upstream topic, partition, offset).
-fn produce_with_origin(
-    bootstrap: &str,
-    topic: &str,
-    records: &[(String, Option<(&str, i32, i64)>)],
-) {
+fn produce_with_origin(bootstrap: &str, topic: &str, records: &[(String, Option<Origin>)]) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new()
@@ -529,7 +528,7 @@ fn produce_with_origin(
 fn origin_headers_drop_replays_keep_marks_and_treat_missing_headers_as_decode_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 1)]);
-    let at = |i: usize, origin: Option<(&'static str, i32, i64)>| (payload("orders", 0, i), origin);
+    let at = |i: usize, origin: Option<Origin<'static>>| (payload("orders", 0, i), origin);
     produce_with_origin(
         &kafka.bootstrap,
         "orders",
