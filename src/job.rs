@@ -554,6 +554,14 @@ impl JobBuilder {
                 Stage::Operator { .. } => {}
             }
         }
+        if keyed_input
+            && self.sink.as_ref().map(|s| s.0.as_str())
+                == Some(crate::connectors::kafka::sink::KIND)
+        {
+            // Its deduplication downstream needs each source partition's records
+            // written by one producer in the order read: a key_by would spread them.
+            return bad("the Kafka sink takes the records of a source partition in the order read: no key_by before it (put keyed operators in the job that reads its topic)");
+        }
         if let Err((key, why)) = self.restart.validate() {
             return bad(&format!("restart {key} {why}"));
         }

@@ -239,7 +239,7 @@ fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_e
         &kafka.bootstrap,
         "orders",
         0,
-        40_000,
+        80_000,
         USERS,
         lockgate::testkit::kafka::OrderKey::Order,
     )
@@ -308,10 +308,11 @@ fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_e
             "2",
             "--seed",
             "11",
-            // A member owns at least 2 partitions (at least 10,000 records, in at
-            // least 10 batches): 2 runs of at most 2.5 s, throttled to a batch per
-            // 300 ms, cannot finish before the 2nd kill, and a run lives long enough to
-            // upload checkpoints to the store before it is killed.
+            // A member owns at least 2 partitions (at least 20,000 records, in at
+            // least 20 batches): 2 runs of at most 2.5 s, throttled to a batch per
+            // 300 ms (at most 9 batches each), cannot finish before the 2nd kill, and
+            // a run lives long enough to upload checkpoints to the store before it is
+            // killed.
             "--failpoints",
             "source-batch=sleep(300)",
             "--failpoint-runs",
@@ -321,7 +322,7 @@ fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_e
         ],
     );
     assert_exact(code, &out, &r);
-    assert_eq!(r["verdict"]["inputs"], 40_000, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 80_000, "{out}");
     assert_eq!(
         r["kills"], 12,
         "2 kills of each of 3 members of each stage: {out}"
@@ -358,7 +359,7 @@ fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_e
         .sum();
     // Copies in the topic, each dropped by some run (a run killed after dropping some
     // drops them again after its restore, so the runs' count may be higher).
-    let copies = written as u64 - 40_000;
+    let copies = written as u64 - 80_000;
     assert!(copies > 0, "{out}");
     assert!(
         r["replays_dropped"].as_u64().unwrap() >= copies,

@@ -119,6 +119,15 @@ impl Target {
                 "this job does not read `{topic}`, the topic the --upstream job writes"
             ));
         }
+        if let Output::Elasticsearch(EsTarget {
+            id: IdStrategy::Coordinates,
+            ..
+        }) = &self.output
+        {
+            return Err(format!(
+                "this job's documents are named by the coordinates in `{topic}`, not by those of the records the --upstream job read: verify a repartitioned job by key or field ids"
+            ));
+        }
         if !self.origin_headers {
             return Err(format!(
                 "this job reads `{topic}` without origin_headers = true: replays of the upstream stage would be applied twice"

@@ -442,6 +442,7 @@ mod tests {
             checkpoint: None,
             states: vec![],
             parallelism: 1,
+            is_final: false,
         }
     }
 
@@ -578,6 +579,7 @@ mod tests {
             checkpoint: Some(CheckpointId(5)),
             states: vec![(0, state(&[(0, 5)])), (1, state(&[]))],
             parallelism: 2,
+            is_final: false,
         };
         sink(d).open(&info(0, 2), &restored).await.unwrap();
         assert_eq!(
@@ -607,6 +609,7 @@ mod tests {
             checkpoint: Some(CheckpointId(5)),
             states: vec![(0, state(&[(0, 5)]))],
             parallelism: 1,
+            is_final: false,
         };
         let err = sink(tmp.path())
             .open(&info(0, 1), &restored)

@@ -13,8 +13,9 @@ use std::path::Path;
 
 /// The magic bytes that open every `_metadata` file.
 pub const MAGIC: &[u8; 4] = b"LGCK";
-/// The format version this release writes. It also reads version 1 (written before
-/// source positions carried [`SourcePosition::applied`]), as positions without marks.
+/// The newest format version, written when a source position carries
+/// [`SourcePosition::applied`] marks. A checkpoint without marks is written as version 1,
+/// which an older release reads too; this release reads both.
 pub const FORMAT_VERSION: u16 = 2;
 /// The oldest format version this release reads.
 pub const OLDEST_READABLE: u16 = 1;
@@ -92,13 +93,13 @@ pub struct UpstreamMark {
     pub offset: i64,
 }
 
-/// Format version 1, decoded and converted: its source positions had no marks.
+/// Format version 1: its source positions had no marks.
 mod v1 {
     use super::{NextOffset, SubtaskSnapshot};
     use crate::ids::CheckpointId;
-    use serde::Deserialize;
+    use serde::{Deserialize, Serialize};
 
-    #[derive(Deserialize)]
+    #[derive(Serialize, Deserialize)]
     pub(super) struct CheckpointMetadata {
         id: CheckpointId,
         job_name: String,
@@ -111,12 +112,41 @@ mod v1 {
         positions: Vec<SourcePosition>,
     }
 
-    #[derive(Deserialize)]
+    #[derive(Serialize, Deserialize)]
     struct SourcePosition {
         stream: String,
         partition: i32,
         next: NextOffset,
         end: Option<NextOffset>,
+    }
+
+    impl CheckpointMetadata {
+        /// `m` in version 1, if it has no marks (which version 1 cannot hold).
+        pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
+            if m.positions.iter().any(|p| !p.applied.is_empty()) {
+                return None;
+            }
+            Some(CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name.clone(),
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks.clone(),
+                positions: m
+                    .positions
+                    .iter()
+                    .map(|p| SourcePosition {
+                        stream: p.stream.clone(),
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                    })
+                    .collect(),
+            })
+        }
     }
 
     impl From<CheckpointMetadata> for super::CheckpointMetadata {
@@ -153,13 +183,19 @@ fn bincode_config() -> impl bincode::config::Config {
 }
 
 impl CheckpointMetadata {
-    /// Encodes the metadata in the versioned, checksummed file format.
+    /// Encodes the metadata in the versioned, checksummed file format: version 1 when
+    /// no source position carries marks, else version 2.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let body = bincode::serde::encode_to_vec(self, bincode_config())
-            .map_err(|e| StateError::Encode(e.to_string()))?;
+        let encoded = match v1::CheckpointMetadata::of(self) {
+            Some(old) => bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (1u16, b)),
+            None => {
+                bincode::serde::encode_to_vec(self, bincode_config()).map(|b| (FORMAT_VERSION, b))
+            }
+        };
+        let (version, body) = encoded.map_err(|e| StateError::Encode(e.to_string()))?;
         let mut out = Vec::with_capacity(body.len() + 14);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);
         out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -332,6 +368,10 @@ pub(crate) mod tests {
         let mut expect = want.clone();
         expect.positions[0].applied.clear();
         assert_eq!(got, expect);
+        // With marks it writes version 2.
+        assert_eq!(want.encode().unwrap()[4..6], 2u16.to_le_bytes());
+        // This release writes a checkpoint without marks as version 1, byte for byte.
+        assert_eq!(expect.encode().unwrap(), bytes);
         // A version-2 body under a version-1 header does not decode as version 1.
         let mut v2 = want.encode().unwrap();
         v2[4..6].copy_from_slice(&1u16.to_le_bytes());

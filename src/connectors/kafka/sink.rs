@@ -9,7 +9,9 @@
 //!
 //! A checkpoint waits, at its barrier, until every record sent before it is
 //! acknowledged by the broker: a completed checkpoint never stands for a record that
-//! could still be lost. After a crash the job replays from that checkpoint and writes
+//! could still be lost. The checkpoint keeps the topic's partition count: a replay
+//! after the count changed would send records to other partitions than their first
+//! copies, so a start from a checkpoint that is not final refuses a changed count. After a crash the job replays from that checkpoint and writes
 //! some records a second time; a downstream job reading the topic with
 //! `origin_headers = true` drops them ([`super::upstream`]). The sink alone is
 //! therefore at-least-once, and the pair is exactly-once, without Kafka transactions
@@ -43,6 +45,9 @@ struct Deliveries {
     pending: AtomicU64,
     /// The first delivery failure: the job fails with it (and replays).
     failed: Mutex<Option<String>>,
+    /// Set with `failed`: checked before every send, so that nothing is sent after a
+    /// record that could not be written.
+    any_failed: std::sync::atomic::AtomicBool,
     /// Woken when `pending` reaches 0 or a delivery fails.
     settled: Notify,
 }
@@ -64,6 +69,7 @@ impl ProducerContext for Reports {
                     m.topic()
                 ));
             }
+            self.0.any_failed.store(true, Ordering::Release);
         }
         if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 || result.is_err() {
             self.0.settled.notify_waiters();
@@ -75,7 +81,9 @@ impl ProducerContext for Reports {
 pub struct KafkaSink {
     cfg: Arc<KafkaSinkConfig>,
     name: String,
-    producer: Option<ThreadedProducer<Reports>>,
+    producer: Option<Arc<ThreadedProducer<Reports>>>,
+    /// The topic's partition count at open, kept in each checkpoint.
+    partitions: u32,
     deliveries: Arc<Deliveries>,
     dead_letter: Option<DeadLetterWriter>,
     written: u64,
@@ -88,6 +96,7 @@ impl KafkaSink {
             cfg,
             name: String::new(),
             producer: None,
+            partitions: 0,
             deliveries: Arc::default(),
             dead_letter: None,
             written: 0,
@@ -113,8 +122,11 @@ impl KafkaSink {
             message: "a record without origin coordinates reached [sink.kafka], which writes them into its headers".into(),
         })?;
         let (partition, offset) = (o.partition.to_string(), o.offset.to_string());
-        let producer = self.producer.as_ref().expect("opened");
+        let producer = self.producer.clone().expect("opened");
         loop {
+            if self.deliveries.any_failed.load(Ordering::Acquire) {
+                self.failure()?;
+            }
             let headers = OwnedHeaders::new_with_capacity(3)
                 .insert(Header {
                     key: super::upstream::TOPIC,
@@ -218,14 +230,38 @@ pub fn message_key(payload: &[u8], pointer: &str) -> std::result::Result<Vec<u8>
 
 #[async_trait]
 impl Sink for KafkaSink {
-    async fn open(&mut self, info: &SubtaskInfo, _restored: &SinkRestore) -> Result<()> {
+    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
         self.name = info.name.clone();
         let producer: ThreadedProducer<Reports> = self
             .cfg
             .client_config()
             .create_with_context(Reports(self.deliveries.clone()))
             .map_err(|e| self.err(format!("cannot create the producer: {e}")))?;
-        self.producer = Some(producer);
+        let producer = Arc::new(producer);
+        self.producer = Some(producer.clone());
+        let topic = self.cfg.topic.clone();
+        let now = tokio::task::spawn_blocking(move || partition_count(&producer, &topic))
+            .await
+            .map_err(|e| self.err(e))?
+            .map_err(|e| self.err(e))?;
+        let before = restored
+            .states
+            .iter()
+            .map(|(_, s)| decode_state(s))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| self.err(format!("restored state: {e}")))?
+            .into_iter()
+            .max();
+        if let Err(why) = check_partitions(&self.cfg.topic, before, now, restored.is_final) {
+            return Err(JobError::Unrecoverable {
+                task: self.name.clone(),
+                message: format!(
+                    "{why} (restored checkpoint {})",
+                    restored.checkpoint.map_or("-".into(), |c| c.to_string())
+                ),
+            });
+        }
+        self.partitions = now;
         if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)
@@ -257,10 +293,10 @@ impl Sink for KafkaSink {
     }
 
     async fn snapshot(&mut self, _id: CheckpointId) -> Result<Vec<u8>> {
-        // Nothing to keep: what the barrier needs is that every record before it is
-        // in the topic.
+        // What the barrier needs is that every record before it is in the topic; the
+        // state only says how many partitions the records were spread over.
         self.settle(self.cfg.flush_timeout).await?;
-        Ok(Vec::new())
+        Ok(encode_state(self.partitions))
     }
 
     async fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<()> {
@@ -274,9 +310,114 @@ impl Sink for KafkaSink {
     }
 }
 
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        // Dropping a producer flushes and joins its thread (up to half a second): not on
+        // a runtime worker.
+        if let Some(p) = self.producer.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn_blocking(move || drop(p));
+            }
+        }
+    }
+}
+
+/// The sink's state in a checkpoint: format version 1, then the topic's partition count
+/// (u32 little endian).
+fn encode_state(partitions: u32) -> Vec<u8> {
+    let mut v = vec![1u8];
+    v.extend_from_slice(&partitions.to_le_bytes());
+    v
+}
+
+/// The partition count of a state [`encode_state`] wrote.
+fn decode_state(s: &[u8]) -> std::result::Result<u32, String> {
+    match s {
+        [1, a, b, c, d] => Ok(u32::from_le_bytes([*a, *b, *c, *d])),
+        _ => Err(format!(
+            "not a Kafka sink state of format 1 ({} bytes)",
+            s.len()
+        )),
+    }
+}
+
+/// Whether the sink may start writing to `topic`, which has `now` partitions, after a
+/// checkpoint that recorded `before` (None: no checkpoint, or one without the sink).
+/// A changed count is refused unless the checkpoint is final: the records replayed
+/// from it would be keyed to other partitions than their first copies, whose marks
+/// downstream would not know them.
+pub fn check_partitions(
+    topic: &str,
+    before: Option<u32>,
+    now: u32,
+    is_final: bool,
+) -> std::result::Result<(), String> {
+    match before {
+        Some(b) if b != now && !is_final => Err(format!(
+            "the topic `{topic}` had {b} partitions at the restored checkpoint and has {now} now: the records this repartition stage replays would go to other partitions than their first copies, and the job reading the topic would apply them twice. Change the partitions of a repartition topic only after stopping its stage with SIGTERM (a final checkpoint)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The partition count of `topic`, from the cluster's metadata.
+fn partition_count(
+    producer: &ThreadedProducer<Reports>,
+    topic: &str,
+) -> std::result::Result<u32, String> {
+    use rdkafka::producer::Producer;
+    let md = producer
+        .client()
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .map_err(|e| format!("cannot read the metadata of `{topic}`: {e}"))?;
+    let t = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| format!("the cluster did not describe `{topic}`"))?;
+    if let Some(e) = t.error() {
+        return Err(format!(
+            "the topic `{topic}` is not usable ({e:?}): create it before the repartition stage starts; its partition count bounds the parallelism of the job that reads it"
+        ));
+    }
+    match t.partitions().len() {
+        0 => Err(format!("the topic `{topic}` has no partitions")),
+        n => Ok(n as u32),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_by_before_the_kafka_sink_is_refused() {
+        let section: crate::connectors::kafka::sink_config::KafkaSinkSection =
+            toml::from_str("topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"").unwrap();
+        let cfg = Arc::new(section.config(None, 1000).unwrap());
+        let e = crate::job::Job::builder("j")
+            .key_by(|_| Ok(Vec::new()))
+            .sink(KIND, move |_| Box::new(KafkaSink::new(cfg.clone())))
+            .build()
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("no key_by before it"), "{e}");
+    }
+
+    #[test]
+    fn a_changed_partition_count_is_refused_after_a_checkpoint_that_is_not_final() {
+        assert_eq!(check_partitions("t", None, 8, false), Ok(()));
+        assert_eq!(check_partitions("t", Some(8), 8, false), Ok(()));
+        assert_eq!(check_partitions("t", Some(8), 12, true), Ok(()));
+        let e = check_partitions("t", Some(8), 12, false).unwrap_err();
+        assert!(
+            e.contains("had 8 partitions") && e.contains("has 12 now"),
+            "{e}"
+        );
+        assert_eq!(decode_state(&encode_state(12)), Ok(12));
+        assert!(decode_state(&[2, 0, 0, 0, 0]).is_err());
+        assert!(decode_state(&[]).is_err());
+    }
 
     #[test]
     fn the_key_is_a_strings_text_or_a_values_json() {

@@ -34,17 +34,64 @@ pub struct KafkaSinkConfig {
 }
 
 impl KafkaSinkConfig {
-    /// The producer's librdkafka settings: the properties, then lockgate's own, which
-    /// the job file may not weaken (refused at load): idempotence and `acks = all`
-    /// keep a partition's records in order without gaps or duplicates within a run.
+    /// The producer's librdkafka settings: the properties, then lockgate's own
+    /// ([`FORCED`]), which the job file may not set (refused at load).
     pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
-        c.set("linger.ms", "5").set("partitioner", "murmur2_random");
+        c.set("linger.ms", "5");
         apply(&mut c, &self.properties, ClientRole::Producer);
-        c.set("bootstrap.servers", &self.bootstrap_servers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all");
+        c.set("bootstrap.servers", &self.bootstrap_servers);
+        for (k, v) in FORCED {
+            c.set(*k, *v);
+        }
         c
+    }
+}
+
+/// The producer settings the deduplication downstream relies on, set over whatever the
+/// properties say:
+/// - idempotence with `acks = all`: within a run, a partition receives each record once,
+///   in the order sent;
+/// - `enable.gapless.guarantee` and no message timeout: a record that cannot be
+///   written is retried until the checkpoint's flush gives up, and librdkafka fails
+///   the producer rather than write a later record after one it gave up (a later
+///   record above the mark would make the replay of the earlier one a "duplicate");
+/// - Java's partitioner: a replayed record goes to the partition of its first copy, in
+///   this and any other Kafka client;
+/// - a report for every delivery: the barrier counts them.
+pub const FORCED: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("enable.gapless.guarantee", "true"),
+    ("message.timeout.ms", "0"),
+    ("partitioner", "murmur2_random"),
+    ("delivery.report.only.error", "false"),
+];
+
+/// The names that set a [`FORCED`] setting (with librdkafka's aliases).
+fn forced_key(key: &str) -> Option<&'static str> {
+    let key = match key {
+        "request.required.acks" => "acks",
+        "delivery.timeout.ms" => "message.timeout.ms",
+        k => k,
+    };
+    FORCED.iter().map(|(k, _)| *k).find(|k| *k == key)
+}
+
+impl KafkaSinkConfig {
+    /// The properties of `properties` that the sink sets itself, named.
+    fn refused(properties: &Properties) -> Option<(String, String)> {
+        properties.keys().find_map(|k| {
+            forced_key(k).map(|f| {
+                (
+                    format!("properties.{k:?}"),
+                    format!(
+                        "the Kafka sink sets {f} = {} itself (the deduplication downstream relies on it); remove the property",
+                        FORCED.iter().find(|(n, _)| *n == f).map_or("", |(_, v)| v)
+                    ),
+                )
+            })
+        })
     }
 }
 
@@ -110,9 +157,14 @@ impl KafkaSinkSection {
                 ))
             }
         };
+        if let Some(e) = KafkaSinkConfig::refused(&self.properties) {
+            return Err(e);
+        }
         super::properties::check(&self.properties)
             .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         let mut properties = source.map(|s| s.properties.clone()).unwrap_or_default();
+        // The source's table applies to every client of the job; a setting the sink
+        // forces is overridden there, not refused (the consumer may need it).
         properties.extend(self.properties.0.clone());
         Ok(KafkaSinkConfig {
             bootstrap_servers,
@@ -153,9 +205,20 @@ mod tests {
         assert_eq!(c.flush_timeout, Duration::from_secs(60));
         assert_eq!(c.on_invalid, InvalidPolicy::Fail);
         let native = c.client_config();
-        assert_eq!(native.get("enable.idempotence"), Some("true"));
-        assert_eq!(native.get("acks"), Some("all"));
+        for (k, v) in FORCED {
+            assert_eq!(native.get(k), Some(*v), "{k}");
+        }
         assert_eq!(native.get("client.id"), Some("sink"));
+        // Forced over the source's table, which applies to every client.
+        source
+            .properties
+            .insert("message.timeout.ms".into(), "10000".into());
+        let c = section("topic = \"t\"\nkey = \"/user\"")
+            .config(Some(&source), 60_000)
+            .unwrap();
+        assert_eq!(c.client_config().get("message.timeout.ms"), Some("0"));
+        // librdkafka takes every forced setting.
+        c.client_config().create_native_config().unwrap();
     }
 
     #[test]
@@ -170,6 +233,22 @@ mod tests {
             (
                 "topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\n[properties]\nacks = \"1\"",
                 "properties.\"acks\"",
+            ),
+            (
+                "topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\n[properties]\n\"message.timeout.ms\" = \"10000\"",
+                "properties.\"message.timeout.ms\"",
+            ),
+            (
+                "topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\n[properties]\n\"delivery.timeout.ms\" = \"10000\"",
+                "properties.\"delivery.timeout.ms\"",
+            ),
+            (
+                "topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\n[properties]\npartitioner = \"random\"",
+                "properties.\"partitioner\"",
+            ),
+            (
+                "topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\n[properties]\n\"delivery.report.only.error\" = \"true\"",
+                "properties.\"delivery.report.only.error\"",
             ),
         ];
         for (text, key) in cases {

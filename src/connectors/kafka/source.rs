@@ -717,7 +717,12 @@ impl Source for KafkaSource {
                 } else if let Err(why) =
                     decode::check(self.cfg.format, f.payload.clone().map(|r| &bytes[r]))
                 {
-                    self.on_decode_error(&run, &f, &bytes, &why).await?;
+                    if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why).await {
+                        if let Some(m) = marks.take() {
+                            self.marks.insert(tp, m);
+                        }
+                        return Err(e);
+                    }
                     next = NextOffset::after(f.offset);
                     continue;
                 }
