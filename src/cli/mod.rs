@@ -182,6 +182,10 @@ enum TestkitCommand {
         /// ({"order","user","amount"}, keyed by user) into TOPIC at start.
         #[arg(long = "orders")]
         orders: Vec<String>,
+        /// Key the sample orders by their order number instead of their user, so that
+        /// a user's orders are in every partition (for a repartition stage).
+        #[arg(long)]
+        orders_keyed_by_order: bool,
     },
 }
 
@@ -314,7 +318,21 @@ pub fn main() -> i32 {
             bootstrap_file,
             port,
             orders,
-        }) => testkit::kafka(brokers, &topics, bootstrap_file.as_deref(), port, &orders),
+            orders_keyed_by_order,
+        }) => {
+            let key = if orders_keyed_by_order {
+                crate::testkit::kafka::OrderKey::Order
+            } else {
+                crate::testkit::kafka::OrderKey::User
+            };
+            testkit::kafka(
+                brokers,
+                &topics,
+                bootstrap_file.as_deref(),
+                port,
+                (&orders, key),
+            )
+        }
         Command::Testkit(TestkitCommand::Es {
             listen,
             tls,

@@ -1,7 +1,9 @@
 //! `lockgate testkit`: the embedded servers tests and demos run against.
 
 use super::{EXIT_FAILURE, EXIT_USAGE};
-use crate::testkit::kafka::{bootstrap_proxy, parse_topic, produce_orders, EmbeddedKafka};
+use crate::testkit::kafka::{
+    bootstrap_proxy, parse_topic, produce_orders_keyed, EmbeddedKafka, OrderKey,
+};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -13,13 +15,13 @@ use std::path::Path;
 ///
 /// With `port`, the cluster is also reachable at `127.0.0.1:PORT` (a bootstrap proxy),
 /// and the printed bootstrap list is that address. `orders` (`TOPIC:COUNT`) produces
-/// sample orders before the cluster is announced.
+/// sample orders, keyed as `key` says, before the cluster is announced.
 pub fn kafka(
     brokers: i32,
     topics: &[String],
     bootstrap_file: Option<&Path>,
     port: Option<u16>,
-    orders: &[String],
+    (orders, key): (&[String], OrderKey),
 ) -> i32 {
     let mut parsed = Vec::new();
     for t in topics {
@@ -53,7 +55,7 @@ pub fn kafka(
         }
     };
     for (topic, n) in &samples {
-        if let Err(e) = produce_orders(cluster.bootstrap_servers(), topic, 0, *n, 1000) {
+        if let Err(e) = produce_orders_keyed(cluster.bootstrap_servers(), topic, 0, *n, 1000, key) {
             eprintln!("error: producing sample orders to {topic}: {e}");
             return EXIT_FAILURE;
         }
