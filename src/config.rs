@@ -1043,20 +1043,17 @@ dir = "out"
         assert!(e.message.contains("keys"), "{e}");
     }
 
+    /// A job file's head up to its `[source.kafka]` table, which reads `topics`.
+    fn kafka_job_head(topics: &str) -> String {
+        format!(
+            "[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [{topics}]\n"
+        )
+    }
+
     #[test]
     fn a_kafka_sink_job_is_a_repartition_stage_without_transforms() {
-        let text = r#"
-[job]
-name = "t"
-[checkpoint]
-dir = "c"
-[source.kafka]
-bootstrap_servers = "k:9092"
-topics = ["orders"]
-[sink.kafka]
-topic = "orders-by-user"
-key = "/user"
-"#;
+        let text = &(kafka_job_head("\"orders\"")
+            + "[sink.kafka]\ntopic = \"orders-by-user\"\nkey = \"/user\"\n");
         let job = parse(text, Path::new("/jobs/job.toml")).unwrap();
         assert_eq!(job.describe(), "t: source:kafka > sink:kafka");
         let with_sum = text.to_string()
@@ -1073,19 +1070,8 @@ key = "/user"
 
     #[test]
     fn text_records_cannot_feed_the_elasticsearch_sink() {
-        let text = r#"
-[job]
-name = "t"
-[checkpoint]
-dir = "c"
-[source.kafka]
-bootstrap_servers = "k:9092"
-topics = ["t"]
-format = "text"
-[sink.elasticsearch]
-url = "http://es:9200"
-index = "i"
-"#;
+        let text = &(kafka_job_head("\"t\"")
+            + "format = \"text\"\n[sink.elasticsearch]\nurl = \"http://es:9200\"\nindex = \"i\"\n");
         let e = parse_err(text);
         assert_eq!(e.key, "source.kafka.format and sink.elasticsearch", "{e}");
         assert!(parse(
