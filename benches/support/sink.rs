@@ -217,7 +217,8 @@ pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, Es
     let start = Instant::now();
     let mut sink = EsSink::new(
         cfg.clone(),
-        Box::new(ConfigActionBuilder::new(&cfg)),
+        // Each record reaches the sink once, as in a job file.
+        Box::new(ConfigActionBuilder::new(&cfg).origins_unique()),
         handler,
     );
     sink.open(&info, &SinkRestore::default())

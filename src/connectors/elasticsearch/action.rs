@@ -181,6 +181,9 @@ pub struct ConfigActionBuilder {
     pub on_null_value: Option<NullValue>,
     /// Tombstones skipped (`on_null_value = "skip"`).
     pub skipped_tombstones: u64,
+    /// No two records reaching the sink share an origin (see
+    /// [`ConfigActionBuilder::origins_unique`]).
+    pub origins_unique: bool,
 }
 
 impl ConfigActionBuilder {
@@ -197,7 +200,21 @@ impl ConfigActionBuilder {
             versioning: cfg.versioning,
             on_null_value: cfg.on_null_value,
             skipped_tombstones: 0,
+            origins_unique: false,
         }
+    }
+
+    /// Promises that no two records reaching the sink share an origin, and that
+    /// nothing else writes to the sink's documents through it: true of a job file,
+    /// whose source reads each offset once per run and whose transforms emit one
+    /// record per input. An action whose id is its record's coordinates then names a
+    /// document no other action of the sink's life names, and skips the batcher's
+    /// per-document bookkeeping. Not for a job whose operators may emit several
+    /// records of one input (a `flat_map`), or for a builder that wraps this one and
+    /// adds actions of its own.
+    pub fn origins_unique(mut self) -> ConfigActionBuilder {
+        self.origins_unique = true;
+        self
     }
 
     /// The action of a record with a value; the error says why there can be none.
@@ -357,10 +374,11 @@ impl ConfigActionBuilder {
             Operation::Create => (OpType::Create, Body::Record(value)),
             Operation::Upsert => (OpType::Update, Body::UpsertOf(value)),
         };
+        let keyless = self.origins_unique && matches!(id, Id::Coordinates(..));
         out.push_lines(
             op,
             index,
-            id,
+            (id, keyless),
             version,
             body,
             reframed,

@@ -515,7 +515,8 @@ impl EsSection {
         Ok(b.sink("elasticsearch", move |_| {
             Box::new(EsSink::new(
                 c.clone(),
-                Box::new(ConfigActionBuilder::new(&c)),
+                // A job file's transforms emit one record per input.
+                Box::new(ConfigActionBuilder::new(&c).origins_unique()),
                 handler.clone(),
             ))
         }))

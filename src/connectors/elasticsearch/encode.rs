@@ -338,10 +338,12 @@ impl Encoder {
     /// record re-serialized on one line, when it was not ([`frame`]), which the
     /// request then carries in its place.
     ///
-    /// An action whose id is its record's coordinates gets no document key: no other
-    /// action of the sink's life names the same document (a record is read once per
-    /// run, and a restart makes a new sink), so the batcher has no order to keep for
-    /// it and spares the per-document bookkeeping.
+    /// With `keyless`, the action gets no document key: the caller knows that no other
+    /// action of the sink's life names its document (a coordinates id when origins are
+    /// unique, see [`ConfigActionBuilder::origins_unique`]), so the batcher has no order
+    /// to keep for it and spares the per-document bookkeeping.
+    ///
+    /// [`ConfigActionBuilder::origins_unique`]: super::ConfigActionBuilder::origins_unique
     ///
     /// [`push`]: Encoder::push
     #[allow(clippy::too_many_arguments)]
@@ -349,7 +351,7 @@ impl Encoder {
         &mut self,
         op: OpType,
         index: &str,
-        id: Id<'_>,
+        (id, keyless): (Id<'_>, bool),
         version: Option<i64>,
         body: Body<'_>,
         reframed: Option<Vec<u8>>,
@@ -362,9 +364,7 @@ impl Encoder {
         };
         let doc = reframed.as_deref().unwrap_or(record);
         self.buf.reserve(doc.len() + 128);
-        let unique = matches!(id, Id::Coordinates(..));
-        let key = action_line(&mut self.buf, op, index, Some(id), version)
-            .filter(|_| !unique);
+        let key = action_line(&mut self.buf, op, index, Some(id), version).filter(|_| !keyless);
         let at = self.buf.len();
         let doc_at = if upsert {
             upsert_body(&mut self.buf, doc)
@@ -482,12 +482,12 @@ mod tests {
         (seen, batch.bytes)
     }
 
-    /// [`seen`] without document keys when ids are coordinates: a built action keeps
-    /// its key while a direct one has none (see [`Encoder::push_lines`]); every other
-    /// part must be the same.
-    fn seen_as(cfg: &EsSinkConfig, batch: EncodedBatch) -> (Vec<Seen>, usize) {
+    /// [`seen`], without document keys when `keyless`: a built action keeps its key
+    /// while a direct one with unique origins has none (see [`Encoder::push_lines`]);
+    /// every other part must be the same.
+    fn seen_as(keyless: bool, batch: EncodedBatch) -> (Vec<Seen>, usize) {
         let (mut v, bytes) = seen(batch);
-        if cfg.id == IdStrategy::Coordinates {
+        if keyless {
             for s in &mut v {
                 if let Seen::Encoded { doc, .. } = s {
                     *doc = None;
@@ -579,9 +579,14 @@ mod tests {
     #[test]
     fn writing_an_action_directly_encodes_what_building_it_encodes() {
         let mut direct_cases = 0;
-        for cfg in configs() {
+        for (cfg, unique) in configs()
+            .into_iter()
+            .flat_map(|c| [(c.clone(), false), (c, true)])
+        {
+            let keyless = unique && cfg.id == IdStrategy::Coordinates;
             for r in records() {
                 let mut direct = ConfigActionBuilder::new(&cfg);
+                direct.origins_unique = unique;
                 let mut built = ConfigActionBuilder::new(&cfg);
                 let (mut a, mut b) = (Encoder::new(), Encoder::new());
                 if direct.encode_direct(&r, &mut Encoder::new()) {
@@ -594,8 +599,8 @@ mod tests {
                 assert_eq!(ra, rb, "{cfg:?}\n{r:?}");
                 assert_eq!(a.bytes(), b.bytes(), "{cfg:?}\n{r:?}");
                 assert_eq!(
-                    seen_as(&cfg, a.take_batch()),
-                    seen_as(&cfg, b.take_batch()),
+                    seen_as(keyless, a.take_batch()),
+                    seen_as(keyless, b.take_batch()),
                     "{cfg:?}\n{r:?}"
                 );
             }
@@ -704,12 +709,12 @@ mod tests {
             }
         };
         assert_eq!(key("i", "d"), key("i", "d"), "from two buffers");
-        let direct = |id: Id<'_>| {
+        let direct = |id: Id<'_>, keyless: bool| {
             let mut e = Encoder::new();
             e.push_lines(
                 OpType::Index,
                 "i",
-                id,
+                (id, keyless),
                 Some(5),
                 Body::Record(b"{}"),
                 None,
@@ -721,12 +726,11 @@ mod tests {
             enc.doc
         };
         assert_eq!(
-            direct(Id::Str("s-1-2")),
+            direct(Id::Coordinates("s", 1, 2), false),
             Some(key("i", "s-1-2")),
             "version is not part of it"
         );
-        // A coordinate id names a document no other action of the sink names.
-        assert_eq!(direct(Id::Coordinates("s", 1, 2)), None);
+        assert_eq!(direct(Id::Coordinates("s", 1, 2), true), None, "keyless");
         let distinct = [
             ("i", "d"),
             ("i", "e"),
@@ -822,8 +826,13 @@ mod tests {
     /// alone (its ranges are its own, not the buffer's).
     #[test]
     fn actions_sharing_a_buffer_give_back_what_building_them_gives() {
-        for cfg in configs() {
+        for (cfg, unique) in configs()
+            .into_iter()
+            .flat_map(|c| [(c.clone(), false), (c, true)])
+        {
+            let keyless = unique && cfg.id == IdStrategy::Coordinates;
             let mut direct = ConfigActionBuilder::new(&cfg);
+            direct.origins_unique = unique;
             let mut built = ConfigActionBuilder::new(&cfg);
             let (mut a, mut b) = (Encoder::new(), Encoder::new());
             for r in records() {
@@ -835,8 +844,8 @@ mod tests {
             }
             assert_eq!(a.bytes(), b.bytes(), "{cfg:?}");
             assert_eq!(
-                seen_as(&cfg, a.take_batch()),
-                seen_as(&cfg, b.take_batch()),
+                seen_as(keyless, a.take_batch()),
+                seen_as(keyless, b.take_batch()),
                 "{cfg:?}"
             );
         }

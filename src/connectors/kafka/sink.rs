@@ -249,10 +249,16 @@ impl Sink for KafkaSink {
             .iter()
             .map(|(_, s)| decode_state(s))
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| self.err(format!("restored state: {e}")))?
-            .into_iter()
-            .max();
-        if let Err(why) = check_partitions(&self.cfg.topic, before, now, restored.is_final) {
+            .map_err(|e| JobError::Unrecoverable {
+                task: self.name.clone(),
+                message: format!("restored state: {e}"),
+            })?;
+        if let Err(why) = check_partitions(
+            &self.cfg.topic,
+            before.into_iter().flatten(),
+            now,
+            restored.is_final,
+        ) {
             return Err(JobError::Unrecoverable {
                 task: self.name.clone(),
                 message: format!(
@@ -330,10 +336,12 @@ fn encode_state(partitions: u32) -> Vec<u8> {
     v
 }
 
-/// The partition count of a state [`encode_state`] wrote.
-fn decode_state(s: &[u8]) -> std::result::Result<u32, String> {
+/// The partition count of a state [`encode_state`] wrote (None: an empty state, which
+/// records none).
+fn decode_state(s: &[u8]) -> std::result::Result<Option<u32>, String> {
     match s {
-        [1, a, b, c, d] => Ok(u32::from_le_bytes([*a, *b, *c, *d])),
+        [] => Ok(None),
+        [1, a, b, c, d] => Ok(Some(u32::from_le_bytes([*a, *b, *c, *d]))),
         _ => Err(format!(
             "not a Kafka sink state of format 1 ({} bytes)",
             s.len()
@@ -342,18 +350,23 @@ fn decode_state(s: &[u8]) -> std::result::Result<u32, String> {
 }
 
 /// Whether the sink may start writing to `topic`, which has `now` partitions, after a
-/// checkpoint that recorded `before` (None: no checkpoint, or one without the sink).
-/// A changed count is refused unless the checkpoint is final: the records replayed
-/// from it would be keyed to other partitions than their first copies, whose marks
-/// downstream would not know them.
+/// checkpoint whose sink subtasks recorded the counts `before` (none: no checkpoint,
+/// or one without them). A changed count is refused unless the checkpoint is final:
+/// the records replayed from it would be keyed to other partitions than their first
+/// copies, whose marks downstream would not know them. Every recorded count must
+/// match (after a rescale, each old member's replay is its own).
+///
+/// The count is read when the sink opens: partitions added while the stage runs are
+/// not always caught (a checkpoint keeps the count its run started with). Add
+/// partitions only after stopping the stage with SIGTERM.
 pub fn check_partitions(
     topic: &str,
-    before: Option<u32>,
+    before: impl IntoIterator<Item = u32>,
     now: u32,
     is_final: bool,
 ) -> std::result::Result<(), String> {
-    match before {
-        Some(b) if b != now && !is_final => Err(format!(
+    match before.into_iter().find(|b| *b != now) {
+        Some(b) if !is_final => Err(format!(
             "the topic `{topic}` had {b} partitions at the restored checkpoint and has {now} now: the records this repartition stage replays would go to other partitions than their first copies, and the job reading the topic would apply them twice. Change the partitions of a repartition topic only after stopping its stage with SIGTERM (a final checkpoint)"
         )),
         _ => Ok(()),
@@ -414,9 +427,13 @@ mod tests {
             e.contains("had 8 partitions") && e.contains("has 12 now"),
             "{e}"
         );
-        assert_eq!(decode_state(&encode_state(12)), Ok(12));
+        // After a rescale, every old member's count must match, not only the largest.
+        let e = check_partitions("t", [12, 8, 12], 12, false).unwrap_err();
+        assert!(e.contains("had 8 partitions"), "{e}");
+        assert_eq!(check_partitions("t", [12, 12], 12, false), Ok(()));
+        assert_eq!(decode_state(&encode_state(12)), Ok(Some(12)));
+        assert_eq!(decode_state(&[]), Ok(None), "a state that records no count");
         assert!(decode_state(&[2, 0, 0, 0, 0]).is_err());
-        assert!(decode_state(&[]).is_err());
     }
 
     #[test]

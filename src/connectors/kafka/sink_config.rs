@@ -39,7 +39,13 @@ impl KafkaSinkConfig {
     pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("linger.ms", "5");
-        apply(&mut c, &self.properties, ClientRole::Producer);
+        // The source's table (merged in) may set a forced setting under another name
+        // (`delivery.timeout.ms`): left out, so that no alias competes with it.
+        let own = self
+            .properties
+            .iter()
+            .filter(|(k, _)| forced_key(k).is_none());
+        apply(&mut c, own, ClientRole::Producer);
         c.set("bootstrap.servers", &self.bootstrap_servers);
         for (k, v) in FORCED {
             c.set(*k, *v);
@@ -213,10 +219,25 @@ mod tests {
         source
             .properties
             .insert("message.timeout.ms".into(), "10000".into());
+        source
+            .properties
+            .insert("delivery.timeout.ms".into(), "10000".into());
+        source
+            .properties
+            .insert("request.required.acks".into(), "1".into());
         let c = section("topic = \"t\"\nkey = \"/user\"")
             .config(Some(&source), 60_000)
             .unwrap();
-        assert_eq!(c.client_config().get("message.timeout.ms"), Some("0"));
+        let native = c.client_config();
+        assert_eq!(native.get("message.timeout.ms"), Some("0"));
+        assert_eq!(native.get("acks"), Some("all"));
+        for alias in ["delivery.timeout.ms", "request.required.acks"] {
+            assert_eq!(
+                native.get(alias),
+                None,
+                "{alias} would compete with its forced name"
+            );
+        }
         // librdkafka takes every forced setting.
         c.client_config().create_native_config().unwrap();
     }
