@@ -9,13 +9,19 @@
 //!
 //! A checkpoint waits, at its barrier, until every record sent before it is
 //! acknowledged by the broker: a completed checkpoint never stands for a record that
-//! could still be lost. The checkpoint keeps the topic's partition count: a replay
-//! after the count changed would send records to other partitions than their first
-//! copies, so a start from a checkpoint that is not final refuses a changed count. After a crash the job replays from that checkpoint and writes
+//! could still be lost. After a crash the job replays from that checkpoint and writes
 //! some records a second time; a downstream job reading the topic with
 //! `origin_headers = true` drops them ([`super::upstream`]). The sink alone is
 //! therefore at-least-once, and the pair is exactly-once, without Kafka transactions
 //! (which librdkafka cannot resume after a crash).
+//!
+//! The sink picks each record's partition itself, by Java's hash of the key
+//! (`murmur2`, as librdkafka's `murmur2` partitioner and Kafka's default one do) over
+//! the topic's partition count at the stage's first start, which every checkpoint
+//! keeps. Partitions added to the topic later stay unused by the stage: a key never
+//! moves to another partition, neither for a replayed record (whose first copy the
+//! job reading the topic knows by its partition's marks) nor for a new one (whose
+//! key's state that job keeps per partition).
 
 use super::sink_config::KafkaSinkConfig;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
@@ -33,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tracing::info;
+use tracing::{info, warn};
 
 /// The kind of the Kafka sink in a job graph.
 pub const KIND: &str = "kafka";
@@ -82,7 +88,8 @@ pub struct KafkaSink {
     cfg: Arc<KafkaSinkConfig>,
     name: String,
     producer: Option<Arc<ThreadedProducer<Reports>>>,
-    /// The topic's partition count at open, kept in each checkpoint.
+    /// The partition count the records are spread over: the topic's at the stage's
+    /// first start, kept in each checkpoint.
     partitions: u32,
     deliveries: Arc<Deliveries>,
     dead_letter: Option<DeadLetterWriter>,
@@ -141,6 +148,7 @@ impl KafkaSink {
                     value: Some(offset.as_bytes()),
                 });
             let mut record = BaseRecord::to(&self.cfg.topic)
+                .partition(key_partition(key, self.partitions))
                 .key(key)
                 .payload(&r.value[..])
                 .headers(headers);
@@ -253,21 +261,19 @@ impl Sink for KafkaSink {
                 task: self.name.clone(),
                 message: format!("restored state: {e}"),
             })?;
-        if let Err(why) = check_partitions(
-            &self.cfg.topic,
-            before.into_iter().flatten(),
-            now,
-            restored.is_final,
-        ) {
-            return Err(JobError::Unrecoverable {
+        let recorded: Vec<u32> = before.into_iter().flatten().collect();
+        self.partitions = partitions_to_use(&self.cfg.topic, &recorded, now).map_err(|why| {
+            JobError::Unrecoverable {
                 task: self.name.clone(),
                 message: format!(
                     "{why} (restored checkpoint {})",
                     restored.checkpoint.map_or("-".into(), |c| c.to_string())
                 ),
-            });
+            }
+        })?;
+        if self.partitions < now {
+            warn!(subtask = %self.name, topic = %self.cfg.topic, partitions = now, used = self.partitions, "the topic has more partitions than at this stage's first start: the stage keeps writing to the first ones, so that no key moves (a new stage with a new topic uses them all)");
         }
-        self.partitions = now;
         if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)
@@ -349,27 +355,47 @@ fn decode_state(s: &[u8]) -> std::result::Result<Option<u32>, String> {
     }
 }
 
-/// Whether the sink may start writing to `topic`, which has `now` partitions, after a
-/// checkpoint whose sink subtasks recorded the counts `before` (none: no checkpoint,
-/// or one without them). A changed count is refused unless the checkpoint is final:
-/// the records replayed from it would be keyed to other partitions than their first
-/// copies, whose marks downstream would not know them. Every recorded count must
-/// match (after a rescale, each old member's replay is its own).
-///
-/// The count is read when the sink opens: partitions added while the stage runs are
-/// not always caught (a checkpoint keeps the count its run started with). Add
-/// partitions only after stopping the stage with SIGTERM.
-pub fn check_partitions(
+/// The partition count to spread records over, for `topic` with `now` partitions,
+/// after a checkpoint whose sink subtasks recorded the counts `recorded` (none: the
+/// stage's first start, which takes `now`). The recorded count stays, whatever the
+/// topic has now, so that no key moves; it is refused when the subtasks disagree (old
+/// members that started at different counts spread a key over two partitions) or when
+/// the topic now has fewer partitions (it was recreated).
+pub fn partitions_to_use(
     topic: &str,
-    before: impl IntoIterator<Item = u32>,
+    recorded: &[u32],
     now: u32,
-    is_final: bool,
-) -> std::result::Result<(), String> {
-    match before.into_iter().find(|b| *b != now) {
-        Some(b) if !is_final => Err(format!(
-            "the topic `{topic}` had {b} partitions at the restored checkpoint and has {now} now: the records this repartition stage replays would go to other partitions than their first copies, and the job reading the topic would apply them twice. Change the partitions of a repartition topic only after stopping its stage with SIGTERM (a final checkpoint)"
-        )),
-        _ => Ok(()),
+) -> std::result::Result<u32, String> {
+    let Some(&first) = recorded.first() else {
+        return Ok(now);
+    };
+    if let Some(other) = recorded.iter().find(|c| **c != first) {
+        return Err(format!(
+            "the restored checkpoint spread the records of `{topic}` over {first} partitions in one subtask and over {other} in another: keys were not kept in one partition; start the repartition stage and the job reading its topic over with a new topic"
+        ));
+    }
+    if first > now {
+        return Err(format!(
+            "the topic `{topic}` has {now} partitions, fewer than the {first} this repartition stage writes to (was it recreated?)"
+        ));
+    }
+    Ok(first)
+}
+
+/// The partition of a record with `key` over `partitions` partitions: Java's
+/// `murmur2(key) & 0x7fffffff % partitions`, as Kafka's default partitioner computes it.
+pub fn key_partition(key: &[u8], partitions: u32) -> i32 {
+    // SAFETY: a pure function of the key bytes and the count; it reads `key_len`
+    // bytes at `key` and never touches the (null) topic or opaques.
+    unsafe {
+        rdkafka::bindings::rd_kafka_msg_partitioner_murmur2(
+            std::ptr::null(),
+            key.as_ptr().cast(),
+            key.len(),
+            partitions as i32,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
     }
 }
 
@@ -418,22 +444,44 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_partition_count_is_refused_after_a_checkpoint_that_is_not_final() {
-        assert_eq!(check_partitions("t", None, 8, false), Ok(()));
-        assert_eq!(check_partitions("t", Some(8), 8, false), Ok(()));
-        assert_eq!(check_partitions("t", Some(8), 12, true), Ok(()));
-        let e = check_partitions("t", Some(8), 12, false).unwrap_err();
+    fn the_partition_count_of_the_first_start_stays() {
+        assert_eq!(partitions_to_use("t", &[], 8), Ok(8), "a first start");
+        assert_eq!(partitions_to_use("t", &[8, 8], 8), Ok(8));
+        assert_eq!(
+            partitions_to_use("t", &[8, 8], 12),
+            Ok(8),
+            "partitions added"
+        );
+        let e = partitions_to_use("t", &[12, 8, 12], 12).unwrap_err();
         assert!(
-            e.contains("had 8 partitions") && e.contains("has 12 now"),
+            e.contains("over 12 partitions") && e.contains("over 8"),
             "{e}"
         );
-        // After a rescale, every old member's count must match, not only the largest.
-        let e = check_partitions("t", [12, 8, 12], 12, false).unwrap_err();
-        assert!(e.contains("had 8 partitions"), "{e}");
-        assert_eq!(check_partitions("t", [12, 12], 12, false), Ok(()));
+        let e = partitions_to_use("t", &[8], 4).unwrap_err();
+        assert!(e.contains("has 4 partitions, fewer than the 8"), "{e}");
         assert_eq!(decode_state(&encode_state(12)), Ok(Some(12)));
         assert_eq!(decode_state(&[]), Ok(None), "a state that records no count");
         assert!(decode_state(&[2, 0, 0, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn keys_are_partitioned_as_kafka_does() {
+        // Kafka's `Utils.murmur2` of these keys (from Kafka's own tests), made
+        // positive, modulo a count.
+        for (key, hash) in [
+            // librdkafka's test vectors of its Java-compatible murmur2.
+            ("kafka", i64::from(0xd067_cf64u32 as i32)),
+            ("giberish123456789", i64::from(0x8f55_2b0cu32 as i32)),
+            ("21", -973_932_308i64),
+            ("foobar", -790_332_482),
+            ("a-little-bit-long-string", -985_981_536),
+            ("a-little-bit-longer-string", -1_486_304_829),
+        ] {
+            for n in [1u32, 3, 8, 100] {
+                let want = ((hash & 0x7fff_ffff) % i64::from(n)) as i32;
+                assert_eq!(key_partition(key.as_bytes(), n), want, "{key} over {n}");
+            }
+        }
     }
 
     #[test]
