@@ -123,6 +123,12 @@ fn each_record_is_written_keyed_by_the_field_with_its_origin_in_headers_in_order
             .entry(user.to_string())
             .or_insert(w.partition);
         assert_eq!(p, w.partition, "{user}");
+        // ... Kafka's default partitioner's, over the topic's 3 partitions.
+        assert_eq!(
+            w.partition,
+            lockgate::connectors::kafka::sink::key_partition(user.as_bytes(), 3),
+            "{user}"
+        );
         assert_eq!(w.headers["lockgate.topic"], "orders");
         let origin = w.headers["lockgate.partition"].clone();
         let offset: i64 = w.headers["lockgate.offset"].parse().unwrap();
