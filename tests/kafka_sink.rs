@@ -47,7 +47,7 @@ fn run_job(dir: &Path) -> (ExitStatus, String) {
 /// One record of the repartitioned topic.
 struct Written {
     partition: i32,
-    key: String,
+    key: Option<String>,
     payload: serde_json::Value,
     headers: BTreeMap<String, String>,
 }
@@ -85,7 +85,7 @@ fn read_all(bootstrap: &str, topic: &str, partitions: i32) -> Vec<Written> {
         }
         out.push(Written {
             partition: m.partition(),
-            key: String::from_utf8_lossy(m.key().unwrap()).into_owned(),
+            key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
             payload: serde_json::from_slice(m.payload().unwrap()).unwrap(),
             headers,
         });
@@ -117,7 +117,7 @@ fn each_record_is_written_keyed_by_the_field_with_its_origin_in_headers_in_order
     let mut orders = std::collections::BTreeSet::new();
     for w in &written {
         let user = w.payload["user"].as_str().unwrap();
-        assert_eq!(w.key, user, "keyed by /user");
+        assert_eq!(w.key.as_deref(), Some(user), "keyed by /user");
         // Every record of a user is in one partition.
         let p = *partition_of_user
             .entry(user.to_string())
@@ -177,4 +177,43 @@ fn a_record_without_the_key_or_one_the_client_refuses_fails_the_job_naming_it() 
     let (status, log) = run_job(&dir);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("cannot write to orders-by-user"), "{log}");
+}
+
+#[test]
+fn a_record_without_the_key_is_dead_lettered_by_policy_with_its_origin_and_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1), ("orders-by-user", 1), ("orders-dlq", 1)]);
+    produce_raw(
+        &kafka.bootstrap,
+        "orders",
+        0,
+        &[
+            br#"{"user":"u-1","amount":1}"#,
+            br#"{"amount":2}"#,
+            br#"{"user":"u-3","amount":3}"#,
+        ],
+    );
+    write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        "on_invalid = \"dead-letter:orders-dlq\"",
+    );
+    let (status, log) = run_job(tmp.path());
+    assert!(status.success(), "{log}");
+    let written = read_all(&kafka.bootstrap, "orders-by-user", 1);
+    let users: Vec<_> = written.iter().map(|w| w.key.clone().unwrap()).collect();
+    assert_eq!(users, ["u-1", "u-3"], "the others are written");
+    let letters = read_all(&kafka.bootstrap, "orders-dlq", 1);
+    assert_eq!(letters.len(), 1, "{log}");
+    let l = &letters[0];
+    assert_eq!(l.payload, serde_json::json!({"amount": 2}));
+    assert_eq!(l.key, None);
+    assert_eq!(l.headers["lockgate.topic"], "orders");
+    assert_eq!(l.headers["lockgate.partition"], "0");
+    assert_eq!(l.headers["lockgate.offset"], "1");
+    assert!(
+        l.headers["lockgate.error"].contains("no key at /user"),
+        "{:?}",
+        l.headers
+    );
 }

@@ -249,6 +249,10 @@ mod tests {
             ("topic = \"t\"\nkey = \"user\"", "key"),
             ("topic = \"t\"\nkey = \"\"", "key"),
             ("topic = \"t\"\nkey = \"/u\"\non_invalid = \"skip\"", "on_invalid"),
+            (
+                "topic = \"t\"\nkey = \"/u\"\non_invalid = \"dead-letter:\"",
+                "on_invalid",
+            ),
             ("topic = \"t\"\nkey = \"/u\"\nflush_timeout_ms = 0", "flush_timeout_ms"),
             ("topic = \"t\"\nkey = \"/u\"", "bootstrap_servers"),
             (
