@@ -245,7 +245,6 @@ impl Report {
                 "checkpoints completed",
                 self.checkpoints_completed.to_string(),
             ),
-            ("replays dropped", self.replays_dropped.to_string()),
             ("recovery p50 (ms)", self.recovery_ms_p50.to_string()),
             ("recovery p99 (ms)", self.recovery_ms_p99.to_string()),
             (
@@ -265,6 +264,10 @@ impl Report {
                 }),
             ),
         ];
+        // Only a run through a repartition stage can drop replays.
+        if self.runs.iter().any(|r| r.stage == Stage::Upstream) {
+            rows.push(("replays dropped", self.replays_dropped.to_string()));
+        }
         if let Some(exact) = self.roll_back_exact {
             rows.extend([
                 (
@@ -886,6 +889,37 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_counts_dropped_replays_only_for_a_run_through_a_repartition_stage() {
+        let run = |stage| RunRecord {
+            stage,
+            member: 0,
+            ended: "finished".into(),
+            restored: Restored::Empty,
+            checkpoints: 1,
+            first_record_ms: None,
+            signal: None,
+            failpoint: None,
+            newest_after: None,
+            restored_offsets: None,
+            roll_back: None,
+        };
+        let mut r = Report {
+            runs: vec![run(Stage::Job)],
+            ..Default::default()
+        };
+        assert!(!r.table().contains("replays dropped"), "{}", r.table());
+        r.runs.insert(0, run(Stage::Upstream));
+        r.replays_dropped = 17;
+        assert!(
+            r.table()
+                .lines()
+                .any(|l| l.contains("replays dropped") && l.ends_with(" 17")),
+            "{}",
+            r.table()
+        );
+    }
 
     #[test]
     fn percentiles_by_nearest_rank() {
