@@ -10,8 +10,8 @@ fn main() {
     let report = match only.as_deref() {
         None => Some(support::sink::measure()),
         Some(side) => support::sink::measure_with(
-            support::sink::env_usize("LOCKGATE_BENCH_DOCS", support::sink::DOCS),
-            support::sink::env_usize("LOCKGATE_BENCH_ROUNDS", support::sink::ROUNDS),
+            support::env_or("LOCKGATE_BENCH_DOCS", support::sink::DOCS),
+            support::env_or("LOCKGATE_BENCH_ROUNDS", support::sink::ROUNDS),
             Some(side),
         ),
     };

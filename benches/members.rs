@@ -9,16 +9,9 @@
 
 mod support;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let orders: u64 = env_or("LOCKGATE_BENCH_RECORDS", 600_000);
-    let rounds: usize = env_or("LOCKGATE_BENCH_ROUNDS", 3);
+    let orders: u64 = support::env_or("LOCKGATE_BENCH_RECORDS", 600_000);
+    let rounds: usize = support::env_or("LOCKGATE_BENCH_ROUNDS", 3);
     let counts: Vec<u16> = std::env::var("LOCKGATE_BENCH_MEMBERS")
         .unwrap_or_else(|_| "1,2,3".into())
         .split(',')

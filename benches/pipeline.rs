@@ -32,16 +32,9 @@ fn run_once(records: i64, keys: u32, interval_ms: u64) -> (f64, RunSummary) {
     (records as f64 / secs, summary)
 }
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
-    let records: i64 = env_or("LOCKGATE_BENCH_RECORDS", 2_000_000);
+    let records: i64 = support::env_or("LOCKGATE_BENCH_RECORDS", 2_000_000);
     let parts =
         std::env::var("LOCKGATE_BENCH_PARTS").unwrap_or_else(|_| "throughput,checkpoints".into());
     let key_counts: Vec<u32> = std::env::var("LOCKGATE_BENCH_KEYS")
@@ -53,8 +46,8 @@ fn main() {
                 .expect("LOCKGATE_BENCH_KEYS: numbers separated by commas")
         })
         .collect();
-    let measured_records: i64 = env_or("LOCKGATE_BENCH_CHECKPOINT_RECORDS", 4_000_000);
-    let interval_ms: u64 = env_or("LOCKGATE_BENCH_CHECKPOINT_INTERVAL_MS", 250);
+    let measured_records: i64 = support::env_or("LOCKGATE_BENCH_CHECKPOINT_RECORDS", 4_000_000);
+    let interval_ms: u64 = support::env_or("LOCKGATE_BENCH_CHECKPOINT_INTERVAL_MS", 250);
 
     let mut report = serde_json::json!({
         "benchmark": "sequence -> rolling_sum -> file, parallelism 2",

@@ -12,10 +12,10 @@
 
 use lockgate::state::backend::{KeyedStateBackend, StateBatch};
 use lockgate::state::keygroup::KeyGroupRange;
-use lockgate::state::metadata::{CheckpointMetadata, SubtaskSnapshot};
 use lockgate::state::snapshot_dir::SnapshotDir;
 use lockgate::state::store::CheckpointStore;
-use lockgate::state::{CheckpointId, KeyGroup};
+use lockgate::state::{CheckpointId, CheckpointMetadata, KeyGroup};
+use lockgate::testkit::checkpoint::publish_keyed;
 use lockgate::testkit::moto::MotoServer;
 use serde_json::json;
 use std::path::Path;
@@ -24,28 +24,7 @@ use std::time::Instant;
 const GROUPS: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
 
 fn publish_local(dir: &SnapshotDir, db: &mut KeyedStateBackend, id: u64) -> std::path::PathBuf {
-    let id = CheckpointId(id);
-    let pending = dir.begin(id).unwrap();
-    let files = db.checkpoint(&pending.join("sum-0")).unwrap();
-    dir.publish(&CheckpointMetadata {
-        id,
-        job_name: "bench".into(),
-        fingerprint: 1,
-        created_ms: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-        is_final: false,
-        subtasks: vec![SubtaskSnapshot {
-            operator: "sum".into(),
-            subtask: 0,
-            key_groups: Some(GROUPS),
-            state_dir: Some("sum-0".into()),
-            files,
-            inline_state: Vec::new(),
-        }],
-        positions: Vec::new(),
-    })
-    .unwrap()
+    publish_keyed(dir, db, GROUPS, "bench", CheckpointId(id)).unwrap()
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -6,10 +6,11 @@
 
 use lockgate::state::backend::{KeyedStateBackend, StateBatch};
 use lockgate::state::keygroup::KeyGroupRange;
-use lockgate::state::metadata::{CheckpointMetadata, SubtaskSnapshot};
+use lockgate::state::metadata::CheckpointMetadata;
 use lockgate::state::snapshot_dir::SnapshotDir;
 use lockgate::state::store::{CheckpointStore, StoreLocation};
 use lockgate::state::{CheckpointId, KeyGroup, StateRestore};
+use lockgate::testkit::checkpoint::{keyed_metadata, publish_keyed};
 use lockgate::testkit::moto::MotoServer;
 use object_store::ObjectStore;
 use std::path::{Path, PathBuf};
@@ -133,28 +134,7 @@ impl Line {
         id: u64,
         retain: usize,
     ) -> (u64, u64) {
-        let id = CheckpointId(id);
-        let pending = o.dir.begin(id).unwrap();
-        let files = db.checkpoint(&pending.join("sum-0")).unwrap();
-        let meta = CheckpointMetadata {
-            id,
-            job_name: "orders".into(),
-            fingerprint: 7,
-            created_ms: 1,
-            parallelism: 1,
-            max_parallelism: 128,
-            is_final: false,
-            subtasks: vec![SubtaskSnapshot {
-                operator: "sum".into(),
-                subtask: 0,
-                key_groups: Some(GROUPS),
-                state_dir: Some("sum-0".into()),
-                files,
-                inline_state: Vec::new(),
-            }],
-            positions: Vec::new(),
-        };
-        let path = o.dir.publish(&meta).unwrap();
+        let path = publish_keyed(&o.dir, db, GROUPS, "orders", CheckpointId(id)).unwrap();
         let mut up = (0, 0);
         if let Some(store) = &o.store {
             let s = self.rt.block_on(store.publish(&path)).unwrap();
@@ -508,28 +488,16 @@ fn a_state_file_larger_than_one_request_is_uploaded_in_parts_and_restored_whole(
         })
         .collect();
     std::fs::write(pending.join("sum-0/000042.sst"), &big).unwrap();
-    let meta = CheckpointMetadata {
-        id: CheckpointId(1),
-        job_name: "orders".into(),
-        fingerprint: 7,
-        created_ms: 1,
-        parallelism: 1,
-        max_parallelism: 128,
-        is_final: false,
-        subtasks: vec![SubtaskSnapshot {
-            operator: "sum".into(),
-            subtask: 0,
-            key_groups: Some(GROUPS),
-            state_dir: Some("sum-0".into()),
-            files: vec![lockgate::state::FileEntry {
-                name: "000042.sst".into(),
-                size: big.len() as u64,
-                crc32: crc32fast::hash(&big),
-            }],
-            inline_state: Vec::new(),
+    let meta = keyed_metadata(
+        CheckpointId(1),
+        "orders",
+        GROUPS,
+        vec![lockgate::state::FileEntry {
+            name: "000042.sst".into(),
+            size: big.len() as u64,
+            crc32: crc32fast::hash(&big),
         }],
-        positions: Vec::new(),
-    };
+    );
     let path = o.dir.publish(&meta).unwrap();
     let store = o.store.clone().unwrap();
     let up = line.rt.block_on(store.publish(&path)).unwrap();

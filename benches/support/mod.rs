@@ -13,6 +13,17 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The value of the environment variable `name`, or `default` when it is unset; a value
+/// that does not parse stops the benchmark rather than being measured as the default.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: not a valid value")),
+        Err(_) => default,
+    }
+}
+
 /// The `lockgate` binary cargo built for the benchmarks.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_lockgate")

@@ -272,22 +272,12 @@ fn framing_ns(docs: usize, doc: fn(usize) -> Vec<u8>) -> f64 {
     ns
 }
 
-pub fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
-        })
-        .unwrap_or(default)
-}
-
 /// The measurement with its defaults, or the sizes of `LOCKGATE_BENCH_DOCS` and
 /// `LOCKGATE_BENCH_ROUNDS`: the JSON report.
 pub fn measure() -> serde_json::Value {
     measure_with(
-        env_usize("LOCKGATE_BENCH_DOCS", DOCS),
-        env_usize("LOCKGATE_BENCH_ROUNDS", ROUNDS),
+        super::env_or("LOCKGATE_BENCH_DOCS", DOCS),
+        super::env_or("LOCKGATE_BENCH_ROUNDS", ROUNDS),
         None,
     )
     .expect("both sides ran")

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests, the demo and the fault harness.
 
+pub mod checkpoint;
 pub mod es;
 pub mod file_output;
 pub mod kafka;

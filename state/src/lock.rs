@@ -10,6 +10,31 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+/// Takes `mode` (`LOCK_EX` or `LOCK_SH`) on the open `LOCK` file of `dir` without
+/// waiting. Held by another live process: [`StateError::Locked`], naming `dir` and the
+/// pid the holder wrote into the file.
+fn try_flock(file: &File, dir: &Path, path: &Path, mode: libc::c_int) -> Result<()> {
+    // SAFETY: flock on a descriptor we own; no memory is shared with the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        let (mut holder, mut reader) = (String::new(), file);
+        let _ = reader.read_to_string(&mut holder);
+        return Err(StateError::Locked {
+            path: dir.to_path_buf(),
+            holder: holder.trim().to_string(),
+        });
+    }
+    Err(StateError::Io {
+        op: "flock",
+        path: path.to_path_buf(),
+        source: err,
+    })
+}
+
 /// A held lock on `<dir>/LOCK`; released on drop (or by the kernel on death).
 #[derive(Debug)]
 pub struct DirLock {
@@ -46,24 +71,7 @@ impl DirLock {
                     source: e,
                 }
             })?;
-        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                return Err(StateError::Locked {
-                    path: dir.to_path_buf(),
-                    holder: holder.trim().to_string(),
-                });
-            }
-            return Err(StateError::Io {
-                op: "flock",
-                path,
-                source: err,
-            });
-        }
+        try_flock(&file, dir, &path, libc::LOCK_EX)?;
         // The pid is informational only: the lock itself is the flock.
         file.set_len(0).map_err(StateError::io("truncate", &path))?;
         file.seek(SeekFrom::Start(0))
@@ -101,24 +109,7 @@ impl ReadLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(StateError::io("open", &path))?;
-        // SAFETY: flock on a descriptor we own; no memory is shared with the call.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut holder = String::new();
-                let _ = (&file).read_to_string(&mut holder);
-                return Err(StateError::Locked {
-                    path: dir.to_path_buf(),
-                    holder: holder.trim().to_string(),
-                });
-            }
-            return Err(StateError::Io {
-                op: "flock",
-                path,
-                source: err,
-            });
-        }
+        try_flock(&file, dir, &path, libc::LOCK_SH)?;
         Ok(ReadLock { _file: file })
     }
 }
