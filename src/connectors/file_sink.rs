@@ -442,7 +442,6 @@ mod tests {
             checkpoint: None,
             states: vec![],
             parallelism: 1,
-            is_final: false,
         }
     }
 
@@ -579,7 +578,6 @@ mod tests {
             checkpoint: Some(CheckpointId(5)),
             states: vec![(0, state(&[(0, 5)])), (1, state(&[]))],
             parallelism: 2,
-            is_final: false,
         };
         sink(d).open(&info(0, 2), &restored).await.unwrap();
         assert_eq!(
@@ -609,7 +607,6 @@ mod tests {
             checkpoint: Some(CheckpointId(5)),
             states: vec![(0, state(&[(0, 5)]))],
             parallelism: 1,
-            is_final: false,
         };
         let err = sink(tmp.path())
             .open(&info(0, 1), &restored)

@@ -92,9 +92,6 @@ pub struct SinkRestore {
     pub states: Vec<(u16, Vec<u8>)>,
     /// The parallelism of the restored checkpoint.
     pub parallelism: u16,
-    /// The restored checkpoint is a final one (every part of it, in a rescale): the
-    /// job stopped after it, so nothing after it will be replayed.
-    pub is_final: bool,
 }
 
 /// A checkpointed sink subtask.

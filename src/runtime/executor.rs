@@ -1052,7 +1052,6 @@ fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
                 })
                 .collect(),
             parallelism: set.parts.iter().map(|r| r.metadata.parallelism).sum(),
-            is_final: set.parts.iter().all(|r| r.metadata.is_final),
         },
     }
 }

@@ -10,6 +10,34 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+/// Opens (creating it if needed) the `LOCK` file at `path`. O_NOFOLLOW: a `LOCK` that
+/// is a symbolic link is refused, so that taking the lock (which truncates the file and
+/// writes the pid) never writes elsewhere.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| {
+            let e = if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "is a symbolic link; refusing to follow it (remove it: lockgate creates LOCK itself)",
+                )
+            } else {
+                e
+            };
+            StateError::Io {
+                op: "open",
+                path: path.to_path_buf(),
+                source: e,
+            }
+        })
+}
+
 /// Takes `mode` (`LOCK_EX` or `LOCK_SH`) on the open `LOCK` file of `dir` without
 /// waiting. Held by another live process: [`StateError::Locked`], naming `dir` and the
 /// pid the holder wrote into the file.
@@ -47,30 +75,7 @@ impl DirLock {
     /// [`StateError::Locked`], naming the directory and the holder's pid.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join("LOCK");
-        // O_NOFOLLOW: a `LOCK` that is a symbolic link is refused, so that taking the
-        // lock (which truncates the file and writes the pid) never writes elsewhere.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| {
-                let e = if e.raw_os_error() == Some(libc::ELOOP) {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "is a symbolic link; refusing to follow it (remove it: lockgate creates LOCK itself)",
-                    )
-                } else {
-                    e
-                };
-                StateError::Io {
-                    op: "open",
-                    path: path.clone(),
-                    source: e,
-                }
-            })?;
+        let mut file = open_lock_file(&path)?;
         try_flock(&file, dir, &path, libc::LOCK_EX)?;
         // The pid is informational only: the lock itself is the flock.
         file.set_len(0).map_err(StateError::io("truncate", &path))?;
@@ -101,14 +106,7 @@ impl ReadLock {
     /// `LOCK` file never had a process, and is held by creating one.
     pub fn acquire(dir: &Path) -> Result<ReadLock> {
         let path = dir.join("LOCK");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(StateError::io("open", &path))?;
+        let file = open_lock_file(&path)?;
         try_flock(&file, dir, &path, libc::LOCK_SH)?;
         Ok(ReadLock { _file: file })
     }

@@ -201,17 +201,16 @@ impl KafkaSink {
     async fn settle(&self, within: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
+            // Made before the checks: `notify_waiters` reaches a `Notified` from its
+            // creation on, so a report between the checks and the wait is not missed.
             let woken = self.deliveries.settled.notified();
             self.failure()?;
             let pending = self.deliveries.pending.load(Ordering::Acquire);
             if pending == 0 {
                 return Ok(());
             }
-            // A short poll as well: a wake-up between the load and the wait is not
-            // lost for longer than that.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let wait = Duration::from_millis(50).min(left);
-            if wait.is_zero() {
+            if left.is_zero() {
                 return Err(JobError::Declined(format!(
                     "{}: {pending} records to {} not acknowledged within {} ms",
                     self.name,
@@ -219,7 +218,7 @@ impl KafkaSink {
                     within.as_millis()
                 )));
             }
-            let _ = tokio::time::timeout(wait, woken).await;
+            let _ = tokio::time::timeout(left, woken).await;
         }
     }
 }
