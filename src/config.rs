@@ -629,6 +629,10 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     };
 
+    if j.co_partitioned {
+        co_partitioned_source(&file.source, &err)?;
+    }
+
     for (i, t) in file.transform.iter().enumerate() {
         match t {
             TransformSection::RollingSum(r) => {
@@ -671,8 +675,18 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
             k.config(source.as_ref(), timeout_ms)
                 .map_err(|(key, m)| err(&format!("sink.kafka.{key}"), m))?,
         );
+        if cfg.partitions.is_none() {
+            b = b.refuse_members(
+                "sink.kafka.partitions",
+                "a repartition stage run as several members needs partitions = N (how many of the topic's partitions it spreads keys over): each member would otherwise take the topic's count at its own first start, and a key would land in two partitions if they differ".into(),
+            );
+        }
+        let first = std::sync::Arc::new(std::sync::OnceLock::new());
         b = b.sink(crate::connectors::kafka::sink::KIND, move |_| {
-            Box::new(crate::connectors::kafka::sink::KafkaSink::new(cfg.clone()))
+            Box::new(crate::connectors::kafka::sink::KafkaSink::sharing(
+                cfg.clone(),
+                first.clone(),
+            ))
         });
         return b.build().map_err(|e| err("job", e.to_string()));
     }
@@ -728,6 +742,32 @@ fn qualify(section: &str, key: &str) -> String {
         .map(|part| part.split(", ").map(full).collect::<Vec<_>>().join(", "))
         .collect::<Vec<_>>()
         .join(" and ")
+}
+
+/// `co_partitioned = true` keeps keyed state per source partition, which is each key's
+/// whole state only when one partition holds every record of the key: a Kafka source
+/// of one topic partitioned by the key. Two topics keyed alike put a key in partition p
+/// of each, and the key would get two states (two partial totals); the sequence
+/// source's keys span its splits.
+fn co_partitioned_source(
+    source: &SourceSection,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    const FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
+    match (&source.sequence, &source.kafka) {
+        (Some(_), _) => Err(err(
+            "job.co_partitioned",
+            format!("the sequence source's keys span its splits: {FIX}"),
+        )),
+        (_, Some(k)) => match k.not_one_topic() {
+            None => Ok(()),
+            Some((key, what)) => Err(err(
+                "job.co_partitioned",
+                format!("source.kafka.{key} {what}, and keyed state kept per partition would give a key of two topics two states: {FIX}"),
+            )),
+        },
+        (None, None) => Ok(()),
+    }
 }
 
 fn kafka_source(

@@ -239,6 +239,9 @@ pub struct JobGraph {
     /// Uids of keyed operators whose state is a fact about the key across all
     /// partitions ([`JobBuilder::keyed_across_partitions`]): never scoped by partition.
     pub(crate) across_partitions: std::collections::BTreeSet<String>,
+    /// Why the job runs as one process only, with the job-file key it concerns
+    /// ([`JobBuilder::refuse_members`]).
+    pub(crate) one_process_only: Option<(&'static str, String)>,
 }
 
 impl JobGraph {
@@ -266,6 +269,9 @@ impl JobGraph {
                     self.member.count
                 ),
             ));
+        }
+        if let Some((key, why)) = &self.one_process_only {
+            return Err((key, why.clone()));
         }
         if self.sink.0 == "file" {
             return Err((
@@ -330,6 +336,7 @@ impl Job {
             co_partitioned: false,
             member: crate::member::Member::SOLO,
             across_partitions: Default::default(),
+            one_process_only: None,
             state: Default::default(),
         }
     }
@@ -350,6 +357,7 @@ pub struct JobBuilder {
     co_partitioned: bool,
     member: crate::member::Member,
     across_partitions: std::collections::BTreeSet<String>,
+    one_process_only: Option<(&'static str, String)>,
 }
 
 impl JobBuilder {
@@ -511,6 +519,13 @@ impl JobBuilder {
         self.keyed(kind, uid, factory)
     }
 
+    /// The job runs as one process only: `--members N` is refused, naming `key` (the
+    /// job-file key that would allow it) and saying `why`.
+    pub fn refuse_members(mut self, key: &'static str, why: String) -> Self {
+        self.one_process_only = Some((key, why));
+        self
+    }
+
     /// The sink, created once per subtask (and again on restart).
     pub fn sink<F>(mut self, kind: &str, factory: F) -> Self
     where
@@ -588,6 +603,7 @@ impl JobBuilder {
             co_partitioned: self.co_partitioned,
             member: self.member,
             across_partitions: self.across_partitions,
+            one_process_only: self.one_process_only,
         })
     }
 }

@@ -255,7 +255,7 @@ fn three_members_through_a_repartition_stage_with_checkpoints_in_the_store_are_e
             "[job]\nname = \"repartition\"\nparallelism = 1\n\n{}\n\
              [restart]\nstrategy = \"none\"\n\n\
              [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
-             [sink.kafka]\ntopic = \"orders-by-user\"\nkey = \"/user\"\n",
+             [sink.kafka]\ntopic = \"orders-by-user\"\nkey = \"/user\"\npartitions = 8\n",
             store_checkpoints(&moto, "repartition")
         ),
     )
@@ -867,4 +867,128 @@ fn ten_sigkills_against_osmem_server() {
     );
     assert_exact(code, &out, &r);
     assert_eq!(r["kills"], 10, "{out}");
+}
+
+/// An abort point that no armed run reached leaves its window unexercised: the
+/// harness names it in the table and the report and exits 1, even though the output
+/// it did produce is exact.
+#[test]
+fn an_abort_point_that_never_fired_fails_the_run_and_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    produce_orders(&kafka.bootstrap, "orders", 2_000);
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), COORDINATES);
+    // Armed after a thousand completed checkpoints: this short job never gets there.
+    let (code, out, r) = chaos(
+        &config,
+        &["--kills", "0", "--failpoints", "after-publish@1000=exit"],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("abort points never fired") && out.contains("after-publish"),
+        "{out}"
+    );
+    assert!(out.contains("exactly-once: FAILED"), "{out}");
+    assert_eq!(r["failpoints_never_fired"][0], "after-publish", "{r}");
+    assert_eq!(
+        r["verdict"]["missing"], 0,
+        "the output itself is exact: {r}"
+    );
+}
+
+/// Orders keyed by user where every 40th carries a string `order` that the index's
+/// mapping (`order: long`) refuses: Elasticsearch dead-letters those.
+fn produce_orders_some_refused(bootstrap: &str, topic: &str, count: u64) -> u64 {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    let mut refused = 0;
+    for i in 0..count {
+        let user = format!("user-{:04}", (i * 7919) % USERS);
+        let order = if i % 40 == 7 {
+            refused += 1;
+            format!("\"bad-{i}\"")
+        } else {
+            i.to_string()
+        };
+        let body = format!(
+            "{{\"order\":{order},\"user\":\"{user}\",\"amount\":{}}}",
+            1 + (i * 31) % 500
+        );
+        while p
+            .send(BaseRecord::to(topic).key(&user).payload(&body))
+            .is_err()
+        {
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(60)).unwrap();
+    refused
+}
+
+/// Members killed independently, co-partitioned over one topic, upserts by user
+/// coalesced in the sink (the default), and a record Elasticsearch refuses now and
+/// then, dead-lettered: every user's document carries the total of their last order
+/// that was not refused, every refused order is in the dead-letter topic, and nothing
+/// else is. A write that coalescing dropped for a refused successor shows as wrong.
+#[test]
+fn members_co_partitioned_with_coalescing_and_dead_letters_are_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 6), ("orders-dlq", 1)]);
+    let refused = produce_orders_some_refused(&kafka.bootstrap, "orders", 40_000);
+    let es = Es::testkit();
+    es.create_index("orders", &[("order", "long")]);
+    let config = job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &es.url(),
+        &format!("{UPSERT_BY_USER}\non_item_error = \"dead-letter:orders-dlq\""),
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "parallelism = 2\n",
+        "parallelism = 1\nco_partitioned = true\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, out, r) = chaos(
+        &config,
+        &[
+            "--members",
+            "2",
+            "--kills",
+            "3",
+            "--seed",
+            "11",
+            // Each member owns 3 partitions (over 6,000 records, 6 batches at least):
+            // 3 runs of at most 900 ms, a batch per 300 ms, cannot finish a member
+            // before its 3rd kill.
+            "--failpoints",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "3",
+            "--kill-after-ms",
+            "300..900",
+        ],
+    );
+    assert_exact(code, &out, &r);
+    assert_eq!(r["kills"], 6, "{out}");
+    assert_eq!(r["job_failures"], 0, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 40_000);
+    assert_eq!(r["verdict"]["dead_lettered"], refused, "{out}");
+    assert_eq!(r["verdict"]["expected_documents"], USERS, "{out}");
+    let coalesced: u64 = std::fs::read_to_string(config.with_extension("chaos.log"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("Elasticsearch sink closed"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("coalesced="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum();
+    assert!(coalesced > 0, "upserts were coalesced: {out}");
 }

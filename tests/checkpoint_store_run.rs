@@ -291,3 +291,85 @@ fn members_keep_their_lines_in_the_store_and_a_rescale_on_a_new_machine_reads_th
     );
     verify_exact(&config);
 }
+
+/// New members started together on one machine with `--rescale-from` each download the
+/// old members' final checkpoints into their own line's directory: before, they shared
+/// `<local_dir>/.rescale/` and one start's download removed another's files midway
+/// (`No such file or directory`, or a checkpoint reported as not verifying).
+#[test]
+fn members_rescaled_together_on_one_machine_never_share_a_download() {
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-together").unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 6)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 12_000, 100).unwrap();
+    let es = Es::testkit();
+    let env = moto.env();
+    let config = job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &es.url(),
+        "lockgate-together",
+        "",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "parallelism = 2\n",
+        "parallelism = 1\nco_partitioned = true\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = || std::fs::read_to_string(tmp.path().join("runs.log")).unwrap_or_default();
+    let members = |n: u16, rescale: Option<u16>| {
+        let mut children: Vec<Child> = (0..n)
+            .map(|i| {
+                let mut args = vec![
+                    "--member".to_string(),
+                    i.to_string(),
+                    "--members".into(),
+                    n.to_string(),
+                ];
+                if let Some(k) = rescale {
+                    args.extend(["--rescale-from".into(), k.to_string()]);
+                }
+                let mut c = Command::new(bin());
+                c.args(["run", "--config"])
+                    .arg(&config)
+                    .args(&args)
+                    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                    .env("LOCKGATE_LOG", "info")
+                    .stdout(Stdio::null())
+                    .stderr(
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(tmp.path().join("runs.log"))
+                            .unwrap(),
+                    );
+                c.spawn().unwrap()
+            })
+            .collect();
+        for c in &mut children {
+            let status = wait_timeout(c, DEADLINE);
+            assert!(status.success(), "{}", tail(&log(), 60));
+        }
+    };
+    // 2 members to their end; then 2 -> 4 and 4 -> 3, each set started at once, all
+    // on this machine's staging directory.
+    members(2, None);
+    members(4, Some(2));
+    members(3, Some(4));
+    let text = log();
+    assert_eq!(text.matches("rescaling").count(), 7, "{}", tail(&text, 60));
+    assert!(
+        !text.contains("does not verify"),
+        "a download was disturbed: {}",
+        tail(&text, 60)
+    );
+    for line in ["member-0-of-4", "member-3-of-4", "member-2-of-3"] {
+        assert!(
+            text.contains(&format!("/staging/{line}/.rescale/member-")),
+            "{line} downloads into its own line: {}",
+            tail(&text, 60)
+        );
+    }
+    verify_exact(&config);
+}

@@ -5,7 +5,7 @@
 mod common;
 
 use common::kafka::{consumer, produce_raw, KafkaProcess};
-use common::{bin, wait_timeout};
+use common::{bin, tail, wait_timeout};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -216,4 +216,60 @@ fn a_record_without_the_key_is_dead_lettered_by_policy_with_its_origin_and_error
         "{:?}",
         l.headers
     );
+}
+
+/// `partitions = N` is one count for every member and start of the stage: records go
+/// to Kafka's partition of their key over N partitions (not over the topic's 4), a
+/// topic with fewer partitions is refused naming the key, and without the key a stage
+/// run as members is refused before it starts (each member would take the topic's
+/// count at its own first start).
+#[test]
+fn partitions_fixes_the_count_for_every_member_and_is_required_to_run_as_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2), ("orders-by-user", 4)]);
+    lockgate::testkit::kafka::produce_orders_keyed(
+        &kafka.bootstrap,
+        "orders",
+        0,
+        1_000,
+        50,
+        lockgate::testkit::kafka::OrderKey::Order,
+    )
+    .unwrap();
+    write_job(tmp.path(), &kafka.bootstrap, "partitions = 3");
+    let (status, log) = run_job(tmp.path());
+    assert!(status.success(), "{log}");
+    let written = read_all(&kafka.bootstrap, "orders-by-user", 4);
+    assert_eq!(written.len(), 1_000, "{log}");
+    for w in &written {
+        let user = w.payload["user"].as_str().unwrap();
+        assert_eq!(
+            w.partition,
+            lockgate::connectors::kafka::sink::key_partition(user.as_bytes(), 3),
+            "{user} over the configured 3 partitions"
+        );
+    }
+    // More partitions than the topic has.
+    let more = tmp.path().join("more");
+    write_job(&more, &kafka.bootstrap, "partitions = 5");
+    let (status, log) = run_job(&more);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("has 4 partitions, fewer than the 5") && log.contains("sink.kafka.partitions"),
+        "{}",
+        tail(&log, 20)
+    );
+    // As members, without the key: refused at load.
+    let members = tmp.path().join("members");
+    write_job(&members, &kafka.bootstrap, "");
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(members.join("job.toml"))
+        .args(["--member", "0", "--members", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("job.toml: sink.kafka.partitions:"), "{err}");
+    assert!(!members.join("checkpoints").exists());
 }

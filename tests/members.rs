@@ -368,27 +368,62 @@ fn the_external_version_guard_still_sees_every_partition_of_a_co_partitioned_job
     // partitions must fail the job, co_partitioned or not. The guard's state is about
     // the document across partitions, so it must not be scoped by partition.
     let tmp = tempfile::tempdir().unwrap();
-    let kafka = KafkaProcess::start(&[("orders-eu", 1), ("orders-us", 1)]);
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
     let es = Es::testkit();
     let text = format!(
         "[job]\nname = \"guard\"\nco_partitioned = true\n\n\
          [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n[restart]\nstrategy = \"none\"\n\n\
-         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders-eu\", \"orders-us\"]\nbounded = \"latest\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
          [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nid = \"field:/order\"\nversioning = \"external\"\n",
         kafka.bootstrap,
         es.url()
     );
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, text).unwrap();
-    common::kafka::produce_raw(&kafka.bootstrap, "orders-eu", 0, &[br#"{"order":"o-1"}"#]);
-    common::kafka::produce_raw(&kafka.bootstrap, "orders-us", 0, &[br#"{"order":"o-1"}"#]);
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &[br#"{"order":"o-1"}"#]);
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 1, &[br#"{"order":"o-1"}"#]);
     let (code, err) = run_once(&config, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("document \"o-1\" is written by orders-"),
+        err.contains("document \"o-1\" is written by orders/"),
         "{}",
         tail(&err, 20)
     );
+}
+
+/// Two topics keyed by the same users, read co-partitioned: keyed state kept per
+/// partition would give each user one total per topic (each a partial sum, exit 0).
+/// Refused at load, before any server is touched, whichever way the topics are named
+/// and whether the job runs as one process or as members.
+#[test]
+fn co_partitioned_refuses_a_source_of_several_topics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(tmp.path(), "127.0.0.1:1", "http://127.0.0.1:1", true);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let cases = [
+        (
+            "topic_pattern = \"orders-.*\"",
+            "source.kafka.topic_pattern `orders-.*` can match several topics",
+        ),
+        (
+            "topics = [\"orders-eu\", \"orders-us\"]",
+            "source.kafka.topics names 2 topics",
+        ),
+    ];
+    for (topics, says) in cases {
+        let path = tmp.path().join("several.toml");
+        std::fs::write(&path, text.replace("topics = [\"orders\"]", topics)).unwrap();
+        for args in [&[][..], &["--member", "0", "--members", "2"][..]] {
+            let (code, err) = run_once(&path, args);
+            assert_eq!(code, Some(2), "{topics} {args:?}: {err}");
+            assert!(
+                err.contains("several.toml: job.co_partitioned:") && err.contains(says),
+                "{err}"
+            );
+            assert!(err.contains("repartition stage"), "{err}");
+        }
+    }
+    assert!(!tmp.path().join("checkpoints").exists());
 }
 
 #[test]

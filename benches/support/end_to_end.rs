@@ -223,10 +223,14 @@ pub fn members_throughput(
             let index = format!("members-{run}");
             let dir = work.path().join(format!("run-{run}"));
             let job = orders_job(&dir, &kafka.address, &es.address, &index, 1000);
-            let text = std::fs::read_to_string(&job).expect("job file").replace(
-                "parallelism = 2\n",
-                "parallelism = 1\nco_partitioned = true\n",
-            );
+            // co_partitioned reads one topic.
+            let text = std::fs::read_to_string(&job)
+                .expect("job file")
+                .replace(
+                    "parallelism = 2\n",
+                    "parallelism = 1\nco_partitioned = true\n",
+                )
+                .replace("topic_pattern = \"orders.*\"", "topics = [\"orders\"]");
             std::fs::write(&job, text).expect("job file");
             let secs = run_members(&job, count);
             verify(&es.address, &index, &expected);

@@ -157,6 +157,9 @@ pub struct Report {
     /// error of a job that failed at start-up several times in a row. Nothing was
     /// verified then.
     pub stopped: Option<String>,
+    /// Abort points of `failpoints` (an action with `exit`) that aborted no run: the
+    /// window they guard was not exercised, so the run does not pass.
+    pub failpoints_never_fired: Vec<String>,
     /// Elasticsearch fault phases that fired, in order (with `es_faults`).
     pub network_faults: Vec<es_faults::Fired>,
     /// The test server's counters at the end (with `es_faults`).
@@ -198,6 +201,7 @@ impl Report {
     /// the parts it had to.
     pub fn passed(&self) -> bool {
         self.stopped.is_none()
+            && self.failpoints_never_fired.is_empty()
             && self.verdict.exact()
             && self.corruption.as_ref().is_none_or(Corruption::fell_back)
             && self.roll_back_exact != Some(false)
@@ -239,6 +243,16 @@ impl Report {
             ("seed", self.seed.to_string()),
             ("SIGKILLs", self.kills.to_string()),
             ("failpoint aborts", self.failpoint_aborts.to_string()),
+            (
+                "abort points never fired",
+                if self.failpoints.is_none() {
+                    "-".into()
+                } else if self.failpoints_never_fired.is_empty() {
+                    "none".into()
+                } else {
+                    self.failpoints_never_fired.join(", ")
+                },
+            ),
             ("job failures (exit 1)", self.job_failures.to_string()),
             ("restarts", self.restarts.to_string()),
             (
@@ -289,6 +303,9 @@ impl Report {
                 ("duplicated", self.verdict.duplicated.to_string()),
                 ("wrong", self.verdict.wrong.to_string()),
             ]);
+            if self.verdict.dead_lettered > 0 {
+                rows.push(("dead-lettered", self.verdict.dead_lettered.to_string()));
+            }
         } else {
             rows.push(("verification", "not run".into()));
         }
@@ -661,6 +678,14 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
         report.parts_rolled_back = Some(checks.clone().map(|c| c.moved.len() as u64).sum());
         report.roll_back_exact = Some(checks.clone().all(|c| c.exact));
     }
+    if let Some(spec) = &opts.failpoints {
+        let fired: Vec<&str> = report
+            .runs
+            .iter()
+            .filter_map(|r| r.failpoint.as_deref())
+            .collect();
+        report.failpoints_never_fired = never_fired(spec, &fired)?;
+    }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
     if report.stopped.is_none() {
@@ -669,6 +694,20 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The abort points of `spec` (items whose action holds `exit`) that no run reports
+/// as fired, in the spec's order. Points that only sleep or pause leave no trace and
+/// are not counted.
+pub fn never_fired(spec: &str, fired: &[&str]) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in crate::fault::parse(spec)? {
+        if a.action.contains("exit") && !fired.contains(&a.name.as_str()) && !out.contains(&a.name)
+        {
+            out.push(a.name);
+        }
+    }
+    Ok(out)
 }
 
 /// What every member's lane of the harness shares.
@@ -889,6 +928,34 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn abort_points_that_never_fired_are_named_and_fail_the_run() {
+        let spec = "before-sink-flush@1=exit; source-batch=sleep(20); after-publish=20%exit";
+        assert_eq!(
+            never_fired(spec, &["before-sink-flush"]).unwrap(),
+            vec!["after-publish".to_string()]
+        );
+        assert!(never_fired(spec, &["after-publish", "before-sink-flush"])
+            .unwrap()
+            .is_empty());
+        // A point that only sleeps is never required to fire.
+        assert!(never_fired("source-batch=sleep(20)", &[])
+            .unwrap()
+            .is_empty());
+        let mut r = Report {
+            failpoints: Some(spec.into()),
+            failpoints_never_fired: vec!["after-publish".into()],
+            ..Default::default()
+        };
+        assert!(
+            !r.passed(),
+            "a window that was not exercised is not verified"
+        );
+        assert!(r.table().contains("after-publish"), "{}", r.table());
+        r.failpoints_never_fired.clear();
+        assert!(r.passed());
+    }
 
     #[test]
     fn the_table_counts_dropped_replays_only_for_a_run_through_a_repartition_stage() {

@@ -26,6 +26,9 @@ pub struct EsTarget {
     pub es: EsConnection,
     pub index: String,
     pub id: IdStrategy,
+    /// The dead-letter topic of `on_item_error`, if any: the inputs it names were
+    /// refused, and are verified to be in no document.
+    pub dead_letters: Option<String>,
 }
 
 /// The verifiable shape of a `kafka -> [rolling_sum] -> elasticsearch | file` job.
@@ -70,10 +73,17 @@ impl Target {
                         e.index
                     ));
                 }
+                let dead_letters = match &e.on_item_error {
+                    crate::connectors::elasticsearch::config::ItemErrorPolicy::DeadLetter(t) => {
+                        Some(t.clone())
+                    }
+                    _ => None,
+                };
                 Output::Elasticsearch(EsTarget {
                     es: e.connection,
                     index: e.index,
                     id: e.id,
+                    dead_letters,
                 })
             }
             (None, Some(dir), None) => Output::Files(dir),
@@ -117,6 +127,15 @@ impl Target {
         if !self.selects(topic) {
             return Err(format!(
                 "this job does not read `{topic}`, the topic the --upstream job writes"
+            ));
+        }
+        if let Output::Elasticsearch(EsTarget {
+            dead_letters: Some(dl),
+            ..
+        }) = &self.output
+        {
+            return Err(format!(
+                "this job dead-letters into `{dl}` records whose origin is `{topic}`, not the records the --upstream job read: verify dead letters without a repartition stage"
             ));
         }
         if let Output::Elasticsearch(EsTarget {

@@ -1,6 +1,13 @@
 //! Verifies an Elasticsearch index against the Kafka topics a job read: every input
 //! record present exactly once with the right content (`id = "coordinates"`), or every
 //! key's document carrying the sum of its inputs (ids by key or field, rolling_sum).
+//!
+//! With `on_item_error = "dead-letter:<topic>"`, the inputs Elasticsearch refused are
+//! those the dead-letter topic names (deduplicated on their origin: the topic is
+//! at-least-once). A refused input must be in no document, every other input must be
+//! written, a document by key or field must carry the total of its last input that was
+//! not refused, and every letter must name an input: a write lost between the two
+//! (say, one dropped because a refused one replaced it) shows as wrong.
 
 use super::es_http::EsHttp;
 use super::target::{EsTarget, Output, Target};
@@ -24,6 +31,8 @@ pub struct Input {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub value: Value,
+    /// The record's headers (the last value of each name), as text.
+    pub headers: BTreeMap<String, String>,
 }
 
 /// What verification found.
@@ -35,6 +44,8 @@ pub struct Verdict {
     pub missing: u64,
     pub duplicated: u64,
     pub wrong: u64,
+    /// Inputs the dead-letter topic names (each once), and so in no document.
+    pub dead_lettered: u64,
     /// The first few problems, described.
     pub examples: Vec<String>,
 }
@@ -54,6 +65,41 @@ impl Verdict {
 
 /// Reads every record of the selected topics, from the beginning to the current end.
 pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
+    read_topics(t, &|name| t.selects(name))
+}
+
+/// The origins (topic, partition, offset) of the dead letters in `topic`, each once.
+pub fn dead_lettered(
+    t: &Target,
+    topic: &str,
+) -> Result<std::collections::BTreeSet<(String, i32, i64)>, String> {
+    let mut out = std::collections::BTreeSet::new();
+    for l in read_topics(t, &|name| name == topic)? {
+        let origin = (
+            l.headers.get("lockgate.topic").cloned(),
+            l.headers
+                .get("lockgate.partition")
+                .and_then(|p| p.parse().ok()),
+            l.headers
+                .get("lockgate.offset")
+                .and_then(|o| o.parse().ok()),
+        );
+        match origin {
+            (Some(t), Some(p), Some(o)) => {
+                out.insert((t, p, o));
+            }
+            _ => {
+                return Err(format!(
+                    "a dead letter in {topic} ({}/{}) carries no origin headers",
+                    l.partition, l.offset
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>, String> {
     let mut config = ClientConfig::new();
     // The job's properties first (security, connection), the verifier's own after.
     crate::connectors::kafka::properties::apply(
@@ -73,7 +119,7 @@ pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
         .map_err(|e| format!("metadata: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     let mut ends: HashMap<(String, i32), i64> = HashMap::new();
-    for topic in md.topics().iter().filter(|x| t.selects(x.name())) {
+    for topic in md.topics().iter().filter(|x| selects(x.name())) {
         for p in topic.partitions() {
             let (low, high) = c
                 .fetch_watermarks(topic.name(), p.id(), Duration::from_secs(10))
@@ -106,12 +152,23 @@ pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
             .payload()
             .and_then(|p| serde_json::from_slice(p).ok())
             .unwrap_or(Value::Null);
+        let mut headers = BTreeMap::new();
+        if let Some(h) = m.headers() {
+            use rdkafka::message::Headers;
+            for h in h.iter() {
+                headers.insert(
+                    h.key.to_string(),
+                    String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                );
+            }
+        }
         out.push(Input {
             topic: k.0.clone(),
             partition: k.1,
             offset: m.offset(),
             key: m.key().map(<[u8]>::to_vec),
             value,
+            headers,
         });
         if m.offset() + 1 >= end {
             done.insert(k, true);
@@ -345,6 +402,26 @@ fn verify_index(t: &Target, e: &EsTarget, inputs: &[Input]) -> Result<Verdict, S
         ..Default::default()
     };
     let (expected_total, final_totals) = expected_totals(t, inputs);
+    let letters = match &e.dead_letters {
+        Some(topic) => dead_lettered(t, topic)?,
+        None => Default::default(),
+    };
+    let coordinates = |r: &Input| (r.topic.clone(), r.partition, r.offset);
+    {
+        let read: std::collections::HashSet<_> = inputs.iter().map(coordinates).collect();
+        for l in letters.iter().filter(|l| !read.contains(*l)) {
+            verdict.wrong += 1;
+            verdict.note(format!(
+                "a dead letter names {}/{}@{}, not an input",
+                l.0, l.1, l.2
+            ));
+        }
+    }
+    let refused: Vec<bool> = inputs
+        .iter()
+        .map(|r| letters.contains(&coordinates(r)))
+        .collect();
+    verdict.dead_lettered = refused.iter().filter(|r| **r).count() as u64;
     match &e.id {
         IdStrategy::Coordinates => {
             let ids: Vec<String> = inputs
@@ -352,8 +429,15 @@ fn verify_index(t: &Target, e: &EsTarget, inputs: &[Input]) -> Result<Verdict, S
                 .map(|r| format!("{}-{}-{}", r.topic, r.partition, r.offset))
                 .collect();
             let docs = mget(e, &ids)?;
-            verdict.expected_documents = ids.len() as u64;
+            verdict.expected_documents = ids.len() as u64 - verdict.dead_lettered;
             for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
+                if refused[i] {
+                    if docs.contains_key(id) {
+                        verdict.wrong += 1;
+                        verdict.note(format!("{id}: dead-lettered, and indexed too"));
+                    }
+                    continue;
+                }
                 let Some(doc) = docs.get(id) else {
                     verdict.missing += 1;
                     verdict.note(format!("missing {id}"));
@@ -416,28 +500,47 @@ fn verify_index(t: &Target, e: &EsTarget, inputs: &[Input]) -> Result<Verdict, S
                     IdStrategy::Coordinates => None,
                 }
             };
-            let mut key_of_id: BTreeMap<String, String> = BTreeMap::new();
-            for r in inputs {
-                if let Some(id) = id_of(r) {
-                    key_of_id.insert(
-                        id,
-                        r.value
-                            .pointer(key_ptr)
-                            .map(|k| k.to_string())
-                            .unwrap_or_default(),
-                    );
+            // Each document's last input in partition order that was not refused: the
+            // write it must show (all refused: no document).
+            let mut order: Vec<usize> = (0..inputs.len()).collect();
+            order.sort_by(|&a, &b| {
+                let (x, y) = (&inputs[a], &inputs[b]);
+                (&x.topic, x.partition, x.offset).cmp(&(&y.topic, y.partition, y.offset))
+            });
+            let mut last_of_id: BTreeMap<String, Option<usize>> = BTreeMap::new();
+            for &i in &order {
+                if let Some(id) = id_of(&inputs[i]) {
+                    let last = last_of_id.entry(id).or_insert(None);
+                    if !refused[i] {
+                        *last = Some(i);
+                    }
                 }
             }
-            let ids: Vec<String> = key_of_id.keys().cloned().collect();
+            let ids: Vec<String> = last_of_id.keys().cloned().collect();
             let docs = mget(e, &ids)?;
-            verdict.expected_documents = ids.len() as u64;
-            for (id, key) in &key_of_id {
+            for (id, last) in &last_of_id {
+                let Some(i) = *last else {
+                    if docs.contains_key(id) {
+                        verdict.wrong += 1;
+                        verdict.note(format!(
+                            "document {id}: every input was dead-lettered, yet it exists"
+                        ));
+                    }
+                    continue;
+                };
+                verdict.expected_documents += 1;
                 let Some(doc) = docs.get(id) else {
                     verdict.missing += 1;
                     verdict.note(format!("missing document {id}"));
                     continue;
                 };
-                let want = final_totals.get(key).copied();
+                // A key read from several partitions has no order between them: its
+                // final sum is what stays deterministic.
+                let want = expected_total[i].or_else(|| {
+                    final_totals
+                        .get(&key_of(&inputs[i].value, key_ptr))
+                        .copied()
+                });
                 let got = as_i64(doc.pointer(out));
                 if got != want {
                     verdict.wrong += 1;

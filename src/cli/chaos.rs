@@ -100,6 +100,12 @@ pub fn chaos(
     for e in r.verdict.examples.iter().chain(&r.roll_back_problems()) {
         println!("  ! {e}");
     }
+    if !r.failpoints_never_fired.is_empty() {
+        println!(
+            "  ! abort points that never fired in an armed run: {} (the windows they guard were not exercised; arm them earlier with @K or in more runs with --failpoint-runs)",
+            r.failpoints_never_fired.join(", ")
+        );
+    }
     if let Some(path) = report {
         let json = serde_json::to_string_pretty(&r).expect("a report serializes");
         if let Err(e) = std::fs::write(&path, json) {

@@ -114,6 +114,8 @@ pub struct KeyedOperator<F> {
     scoped: bool,
     /// The scoped key of the current record (reused: no allocation per record).
     scoped_key: Vec<u8>,
+    /// The one source stream a scoped subtask reads (the first it saw).
+    stream: Option<std::sync::Arc<str>>,
 }
 
 impl<F: KeyedFunction> KeyedOperator<F> {
@@ -129,6 +131,7 @@ impl<F: KeyedFunction> KeyedOperator<F> {
             task: String::new(),
             scoped: false,
             scoped_key: Vec::new(),
+            stream: None,
         }
     }
 }
@@ -171,6 +174,22 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
                     task: self.task.clone(),
                     message: "a co_partitioned job's keyed operator received a record without a source partition (co_partitioned needs a source whose records carry their partition)".into(),
                 })?;
+                // Per-partition state is a key's whole state only within one stream:
+                // the same key from two topics would get two states (the exchange
+                // brings both to this subtask, so this is where it shows).
+                match &self.stream {
+                    Some(s) if std::sync::Arc::ptr_eq(s, &o.stream) || **s == *o.stream => {}
+                    Some(s) => {
+                        return Err(JobError::Unrecoverable {
+                            task: self.task.clone(),
+                            message: format!(
+                                "a co_partitioned job's keyed operator received records of two topics ({s} and {}): keyed state kept per partition would give one key two states; co_partitioned needs a source that reads one topic",
+                                o.stream
+                            ),
+                        })
+                    }
+                    None => self.stream = Some(o.stream.clone()),
+                }
                 self.scoped_key.clear();
                 partition_scope(&mut self.scoped_key, &o.stream, o.partition);
                 self.scoped_key.extend_from_slice(&key);
@@ -232,6 +251,62 @@ mod tests {
             k.extend_from_slice(&key);
             prop_assert_eq!(scope_of(&k), Some((stream.as_str(), partition)));
         }
+    }
+
+    fn scoped_operator(dir: &Path) -> impl Operator {
+        let mut op = KeyedOperator::new(
+            |_: &[u8], r: Record, st: &mut KeyedState<'_>, out: &mut Batch| {
+                let n: u64 = st.get("n")?.unwrap_or(0);
+                st.put("n", &(n + 1))?;
+                out.push(r);
+                Ok(())
+            },
+        );
+        let ctx = OperatorContext {
+            info: crate::connectors::SubtaskInfo {
+                job: "j".into(),
+                name: "keyed-0".into(),
+                index: 0,
+                parallelism: 1,
+                max_parallelism: 8,
+                telemetry: crate::telemetry::Telemetry::new("j", "g", 1, 8),
+                member: crate::member::Member::SOLO,
+            },
+            uid: "sum".into(),
+            work_dir: dir.to_path_buf(),
+            restore: Vec::new(),
+            state_options: lockgate_state::BackendOptions::default(),
+            partition_scoped: true,
+        };
+        op.open(&ctx).unwrap();
+        op
+    }
+
+    fn from(stream: &str, partition: i32) -> Record {
+        let mut r = Record::from_value(b"{}".to_vec());
+        r.route_key = Some(b"user-1".to_vec());
+        r.origin = Some(crate::record::Origin {
+            stream: stream.into(),
+            partition,
+            offset: 0,
+        });
+        r
+    }
+
+    #[test]
+    fn a_partition_scoped_subtask_refuses_records_of_a_second_topic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut op = scoped_operator(tmp.path());
+        let mut out = Vec::new();
+        // Several partitions of one topic are what co-partitioning means.
+        op.process(vec![from("orders", 0), from("orders", 1)], &mut out)
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        let e = op.process(vec![from("returns", 0)], &mut out).unwrap_err();
+        assert!(
+            matches!(&e, JobError::Unrecoverable { message, .. } if message.contains("two topics (orders and returns)")),
+            "{e}"
+        );
     }
 
     #[test]

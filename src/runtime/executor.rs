@@ -137,10 +137,30 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
     result
 }
 
-async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
-    job.check_members()
-        .map_err(|(key, e)| JobError::Other(format!("job {}: {key}: {e}", job.name)))?;
-    telemetry.member(job.member);
+/// What a start decided: the member's checkpoint line, what to restore, and the ids.
+struct Prepared {
+    dir: Arc<SnapshotDir>,
+    store: Option<Arc<CheckpointStore>>,
+    restored: Option<RestoreSet>,
+    next_id: CheckpointId,
+    summary: RunSummary,
+    source: Source,
+}
+
+/// Whether a failure before the first attempt is worth another start: the store or
+/// the local disk failed (transient), rather than a rule refused the start.
+fn start_failure_is_retried(e: &JobError) -> bool {
+    matches!(
+        e,
+        JobError::State(
+            lockgate_state::StateError::Store { .. } | lockgate_state::StateError::Io { .. }
+        )
+    )
+}
+
+/// Opens the member's checkpoint line (taking its lock) and decides what the run
+/// restores: the newest valid checkpoint, `--restore`, or a rescale's share.
+async fn prepare(job: &JobGraph, opts: &RunOptions, telemetry: &Telemetry) -> Result<Prepared> {
     let base = job.checkpoint.dir.clone();
     let base_store = job.checkpoint.store.clone();
     // The member's line, and whether this start is a rescale: a plain decision over
@@ -208,7 +228,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             )
         }
         (None, LinePlan::Rescale { from, newest }) => {
-            let set = rescale_set(job, &base, base_store.as_ref(), from).await?;
+            let set = rescale_set(job, &base, &root, base_store.as_ref(), from).await?;
             info!(job = %job.name, member = %job.member, from = from.len(), newest = %newest, "rescaling: taking this member's share of every old member's final checkpoint");
             (Some(set), None)
         }
@@ -233,7 +253,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         }),
         next_id_on_disk: startup.next_id,
     };
-    let (source, abandon, mut next_id) = match start_decision(&facts) {
+    let (source, abandon, next_id) = match start_decision(&facts) {
         StartDecision::Refuse(why) => {
             return Err(JobError::Restore(format!("{} {why}", root.display())))
         }
@@ -243,7 +263,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
             next_id,
         } => (source, abandon, next_id.max(first_free_id(&line_states))),
     };
-    let mut restored = match source {
+    let restored = match source {
         Source::Empty => None,
         Source::Newest(_) => startup.restored.map(RestoreSet::one),
         Source::Explicit(_) => explicit,
@@ -275,10 +295,58 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         let r = set.newest();
         telemetry.restored_checkpoint(r.metadata.id.0, r.metadata.created_ms);
     }
-    let mut stop = opts.stop.clone();
-    // When each earlier failure of this run happened (ms on `clock`).
+    Ok(Prepared {
+        dir,
+        store,
+        restored,
+        next_id,
+        summary,
+        source,
+    })
+}
+
+async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Result<RunSummary> {
+    job.check_members()
+        .map_err(|(key, e)| JobError::Other(format!("job {}: {key}: {e}", job.name)))?;
+    telemetry.member(job.member);
+    telemetry.periodic_checkpoints(job.checkpoint.interval_ms > 0);
+    // A start that fails on the store or the disk (a download cut short, a store that
+    // does not answer) is retried by the restart strategy, as a failed attempt is;
+    // a refusal (another job's checkpoint, a running old member) is not.
     let clock = Instant::now();
     let mut failures_ms: Vec<u64> = Vec::new();
+    let mut stop = opts.stop.clone();
+    let prepared = loop {
+        match prepare(job, &opts, telemetry).await {
+            Ok(p) => break p,
+            Err(e) if !start_failure_is_retried(&e) => return Err(e),
+            Err(e) => {
+                let now_ms = clock.elapsed().as_millis() as u64;
+                let delay = match next_restart(&job.restart, &failures_ms, now_ms, rand::random()) {
+                    Restart::GiveUp(reason) => {
+                        error!(job = %job.name, error = %e, %reason, "job failed to start; the restart strategy gives up");
+                        return Err(e);
+                    }
+                    Restart::After(d) => d,
+                };
+                failures_ms.push(now_ms);
+                telemetry.restarting(e.cause(), &e.to_string());
+                warn!(job = %job.name, error = %e, delay_ms = delay.as_millis() as u64, "job failed to start; starting again");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop_requested(&mut stop) => return Err(e),
+                }
+            }
+        }
+    };
+    let Prepared {
+        dir,
+        store,
+        mut restored,
+        mut next_id,
+        mut summary,
+        source,
+    } = prepared;
     loop {
         match &restored {
             Some(set) => {
@@ -416,12 +484,15 @@ async fn resolve_explicit(
 /// Reads the final checkpoints of the old members `from` for a rescale: none may be
 /// running (each line's lock is free), each must verify and be final, all must come
 /// from one job graph, and no split may be in two of them. With a store, each old
-/// member's newest checkpoint that verifies is downloaded into `<base>/.rescale/`;
-/// the lock is then checked only for old members whose local directory is on this
-/// machine (a store has no lock).
+/// member's newest checkpoint that verifies is downloaded into `.rescale/` of this
+/// member's own line, `own_root` (whose lock this process holds, so that members
+/// started together on one machine never share a download); the lock is then checked
+/// only for old members whose local directory is on this machine (a store has no
+/// lock).
 async fn rescale_set(
     job: &JobGraph,
     base: &std::path::Path,
+    own_root: &std::path::Path,
     store: Option<&StoreLocation>,
     from: &[Member],
 ) -> Result<RestoreSet> {
@@ -453,14 +524,18 @@ async fn rescale_set(
                     Some(l) => s.join(&l),
                     None => s.clone(),
                 };
-                let into = base
+                let into = own_root
                     .join(".rescale")
                     .join(m.line().unwrap_or_else(|| "solo".into()));
                 let (restored, skipped) = newest_in_store(&line, &into).await?;
                 let r = restored.ok_or_else(|| {
                     JobError::Restore(format!(
-                        "--rescale-from {}: {line} holds no checkpoint that verifies",
-                        from.len()
+                        "--rescale-from {}: {line} holds no checkpoint that verifies{}",
+                        from.len(),
+                        skipped
+                            .iter()
+                            .map(|(p, why)| format!("; {}: {why}", p.display()))
+                            .collect::<String>()
                     ))
                 })?;
                 (r, skipped, line.to_string())

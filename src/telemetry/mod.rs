@@ -77,6 +77,7 @@ impl Telemetry {
             checkpoints_completed: 0,
             checkpoints_since_restart: 0,
             last_checkpoint: None,
+            periodic_checkpoints: true,
         };
         Telemetry {
             inner: Arc::new(Inner {
@@ -127,6 +128,12 @@ impl Telemetry {
         let mut s = self.status();
         s.job.member = member.index;
         s.job.members = member.count;
+    }
+
+    /// Whether the job checkpoints periodically (`checkpoint.interval_ms > 0`): without
+    /// it, readiness does not wait for a checkpoint ([`status::readiness`]).
+    pub fn periodic_checkpoints(&self, on: bool) {
+        self.status().job.periodic_checkpoints = on;
     }
 
     /// The job restored checkpoint `path` (or started empty: `None`).

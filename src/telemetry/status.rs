@@ -55,6 +55,9 @@ pub struct JobView {
     pub checkpoints_since_restart: u64,
     /// The last completed checkpoint's id.
     pub last_checkpoint: Option<u64>,
+    /// Periodic checkpoints are on (`checkpoint.interval_ms > 0`). Without them a job
+    /// checkpoints only when it stops, so readiness cannot wait for one.
+    pub periodic_checkpoints: bool,
 }
 
 /// The status of one checkpoint in the history.
@@ -141,10 +144,13 @@ impl Status {
 /// Whether the job should receive traffic (Kubernetes `readyz`): it is running and
 /// its running attempt has completed a checkpoint, so a restarted pod, or a job
 /// restarted in process after a failure, is not ready until it has proved it can
-/// checkpoint. `Err` says why not.
+/// checkpoint. A job without periodic checkpoints (`interval_ms = 0`) takes its only
+/// checkpoint when it stops: it is ready once it runs (restored, every task open).
+/// `Err` says why not.
 pub fn readiness(job: &JobView) -> Result<(), String> {
     match job.state {
         JobState::Running | JobState::Stopping if job.checkpoints_since_restart > 0 => Ok(()),
+        JobState::Running | JobState::Stopping if !job.periodic_checkpoints => Ok(()),
         JobState::Running | JobState::Stopping if job.restarts > 0 => Err(format!(
             "no checkpoint completed since restart {} (after: {})",
             job.restarts,
@@ -191,6 +197,20 @@ mod tests {
             checkpoints_completed: completed,
             checkpoints_since_restart: completed,
             last_checkpoint: None,
+            periodic_checkpoints: true,
+        }
+    }
+
+    #[test]
+    fn without_periodic_checkpoints_a_running_job_is_ready() {
+        let mut j = job(JobState::Running, 0);
+        j.periodic_checkpoints = false;
+        assert_eq!(readiness(&j), Ok(()));
+        j.restarts = 2;
+        assert_eq!(readiness(&j), Ok(()), "a restarted attempt that runs again");
+        for s in [JobState::Starting, JobState::Restarting, JobState::Failed] {
+            j.state = s;
+            assert!(readiness(&j).is_err(), "{s:?} is not ready");
         }
     }
 

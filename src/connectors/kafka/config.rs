@@ -223,6 +223,18 @@ pub struct KafkaSection {
 }
 
 impl KafkaSection {
+    /// Why this section does not read exactly one named topic (`Some((key, what))`), or
+    /// `None` when it does: a `co_partitioned` job needs that, since its keyed state is
+    /// kept per partition, and partition 0 of two topics holds different keys.
+    pub fn not_one_topic(&self) -> Option<(&'static str, String)> {
+        match (&self.topics, &self.topic_pattern) {
+            (Some(t), None) if t.len() == 1 => None,
+            (Some(t), _) => Some(("topics", format!("names {} topics", t.len()))),
+            (None, Some(p)) => Some(("topic_pattern", format!("`{p}` can match several topics"))),
+            (None, None) => Some(("topics", "names no topic".into())),
+        }
+    }
+
     /// The source's configuration (`group_id` defaults to `lockgate-<job name>`). An
     /// error is `(key, message)`, the key relative to the section.
     pub fn config(&self, job_name: &str) -> Result<KafkaSourceConfig, (String, String)> {

@@ -88,9 +88,12 @@ pub struct KafkaSink {
     cfg: Arc<KafkaSinkConfig>,
     name: String,
     producer: Option<Arc<ThreadedProducer<Reports>>>,
-    /// The partition count the records are spread over: the topic's at the stage's
-    /// first start, kept in each checkpoint.
+    /// The partition count the records are spread over: `partitions` of the job file,
+    /// or the topic's at the stage's first start, kept in each checkpoint.
     partitions: u32,
+    /// The count the first subtask to open in this process chose, shared by every
+    /// subtask and attempt: a restart before the first checkpoint keeps it.
+    first: Arc<std::sync::OnceLock<u32>>,
     deliveries: Arc<Deliveries>,
     dead_letter: Option<DeadLetterWriter>,
     written: u64,
@@ -99,11 +102,19 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// A sink subtask writing what `cfg` says.
     pub fn new(cfg: Arc<KafkaSinkConfig>) -> KafkaSink {
+        KafkaSink::sharing(cfg, Arc::default())
+    }
+
+    /// A sink subtask that shares with the other subtasks and attempts of its job the
+    /// partition count chosen first (without `partitions`): build every subtask of
+    /// one job with one `first`.
+    pub fn sharing(cfg: Arc<KafkaSinkConfig>, first: Arc<std::sync::OnceLock<u32>>) -> KafkaSink {
         KafkaSink {
             cfg,
             name: String::new(),
             producer: None,
             partitions: 0,
+            first,
             deliveries: Arc::default(),
             dead_letter: None,
             written: 0,
@@ -261,15 +272,21 @@ impl Sink for KafkaSink {
                 message: format!("restored state: {e}"),
             })?;
         let recorded: Vec<u32> = before.into_iter().flatten().collect();
-        self.partitions = partitions_to_use(&self.cfg.topic, &recorded, now).map_err(|why| {
-            JobError::Unrecoverable {
-                task: self.name.clone(),
-                message: format!(
-                    "{why} (restored checkpoint {})",
-                    restored.checkpoint.map_or("-".into(), |c| c.to_string())
-                ),
-            }
+        let decided = PartitionFacts {
+            topic: &self.cfg.topic,
+            configured: self.cfg.partitions,
+            recorded: &recorded,
+            earlier: self.first.get().copied(),
+            now,
+        };
+        self.partitions = partitions_to_use(&decided).map_err(|why| JobError::Unrecoverable {
+            task: self.name.clone(),
+            message: format!(
+                "{why} (restored checkpoint {})",
+                restored.checkpoint.map_or("-".into(), |c| c.to_string())
+            ),
         })?;
+        let _ = self.first.set(self.partitions);
         if self.partitions < now {
             warn!(subtask = %self.name, topic = %self.cfg.topic, partitions = now, used = self.partitions, "the topic has more partitions than at this stage's first start: the stage keeps writing to the first ones, so that no key moves (a new stage with a new topic uses them all)");
         }
@@ -354,31 +371,57 @@ fn decode_state(s: &[u8]) -> std::result::Result<Option<u32>, String> {
     }
 }
 
-/// The partition count to spread records over, for `topic` with `now` partitions,
-/// after a checkpoint whose sink subtasks recorded the counts `recorded` (none: the
-/// stage's first start, which takes `now`). The recorded count stays, whatever the
-/// topic has now, so that no key moves; it is refused when the subtasks disagree (old
-/// members that started at different counts spread a key over two partitions) or when
-/// the topic now has fewer partitions (it was recreated).
-pub fn partitions_to_use(
-    topic: &str,
-    recorded: &[u32],
-    now: u32,
-) -> std::result::Result<u32, String> {
-    let Some(&first) = recorded.first() else {
-        return Ok(now);
-    };
-    if let Some(other) = recorded.iter().find(|c| **c != first) {
+/// What decides the partition count of a repartition stage's sink subtask.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionFacts<'a> {
+    pub topic: &'a str,
+    /// `partitions` of the job file.
+    pub configured: Option<u32>,
+    /// The counts the restored checkpoint's sink subtasks recorded (none: no state).
+    pub recorded: &'a [u32],
+    /// The count an earlier subtask or attempt of this process chose.
+    pub earlier: Option<u32>,
+    /// The topic's partition count now.
+    pub now: u32,
+}
+
+/// The partition count to spread records over: `partitions` of the job file, else the
+/// one the restored checkpoint recorded, else the one this process chose first, else
+/// the topic's now (the stage's first start). The count stays whatever the topic has
+/// now, so that no key moves; it is refused when the recorded counts disagree with
+/// each other or with `partitions` (keys would be in two partitions), or when the
+/// topic has fewer partitions (it was recreated, or not grown yet).
+pub fn partitions_to_use(f: &PartitionFacts<'_>) -> std::result::Result<u32, String> {
+    let topic = f.topic;
+    if let Some(&first) = f.recorded.first() {
+        if let Some(other) = f.recorded.iter().find(|c| **c != first) {
+            return Err(format!(
+                "the restored checkpoint spread the records of `{topic}` over {first} partitions in one subtask and over {other} in another: keys were not kept in one partition; start the repartition stage and the job reading its topic over with a new topic"
+            ));
+        }
+        if let Some(c) = f.configured.filter(|c| *c != first) {
+            return Err(format!(
+                "sink.kafka.partitions is {c}, but the restored checkpoint spread the records of `{topic}` over {first} partitions: changing it would move keys to other partitions; set it back to {first}, or start a new stage with a new topic"
+            ));
+        }
+    }
+    let count = f
+        .configured
+        .or(f.recorded.first().copied())
+        .or(f.earlier)
+        .unwrap_or(f.now);
+    if count > f.now {
         return Err(format!(
-            "the restored checkpoint spread the records of `{topic}` over {first} partitions in one subtask and over {other} in another: keys were not kept in one partition; start the repartition stage and the job reading its topic over with a new topic"
+            "the topic `{topic}` has {} partitions, fewer than the {count} this repartition stage writes to ({})",
+            f.now,
+            if f.configured.is_some() {
+                "sink.kafka.partitions: add partitions to the topic, or lower it before the stage's first start"
+            } else {
+                "was it recreated?"
+            }
         ));
     }
-    if first > now {
-        return Err(format!(
-            "the topic `{topic}` has {now} partitions, fewer than the {first} this repartition stage writes to (was it recreated?)"
-        ));
-    }
-    Ok(first)
+    Ok(count)
 }
 
 /// The partition of a record with `key` over `partitions` partitions: Java's
@@ -444,19 +487,39 @@ mod tests {
 
     #[test]
     fn the_partition_count_of_the_first_start_stays() {
-        assert_eq!(partitions_to_use("t", &[], 8), Ok(8), "a first start");
-        assert_eq!(partitions_to_use("t", &[8, 8], 8), Ok(8));
-        assert_eq!(
-            partitions_to_use("t", &[8, 8], 12),
-            Ok(8),
-            "partitions added"
+        let facts = |configured, recorded: &'static [u32], earlier, now| PartitionFacts {
+            topic: "t",
+            configured,
+            recorded,
+            earlier,
+            now,
+        };
+        let use_ = |c, r, e, n| partitions_to_use(&facts(c, r, e, n));
+        assert_eq!(use_(None, &[], None, 8), Ok(8), "a first start");
+        assert_eq!(use_(None, &[8, 8], None, 8), Ok(8));
+        assert_eq!(use_(None, &[8, 8], None, 12), Ok(8), "partitions added");
+        // A restart in process before the first checkpoint keeps the first count.
+        assert_eq!(use_(None, &[], Some(8), 12), Ok(8));
+        // The job file's count wins over the topic's, first start or not.
+        assert_eq!(use_(Some(6), &[], None, 12), Ok(6));
+        assert_eq!(use_(Some(6), &[], Some(12), 12), Ok(6));
+        assert_eq!(use_(Some(6), &[6, 6], None, 12), Ok(6));
+        let e = use_(Some(8), &[6], None, 12).unwrap_err();
+        assert!(
+            e.contains("sink.kafka.partitions is 8") && e.contains("over 6"),
+            "{e}"
         );
-        let e = partitions_to_use("t", &[12, 8, 12], 12).unwrap_err();
+        let e = use_(Some(8), &[], None, 6).unwrap_err();
+        assert!(
+            e.contains("has 6 partitions, fewer than the 8") && e.contains("sink.kafka.partitions"),
+            "{e}"
+        );
+        let e = use_(None, &[12, 8, 12], None, 12).unwrap_err();
         assert!(
             e.contains("over 12 partitions") && e.contains("over 8"),
             "{e}"
         );
-        let e = partitions_to_use("t", &[8], 4).unwrap_err();
+        let e = use_(None, &[8], None, 4).unwrap_err();
         assert!(e.contains("has 4 partitions, fewer than the 8"), "{e}");
         assert_eq!(decode_state(&encode_state(12)), Ok(Some(12)));
         assert_eq!(decode_state(&[]), Ok(None), "a state that records no count");

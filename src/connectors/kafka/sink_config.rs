@@ -31,6 +31,11 @@ pub struct KafkaSinkConfig {
     /// The source's properties (those that apply to a producer), then the section's
     /// own, which win.
     pub properties: Properties,
+    /// How many of the topic's partitions the stage spreads keys over
+    /// (`partitions`): one count for every member and every start of the stage, so
+    /// that a key never moves. `None`: the topic's count at the stage's first start,
+    /// which only a job run as one process can keep (refused with members).
+    pub partitions: Option<u32>,
 }
 
 impl KafkaSinkConfig {
@@ -110,6 +115,7 @@ pub struct KafkaSinkSection {
     bootstrap_servers: Option<String>,
     on_invalid: Option<String>,
     flush_timeout_ms: Option<u64>,
+    partitions: Option<u32>,
     #[serde(default)]
     properties: Properties,
 }
@@ -163,6 +169,9 @@ impl KafkaSinkSection {
                 ))
             }
         };
+        if self.partitions == Some(0) {
+            return Err(at("partitions")("must be positive".into()));
+        }
         if let Some(e) = KafkaSinkConfig::refused(&self.properties) {
             return Err(e);
         }
@@ -179,6 +188,7 @@ impl KafkaSinkSection {
             on_invalid,
             flush_timeout: Duration::from_millis(flush_timeout_ms),
             properties,
+            partitions: self.partitions,
         })
     }
 }

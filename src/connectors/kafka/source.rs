@@ -79,6 +79,11 @@ pub struct KafkaSource {
     restored: Option<BTreeMap<Tp, NextOffset>>,
     /// Consecutive listings without a known partition.
     missing: BTreeMap<Tp, u32>,
+    /// Owned partitions that no longer exist (dropped while running, or in the restored
+    /// checkpoint but not listed at the start), with where their records stop and their
+    /// upstream marks. Kept in every checkpoint, so that a partition that comes back
+    /// resumes there ([`rediscovered_starts`]) instead of reading again what was read.
+    parked: BTreeMap<Tp, (NextOffset, Vec<lockgate_state::UpstreamMark>)>,
     /// With `origin_headers`: the upstream marks of every owned partition.
     marks: BTreeMap<Tp, Marks>,
     /// With `origin_headers`: the marks of every partition of the restored checkpoint.
@@ -158,6 +163,7 @@ impl KafkaSource {
             last_committed: None,
             restored: None,
             missing: BTreeMap::new(),
+            parked: BTreeMap::new(),
             marks: BTreeMap::new(),
             restored_marks: BTreeMap::new(),
             replayed: 0,
@@ -284,10 +290,12 @@ impl KafkaSource {
             if *streak < 3 {
                 continue;
             }
-            warn!(topic = %tp.0, partition = tp.1, "partition no longer exists; dropped");
+            warn!(topic = %tp.0, partition = tp.1, "partition no longer exists; dropped (its position is kept: if it comes back, it resumes there)");
             self.missing.remove(&tp);
-            self.positions.remove(&tp);
-            self.ends.remove(&tp);
+            if let Some(next) = self.positions.remove(&tp) {
+                let applied = self.marks.get(&tp).map(Marks::applied).unwrap_or_default();
+                self.parked.insert(tp.clone(), (next, applied));
+            }
             self.marks.remove(&tp);
             if let Some(m) = self.metrics.as_mut() {
                 m.dropped(&tp);
@@ -297,21 +305,33 @@ impl KafkaSource {
             let _ = self.consumer().incremental_unassign(&tpl);
         }
         let listing = listing.partitions;
-        let new: BTreeMap<Tp, Start> = listing
+        let found: Vec<Tp> = listing
             .into_iter()
             .filter(|tp| self.owns(tp) && !self.positions.contains_key(tp))
-            .collect::<Vec<_>>()
-            .pipe_starts(self.restored.as_ref());
+            .collect();
+        let parked: BTreeMap<Tp, NextOffset> = self
+            .parked
+            .iter()
+            .map(|(tp, (n, _))| (tp.clone(), *n))
+            .collect();
+        let new = rediscovered_starts(found, &parked, self.restored.as_ref());
         if new.is_empty() {
             return Ok(());
         }
         let resolved = self.blocking(|s| s.resolve_with_ends(&new)).await?;
         for (tp, next) in &resolved {
-            info!(topic = %tp.0, partition = tp.1, start = next.0, "partition discovered");
+            info!(topic = %tp.0, partition = tp.1, start = next.0, back = parked.contains_key(tp), "partition discovered");
         }
         self.assign(&resolved)?;
         self.track(&resolved);
         self.mark(&resolved);
+        for tp in resolved.keys() {
+            if let Some((_, applied)) = self.parked.remove(tp) {
+                if self.cfg.origin_headers {
+                    self.marks.insert(tp.clone(), Marks::from_applied(&applied));
+                }
+            }
+        }
         if let Some(m) = &self.metrics {
             m.discovered.inc_by(resolved.len() as u64);
         }
@@ -564,7 +584,8 @@ impl Source for KafkaSource {
                     self.ends.insert(tp.clone(), end);
                 }
                 if !listing.contains(&tp) {
-                    warn!(topic = %tp.0, partition = tp.1, "partition in the checkpoint no longer exists; dropped");
+                    warn!(topic = %tp.0, partition = tp.1, "partition in the checkpoint no longer exists; dropped (its position is kept: if it comes back, it resumes there)");
+                    self.parked.insert(tp, (p.next, p.applied.clone()));
                 }
             }
         }
@@ -771,17 +792,24 @@ impl Source for KafkaSource {
                 .map(|(tp, o)| (tp.clone(), *o))
                 .collect(),
         );
-        Ok(self
-            .positions
+        let read = self.positions.iter().map(|(tp, next)| SourcePosition {
+            stream: tp.0.clone(),
+            partition: tp.1,
+            next: *next,
+            end: self.ends.get(tp).copied(),
+            applied: self.marks.get(tp).map(Marks::applied).unwrap_or_default(),
+        });
+        let parked = self
+            .parked
             .iter()
-            .map(|(tp, next)| SourcePosition {
+            .map(|(tp, (next, applied))| SourcePosition {
                 stream: tp.0.clone(),
                 partition: tp.1,
                 next: *next,
                 end: self.ends.get(tp).copied(),
-                applied: self.marks.get(tp).map(Marks::applied).unwrap_or_default(),
-            })
-            .collect())
+                applied: applied.clone(),
+            });
+        Ok(read.chain(parked).collect())
     }
 
     async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
@@ -827,6 +855,25 @@ fn read_committed(config: &ClientConfig) -> bool {
 }
 
 /// Start decisions for partitions found while running.
+/// Where partitions found while running start: one that this attempt dropped (or that
+/// the restored checkpoint held but the start did not list) resumes where its records
+/// stop, since everything before was read and passed on; any other follows
+/// [`PipeStarts::pipe_starts`]. Starting a returning partition over at the restored
+/// checkpoint's offset, or at EARLIEST, would read again what the sink already holds.
+pub(crate) fn rediscovered_starts(
+    found: Vec<Tp>,
+    parked: &BTreeMap<Tp, NextOffset>,
+    restored: Option<&BTreeMap<Tp, NextOffset>>,
+) -> BTreeMap<Tp, Start> {
+    let (back, new): (Vec<Tp>, Vec<Tp>) = found.into_iter().partition(|tp| parked.contains_key(tp));
+    let mut starts = new.pipe_starts(restored);
+    starts.extend(back.into_iter().map(|tp| {
+        let next = parked[&tp];
+        (tp, Start::Offset(next))
+    }));
+    starts
+}
+
 trait PipeStarts {
     fn pipe_starts(self, restored: Option<&BTreeMap<Tp, NextOffset>>) -> BTreeMap<Tp, Start>;
 }
@@ -848,6 +895,24 @@ impl PipeStarts for Vec<Tp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_that_comes_back_resumes_where_its_records_stop() {
+        let tp = |p: i32| ("orders".to_string(), p);
+        // Partition 0 was dropped at offset 900 of a run that restored 100 for it;
+        // partition 1 is new since the checkpoint; partition 2 is in the checkpoint only.
+        let parked: BTreeMap<Tp, NextOffset> = [(tp(0), NextOffset(900))].into();
+        let restored: BTreeMap<Tp, NextOffset> =
+            [(tp(0), NextOffset(100)), (tp(2), NextOffset(50))].into();
+        let starts = rediscovered_starts(vec![tp(0), tp(1), tp(2)], &parked, Some(&restored));
+        assert_eq!(starts[&tp(0)], Start::Offset(NextOffset(900)));
+        assert_eq!(starts[&tp(1)], Start::Earliest);
+        assert_eq!(starts[&tp(2)], Start::Offset(NextOffset(50)));
+        // Without a restored checkpoint, a returning partition still resumes.
+        let starts = rediscovered_starts(vec![tp(0), tp(1)], &parked, None);
+        assert_eq!(starts[&tp(0)], Start::Offset(NextOffset(900)));
+        assert_eq!(starts[&tp(1)], Start::Earliest);
+    }
 
     #[test]
     fn topics_with_unknown_partitions() {
