@@ -391,6 +391,30 @@ fn the_external_version_guard_still_sees_every_partition_of_a_co_partitioned_job
     );
 }
 
+/// The version guard sees only its own member's partitions: one document in two
+/// topics owned by two members made both exit 0, the later record's 409 counted as
+/// already written. Such a job is refused before it starts.
+#[test]
+fn external_versions_over_two_topics_as_members_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = "[job]\nname = \"guard\"\nco_partitioned = true\n\n\
+         [checkpoint]\ndir = \"checkpoints\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"127.0.0.1:1\"\ntopics = [\"orders-eu\", \"orders-us\"]\n\n\
+         [sink.elasticsearch]\nurl = \"http://127.0.0.1:1\"\nindex = \"orders\"\nid = \"key\"\nversioning = \"external\"\n";
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    for m in 0..2 {
+        let (code, err) = run_once(&config, &["--member", &m.to_string(), "--members", "2"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("job.co_partitioned:")
+                && err.contains("source.kafka.topics names 2 topics"),
+            "{err}"
+        );
+    }
+    assert!(!tmp.path().join("checkpoints").exists());
+}
+
 /// Two topics keyed by the same users, read co-partitioned: keyed state kept per
 /// partition would give each user one total per topic (each a partial sum, exit 0).
 /// Refused at load, before any server is touched, whichever way the topics are named

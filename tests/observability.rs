@@ -291,6 +291,42 @@ fn readyz_is_not_ready_until_the_first_checkpoint_completes() {
     assert!(wait_timeout(&mut child, DEADLINE).success(), "{}", log(dir));
 }
 
+/// Without periodic checkpoints (`interval_ms = 0`) the only checkpoint is the final
+/// one: a running job is ready once it runs (before, it never was, and a rolling update
+/// waiting on it stalled).
+#[test]
+fn readyz_without_periodic_checkpoints_is_ready_once_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
+    let es = EsProcess::start(&dir.join("es"), false, &[], None);
+    write_orders_job(dir, &kafka.bootstrap, &es.url, 0);
+    produce(&kafka.bootstrap, 0, 100);
+    let mut child = spawn(dir, &[]);
+    let base = url_from_log(&dir.join("run.log"));
+    wait::while_running(
+        &mut child,
+        &dir.join("run.log"),
+        "/readyz to answer 200",
+        DEADLINE,
+        || get(&base, "/readyz").is_some_and(|r| r.0 == 200),
+    );
+    assert_eq!(
+        wait::count(&dir.join("run.log"), "checkpoint completed"),
+        0,
+        "ready without a checkpoint: {}",
+        log(dir)
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(wait_timeout(&mut child, DEADLINE).success(), "{}", log(dir));
+    assert_eq!(
+        wait::count(&dir.join("run.log"), "checkpoint completed"),
+        1,
+        "SIGTERM's final checkpoint: {}",
+        log(dir)
+    );
+}
+
 /// A sequence -> file job whose log goes to `stderr` in the given format.
 fn run_sequence_job(dir: &Path, format: &str) -> (Option<i32>, String) {
     std::fs::write(
