@@ -629,10 +629,6 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
     };
 
-    if j.co_partitioned {
-        co_partitioned_source(&file.source, &err)?;
-    }
-
     for (i, t) in file.transform.iter().enumerate() {
         match t {
             TransformSection::RollingSum(r) => {
@@ -730,7 +726,12 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         }
         _ => unreachable!("exactly one sink table, checked above"),
     };
-    b.build().map_err(|e| err("job", e.to_string()))
+    let graph = b.build().map_err(|e| err("job", e.to_string()))?;
+    // Without keyed state, co_partitioned keeps nothing per partition.
+    if graph.co_partitioned && graph.has_keyed_state() {
+        co_partitioned_source(&file.source, &err)?;
+    }
+    Ok(graph)
 }
 
 /// A section's key in full: `operation and versioning` names both keys, each in full

@@ -12,6 +12,7 @@ use common::wait::{self, DEADLINE};
 use common::{bin, tail, wait_timeout};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 const PARTITIONS: i32 = 4;
 
@@ -300,6 +301,21 @@ fn readyz_without_periodic_checkpoints_is_ready_once_running() {
     let dir = tmp.path();
     let kafka = KafkaProcess::start(&[("orders", PARTITIONS)]);
     let es = EsProcess::start(&dir.join("es"), false, &[], None);
+    // Running, but its source cannot reach Kafka (it tries for 10 s): not ready.
+    let unreachable = dir.join("unreachable");
+    std::fs::create_dir_all(&unreachable).unwrap();
+    write_orders_job(&unreachable, "127.0.0.1:1", &es.url, 0);
+    let child = spawn(&unreachable, &[]);
+    let base = url_from_log(&unreachable.join("run.log"));
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let (status, body) = get(&base, "/readyz").expect("the listener answers");
+        assert_eq!(status, 503, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, body) = get(&base, "/readyz").unwrap();
+    assert!(body.contains("opening tasks"), "{body}");
+    drop(child);
     write_orders_job(dir, &kafka.bootstrap, &es.url, 0);
     produce(&kafka.bootstrap, 0, 100);
     let mut child = spawn(dir, &[]);

@@ -147,15 +147,30 @@ struct Prepared {
     source: Source,
 }
 
-/// Whether a failure before the first attempt is worth another start: the store or
-/// the local disk failed (transient), rather than a rule refused the start.
+/// Whether a failure before the first attempt is worth another start: the store did
+/// not answer or a transfer was cut short, or a local file went missing midway. Not a
+/// refusal (another job's checkpoint, a held lock), a store that is misconfigured or
+/// refuses the credentials, nor a local permission error: a restart cannot cure those.
 fn start_failure_is_retried(e: &JobError) -> bool {
-    matches!(
-        e,
-        JobError::State(
-            lockgate_state::StateError::Store { .. } | lockgate_state::StateError::Io { .. }
-        )
-    )
+    use lockgate_state::StateError;
+    use std::io::ErrorKind;
+    match e {
+        JobError::State(StateError::Store { op, message, .. }) => {
+            // object_store's words for permission and authentication failures.
+            *op != "configure" && !message.contains("lacked")
+        }
+        JobError::State(StateError::Io { source, .. }) => matches!(
+            source.kind(),
+            ErrorKind::NotFound
+                | ErrorKind::Interrupted
+                | ErrorKind::TimedOut
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    }
 }
 
 /// Opens the member's checkpoint line (taking its lock) and decides what the run
@@ -330,7 +345,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                     Restart::After(d) => d,
                 };
                 failures_ms.push(now_ms);
-                telemetry.restarting(e.cause(), &e.to_string());
+                // Not a restart of an attempt: the job stays Starting (and not ready).
                 warn!(job = %job.name, error = %e, delay_ms = delay.as_millis() as u64, "job failed to start; starting again");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -692,6 +707,7 @@ async fn run_attempt(
     summary: &mut RunSummary,
     telemetry: &Telemetry,
 ) -> Result<()> {
+    telemetry.attempt_starts();
     let work = dir.root().join(".work");
     tokio::task::block_in_place(|| -> Result<()> {
         if work.exists() {
@@ -841,6 +857,7 @@ async fn run_attempt(
 
     // Controls are ordered downstream first: a Complete reaches sinks before sources.
     let all: Vec<TaskId> = controls.iter().map(|c| c.0).collect();
+    telemetry.attempt_tasks(all.len());
     let sources: Vec<TaskId> = all.iter().copied().filter(|t| t.vertex == 0).collect();
     let cfg = CoordinatorConfig {
         interval_ms: job.checkpoint.interval_ms,
@@ -1128,5 +1145,56 @@ fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
                 .collect(),
             parallelism: set.parts.iter().map(|r| r.metadata.parallelism).sum(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockgate_state::StateError;
+
+    #[test]
+    fn only_transient_start_failures_are_retried() {
+        let io = |kind| {
+            JobError::State(StateError::Io {
+                op: "create",
+                path: "d".into(),
+                source: std::io::Error::from(kind),
+            })
+        };
+        let store = |op, message: &str| {
+            JobError::State(StateError::Store {
+                op,
+                key: "s3://b/p".into(),
+                message: message.into(),
+            })
+        };
+        // A download removed midway, a store that did not answer: retried.
+        assert!(start_failure_is_retried(&io(std::io::ErrorKind::NotFound)));
+        assert!(start_failure_is_retried(&store(
+            "read",
+            "error sending request"
+        )));
+        // A permission problem, a misconfigured or unauthorized store, a refusal: not.
+        assert!(!start_failure_is_retried(&io(
+            std::io::ErrorKind::PermissionDenied
+        )));
+        assert!(!start_failure_is_retried(&io(
+            std::io::ErrorKind::InvalidData
+        )));
+        assert!(!start_failure_is_retried(&store("configure", "bad url")));
+        assert!(!start_failure_is_retried(&store(
+            "list",
+            "The operation lacked valid authentication credentials for path p"
+        )));
+        assert!(!start_failure_is_retried(&JobError::State(
+            StateError::Locked {
+                path: "d".into(),
+                holder: "pid 7".into()
+            }
+        )));
+        assert!(!start_failure_is_retried(&JobError::Restore(
+            "another job".into()
+        )));
     }
 }

@@ -84,6 +84,7 @@ pub async fn run_source_task(
     async move {
         source.open(&chain.info, restored.as_deref()).await?;
         chain.open(&sink_restore).await?;
+        chain.info.telemetry.task_opened();
         let mut finished = false;
         let mut stopped = false;
         let mut emitted_any = false;
@@ -198,6 +199,7 @@ pub async fn run_input_task(
     let span = tracing::info_span!("task", job = %chain.info.job, task = %chain.info.name);
     async move {
         chain.open(&sink_restore).await?;
+        chain.info.telemetry.task_opened();
         let mut aligner = Aligner::new(inputs.len());
         let mut ended = vec![false; inputs.len()];
         let mut rr = 0usize;

@@ -78,6 +78,8 @@ impl Telemetry {
             checkpoints_since_restart: 0,
             last_checkpoint: None,
             periodic_checkpoints: true,
+            tasks: None,
+            tasks_open: 0,
         };
         Telemetry {
             inner: Arc::new(Inner {
@@ -134,6 +136,25 @@ impl Telemetry {
     /// it, readiness does not wait for a checkpoint ([`status::readiness`]).
     pub fn periodic_checkpoints(&self, on: bool) {
         self.status().job.periodic_checkpoints = on;
+    }
+
+    /// An attempt starts: its tasks are not open yet, and their number is unknown until
+    /// [`Telemetry::attempt_tasks`].
+    pub fn attempt_starts(&self) {
+        let mut s = self.status();
+        s.job.tasks = None;
+        s.job.tasks_open = 0;
+    }
+
+    /// The running attempt spawned `n` tasks.
+    pub fn attempt_tasks(&self, n: usize) {
+        self.status().job.tasks = Some(n);
+    }
+
+    /// A task of the running attempt opened (its connectors connected, its state
+    /// restored).
+    pub fn task_opened(&self) {
+        self.status().job.tasks_open += 1;
     }
 
     /// The job restored checkpoint `path` (or started empty: `None`).

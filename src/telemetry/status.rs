@@ -58,6 +58,11 @@ pub struct JobView {
     /// Periodic checkpoints are on (`checkpoint.interval_ms > 0`). Without them a job
     /// checkpoints only when it stops, so readiness cannot wait for one.
     pub periodic_checkpoints: bool,
+    /// Tasks of the running attempt, and how many of them have opened (connected,
+    /// restored their state); the count is unknown (`None`) until the attempt spawned
+    /// them all.
+    pub tasks: Option<usize>,
+    pub tasks_open: usize,
 }
 
 /// The status of one checkpoint in the history.
@@ -145,12 +150,19 @@ impl Status {
 /// its running attempt has completed a checkpoint, so a restarted pod, or a job
 /// restarted in process after a failure, is not ready until it has proved it can
 /// checkpoint. A job without periodic checkpoints (`interval_ms = 0`) takes its only
-/// checkpoint when it stops: it is ready once it runs (restored, every task open).
-/// `Err` says why not.
+/// checkpoint when it stops: it is ready once it runs and every task of the attempt
+/// has opened (connected and restored its state). `Err` says why not.
 pub fn readiness(job: &JobView) -> Result<(), String> {
     match job.state {
         JobState::Running | JobState::Stopping if job.checkpoints_since_restart > 0 => Ok(()),
-        JobState::Running | JobState::Stopping if !job.periodic_checkpoints => Ok(()),
+        JobState::Running | JobState::Stopping if !job.periodic_checkpoints => match job.tasks {
+            Some(n) if job.tasks_open >= n => Ok(()),
+            n => Err(format!(
+                "opening tasks: {} of {} open (checkpoints are not periodic, so an open job is ready)",
+                job.tasks_open,
+                n.map_or("?".into(), |n| n.to_string())
+            )),
+        },
         JobState::Running | JobState::Stopping if job.restarts > 0 => Err(format!(
             "no checkpoint completed since restart {} (after: {})",
             job.restarts,
@@ -198,6 +210,8 @@ mod tests {
             checkpoints_since_restart: completed,
             last_checkpoint: None,
             periodic_checkpoints: true,
+            tasks: Some(3),
+            tasks_open: 3,
         }
     }
 
@@ -206,6 +220,17 @@ mod tests {
         let mut j = job(JobState::Running, 0);
         j.periodic_checkpoints = false;
         assert_eq!(readiness(&j), Ok(()));
+        // Not before every task opened (a source still connecting).
+        j.tasks_open = 2;
+        let not = readiness(&j).unwrap_err();
+        assert!(not.contains("2 of 3 open"), "{not}");
+        j.tasks = None;
+        assert!(
+            readiness(&j).is_err(),
+            "the attempt is still spawning tasks"
+        );
+        j.tasks = Some(3);
+        j.tasks_open = 3;
         j.restarts = 2;
         assert_eq!(readiness(&j), Ok(()), "a restarted attempt that runs again");
         for s in [JobState::Starting, JobState::Restarting, JobState::Failed] {

@@ -505,6 +505,17 @@ impl EsSection {
         {
             use super::version_guard::{guard_key, VersionGuard, UID};
             let id = c.id.clone();
+            // The guard of each member sees its own partitions only. With ids by key,
+            // co_partitioned (required with members) declares that one partition holds
+            // each Kafka key, so each document; a field says nothing about partitions.
+            let b = if matches!(c.id, IdStrategy::Field(_)) {
+                b.refuse_members(
+                    "sink.elasticsearch.id",
+                    "versioning = \"external\" with ids by field cannot be guarded across members (each member's guard sees its own partitions, and a document's records may be in partitions of two members): use id = \"key\" with records keyed by the document's id, or versioning = \"none\"".into(),
+                )
+            } else {
+                b
+            };
             // Which partition writes a document is one fact for all partitions (and
             // all members): its state is never scoped by partition.
             b.key_by(move |r| Ok(guard_key(&id, r)))

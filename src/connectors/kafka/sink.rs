@@ -286,7 +286,15 @@ impl Sink for KafkaSink {
                 restored.checkpoint.map_or("-".into(), |c| c.to_string())
             ),
         })?;
-        let _ = self.first.set(self.partitions);
+        // Subtasks open concurrently: one of them decides first for the process.
+        let first = *self.first.get_or_init(|| self.partitions);
+        if first != self.partitions {
+            // A restart finds `first` set and agrees with it.
+            return Err(self.err(format!(
+                "the subtasks of this stage saw `{}` with {first} and with {} partitions at their first start (partitions were being added); set sink.kafka.partitions",
+                self.cfg.topic, self.partitions
+            )));
+        }
         if self.partitions < now {
             warn!(subtask = %self.name, topic = %self.cfg.topic, partitions = now, used = self.partitions, "the topic has more partitions than at this stage's first start: the stage keeps writing to the first ones, so that no key moves (a new stage with a new topic uses them all)");
         }

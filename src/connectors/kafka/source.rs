@@ -854,7 +854,6 @@ fn read_committed(config: &ClientConfig) -> bool {
     config.get("isolation.level") != Some("read_uncommitted")
 }
 
-/// Start decisions for partitions found while running.
 /// Where partitions found while running start: one that this attempt dropped (or that
 /// the restored checkpoint held but the start did not list) resumes where its records
 /// stop, since everything before was read and passed on; any other follows
