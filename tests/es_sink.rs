@@ -797,3 +797,58 @@ async fn a_dropped_sink_gives_back_its_pending_and_in_flight_and_stops_sending()
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(server.stats().bulk_requests, 2, "{:?}", server.stats());
 }
+
+/// Coalescing (the default) with a refused newer write: `k` gets 1, then a value the
+/// mapping refuses. Under dead-letter, the refused one is dead-lettered and the older
+/// one written in its place (counted once, as created); under fail, the job fails and
+/// nothing is counted as written — the older write was never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_falls_back_to_the_one_it_coalesced_and_counts_only_what_was_written() {
+    let records = || {
+        vec![
+            rec(1, r#"{"id":"k","amount":1}"#),
+            rec(2, r#"{"id":"k","amount":"not a number"}"#),
+        ]
+    };
+    let kafka = lockgate::testkit::kafka::EmbeddedKafka::start(1, &[("dlq".to_string(), 1)])
+        .expect("embedded Kafka");
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.id = IdStrategy::Field("/id".into());
+    assert!(cfg.coalesce, "coalescing is the default");
+    cfg.dead_letter_bootstrap_servers = Some(kafka.bootstrap_servers().to_string());
+    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(
+        ItemErrorPolicy::DeadLetter("dlq".into()),
+    ));
+    let (mut s, t) = sink_reporting(cfg.clone(), handler).await;
+    let m = t.metrics();
+    s.invoke(records()).await.unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let docs = server.documents("orders");
+    assert_eq!(
+        docs.get("k").map(|d| &d.0),
+        Some(&serde_json::json!({"id": "k", "amount": 1})),
+        "the older write is in the index"
+    );
+    assert_eq!(
+        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        [("created", 1), ("dead_lettered", 1)]
+    );
+    assert_eq!(task_count(&m.records_out), 2, "written or dead-lettered");
+    assert_eq!(s.counters().coalesced(), 0, "the older write was not moot");
+    assert_eq!(task_gauge(&m.sink_pending), 0);
+
+    let server = server_with_mapping().await;
+    let mut cfg = config(&server);
+    cfg.id = IdStrategy::Field("/id".into());
+    let (mut s, t) = sink_reporting(cfg, failing()).await;
+    let m = t.metrics();
+    s.invoke(records()).await.unwrap();
+    let failed = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
+    assert!(failed.contains("orders/k"), "{failed}");
+    let counters = s.counters();
+    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+    assert_eq!(task_count(&m.records_out), 0, "nothing was written");
+    assert_eq!(counters.coalesced(), 0);
+    assert!(server.documents("orders").is_empty());
+}

@@ -8,25 +8,37 @@
 //! that list is the document's order, and nothing ever reorders it. The rules
 //! (actions without an id have no order to keep):
 //! - **Coalescing** (`coalesce = true`): a queued action that a newer action on the
-//!   same document makes irrelevant ([`Effect::supersedes`]) is dropped, so a request
+//!   same document makes irrelevant ([`Effect::supersedes`]) is not sent, so a request
 //!   carries the latest write of each hot document and a document's update rate is
-//!   not bound by the round trip.
+//!   not bound by the round trip. It is *set aside*, not dropped: the newer action
+//!   keeps what it replaced (still pending, its bytes still held) until it is written
+//!   ([`Resolution::Coalesced`] then). If the newer action is not written (refused and
+//!   settled by the failure handler, or failed), what it replaced goes back in its
+//!   place and is sent as it would have been without coalescing — so a refused
+//!   successor never takes the write before it along, and a chain (c over b over a;
+//!   c refused: b; b refused: a) falls back one step at a time. The document ends as
+//!   it would have without coalescing, whatever the batch boundaries; only the
+//!   replaced actions themselves are never sent once their successor is written (a
+//!   replaced action Elasticsearch would have refused is not dead-lettered).
 //! - **Order**: a document is sent only when none of its actions is in a request,
 //!   awaiting a retry or awaiting the failure handler. A request carries its first
 //!   queued action plus the following ones while each supersedes the one before it
 //!   (Elasticsearch applies the items of one document in request order).
 //! - **Partial failure**: a retriable failure followed, in the same request, by a
 //!   written action that supersedes it is not retried ([`Resolution::Superseded`]). A
-//!   retried action keeps its place in the list.
+//!   retried action keeps its place in the list; with coalescing, one that the queued
+//!   action behind it supersedes is set aside by that action, as a queued one would be
+//!   (resolved as superseded once that action is written).
 //! - **Refusals**: a refused action keeps its place until the failure handler answers
 //!   ([`Batcher::settle_refused`] or [`Batcher::requeue`]); replacements on the same
 //!   document take exactly that place. If a later action on the document was already
 //!   written in the same request, a replacement it supersedes is superseded, and one it
 //!   does not supersede cannot be applied in order: that fails the job
 //!   ([`Resolution::Fatal`]) rather than reorder the document.
-//! - **Pending** counts every action added and not yet resolved; it reaches 0 exactly
-//!   when everything added is written, settled by the failure handler, or superseded
-//!   by a write.
+//! - **Pending** counts every action added and not yet resolved, set-aside actions
+//!   included; it reaches 0 exactly when everything added is written, settled by the
+//!   failure handler, or superseded by a write — never while a set-aside action may
+//!   still have to be written.
 //!
 //! Building a request costs what it carries: documents with something to send wait in a
 //! ready queue, documents blocked by an action in flight are not scanned.
@@ -72,7 +84,8 @@ pub struct Refusal(usize);
 pub enum Resolution<T> {
     /// Written, or already written (a replay under external versions or `create`).
     Written(T),
-    /// Dropped unsent: a newer action on its document made it irrelevant.
+    /// Never sent: a newer action on its document made it irrelevant while it was
+    /// queued, and that action (or a later one that supersedes it) was written.
     Coalesced(T),
     /// Not (re)sent: a later action on its document that makes it irrelevant was
     /// written.
@@ -193,6 +206,12 @@ enum State {
     Refused {
         overtaken: Option<Effect>,
     },
+    /// Set aside by a newer action on the document that supersedes it (out of the
+    /// document's list, reachable only from that action's `replaced`). `retried`: it was
+    /// awaiting a retry (resolved as superseded, not coalesced).
+    Replaced {
+        retried: bool,
+    },
 }
 
 struct Entry<T> {
@@ -204,6 +223,11 @@ struct Entry<T> {
     state: State,
     /// Taken while the failure handler holds it.
     payload: Option<T>,
+    /// The first (oldest) of the actions this one set aside, each of which may have set
+    /// aside others: resolved when this one is written, put back in its place if not.
+    replaced: Option<usize>,
+    /// For a set-aside action: the next (newer) one set aside by the same action.
+    next: Option<usize>,
 }
 
 /// The live actions of one document, in order. Almost every document has one at a
@@ -317,9 +341,11 @@ pub struct Batcher<T> {
     last_send_ms: u64,
     pending: usize,
     /// The `bytes` of every live action: queued, in flight, awaiting a retry or the
-    /// failure handler.
+    /// failure handler, or set aside.
     held_bytes: usize,
     counters: Counters,
+    /// Reused by the walks over set-aside actions (no allocation per walk).
+    scratch: Vec<usize>,
 }
 
 impl Group {
@@ -369,6 +395,7 @@ impl<T> Batcher<T> {
             pending: 0,
             held_bytes: 0,
             counters: Counters::default(),
+            scratch: Vec::new(),
         }
     }
 
@@ -378,7 +405,8 @@ impl<T> Batcher<T> {
     }
 
     /// The sizes (as given to [`Batcher::add`]) of every action not yet resolved:
-    /// queued, in flight, awaiting a retry or the failure handler. This is what the
+    /// queued, in flight, awaiting a retry or the failure handler, or set aside by a
+    /// newer action until it is written. This is what the
     /// processor bounds with `buffer_max_bytes`; an action leaves it exactly when it is
     /// resolved (and then leaves `pending` too).
     pub fn bytes(&self) -> usize {
@@ -411,17 +439,24 @@ impl<T> Batcher<T> {
             .unwrap_or_default()
     }
 
-    /// Calls `f` on each action of request `id` while it is in flight (the processor
-    /// gives an action that will stay a while its own copy of its bytes).
+    /// Calls `f` on each action of request `id` while it is in flight, and on every
+    /// action they set aside (the processor gives an action that will stay a while its
+    /// own copy of its bytes).
     pub fn for_each_in_flight_mut(&mut self, id: RequestId, mut f: impl FnMut(&mut T)) {
         let Some(batch) = self.in_flight.get(&id) else {
             return;
         };
-        for &s in batch {
-            if let Some(p) = self.entries[s].as_mut().and_then(|e| e.payload.as_mut()) {
+        let mut stack = std::mem::take(&mut self.scratch);
+        stack.extend(batch.iter().rev());
+        while let Some(s) = stack.pop() {
+            let e = self.entries[s].as_mut().expect("a live entry");
+            if let Some(p) = e.payload.as_mut() {
                 f(p);
             }
+            stack.extend(e.next);
+            stack.extend(e.replaced);
         }
+        self.scratch = stack;
     }
 
     /// Takes what was resolved since the last call, in order.
@@ -477,11 +512,147 @@ impl<T> Batcher<T> {
         e
     }
 
-    /// Removes an entry from its group and from `pending`; returns its payload.
+    /// Removes an entry from its group and from `pending`; returns its payload. What it
+    /// set aside must have been dealt with ([`Batcher::remove_written`],
+    /// [`Batcher::remove_unwritten`]).
     fn remove(&mut self, slot: usize) -> T {
         let e = self.detach(slot);
+        debug_assert!(e.replaced.is_none(), "set-aside actions left behind");
         self.make_ready(e.group);
         e.payload.expect("a payload not held by the handler")
+    }
+
+    /// Removes an entry that was written (or is moot: a later written action supersedes
+    /// it), resolved `as_`; what it set aside is moot too.
+    fn remove_written(&mut self, slot: usize, as_: fn(T) -> Resolution<T>) {
+        let replaced = self.entry_mut(slot).replaced.take();
+        let p = self.remove(slot);
+        self.resolved.push(as_(p));
+        self.resolve_replaced(replaced);
+    }
+
+    /// Removes an entry that was not written (it failed, or the failure handler settled
+    /// it); what it set aside goes back in its place. Returns its payload.
+    fn remove_unwritten(&mut self, slot: usize) -> T {
+        self.fall_back(slot);
+        self.remove(slot)
+    }
+
+    /// Sets aside `slot` (queued or awaiting a retry): it leaves its document's list and
+    /// the counts of what is queued or outstanding, and stays pending with its bytes
+    /// held. The caller links it into the `replaced` list of the action that supersedes
+    /// it.
+    fn set_aside(&mut self, slot: usize) {
+        let e = self.entry_mut(slot);
+        let (g, bytes, was_queued) = (e.group, e.bytes, e.state == State::Queued);
+        debug_assert!(was_queued || e.state == State::Retrying, "{:?}", e.state);
+        e.state = State::Replaced {
+            retried: !was_queued,
+        };
+        let grp = self.group_mut(g);
+        grp.items.remove_slot(slot);
+        if was_queued {
+            self.queued_actions -= 1;
+            self.queued_bytes -= bytes;
+        } else {
+            grp.outstanding -= 1;
+        }
+    }
+
+    /// Resolves the set-aside actions from `head` (a `replaced` list), and everything
+    /// they set aside, as moot: a write that supersedes them all was made.
+    fn resolve_replaced(&mut self, head: Option<usize>) {
+        let mut stack = std::mem::take(&mut self.scratch);
+        let mut next = head;
+        while let Some(s) = next.or_else(|| stack.pop()) {
+            let e = self.entries[s].take().expect("a set-aside entry");
+            self.free.push(s);
+            self.pending -= 1;
+            self.held_bytes -= e.bytes;
+            // A hot document's chain (each action set aside the one before) is walked
+            // without the stack.
+            next = e.next;
+            match (next, e.replaced) {
+                (None, r) => next = r,
+                (Some(_), Some(r)) => stack.push(r),
+                (Some(_), None) => {}
+            }
+            let p = e.payload.expect("a set-aside payload");
+            self.resolved.push(match e.state {
+                State::Replaced { retried: true } => {
+                    self.counters.superseded += 1;
+                    Resolution::Superseded(p)
+                }
+                _ => {
+                    self.counters.coalesced += 1;
+                    Resolution::Coalesced(p)
+                }
+            });
+        }
+        self.scratch = stack;
+    }
+
+    /// Frees the set-aside actions from `head` and everything they set aside, without
+    /// resolving them (the job is failing); returns how many.
+    fn drop_replaced(&mut self, head: Option<usize>) -> usize {
+        let mut stack = std::mem::take(&mut self.scratch);
+        let (mut next, mut n) = (head, 0);
+        while let Some(s) = next.or_else(|| stack.pop()) {
+            let e = self.entries[s].take().expect("a set-aside entry");
+            self.free.push(s);
+            self.pending -= 1;
+            self.held_bytes -= e.bytes;
+            n += 1;
+            next = e.next;
+            stack.extend(e.replaced);
+        }
+        self.scratch = stack;
+        n
+    }
+
+    /// Whether `later` supersedes every action of the `replaced` list from `head`.
+    fn supersedes_list(&self, later: &Effect, head: usize) -> bool {
+        let mut next = Some(head);
+        while let Some(r) = next {
+            if !later.supersedes(&self.entry(r).effect) {
+                return false;
+            }
+            next = self.entry(r).next;
+        }
+        true
+    }
+
+    /// `slot` will not be written: what it set aside goes back, queued, in its place
+    /// (just before it), oldest first, each with what it set aside in turn. If a later
+    /// action on the document that supersedes `slot` was already written (a refusal
+    /// `overtaken`), it supersedes what `slot` set aside too ([`Effect::supersedes`] is
+    /// transitive): that is moot instead.
+    fn fall_back(&mut self, slot: usize) {
+        let Some(head) = self.entry_mut(slot).replaced.take() else {
+            return;
+        };
+        let e = self.entry(slot);
+        if let State::Refused {
+            overtaken: Some(later),
+        } = &e.state
+        {
+            debug_assert!(self.supersedes_list(later, head));
+            self.resolve_replaced(Some(head));
+            return;
+        }
+        let g = e.group;
+        let mut at = self.group(g).items.position(slot).expect("a listed entry");
+        let mut next = Some(head);
+        while let Some(r) = next {
+            let e = self.entry_mut(r);
+            next = e.next.take();
+            e.state = State::Queued;
+            let bytes = e.bytes;
+            self.group_mut(g).items.insert(at, r);
+            at += 1;
+            self.queued_actions += 1;
+            self.queued_bytes += bytes;
+        }
     }
 
     /// Sets an entry's state, keeping the counts of its group.
@@ -544,8 +715,8 @@ impl<T> Batcher<T> {
     }
 
     /// Adds an action on document `doc` (None: an action without an id). With
-    /// coalescing, queued actions it makes irrelevant are resolved as
-    /// [`Resolution::Coalesced`].
+    /// coalescing, the queued actions it makes irrelevant are set aside: resolved as
+    /// [`Resolution::Coalesced`] once it is written, put back in its place if it is not.
     pub fn add(&mut self, doc: Option<String>, effect: Effect, bytes: usize, payload: T) {
         self.add_doc(doc.map(DocKey::from), effect, bytes, payload);
     }
@@ -553,6 +724,7 @@ impl<T> Batcher<T> {
     /// [`Batcher::add`] with the document's key as the caller encodes it.
     pub fn add_doc(&mut self, doc: Option<DocKey>, effect: Effect, bytes: usize, payload: T) {
         let g = self.group_of(doc);
+        let mut replaced = None;
         if self.limits.coalesce {
             // Only a queued tail is coalesced: an action that left the queue (in a
             // request, awaiting a retry or a handler) keeps its place.
@@ -561,17 +733,25 @@ impl<T> Batcher<T> {
                 if older.state != State::Queued || !effect.supersedes(&older.effect) {
                     break;
                 }
-                // The group stays: the new action joins it below.
-                let e = self.detach(s);
-                self.counters.coalesced += 1;
-                let p = e.payload.expect("a queued payload");
-                self.resolved.push(Resolution::Coalesced(p));
+                // The group stays: the new action joins it below. Newest first, each
+                // in front: the list is oldest first.
+                self.set_aside(s);
+                self.entry_mut(s).next = replaced;
+                replaced = Some(s);
             }
         }
-        self.append(g, effect, bytes, 0, payload);
+        self.append(g, effect, bytes, 0, payload, replaced);
     }
 
-    fn append(&mut self, g: usize, effect: Effect, bytes: usize, attempts: u32, payload: T) {
+    fn append(
+        &mut self,
+        g: usize,
+        effect: Effect,
+        bytes: usize,
+        attempts: u32,
+        payload: T,
+        replaced: Option<usize>,
+    ) {
         let slot = self.insert(Entry {
             group: g,
             effect,
@@ -579,6 +759,8 @@ impl<T> Batcher<T> {
             attempts,
             state: State::Queued,
             payload: Some(payload),
+            replaced,
+            next: None,
         });
         self.group_mut(g).items.push_back(slot);
         self.queued_actions += 1;
@@ -587,9 +769,10 @@ impl<T> Batcher<T> {
     }
 
     /// The failure handler settled a refused action (dead-lettered, dropped, or the job
-    /// fails): it leaves its document's order.
+    /// fails): it leaves its document's order, and what it set aside takes its place.
     pub fn settle_refused(&mut self, refusal: Refusal) {
         let slot = refusal.0;
+        self.fall_back(slot);
         let e = self.entries[slot].take().expect("a held refusal");
         self.free.push(slot);
         self.pending -= 1;
@@ -602,7 +785,8 @@ impl<T> Batcher<T> {
 
     /// The failure handler's replacements for a refused action, each `(document,
     /// effect, size, payload)`. Those on the refused action's document take exactly its
-    /// place (before anything later on that document); those on other documents are
+    /// place (before anything later on that document, after what the refused action
+    /// had set aside, which goes back in its place); those on other documents are
     /// added behind what those documents hold. They count the refused action's
     /// attempts plus one, and are never coalesced into what follows them.
     pub fn requeue(
@@ -631,6 +815,8 @@ impl<T> Batcher<T> {
             };
             (e.group, e.attempts + 1, overtaken.clone())
         };
+        // What the refused action set aside comes first: it was before it.
+        self.fall_back(slot);
         let mut at = self
             .group(g)
             .items
@@ -640,7 +826,7 @@ impl<T> Batcher<T> {
             let same = doc.as_ref().is_some_and(|d| self.docs.get(d) == Some(&g));
             if !same {
                 let other = self.group_of(doc);
-                self.append(other, effect, bytes, attempts, payload);
+                self.append(other, effect, bytes, attempts, payload, None);
                 continue;
             }
             if let Some(later) = &overtaken {
@@ -663,6 +849,8 @@ impl<T> Batcher<T> {
                 attempts,
                 state: State::Queued,
                 payload: Some(payload),
+                replaced: None,
+                next: None,
             });
             self.group_mut(g).items.insert(at, new);
             at += 1;
@@ -673,7 +861,8 @@ impl<T> Batcher<T> {
     }
 
     /// Retries due at `now_ms` become queued again, in place. With coalescing, one that
-    /// the queued action behind it makes irrelevant is resolved as superseded instead.
+    /// the queued action behind it makes irrelevant is set aside by that action instead
+    /// (resolved as superseded once it is written, back in its place if not).
     fn promote_due(&mut self, now_ms: u64) {
         if self.retries.iter().all(|(due, _)| *due > now_ms) {
             return;
@@ -693,10 +882,13 @@ impl<T> Batcher<T> {
                     let b = self.entry(b);
                     b.state == State::Queued && b.effect.supersedes(&self.entry(slot).effect)
                 });
-            if superseded {
-                let p = self.remove(slot);
-                self.counters.superseded += 1;
-                self.resolved.push(Resolution::Superseded(p));
+            if let (true, Some(b)) = (superseded, behind) {
+                // Older than everything `b` set aside: in front of its list.
+                self.set_aside(slot);
+                let e = self.entry(b).replaced;
+                self.entry_mut(slot).next = e;
+                self.entry_mut(b).replaced = Some(slot);
+                self.make_ready(self.entry(b).group);
             } else {
                 self.set_state(slot, State::Queued);
             }
@@ -789,8 +981,7 @@ impl<T> Batcher<T> {
             Response::Written(n) if n == batch.len() => {
                 self.resolved.reserve(n);
                 for slot in batch {
-                    let p = self.remove(slot);
-                    self.resolved.push(Resolution::Written(p));
+                    self.remove_written(slot, Resolution::Written);
                 }
                 None
             }
@@ -812,7 +1003,7 @@ impl<T> Batcher<T> {
             }
             Response::Failed(RequestOutcome::Fatal | RequestOutcome::Malformed, why) => {
                 for slot in batch {
-                    let p = self.remove(slot);
+                    let p = self.remove_unwritten(slot);
                     self.resolved.push(Resolution::Fatal(p, why.clone()));
                 }
                 None
@@ -846,13 +1037,11 @@ impl<T> Batcher<T> {
         for ((slot, item), later) in batch.into_iter().zip(items).zip(written_later) {
             match item.outcome {
                 Outcome::Done | Outcome::AlreadyWritten => {
-                    let p = self.remove(slot);
-                    self.resolved.push(Resolution::Written(p));
+                    self.remove_written(slot, Resolution::Written);
                 }
                 Outcome::Retry if later.is_some() => {
-                    let p = self.remove(slot);
                     self.counters.superseded += 1;
-                    self.resolved.push(Resolution::Superseded(p));
+                    self.remove_written(slot, Resolution::Superseded);
                 }
                 Outcome::Retry => {
                     why = format!("{} {}", item.failure.status, item.failure.error_type);
@@ -860,7 +1049,7 @@ impl<T> Batcher<T> {
                 }
                 Outcome::Rejected => self.refuse(slot, item.failure, later),
                 Outcome::Fatal => {
-                    let p = self.remove(slot);
+                    let p = self.remove_unwritten(slot);
                     let why = format!(
                         "{} {}: {} (authorization)",
                         item.failure.status, item.failure.error_type, item.failure.reason
@@ -904,7 +1093,7 @@ impl<T> Batcher<T> {
             let e = self.entry_mut(slot);
             e.attempts += 1;
             if e.attempts > max {
-                let p = self.remove(slot);
+                let p = self.remove_unwritten(slot);
                 self.resolved.push(Resolution::Exhausted(
                     p,
                     format!("still failing after {max} retries: {why}"),
@@ -974,8 +1163,10 @@ impl<T> Batcher<T> {
     }
 
     /// Drops everything not in flight (the job is failing: nothing more is sent), refused
-    /// actions still held by the handler included. Returns how many actions were
-    /// dropped; requests in flight still get their responses.
+    /// actions still held by the handler and what the dropped actions set aside
+    /// included. Returns how many actions were dropped; requests in flight still get
+    /// their responses (and what their actions set aside goes back, to be dropped by
+    /// the next call, if they are not written).
     pub fn clear_unsent(&mut self) -> usize {
         let held: Vec<usize> = self
             .retries
@@ -993,8 +1184,11 @@ impl<T> Batcher<T> {
             .flat_map(|g| g.items.as_slice().iter().copied())
             .filter(|&s| self.entry(s).state != State::InFlight)
             .collect();
-        let n = doomed.len();
+        let mut n = doomed.len();
         for s in doomed {
+            // What it set aside goes with it.
+            let replaced = self.entry_mut(s).replaced.take();
+            n += self.drop_replaced(replaced);
             if matches!(self.entry(s).state, State::Refused { .. }) {
                 self.settle_refused(Refusal(s));
             } else {
@@ -1105,27 +1299,40 @@ mod tests {
         assert_eq!(written, vec![0, 1, 2]);
     }
 
+    /// Only the latest write of a hot document is sent; the ones it replaced stay
+    /// pending (and held) until it is written, and are resolved as coalesced then.
     #[test]
     fn hot_document_writes_coalesce_to_the_latest() {
         let mut b = Batcher::new(limits(1000, 1, true), 0);
         for v in 0..100 {
             b.add(Some("d".into()), Effect::of(&index(v)), 10, v);
         }
-        assert_eq!(b.pending(), 1);
-        assert_eq!(b.counters().coalesced, 99);
+        assert_eq!((b.queued(), b.pending(), b.bytes()), (1, 100, 1000));
+        assert!(
+            b.drain_resolved().is_empty(),
+            "nothing resolved before a write"
+        );
         let (id, payloads) = b.next_request(0, true).unwrap();
         assert_eq!(payloads, vec![&99]);
+        assert_eq!(
+            b.pending(),
+            100,
+            "in flight: the others may still be needed"
+        );
         b.on_response(id, Response::Items(vec![ok()]), 1, 0.5);
-        assert_eq!(b.pending(), 0);
-        let written: Vec<_> = b
-            .drain_resolved()
-            .into_iter()
-            .filter_map(|r| match r {
-                Resolution::Written(v) => Some(v),
-                _ => None,
-            })
-            .collect();
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+        assert_eq!(b.counters().coalesced, 99);
+        let (mut written, mut coalesced) = (vec![], vec![]);
+        for r in b.drain_resolved() {
+            match r {
+                Resolution::Written(v) => written.push(v),
+                Resolution::Coalesced(v) => coalesced.push(v),
+                other => panic!("{other:?}"),
+            }
+        }
         assert_eq!(written, vec![99]);
+        coalesced.sort();
+        assert_eq!(coalesced, (0..99).collect::<Vec<_>>());
     }
 
     #[test]
@@ -1200,6 +1407,30 @@ mod tests {
         Index(i64),
         Upsert(Vec<(&'static str, i64)>),
         Delete,
+        /// A write the server always refuses (a mapping error): an index, or an upsert
+        /// of these fields, whose values do not fit the mapping. The failure handler
+        /// dead-letters it.
+        Poison(Option<Vec<&'static str>>),
+    }
+
+    /// The value the model's mapping refuses.
+    const POISON: &str = "not a number";
+
+    fn is_poison(a: &BulkAction) -> bool {
+        let Some(body) = a.body.as_ref() else {
+            return false;
+        };
+        let v: Value = serde_json::from_slice(body).unwrap();
+        let fields = if a.op == OpType::Update {
+            v["doc"].clone()
+        } else {
+            v
+        };
+        fields
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|x| x == &json!(POISON))
     }
 
     #[derive(Debug, Clone)]
@@ -1215,7 +1446,7 @@ mod tests {
         DroppedAfterApply,
         TooLarge,
         /// Item i is refused (400) where bit i % 8 is set; the failure handler requeues
-        /// the same action, in its place.
+        /// the same action, in its place (it dead-letters a poison one, as always).
         Refuse(u8),
     }
 
@@ -1229,13 +1460,21 @@ mod tests {
 
     fn kind(versioned: bool) -> BoxedStrategy<Kind> {
         let fields = prop::collection::vec((prop_oneof![Just("a"), Just("b")], 0i64..9), 1..3);
+        let poison_fields = prop::collection::vec(prop_oneof![Just("a"), Just("b")], 1..3);
         if versioned {
-            prop_oneof![4 => (0i64..9).prop_map(Kind::Index), 1 => Just(Kind::Delete)].boxed()
+            prop_oneof![
+                4 => (0i64..9).prop_map(Kind::Index),
+                1 => Just(Kind::Delete),
+                2 => Just(Kind::Poison(None)),
+            ]
+            .boxed()
         } else {
             prop_oneof![
                 3 => (0i64..9).prop_map(Kind::Index),
                 3 => fields.prop_map(Kind::Upsert),
                 1 => Just(Kind::Delete),
+                1 => Just(Kind::Poison(None)),
+                1 => poison_fields.prop_map(|f| Kind::Poison(Some(f))),
             ]
             .boxed()
         }
@@ -1266,8 +1505,12 @@ mod tests {
         10 + (seq * 7) % 23
     }
 
-    /// The server: applies one action, answering as Elasticsearch would.
+    /// The server: applies one action, answering as Elasticsearch would (a document
+    /// that does not fit the mapping is refused before its version is compared).
     fn apply(store: &mut Store, a: &BulkAction) -> ItemResult {
+        if is_poison(a) {
+            return refused();
+        }
         let doc = a.id.clone().unwrap();
         let body = || serde_json::from_slice::<Value>(a.body.as_ref().unwrap()).unwrap();
         let conflict = a.version.is_some_and(|v| {
@@ -1317,6 +1560,18 @@ mod tests {
                 body: None,
                 ..BulkAction::index("i", Some(id), Vec::new())
             },
+            Kind::Poison(None) => BulkAction::index(
+                "i",
+                Some(id),
+                json!({ "v": POISON }).to_string().into_bytes(),
+            ),
+            Kind::Poison(Some(fields)) => {
+                let m: serde_json::Map<String, Value> = fields
+                    .iter()
+                    .map(|f| (f.to_string(), json!(POISON)))
+                    .collect();
+                BulkAction::upsert("i", id, Value::Object(m).to_string().as_bytes())
+            }
         };
         a.version = version;
         a
@@ -1350,9 +1605,22 @@ mod tests {
                 }
                 for r in batch {
                     let seq = match r {
-                        Resolution::Written(s)
-                        | Resolution::Coalesced(s)
-                        | Resolution::Superseded(s) => s,
+                        Resolution::Written(s) => {
+                            prop_assert!(
+                                !is_poison(&actions[s]),
+                                "action {} is refused by the server, yet resolved as written",
+                                s
+                            );
+                            s
+                        }
+                        Resolution::Coalesced(s) | Resolution::Superseded(s) => s,
+                        Resolution::Refused {
+                            refusal, payload, ..
+                        } if is_poison(&actions[payload]) => {
+                            // Dead-lettered: settled, the document as it was.
+                            b.settle_refused(refusal);
+                            payload
+                        }
                         Resolution::Refused {
                             refusal, payload, ..
                         } => {
@@ -1502,9 +1770,10 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// For any interleaving of adds, sends and responses (success, per-item 429,
-        /// whole-request failure, a response lost after the bulk was applied, 413), the
-        /// final documents equal applying every action in order, and `pending` is 0
-        /// exactly when everything is acknowledged.
+        /// whole-request failure, a response lost after the bulk was applied, 413, and
+        /// writes the server always refuses, dead-lettered), the final documents equal
+        /// applying every action in order (a refused one changing nothing), and
+        /// `pending` is 0 exactly when everything is acknowledged.
         #[test]
         fn the_last_write_per_document_wins(
             steps in prop::collection::vec(step(false), 1..80),
@@ -1877,7 +2146,11 @@ mod mutation_tests {
         b.add(Some("a".into()), REPLACE, 10, 1);
         b.add(Some("b".into()), REPLACE, 10, 2);
         b.add(Some("b".into()), REPLACE, 10, 3);
-        assert_eq!(b.counters().coalesced, 1);
+        assert_eq!(
+            (b.queued(), b.bytes()),
+            (2, 30),
+            "2 is set aside, still held"
+        );
         assert_eq!(sent(&mut b, 1, false), None, "20 bytes queued, under 25");
         b.add(Some("c".into()), REPLACE, 5, 4);
         assert_eq!(
@@ -2056,8 +2329,8 @@ mod mutation_tests {
     }
 
     /// With coalescing, a retry whose document has a newer superseding action queued
-    /// behind it is not resent: it is resolved as superseded, and only the newer
-    /// action goes.
+    /// behind it is not resent: only the newer action goes, and the retry is resolved
+    /// as superseded once that is written.
     #[test]
     fn a_retry_that_the_queued_action_behind_it_supersedes_is_not_resent() {
         let mut b = Batcher::new(limits(1000, 1, true), 0);
@@ -2065,12 +2338,17 @@ mod mutation_tests {
         let (id, _) = b.next_request(0, true).unwrap();
         b.add(Some("d".into()), REPLACE, 10, 2);
         b.on_response(id, Response::Items(vec![too_many()]), 0, 0.0);
-        assert_eq!(sent(&mut b, 5, true), Some(vec![2]));
+        let (id, p) = b.next_request(5, true).unwrap();
+        assert_eq!(p, vec![&2]);
+        assert!(b.drain_resolved().is_empty(), "not before 2 is written");
+        assert_eq!(b.pending(), 2);
+        b.on_response(id, Response::Items(vec![ok()]), 5, 0.0);
         assert_eq!(b.counters().superseded, 1);
         assert!(matches!(
             b.drain_resolved().as_slice(),
-            [Resolution::Superseded(1)]
+            [Resolution::Written(2), Resolution::Superseded(1)]
         ));
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
     }
 
     /// A document's superseding chain shares a request with what is already in it up
@@ -2334,5 +2612,269 @@ mod mutation_tests {
         assert_eq!(b.clear_unsent(), 2);
         assert!(holds_no_document(&b), "dropped");
         assert_eq!((b.pending(), b.bytes()), (0, 0));
+    }
+}
+
+/// A refused write never takes what it coalesced along: what it set aside is written in
+/// its place (or refused in turn), so the document ends as it would without coalescing.
+#[cfg(test)]
+mod fallback_tests {
+    use super::tests::{limits, ok, refused, too_many};
+    use super::*;
+    use crate::connectors::elasticsearch::action::BulkAction;
+
+    const REPLACE: Effect = Effect::Replace { version: None };
+
+    fn upsert(doc: &str) -> Effect {
+        Effect::of(&BulkAction::upsert("i", "d".into(), doc.as_bytes()))
+    }
+
+    /// Sends what is due (forced) and answers it with `items`; returns what was sent.
+    fn round(b: &mut Batcher<i64>, now: u64, items: fn() -> ItemResult) -> Vec<i64> {
+        let (id, p) = b.next_request(now, true).expect("a request");
+        let p: Vec<i64> = p.into_iter().copied().collect();
+        b.on_response(id, Response::Items(vec![items(); p.len()]), now, 0.0);
+        p
+    }
+
+    /// Settles (dead-letters) every refusal among the resolutions; returns what was
+    /// refused, written and coalesced or superseded, in that order.
+    fn settle(b: &mut Batcher<i64>) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+        let (mut refused, mut written, mut gone) = (vec![], vec![], vec![]);
+        // Settling a refusal may resolve more: until nothing is left.
+        loop {
+            let batch = b.drain_resolved();
+            if batch.is_empty() {
+                break;
+            }
+            for r in batch {
+                match r {
+                    Resolution::Refused {
+                        refusal, payload, ..
+                    } => {
+                        refused.push(payload);
+                        b.settle_refused(refusal);
+                    }
+                    Resolution::Written(v) => written.push(v),
+                    Resolution::Coalesced(v) | Resolution::Superseded(v) => gone.push(v),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        (refused, written, gone)
+    }
+
+    /// The reviewer's case, for each kind of pair that coalesces (a full write over a
+    /// full write, a covering merge, external versions, a delete, a write over a
+    /// merge): the newer action is refused and dead-lettered; the older one is written
+    /// then, and until it is, it is pending.
+    #[test]
+    fn a_refused_write_falls_back_to_the_write_it_coalesced() {
+        let pairs = [
+            (REPLACE, REPLACE),
+            (upsert(r#"{"n":1}"#), upsert(r#"{"n":"x"}"#)),
+            (
+                Effect::Replace { version: Some(1) },
+                Effect::Replace { version: Some(2) },
+            ),
+            (REPLACE, Effect::Delete { version: None }),
+            (upsert(r#"{"n":1}"#), REPLACE),
+        ];
+        for (older, newer) in pairs {
+            let what = format!("{newer:?} over {older:?}");
+            assert!(newer.supersedes(&older), "{what}");
+            let mut b = Batcher::new(limits(1000, 1, true), 0);
+            b.add(Some("k".into()), older, 10, 1);
+            b.add(Some("k".into()), newer, 10, 2);
+            assert_eq!((b.queued(), b.pending(), b.bytes()), (1, 2, 20), "{what}");
+            assert_eq!(round(&mut b, 0, refused), vec![2], "{what}");
+            let (refused, written, gone) = settle(&mut b);
+            assert_eq!(refused, vec![2], "{what}: the refused one is dead-lettered");
+            assert!(written.is_empty() && gone.is_empty(), "{what}");
+            assert_eq!(
+                (b.pending(), b.bytes()),
+                (1, 10),
+                "{what}: 1 is still to write"
+            );
+            assert_eq!(
+                round(&mut b, 0, ok),
+                vec![1],
+                "{what}: 1 is sent in 2's place"
+            );
+            assert_eq!(settle(&mut b), (vec![], vec![1], vec![]), "{what}");
+            assert_eq!((b.pending(), b.bytes()), (0, 0), "{what}");
+        }
+    }
+
+    /// c over b over a: c refused, b is sent; b refused, a is sent. Each refusal reaches
+    /// the failure handler (its dead letter is written), and pending stays above 0 until
+    /// a is written.
+    #[test]
+    fn a_chain_falls_back_one_step_at_a_time() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        for v in 1..=3 {
+            b.add(Some("k".into()), REPLACE, 10, v);
+        }
+        assert_eq!(round(&mut b, 0, refused), vec![3]);
+        assert_eq!(settle(&mut b).0, vec![3]);
+        assert_eq!(b.pending(), 2);
+        assert_eq!(round(&mut b, 0, refused), vec![2]);
+        assert_eq!(settle(&mut b).0, vec![2]);
+        assert_eq!(b.pending(), 1);
+        assert_eq!(round(&mut b, 0, ok), vec![1]);
+        assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+    }
+
+    /// c over b over a, c written: b and a are coalesced, none of them sent.
+    #[test]
+    fn a_written_successor_resolves_its_whole_chain_as_coalesced() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        for v in 1..=3 {
+            b.add(Some("k".into()), REPLACE, 10, v);
+        }
+        assert_eq!(round(&mut b, 0, ok), vec![3]);
+        let (refused, written, mut gone) = settle(&mut b);
+        gone.sort();
+        assert_eq!((refused, written, gone), (vec![], vec![3], vec![1, 2]));
+        assert_eq!(b.counters().coalesced, 2);
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+    }
+
+    /// Set aside actions that did not supersede each other (an upsert of a, then of b,
+    /// both replaced by a full write) go back both, in their order.
+    #[test]
+    fn what_goes_back_keeps_its_order() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), upsert(r#"{"a":1}"#), 10, 1);
+        b.add(Some("k".into()), upsert(r#"{"b":1}"#), 10, 2);
+        b.add(Some("k".into()), REPLACE, 10, 3);
+        assert_eq!(b.queued(), 1);
+        assert_eq!(round(&mut b, 0, refused), vec![3]);
+        settle(&mut b);
+        assert_eq!(
+            round(&mut b, 0, ok),
+            vec![1],
+            "2 does not cover 1: two requests"
+        );
+        assert_eq!(round(&mut b, 0, ok), vec![2]);
+        assert_eq!(b.pending(), 0);
+    }
+
+    /// A retry that the queued action behind it supersedes is set aside by it, not
+    /// resolved: if that action is refused, the retry is sent after all.
+    #[test]
+    fn a_retry_set_aside_by_the_action_behind_it_is_sent_if_that_is_refused() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        assert_eq!(round(&mut b, 0, too_many), vec![1]);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(round(&mut b, 5, refused), vec![2], "1 is not resent");
+        let (refused, written, gone) = settle(&mut b);
+        assert_eq!((refused, written, gone), (vec![2], vec![], vec![]));
+        assert_eq!(b.pending(), 1);
+        assert_eq!(round(&mut b, 5, ok), vec![1], "1 is sent in 2's place");
+        assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
+        assert_eq!(b.pending(), 0);
+    }
+
+    /// The failure handler's replacement for a refused action goes after what that
+    /// action had set aside, which goes back first.
+    #[test]
+    fn a_replacement_goes_after_what_the_refused_action_set_aside() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(round(&mut b, 0, refused), vec![2]);
+        let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
+            panic!("a refusal");
+        };
+        b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 22)]);
+        assert_eq!(round(&mut b, 0, ok), vec![1, 22]);
+        assert_eq!(b.pending(), 0);
+    }
+
+    /// [b (which set aside a), r, w] in one request, b refused and r written: r
+    /// supersedes b and so a; a is moot, never sent.
+    #[test]
+    fn a_refusal_overtaken_by_a_later_write_leaves_what_it_set_aside_moot() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        for v in 1..=3 {
+            b.add(Some("k".into()), REPLACE, 10, v);
+        }
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&3]);
+        b.add(Some("k".into()), REPLACE, 10, 4);
+        b.on_response(id, Response::Items(vec![refused()]), 0, 0.0);
+        let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
+            panic!("a refusal");
+        };
+        // 3's replacement: 2 (which set aside 1) goes back before it, 4 after.
+        b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 33)]);
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&2, &33, &4]);
+        b.on_response(id, Response::Items(vec![refused(), ok(), ok()]), 0, 0.0);
+        let (refused, written, gone) = settle(&mut b);
+        assert_eq!((refused, written, gone), (vec![2], vec![33, 4], vec![1]));
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+        assert!(b.next_request(0, true).is_none(), "1 is never sent");
+    }
+
+    /// A successor that fails the job (a fatal response, retries exhausted) puts what
+    /// it set aside back; the failing processor's `clear_unsent` drops it and counts it,
+    /// with what queued actions set aside. Nothing of it is resolved as written.
+    #[test]
+    fn set_aside_actions_of_a_failed_successor_are_dropped_not_written() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.on_response(
+            id,
+            Response::Failed(RequestOutcome::Fatal, "401".into()),
+            0,
+            0.0,
+        );
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Fatal(2, _)]
+        ));
+        assert_eq!((b.queued(), b.pending()), (1, 1), "1 is back, queued");
+        b.add(Some("j".into()), REPLACE, 10, 3);
+        b.add(Some("j".into()), REPLACE, 10, 4);
+        assert_eq!(b.clear_unsent(), 3, "1, 3 and 4 (set aside by 4)");
+        assert!(b.drain_resolved().is_empty(), "none written");
+        assert_eq!((b.pending(), b.bytes()), (0, 0));
+
+        let mut l = limits(1000, 1, true);
+        l.retry_max_attempts = 0;
+        let mut b = Batcher::new(l, 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(round(&mut b, 0, too_many), vec![2]);
+        assert!(matches!(
+            b.drain_resolved().as_slice(),
+            [Resolution::Exhausted(2, _)]
+        ));
+        assert_eq!(b.pending(), 1);
+        assert_eq!(b.clear_unsent(), 1);
+        assert_eq!(b.pending(), 0);
+    }
+
+    /// What stays a while after a response that did not write everything is reached by
+    /// `for_each_in_flight_mut` (the processor gives it bytes of its own): the set-aside
+    /// actions too.
+    #[test]
+    fn for_each_in_flight_mut_reaches_what_the_actions_set_aside() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        for v in 1..=3 {
+            b.add(Some("k".into()), REPLACE, 10, v);
+        }
+        b.add(Some("j".into()), REPLACE, 10, 4);
+        let (id, _) = b.next_request(0, true).unwrap();
+        let mut seen = vec![];
+        b.for_each_in_flight_mut(id, |p| seen.push(*p));
+        seen.sort();
+        assert_eq!(seen, vec![1, 2, 3, 4]);
     }
 }

@@ -75,7 +75,9 @@ impl Effect {
     }
 
     /// Whether `self`, applied after `older` on the same document, makes `older`
-    /// irrelevant.
+    /// irrelevant. Transitive (tested below): what a write supersedes, together with
+    /// everything that superseded in turn, is irrelevant once that write is applied —
+    /// the batcher relies on it when a later write overtakes a chain of set-aside ones.
     pub fn supersedes(&self, older: &Effect) -> bool {
         // External versions: only a strictly newer version decides alone (an older or
         // equal one is refused where the earlier was applied). Mixed is never coalesced.
@@ -246,7 +248,25 @@ mod tests {
             .prop_map(|m| Value::Object(m.into_iter().collect()))
     }
 
+    fn effect() -> impl Strategy<Value = Effect> {
+        let version = proptest::option::of(0i64..4);
+        prop_oneof![
+            version.clone().prop_map(replace),
+            version.prop_map(delete),
+            small_doc().prop_map(|d| upsert(&d.to_string())),
+            Just(Effect::Opaque),
+        ]
+    }
+
     proptest! {
+        /// c over b and b over a: c over a.
+        #[test]
+        fn supersedes_is_transitive(a in effect(), b in effect(), c in effect()) {
+            if c.supersedes(&b) && b.supersedes(&a) {
+                prop_assert!(c.supersedes(&a), "{:?} over {:?} over {:?}", c, b, a);
+            }
+        }
+
         /// Where `covers` says so, merging the older and then the newer document equals
         /// merging the newer alone, from any starting document.
         #[test]
