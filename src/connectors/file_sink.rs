@@ -574,7 +574,7 @@ mod tests {
                     let r = r.unwrap().file_name().to_string_lossy().into_owned();
                     out.push(format!("{ROLLED_BACK}/{r}"));
                 }
-            } else {
+            } else if name != MARKER {
                 out.push(name);
             }
         }
@@ -714,6 +714,18 @@ mod tests {
             states: vec![(0, state(&[(0, 5)]))],
             parallelism: 1,
         };
+        // A directory that never held the output: refused, naming the part file.
+        let err = sink(tmp.path())
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(".part-0-5"), "{err}");
+        assert!(
+            !tmp.path().join(MARKER).exists(),
+            "a refused open marks nothing"
+        );
+        // The sink's own directory, the part file gone: refused too.
+        fs::write(tmp.path().join(MARKER), "").unwrap();
         let err = sink(tmp.path())
             .open(&info(0, 1), &restored)
             .await
