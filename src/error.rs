@@ -30,6 +30,11 @@ pub enum JobError {
     Unrecoverable { task: String, message: String },
     #[error("cannot restore: {0}")]
     Restore(String),
+    /// Publishing checkpoint `id` to the store failed and the store could not be asked
+    /// whether its `_metadata` landed: the attempt ends without removing anything the
+    /// checkpoint references, and the restart reads the store to decide.
+    #[error("checkpoint {id}: {reason}")]
+    CheckpointFateUnknown { id: CheckpointId, reason: String },
     #[error("{0}")]
     Other(String),
 }
@@ -55,6 +60,7 @@ impl JobError {
             JobError::Declined(_) => "declined",
             JobError::Unrecoverable { .. } => "unrecoverable",
             JobError::Restore(_) => "restore",
+            JobError::CheckpointFateUnknown { .. } => "checkpoint_fate_unknown",
             JobError::Other(_) => "other",
         }
     }

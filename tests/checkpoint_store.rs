@@ -511,3 +511,156 @@ fn a_state_file_larger_than_one_request_is_uploaded_in_parts_and_restored_whole(
         big
     );
 }
+
+/// moto honours `If-None-Match: *` on PUT, as S3 does: the create-if-absent write the
+/// store publishes `_metadata` with refuses a second create of one key.
+#[test]
+fn the_store_refuses_a_second_create_of_one_key() {
+    let line = Line::new(Kind::Store);
+    let (c, prefix) = line.client();
+    let key = object_store::path::Path::from(format!("{prefix}/chk-0000000001/_metadata"));
+    line.rt.block_on(async {
+        let create = || object_store::PutOptions::from(object_store::PutMode::Create);
+        c.put_opts(&key, b"first".to_vec().into(), create())
+            .await
+            .unwrap();
+        let second = c.put_opts(&key, b"second".to_vec().into(), create()).await;
+        assert!(
+            matches!(second, Err(object_store::Error::AlreadyExists { .. })),
+            "{second:?}"
+        );
+        let kept = c.get(&key).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&kept[..], b"first");
+    });
+}
+
+/// Two writers of one line (an old process still running on another machine): both
+/// look for checkpoint 2's `_metadata` and find none, then both write it. The second
+/// write is refused and fails naming the checkpoint and another writer; the first
+/// writer's checkpoint stays as it wrote it. (Before the fix the second plain PUT
+/// replaced it silently.)
+#[test]
+fn a_second_writer_of_one_checkpoint_is_fenced_even_when_both_looked_first() {
+    use lockgate::testkit::fault_proxy::{Action, FaultProxy};
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let mut line = Line::new(Kind::Store);
+    let a = line.open();
+    let mut db_a = KeyedStateBackend::open(&line.tmp.path().join("work-a"), GROUPS, &[]).unwrap();
+    put(&mut db_a, 0, 100, 1);
+    line.publish(&a, &mut db_a, 1, 3);
+    // Writer B: another pod, started from checkpoint 1, its store client behind a
+    // proxy that holds its `_metadata` PUT until told.
+    line.new_pod(1);
+    let b = line.open();
+    let (seen_tx, seen_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (seen_tx, go_rx) = (Mutex::new(seen_tx), Mutex::new(go_rx));
+    let proxy = FaultProxy::start(moto().endpoint(), move |r| {
+        if r.method == "PUT" && r.path().ends_with("/_metadata") {
+            let _ = seen_tx.lock().unwrap().send(());
+            let _ = go_rx.lock().unwrap().recv();
+        }
+        Action::Forward
+    })
+    .unwrap();
+    let via_proxy = line
+        .location
+        .clone()
+        .unwrap()
+        .with_option("aws_endpoint", proxy.endpoint());
+    let store_b = Arc::new(CheckpointStore::new(&via_proxy).unwrap());
+    line.rt.block_on(store_b.scan()).unwrap();
+    let mut db_b = KeyedStateBackend::open(&line.tmp.path().join("work-b"), GROUPS, &[]).unwrap();
+    put(&mut db_b, 0, 100, 7);
+    let path_b = publish_keyed(&b.dir, &mut db_b, GROUPS, "orders", CheckpointId(2)).unwrap();
+    let sb = store_b.clone();
+    let b_publish = line.rt.spawn(async move { sb.publish(&path_b).await });
+    seen_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("B's _metadata PUT reached the proxy");
+    // Meanwhile writer A publishes its checkpoint 2.
+    put(&mut db_a, 0, 100, 2);
+    let path_a = publish_keyed(&a.dir, &mut db_a, GROUPS, "orders", CheckpointId(2)).unwrap();
+    line.rt
+        .block_on(a.store.as_ref().unwrap().publish(&path_a))
+        .unwrap();
+    go_tx.send(()).unwrap();
+    drop(go_tx);
+    let got = line.rt.block_on(b_publish).unwrap();
+    let err = got.expect_err("the second writer of checkpoint 2 is refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("chk-0000000002") && text.contains("another writer"),
+        "{text}"
+    );
+    // The store holds A's checkpoint 2, byte for byte.
+    let (c, prefix) = line.client();
+    let key = object_store::path::Path::from(format!("{prefix}/chk-0000000002/_metadata"));
+    let held = line
+        .rt
+        .block_on(async { c.get(&key).await.unwrap().bytes().await.unwrap() });
+    assert_eq!(
+        &held[..],
+        &std::fs::read(path_a.join("_metadata")).unwrap()[..]
+    );
+}
+
+/// Two writers of one line: B, started from checkpoint 1, publishes checkpoint 4 from
+/// that state (its state files are checkpoint 1's, already in the store); A, which
+/// never saw checkpoint 4, publishes 2 and 3 and applies retention. A must not delete
+/// the state files checkpoint 4 references. (Before the fix A's retention knew only
+/// its own checkpoints and collected checkpoint 1's files, breaking checkpoint 4.)
+#[test]
+fn retention_keeps_the_state_files_of_another_writers_newer_checkpoint() {
+    let mut line = Line::new(Kind::Store);
+    let a = line.open();
+    let mut db = KeyedStateBackend::open(&line.tmp.path().join("work-a"), GROUPS, &[]).unwrap();
+    put(&mut db, 0, 1000, 1);
+    line.publish(&a, &mut db, 1, 2);
+    line.new_pod(1);
+    let b = line.open();
+    let (_, chk1_b, meta1) = b.restored.clone().expect("B restored checkpoint 1");
+    // B publishes checkpoint 4 holding checkpoint 1's state.
+    let pending = b.dir.begin(CheckpointId(4)).unwrap();
+    for st in &meta1.subtasks {
+        let Some(dir) = &st.state_dir else { continue };
+        std::fs::create_dir_all(pending.join(dir)).unwrap();
+        for f in &st.files {
+            std::fs::copy(
+                chk1_b.join(dir).join(&f.name),
+                pending.join(dir).join(&f.name),
+            )
+            .unwrap();
+        }
+    }
+    let mut meta4 = meta1.clone();
+    meta4.id = CheckpointId(4);
+    let path4 = b.dir.publish(&meta4).unwrap();
+    let up = line
+        .rt
+        .block_on(b.store.as_ref().unwrap().publish(&path4))
+        .unwrap();
+    assert_eq!(
+        up.objects, 1,
+        "only _metadata: the state files are in the store"
+    );
+    // A goes on with other state, applying retention (retain 2) after each publish.
+    for id in 2..=3 {
+        put(&mut db, id * 1000, id * 1000 + 1000, id);
+        line.publish(&a, &mut db, id, 2);
+    }
+    // Checkpoint 4 still downloads and verifies on a new pod.
+    line.new_pod(2);
+    let fresh = CheckpointStore::new(line.location.as_ref().unwrap()).unwrap();
+    line.rt.block_on(fresh.scan()).unwrap();
+    let got = line
+        .rt
+        .block_on(fresh.download("chk-0000000004", &line.local))
+        .unwrap();
+    assert!(
+        got.is_ok(),
+        "checkpoint 4 broken by another writer's retention: {:?}",
+        got.err()
+    );
+}

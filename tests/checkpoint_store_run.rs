@@ -373,3 +373,167 @@ fn members_rescaled_together_on_one_machine_never_share_a_download() {
     }
     verify_exact(&config);
 }
+
+/// A `sequence -> file` job (`common::JobDir`) whose checkpoints live in
+/// `s3://<bucket>/jobs/seq`, its store client pointed at `endpoint` (moto, or a fault
+/// proxy in front of it), staging in `<job>/staging`.
+fn file_job(root: &Path, endpoint: &str, bucket: &str, restart_attempts: u32) -> common::JobDir {
+    let mut spec = common::Spec::new(6_000);
+    spec.parallelism = 1;
+    spec.rolling_sum = false;
+    spec.rate_per_sec = 2_000;
+    spec.restart_attempts = restart_attempts;
+    let j = common::JobDir::new(root, spec);
+    let text = std::fs::read_to_string(j.config()).unwrap().replace(
+        "dir = \"checkpoints\"\n",
+        &format!(
+            "dir = \"s3://{bucket}/jobs/seq\"\nlocal_dir = \"staging\"\nendpoint = \"{endpoint}\"\n\
+             region = \"us-east-1\"\nallow_http = true\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"\n"
+        ),
+    );
+    std::fs::write(j.config(), text).unwrap();
+    j
+}
+
+/// `_metadata` PUTs of the store, in order.
+fn is_metadata_put(r: &lockgate::testkit::fault_proxy::Request) -> bool {
+    r.method == "PUT" && r.path().ends_with("/_metadata")
+}
+
+/// The second checkpoint's `_metadata` PUT reaches the store, but its answer is lost
+/// and from then on the store cannot be reached at all: the job cannot tell whether
+/// the checkpoint is complete. It must keep everything the checkpoint references
+/// (the file sink's staged part file), so that the next run, with the store back,
+/// restores that checkpoint and ends exactly-once. (Before the fix the job abandoned
+/// it, the in-process restart deleted its part file, and every later run failed on
+/// the missing part.)
+#[test]
+fn a_metadata_upload_of_unknown_fate_keeps_the_staged_part_file_and_the_next_run_restores_it() {
+    use lockgate::testkit::fault_proxy::{Action, FaultProxy};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-unknown").unwrap();
+    let puts = Arc::new(AtomicUsize::new(0));
+    let outage = Arc::new(AtomicBool::new(false));
+    let healed = Arc::new(AtomicBool::new(false));
+    let (p, o, h) = (puts.clone(), outage.clone(), healed.clone());
+    let proxy = FaultProxy::start(moto.endpoint(), move |r| {
+        if h.load(Ordering::SeqCst) {
+            return Action::Forward;
+        }
+        if o.load(Ordering::SeqCst) {
+            return Action::Reply(503);
+        }
+        if is_metadata_put(r) && p.fetch_add(1, Ordering::SeqCst) == 1 {
+            o.store(true, Ordering::SeqCst);
+            return Action::ForwardThenDrop;
+        }
+        Action::Forward
+    })
+    .unwrap();
+    let j = file_job(
+        &tmp.path().join("job"),
+        proxy.endpoint(),
+        "lockgate-unknown",
+        2,
+    );
+    let first = j.run_to_end(&[]);
+    assert!(outage.load(Ordering::SeqCst), "{}", tail(&j.log_text(), 40));
+    assert!(!first.success(), "{}", tail(&j.log_text(), 40));
+    healed.store(true, Ordering::SeqCst);
+    let second = j.run_to_end(&[]);
+    let log = j.log_text();
+    assert!(second.success(), "{}", tail(&log, 40));
+    assert!(
+        log.lines()
+            .any(|l| l.contains("restoring") && l.contains("chk-0000000002")),
+        "the second run restored the checkpoint whose upload was in doubt: {}",
+        tail(&log, 40)
+    );
+    common::assert_exact(&j);
+}
+
+/// The second checkpoint's `_metadata` PUT reaches the store and answers 500, and
+/// every later `_metadata` PUT fails, while reads work: the job reads the object back,
+/// finds its own bytes and counts the checkpoint as published; a later checkpoint
+/// the store does not hold is abandoned. The next run restores the second checkpoint
+/// with its part file and ends exactly-once.
+#[test]
+fn a_metadata_upload_that_landed_but_failed_counts_as_published() {
+    use lockgate::testkit::fault_proxy::{Action, FaultProxy};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-landed").unwrap();
+    let puts = Arc::new(AtomicUsize::new(0));
+    let healed = Arc::new(AtomicBool::new(false));
+    let (p, h) = (puts.clone(), healed.clone());
+    let proxy = FaultProxy::start(moto.endpoint(), move |r| {
+        if h.load(Ordering::SeqCst) || !is_metadata_put(r) {
+            return Action::Forward;
+        }
+        match p.fetch_add(1, Ordering::SeqCst) {
+            0 => Action::Forward,
+            1 => Action::ForwardThenReply(500),
+            _ => Action::Reply(500),
+        }
+    })
+    .unwrap();
+    let j = file_job(
+        &tmp.path().join("job"),
+        proxy.endpoint(),
+        "lockgate-landed",
+        1,
+    );
+    let first = j.run_to_end(&[]);
+    let log = j.log_text();
+    assert!(puts.load(Ordering::SeqCst) > 2, "{}", tail(&log, 40));
+    assert!(!first.success(), "{}", tail(&log, 40));
+    healed.store(true, Ordering::SeqCst);
+    let second = j.run_to_end(&[]);
+    assert!(second.success(), "{}", tail(&j.log_text(), 40));
+    common::assert_exact(&j);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("checkpoint completed") && l.contains("chk-0000000002")),
+        "the first run counted checkpoint 2 as published: {}",
+        tail(&log, 40)
+    );
+}
+
+/// `[sink.file]` with checkpoints in the store, started on a new machine: the
+/// restored checkpoint's output is on the old machine's disk. The start fails naming
+/// the output directory and what is missing, instead of ending with exit 0 and the
+/// output of every earlier checkpoint absent. (The third run restores a checkpoint
+/// that names no pending part file: before the fix it exited 0 with an empty output.)
+#[test]
+fn a_file_sink_job_restored_from_the_store_on_a_new_machine_fails_naming_the_missing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lockgate-newmachine").unwrap();
+    let j = file_job(
+        &tmp.path().join("job"),
+        moto.endpoint(),
+        "lockgate-newmachine",
+        0,
+    );
+    assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 40));
+    // Again on the same machine: at its end, it takes a final checkpoint whose sink
+    // state names no pending part file.
+    assert!(j.run_to_end(&[]).success(), "{}", tail(&j.log_text(), 40));
+    assert!(j.verify().is_exact());
+    // A new machine: neither the staging directory nor the output survives.
+    std::fs::remove_dir_all(j.root.join("staging")).unwrap();
+    std::fs::remove_dir_all(j.out()).unwrap();
+    let before = j.log_text().len();
+    let third = j.run_to_end(&[]);
+    let log = j.log_text()[before..].to_string();
+    assert!(!third.success(), "exit 0 with the output elsewhere: {log}");
+    assert!(
+        log.contains("part files committed up to checkpoint") && log.contains("/out"),
+        "{log}"
+    );
+}

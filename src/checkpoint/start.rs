@@ -100,6 +100,31 @@ pub fn restart_source(last_published: Option<CheckpointId>, started: Source) -> 
     }
 }
 
+/// What the store says, once read again, about checkpoint `unknown`, whose publish
+/// failed without the store saying whether its `_metadata` landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InDoubt {
+    /// It landed: the restart resumes from it.
+    Landed,
+    /// It is not there: it is abandoned, and the restart resumes as any other
+    /// ([`restart_source`]).
+    Absent,
+    /// The store's newest checkpoint is not ours: another writer works on the line.
+    OtherWriter,
+}
+
+/// Decides [`InDoubt`] from the newest checkpoint of the store that verifies
+/// (`store_newest`: its id, and whether its `_metadata` is byte for byte the one this
+/// process wrote under that id). This run published nothing after `unknown`, and ids
+/// continue after every id of the store at a start, so a newer one is someone else's.
+pub fn in_doubt(unknown: CheckpointId, store_newest: Option<(CheckpointId, bool)>) -> InDoubt {
+    match store_newest {
+        Some((id, true)) if id == unknown => InDoubt::Landed,
+        Some((id, _)) if id >= unknown => InDoubt::OtherWriter,
+        _ => InDoubt::Absent,
+    }
+}
+
 /// Whether a checkpoint may be restored into this job: the key-group count must match
 /// (key groups cannot be remapped), and a different graph or job name needs
 /// `allow_non_restored`. `Ok(Some(warning))` restores what matches.
@@ -228,6 +253,26 @@ mod tests {
             Source::Newest(id(12))
         );
         assert_eq!(restart_source(None, Source::Empty), Source::Empty);
+    }
+
+    #[test]
+    fn after_a_publish_of_unknown_fate_the_store_decides_where_the_restart_resumes() {
+        use InDoubt::*;
+        // (checkpoint in doubt, the store's newest verifying checkpoint and whether it
+        // holds our bytes, decision)
+        let cases = [
+            (7, Some((7, true)), Landed),
+            (7, Some((7, false)), OtherWriter),
+            (7, Some((9, false)), OtherWriter),
+            (7, Some((6, true)), Absent),
+            (7, Some((6, false)), Absent),
+            (7, None, Absent),
+            (1, None, Absent),
+        ];
+        for (unknown, newest, want) in cases {
+            let newest = newest.map(|(n, ours)| (id(n), ours));
+            assert_eq!(in_doubt(id(unknown), newest), want, "{unknown} {newest:?}");
+        }
     }
 
     #[test]

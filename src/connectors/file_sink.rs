@@ -10,6 +10,11 @@
 //! - uncommitted leftovers (in-progress files, pending files `K` does not name) are
 //!   removed: they were never output.
 //!
+//! A restore into a directory that never held the sink's output (no [`MARKER`], no
+//! part file: a new machine, when the checkpoints are in an object store) is refused,
+//! naming what is missing: the committed output of the restored checkpoint is on the
+//! disk that wrote it, and going on would end with it absent.
+//!
 //! A subtask cleans and commits the files of old subtask indices `j` with
 //! `j % parallelism == index`, so restores at another parallelism leave nothing behind.
 //!
@@ -115,6 +120,38 @@ pub fn rolled_back_part(entry: &str) -> Option<(&str, PartName)> {
         part @ PartName::Committed { .. } => Some((base, part)),
         _ => None,
     }
+}
+
+/// The file in the sink's directory that says the sink has written there: created at
+/// the first open, so that a restore into a directory that never held this output (a
+/// new machine, when the checkpoints live in an object store) is told apart from one
+/// whose part files were all moved away.
+pub const MARKER: &str = ".lockgate-file-sink";
+
+/// Whether restoring checkpoint `k` into the sink's directory must be refused: the
+/// directory has no [`MARKER`] (`marked`) and no part file (`holds_parts`: a directory
+/// of an older lockgate, before markers), so the output committed up to `k` (and the
+/// pending part files `k` names, `named`) is not there: the checkpoint was taken on
+/// another machine's disk. Starting anyway would end with that output missing.
+pub fn foreign_directory(
+    k: CheckpointId,
+    marked: bool,
+    holds_parts: bool,
+    named: &[String],
+) -> Option<String> {
+    if marked || holds_parts {
+        return None;
+    }
+    let pending = match named {
+        [] => String::new(),
+        files => format!(
+            " and the pending part files it names ({})",
+            files.join(", ")
+        ),
+    };
+    Some(format!(
+        "checkpoint {k} was written with another output directory: this one holds no {MARKER} and no part file, so the part files committed up to checkpoint {k}{pending} are missing (were the checkpoints restored on a new machine? the file sink's output stays on the disk that wrote it: move that directory here, or start the job without its checkpoints)"
+    ))
 }
 
 /// What a restore does with one file: a plain function of the file, the restored
@@ -223,6 +260,22 @@ impl FileSink {
         Ok(())
     }
 
+    /// Creates the directory's marker (empty; its existence is what counts). Subtasks
+    /// of one job may race here: the first creates it, the others find it.
+    fn mark(&self) -> Result<()> {
+        let marker = self.cfg.dir.join(MARKER);
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&marker)
+        {
+            Ok(f) => f.sync_all().map_err(|e| self.err("fsync", &marker, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.err("create", &marker, e)),
+        }
+        durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))
+    }
+
     fn roll_back(&self, name: &str) -> Result<()> {
         let aside = self.cfg.dir.join(ROLLED_BACK);
         fs::create_dir_all(&aside).map_err(|e| self.err("create", &aside, e))?;
@@ -256,6 +309,30 @@ impl Sink for FileSink {
             pending.extend(state.pending);
         }
         let mine = |subtask: u16| subtask % info.parallelism == info.index;
+        let marked = self.cfg.dir.join(MARKER).exists();
+        if let Some(k) = restored.checkpoint {
+            let holds_parts = fs::read_dir(&self.cfg.dir)
+                .map_err(|e| self.err("list", &self.cfg.dir, e))?
+                .filter_map(|e| e.ok())
+                .any(|e| {
+                    let n = e.file_name();
+                    parse_part_name(&n.to_string_lossy()).is_some() || n == ROLLED_BACK
+                });
+            let named: Vec<String> = pending
+                .iter()
+                .filter(|p| mine(p.0))
+                .map(|&(s, id)| self.pending_path(s, id).display().to_string())
+                .collect();
+            if let Some(why) = foreign_directory(k, marked, holds_parts, &named) {
+                return Err(JobError::Unrecoverable {
+                    task: self.name.clone(),
+                    message: format!("{}: {why}", self.cfg.dir.display()),
+                });
+            }
+        }
+        if !marked {
+            self.mark()?;
+        }
         // Commit first: a pending file named by the checkpoint is durable output.
         for &(subtask, id) in &pending {
             if mine(subtask) {
@@ -398,6 +475,35 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_into_a_directory_that_never_held_the_output_is_refused() {
+        let k = CheckpointId(7);
+        let named = vec!["out/.part-0-7".to_string()];
+        // (marked, holds part files, refused)
+        for (marked, parts, refused) in [
+            (true, true, false),
+            (true, false, false), // every part file moved away downstream
+            (false, true, false), // a directory of a lockgate before markers
+            (false, false, true), // a new machine
+        ] {
+            assert_eq!(
+                foreign_directory(k, marked, parts, &named).is_some(),
+                refused,
+                "{marked} {parts}"
+            );
+        }
+        let why = foreign_directory(k, false, false, &named).unwrap();
+        assert!(
+            why.contains("out/.part-0-7") && why.contains("checkpoint 7"),
+            "{why}"
+        );
+        let why = foreign_directory(k, false, false, &[]).unwrap();
+        assert!(
+            why.contains("committed up to checkpoint 7 are missing"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn restore_actions_cover_every_case() {
         let k = Some(CheckpointId(10));
         let pending = [(0u16, CheckpointId(10)), (1, CheckpointId(9))];
@@ -468,7 +574,7 @@ mod tests {
                     let r = r.unwrap().file_name().to_string_lossy().into_owned();
                     out.push(format!("{ROLLED_BACK}/{r}"));
                 }
-            } else {
+            } else if name != MARKER {
                 out.push(name);
             }
         }
@@ -608,6 +714,18 @@ mod tests {
             states: vec![(0, state(&[(0, 5)]))],
             parallelism: 1,
         };
+        // A directory that never held the output: refused, naming the part file.
+        let err = sink(tmp.path())
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(".part-0-5"), "{err}");
+        assert!(
+            !tmp.path().join(MARKER).exists(),
+            "a refused open marks nothing"
+        );
+        // The sink's own directory, the part file gone: refused too.
+        fs::write(tmp.path().join(MARKER), "").unwrap();
         let err = sink(tmp.path())
             .open(&info(0, 1), &restored)
             .await

@@ -8,7 +8,8 @@ use super::restart::{next_restart, Restart};
 use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::checkpoint::lines;
 use crate::checkpoint::start::{
-    compatibility, restart_source, start_decision, Abandon, Source, StartDecision, StartFacts,
+    compatibility, in_doubt, restart_source, start_decision, Abandon, InDoubt, Source,
+    StartDecision, StartFacts,
 };
 use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connectors::{SinkRestore, SubtaskInfo};
@@ -21,7 +22,7 @@ use crate::telemetry::Telemetry;
 use lockgate_state::backend::KeyFilter;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir, Startup};
 use lockgate_state::store::{CheckpointLocation, CheckpointStore, StoreLocation};
-use lockgate_state::{CheckpointId, CheckpointMetadata, StateRestore};
+use lockgate_state::{CheckpointId, CheckpointMetadata, StateError, StateRestore};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -140,6 +141,8 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
 /// What a start decided: the member's checkpoint line, what to restore, and the ids.
 struct Prepared {
     dir: Arc<SnapshotDir>,
+    /// The member's line: where the local copies live.
+    root: PathBuf,
     store: Option<Arc<CheckpointStore>>,
     restored: Option<RestoreSet>,
     next_id: CheckpointId,
@@ -312,6 +315,7 @@ async fn prepare(job: &JobGraph, opts: &RunOptions, telemetry: &Telemetry) -> Re
     }
     Ok(Prepared {
         dir,
+        root,
         store,
         restored,
         next_id,
@@ -356,38 +360,70 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
     };
     let Prepared {
         dir,
+        root,
         store,
         mut restored,
         mut next_id,
         mut summary,
         source,
     } = prepared;
+    // A checkpoint whose publish ended without the store saying whether it landed:
+    // the next attempt starts only once the store has been read (and answered).
+    let mut fate_unknown: Option<CheckpointId> = None;
     loop {
-        match &restored {
-            Some(set) => {
-                info!(job = %job.name, checkpoint = %set.newest().path.display(), parts = set.parts.len(), first_new_checkpoint = %next_id, "restoring")
+        let decided = match (fate_unknown, &store) {
+            (Some(unknown), Some(s)) => {
+                match decide_from_store(s, &dir, &root, unknown, &mut summary).await {
+                    Ok(from_store) => {
+                        fate_unknown = None;
+                        let r = match from_store {
+                            Some(r) => Some(r),
+                            None => own_restart(&dir, summary.last_checkpoint, source)?,
+                        };
+                        if let Some(r) = r {
+                            telemetry.restored(Some(&r.path));
+                            restored = Some(RestoreSet::one(r));
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
             }
-            None => {
-                info!(job = %job.name, first_new_checkpoint = %next_id, "starting without a checkpoint")
+            _ => Ok(()),
+        };
+        let result = match decided {
+            Err(e) => Err(e),
+            Ok(()) => {
+                match &restored {
+                    Some(set) => {
+                        info!(job = %job.name, checkpoint = %set.newest().path.display(), parts = set.parts.len(), first_new_checkpoint = %next_id, "restoring")
+                    }
+                    None => {
+                        info!(job = %job.name, first_new_checkpoint = %next_id, "starting without a checkpoint")
+                    }
+                }
+                run_attempt(
+                    job,
+                    &dir,
+                    store.as_ref(),
+                    restored.as_ref(),
+                    &mut next_id,
+                    &mut stop,
+                    &mut summary,
+                    telemetry,
+                )
+                .await
             }
-        }
-        let result = run_attempt(
-            job,
-            &dir,
-            store.as_ref(),
-            restored.as_ref(),
-            &mut next_id,
-            &mut stop,
-            &mut summary,
-            telemetry,
-        )
-        .await;
+        };
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
                 if matches!(e, JobError::Unrecoverable { .. }) {
                     error!(job = %job.name, error = %e, "job failed; a restart cannot cure this failure");
                     return Err(e);
+                }
+                if let JobError::CheckpointFateUnknown { id, .. } = &e {
+                    fate_unknown = Some(*id);
                 }
                 // The decision is a plain function of the failure history
                 // (runtime::restart); this is the clock and the dice around it.
@@ -413,17 +449,88 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                         return Err(e);
                     }
                 }
-                // Resume from the newest checkpoint this run published; before the
-                // first one, from where the run started.
-                if let Source::Newest(id) = restart_source(summary.last_checkpoint, source) {
-                    if summary.last_checkpoint == Some(id) {
-                        let (r, _) = resolve_restore_path(&dir.completed_path(id))
-                            .map_err(JobError::Restore)?;
+                // After a checkpoint of unknown fate the store decides (above, before
+                // the next attempt).
+                if fate_unknown.is_none() {
+                    if let Some(r) = own_restart(&dir, summary.last_checkpoint, source)? {
                         telemetry.restored(Some(&r.path));
                         restored = Some(RestoreSet::one(r));
                     }
                 }
             }
+        }
+    }
+}
+
+/// Where an in-process restart resumes: the newest checkpoint this run published;
+/// before the first one, from where the run started (`None`: keep that).
+fn own_restart(
+    dir: &SnapshotDir,
+    last_published: Option<CheckpointId>,
+    started: Source,
+) -> Result<Option<Restored>> {
+    if let Source::Newest(id) = restart_source(last_published, started) {
+        if last_published == Some(id) {
+            let (r, _) =
+                resolve_restore_path(&dir.completed_path(id)).map_err(JobError::Restore)?;
+            return Ok(Some(r));
+        }
+    }
+    Ok(None)
+}
+
+/// Reads the store after publishing checkpoint `unknown` ended without knowing whether
+/// its `_metadata` landed: lists it and downloads its newest checkpoint that verifies,
+/// as a start does, and decides with [`in_doubt`]. `Some`: resume from it (it is
+/// `unknown`, which landed); `None`: `unknown` is not in the store, its local copy is
+/// abandoned, and the restart resumes as any other. Another writer's checkpoint there
+/// fails the job; an error of the store (it still cannot be reached) is a failed
+/// attempt, and the restart policy decides whether to ask again.
+async fn decide_from_store(
+    s: &CheckpointStore,
+    dir: &SnapshotDir,
+    root: &std::path::Path,
+    unknown: CheckpointId,
+    summary: &mut RunSummary,
+) -> Result<Option<Restored>> {
+    let local = dir.completed_path(unknown);
+    let ours = std::fs::read(local.join(lockgate_state::metadata::METADATA_FILE)).ok();
+    let found = s.start(root).await?;
+    for (url, why) in &found.skipped {
+        warn!(checkpoint = %url, reason = %why, "skipping checkpoint that does not verify; falling back to an older one");
+    }
+    let newest = match &found.restored {
+        Some(r) => {
+            let theirs = std::fs::read(r.path.join(lockgate_state::metadata::METADATA_FILE))
+                .map_err(lockgate_state::StateError::io("read", &r.path))?;
+            Some((r.metadata.id, ours.as_deref() == Some(&theirs[..])))
+        }
+        None => None,
+    };
+    let url = s.url_of(&lockgate_state::snapshot_dir::chk_name(unknown));
+    match in_doubt(unknown, newest) {
+        InDoubt::Landed => {
+            let r = found.restored.expect("the store's newest checkpoint");
+            info!(checkpoint = %url, "the store holds the checkpoint whose publish was in doubt: resuming from it");
+            summary.last_checkpoint = Some(unknown);
+            Ok(Some(r))
+        }
+        InDoubt::OtherWriter => Err(JobError::Unrecoverable {
+            task: format!("checkpoint {unknown}"),
+            message: format!(
+                "{}: the store's newest checkpoint ({}) is not the one this process wrote; another writer owns this checkpoint line (is the job running elsewhere? stop it, or give each job its own prefix)",
+                url,
+                newest.map(|(id, _)| id.to_string()).unwrap_or_default()
+            ),
+        }),
+        InDoubt::Absent => {
+            warn!(checkpoint = %url, "the checkpoint whose publish was in doubt is not in the store: abandoned");
+            if local.exists() {
+                if let Err(a) = tokio::task::block_in_place(|| dir.abandon(unknown)) {
+                    warn!(checkpoint = %unknown, error = %a, "cannot abandon the local copy of a checkpoint the store does not hold");
+                }
+            }
+            Ok(None)
         }
     }
 }
@@ -1004,7 +1111,11 @@ async fn run_attempt(
                         };
                         // With a store, the checkpoint is complete once its `_metadata`
                         // is there; a failed upload is a failed publish, and the local
-                        // copy is abandoned so that it is never restored.
+                        // copy is abandoned so that it is never restored. Unless the
+                        // store could not say whether `_metadata` landed: then the
+                        // checkpoint may be complete, nothing it references (a staged
+                        // part file) may go, and the restart reads the store. Another
+                        // writer's `_metadata` under our name fails the job.
                         let published = match (published, store) {
                             (Ok(path), Some(s)) => {
                                 let uploaded = s.publish(&path).await;
@@ -1012,6 +1123,30 @@ async fn run_attempt(
                                     Ok(up) => {
                                         info!(checkpoint = %id, objects = up.objects, bytes = up.bytes, reused = up.reused, "checkpoint uploaded to the store");
                                         Ok(s.url_of(&lockgate_state::snapshot_dir::chk_name(id)))
+                                    }
+                                    Err(e @ StateError::FateUnknown { .. }) => {
+                                        error!(checkpoint = %id, error = %e, "checkpoint of unknown fate: the attempt ends, and the restart reads the store");
+                                        return fail_attempt(
+                                            &mut tasks,
+                                            JobError::CheckpointFateUnknown {
+                                                id,
+                                                reason: e.to_string(),
+                                            },
+                                        )
+                                        .await;
+                                    }
+                                    Err(e @ StateError::Fenced { .. }) => {
+                                        if let Err(a) = tokio::task::block_in_place(|| dir.abandon(id)) {
+                                            warn!(checkpoint = %id, error = %a, "cannot abandon the local copy of a checkpoint another writer owns");
+                                        }
+                                        return fail_attempt(
+                                            &mut tasks,
+                                            JobError::Unrecoverable {
+                                                task: format!("checkpoint {id}"),
+                                                message: e.to_string(),
+                                            },
+                                        )
+                                        .await;
                                     }
                                     Err(e) => {
                                         if let Err(a) = tokio::task::block_in_place(|| dir.abandon(id)) {

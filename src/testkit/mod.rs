@@ -2,6 +2,7 @@
 
 pub mod checkpoint;
 pub mod es;
+pub mod fault_proxy;
 pub mod file_output;
 pub mod kafka;
 pub mod moto;

@@ -40,6 +40,16 @@ pub enum StateError {
         key: String,
         message: String,
     },
+    /// The store holds another writer's `_metadata` under this checkpoint's name
+    /// (create-if-absent refused, and the object is not ours): another process
+    /// publishes to this checkpoint line. Nothing of the checkpoint is published.
+    #[error("checkpoint store: {url}: {reason}; another writer owns this checkpoint line (is the job running elsewhere? stop it, or give each job its own prefix)")]
+    Fenced { url: String, reason: String },
+    /// A `_metadata` upload failed and the store could not be asked whether it landed:
+    /// the checkpoint may be complete in the store. Nothing it references may be
+    /// removed; a start that reads the store decides.
+    #[error("checkpoint store: cannot tell whether {url} is complete: {reason}; it is kept, and the restart decides from the store")]
+    FateUnknown { url: String, reason: String },
     /// Encoding a value failed.
     #[error("encoding state: {0}")]
     Encode(String),

@@ -147,6 +147,94 @@ pub fn unreferenced<'a>(
     out
 }
 
+/// How the create-if-absent write of a checkpoint's `_metadata` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataWrite {
+    /// The store created the object.
+    Created,
+    /// The store refused: an object of that name was there (HTTP 412 to
+    /// `If-None-Match: *`, or 409 for a conditional write already in flight).
+    Exists,
+    /// The write reported an error: it may or may not have reached the store (a
+    /// request that landed and whose response was lost looks the same).
+    Failed(String),
+}
+
+/// What reading a checkpoint's `_metadata` back from the store found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataRead {
+    Holds(Vec<u8>),
+    Absent,
+    /// The store could not be asked.
+    Failed(String),
+}
+
+/// What the write of a checkpoint's `_metadata` means for the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataFate {
+    /// Our `_metadata`, byte for byte, is in the store: the checkpoint is complete.
+    Published,
+    /// No `_metadata` is there: the checkpoint is not complete and may be abandoned.
+    Absent(String),
+    /// Another `_metadata` is there (or was, when we wrote): another writer works
+    /// on this line.
+    Fenced(String),
+    /// It cannot be told: the checkpoint may be complete in the store, so nothing it
+    /// references may be removed until a start has read the store.
+    Unknown(String),
+}
+
+/// Decides what a `_metadata` write did, from how the write ended and (unless it
+/// created the object) what reading it back found (`None`: not read). Only a
+/// `_metadata` known to be absent makes a checkpoint abandonable; an object that
+/// holds exactly `ours` is ours (a retried request whose first attempt landed).
+pub fn metadata_fate(
+    write: &MetadataWrite,
+    read: Option<&MetadataRead>,
+    ours: &[u8],
+) -> MetadataFate {
+    let wrote = match write {
+        MetadataWrite::Created => return MetadataFate::Published,
+        MetadataWrite::Exists => "the store refused to create it: it exists".to_string(),
+        MetadataWrite::Failed(e) => format!("the write failed ({e})"),
+    };
+    match (write, read) {
+        (_, Some(MetadataRead::Holds(b))) if b.as_slice() == ours => MetadataFate::Published,
+        (_, Some(MetadataRead::Holds(b))) => MetadataFate::Fenced(format!(
+            "{wrote}, and it holds another checkpoint's _metadata ({} bytes, ours {})",
+            b.len(),
+            ours.len()
+        )),
+        // It was there when we wrote and is gone now: nothing of ours deletes a
+        // checkpoint while publishing it.
+        (MetadataWrite::Exists, Some(MetadataRead::Absent)) => {
+            MetadataFate::Fenced(format!("{wrote}, and it was deleted since"))
+        }
+        (_, Some(MetadataRead::Absent)) => {
+            MetadataFate::Absent(format!("{wrote}, and it is not in the store"))
+        }
+        (_, Some(MetadataRead::Failed(e))) => {
+            MetadataFate::Unknown(format!("{wrote}, and reading it back failed ({e})"))
+        }
+        (_, None) => MetadataFate::Unknown(format!("{wrote}, and it was not read back")),
+    }
+}
+
+/// The state files a retention pass may delete: those it knows of (`candidates`: its
+/// own uploads and what its start listed) that are still in the store (`listed`) and
+/// that no `_metadata` present in the store references (`referenced_by`: every
+/// decodable `_metadata` listed after the victims were deleted, other writers'
+/// included). A file someone else uploaded and this pass never knew of is never
+/// deleted: its checkpoint may be on its way.
+pub fn collectable<'a>(
+    candidates: impl IntoIterator<Item = &'a String>,
+    listed: &HashMap<String, u64>,
+    referenced_by: &[&CheckpointMetadata],
+) -> Vec<String> {
+    let present = candidates.into_iter().filter(|k| listed.contains_key(*k));
+    unreferenced(present, referenced_by)
+}
+
 /// The name an abandoned entry takes in the store.
 pub fn abandoned_name(id: CheckpointId) -> String {
     format!("{}.abandoned", crate::snapshot_dir::chk_name(id))
@@ -250,6 +338,82 @@ mod tests {
                 "shared/rolling_sum-1/000009.sst.10.00000001",
                 "shared/rolling_sum-1/CURRENT.16.00000002",
             ]
+        );
+    }
+
+    #[test]
+    fn a_metadata_write_is_complete_absent_fenced_or_unknown() {
+        use MetadataFate as F;
+        let ours = b"ours".to_vec();
+        let failed = MetadataWrite::Failed("connection closed".into());
+        let holds = |b: &[u8]| MetadataRead::Holds(b.to_vec());
+        let unreadable = MetadataRead::Failed("HTTP 503".into());
+        let fate = |w: &MetadataWrite, r: Option<&MetadataRead>| metadata_fate(w, r, &ours);
+        let kind = |f: MetadataFate| match f {
+            F::Published => "published",
+            F::Absent(_) => "absent",
+            F::Fenced(_) => "fenced",
+            F::Unknown(_) => "unknown",
+        };
+        // (write, read back, fate): every case.
+        let cases: [(&MetadataWrite, Option<&MetadataRead>, &str); 11] = [
+            (&MetadataWrite::Created, None, "published"),
+            // An ambiguous request retried by the client: its first attempt landed.
+            (&MetadataWrite::Exists, Some(&holds(b"ours")), "published"),
+            (&MetadataWrite::Exists, Some(&holds(b"theirs")), "fenced"),
+            (
+                &MetadataWrite::Exists,
+                Some(&MetadataRead::Absent),
+                "fenced",
+            ),
+            (&MetadataWrite::Exists, Some(&unreadable), "unknown"),
+            (&MetadataWrite::Exists, None, "unknown"),
+            // The write landed but reported an error.
+            (&failed, Some(&holds(b"ours")), "published"),
+            (&failed, Some(&holds(b"theirs")), "fenced"),
+            (&failed, Some(&MetadataRead::Absent), "absent"),
+            (&failed, Some(&unreadable), "unknown"),
+            (&failed, None, "unknown"),
+        ];
+        for (w, r, want) in cases {
+            assert_eq!(kind(fate(w, r)), want, "{w:?} then {r:?}");
+        }
+        // Reasons say what happened.
+        assert_eq!(
+            fate(&failed, Some(&unreadable)),
+            F::Unknown(
+                "the write failed (connection closed), and reading it back failed (HTTP 503)"
+                    .into()
+            )
+        );
+        // A prefix of ours is not ours.
+        assert_eq!(kind(fate(&failed, Some(&holds(b"our")))), "fenced");
+    }
+
+    #[test]
+    fn retention_collects_only_known_files_no_listed_metadata_references() {
+        let old = with_files(1, &[("000009.sst", 10, 1)]);
+        let ours = with_files(3, &[("000011.sst", 20, 3)]);
+        // Another writer's newer checkpoint still uses the old file.
+        let theirs = with_files(4, &[("000009.sst", 10, 1)]);
+        let key = |m: &CheckpointMetadata| stored_files(m)[0].key.clone();
+        let known = vec![
+            key(&old),
+            key(&ours),
+            "shared/rolling_sum-0/gone.1.00000001".into(),
+        ];
+        let mut listed: HashMap<String, u64> =
+            [(key(&old), 10), (key(&ours), 20)].into_iter().collect();
+        // Uploaded by the other writer for a checkpoint whose _metadata is not written yet.
+        listed.insert("shared/rolling_sum-0/000012.sst.7.00000004".into(), 7);
+        assert_eq!(
+            collectable(&known, &listed, &[&ours, &theirs]),
+            Vec::<String>::new()
+        );
+        assert_eq!(collectable(&known, &listed, &[&ours]), vec![key(&old)]);
+        assert_eq!(
+            collectable(&known, &listed, &[]),
+            vec![key(&old), key(&ours)]
         );
     }
 

@@ -11,15 +11,24 @@
 //!   and CRC32 before the checkpoint is used; a checkpoint that does not verify is
 //!   named and skipped for an older one, but a store that cannot be reached fails the
 //!   start instead of falling back;
-//! - retention deletes a checkpoint's `_metadata` first, then the state files no kept
-//!   checkpoint references, and only after a newer checkpoint is published.
+//! - `_metadata` is created only if absent (`If-None-Match: *` on S3): of two writers
+//!   of one checkpoint name, the second is refused ([`StateError::Fenced`]), and a
+//!   retried write whose first attempt landed is recognised by its bytes;
+//! - a checkpoint whose `_metadata` write failed is reported absent only once the
+//!   store said so; when it cannot be asked, the error says the fate is unknown
+//!   ([`StateError::FateUnknown`]);
+//! - retention deletes a checkpoint's `_metadata` first, then the state files no
+//!   `_metadata` in the store references (re-listed and read at every pass), and only
+//!   after a newer checkpoint is published.
 //!
 //! One process works on one prefix at a time (the local staging directory's lock keeps
-//! two on one machine apart; across machines, give each job its own prefix).
+//! two on one machine apart). Across machines the store has no lock: a second writer
+//! is detected when both publish a checkpoint of one id, not before; until then both
+//! write checkpoints of their own ids into the line.
 
 use super::layout::{
-    abandoned_name, metadata_key, parse_listing, stored_files, to_upload, unreferenced,
-    StoreListing,
+    abandoned_name, collectable, metadata_fate, metadata_key, parse_listing, stored_files,
+    to_upload, MetadataFate, MetadataRead, MetadataWrite, StoreListing,
 };
 use super::location::StoreLocation;
 use crate::durable;
@@ -31,7 +40,7 @@ use crate::snapshot_dir::{chk_name, Restored};
 use crate::verify;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, PutPayload};
+use object_store::{ObjectStore, PutMode, PutPayload};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -178,6 +187,19 @@ impl CheckpointStore {
 
     /// Lists everything under the prefix and remembers it.
     pub async fn scan(&self) -> Result<StoreListing> {
+        let listing = self.list_all().await?;
+        let mut k = self.known.lock().expect("store state");
+        k.entries = listing
+            .entries
+            .iter()
+            .map(|e| (e.name.clone(), e.clone()))
+            .collect();
+        k.shared = listing.shared.clone();
+        Ok(listing)
+    }
+
+    /// Lists everything under the prefix.
+    async fn list_all(&self) -> Result<StoreListing> {
         let objects: Vec<_> = self
             .store
             .list(Some(&self.prefix))
@@ -192,13 +214,6 @@ impl CheckpointStore {
                 .collect();
             Some((rel.join("/"), m.size))
         }));
-        let mut k = self.known.lock().expect("store state");
-        k.entries = listing
-            .entries
-            .iter()
-            .map(|e| (e.name.clone(), e.clone()))
-            .collect();
-        k.shared = listing.shared.clone();
         Ok(listing)
     }
 
@@ -449,9 +464,16 @@ impl CheckpointStore {
 
     /// Uploads the published local checkpoint `local_chk` (`.../chk-N`): every state
     /// file the store does not hold yet, then `_metadata` (the same bytes as the local
-    /// one). Refuses to overwrite an existing `_metadata`. When this returns `Ok` the
-    /// checkpoint is complete in the store; after an error it is not, and what was
-    /// uploaded of it is collected by a later retention pass.
+    /// one), created only if absent. When this returns `Ok` the checkpoint is complete
+    /// in the store (also when an earlier attempt of the same write landed). After an
+    /// error:
+    /// - [`StateError::Fenced`]: another writer's `_metadata` has this name; another
+    ///   process publishes to this line;
+    /// - [`StateError::FateUnknown`]: the `_metadata` write failed and the store could
+    ///   not be asked whether it landed: the checkpoint may be complete, so nothing it
+    ///   references may be removed before a start has read the store;
+    /// - any other: the checkpoint is not in the store, and what was uploaded of it is
+    ///   collected by a later retention pass.
     pub async fn publish(&self, local_chk: &Path) -> Result<UploadStats> {
         let meta_path = local_chk.join(METADATA_FILE);
         let bytes = tokio::fs::read(&meta_path)
@@ -485,20 +507,34 @@ impl CheckpointStore {
             }
         }
         let rel = metadata_key(&name);
-        match self.store.head(&self.key(&rel)).await {
-            Ok(_) => {
-                return Err(StateError::AlreadyExists {
-                    path: PathBuf::from(self.url_of(&rel)),
+        let len = bytes.len() as u64;
+        let written = self.create_metadata(&rel, &bytes).await;
+        let read = match written {
+            MetadataWrite::Created => None,
+            _ => Some(self.read_back(&rel).await),
+        };
+        match metadata_fate(&written, read.as_ref(), &bytes) {
+            MetadataFate::Published => {}
+            MetadataFate::Absent(why) => {
+                return Err(StateError::Store {
+                    op: "write",
+                    key: self.url_of(&rel),
+                    message: why,
                 })
             }
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(self.err("stat", &rel)(e)),
+            MetadataFate::Fenced(reason) => {
+                return Err(StateError::Fenced {
+                    url: self.url_of(&name),
+                    reason,
+                })
+            }
+            MetadataFate::Unknown(reason) => {
+                return Err(StateError::FateUnknown {
+                    url: self.url_of(&name),
+                    reason,
+                })
+            }
         }
-        let len = bytes.len() as u64;
-        self.store
-            .put(&self.key(&rel), PutPayload::from(bytes))
-            .await
-            .map_err(self.err("write", &rel))?;
         self.count_up(len);
         stats.objects += 1;
         stats.bytes += len;
@@ -513,6 +549,49 @@ impl CheckpointStore {
         );
         k.metas.insert(name, Some(meta));
         Ok(stats)
+    }
+
+    /// Writes `_metadata` only if no object of its name exists (`If-None-Match: *` on
+    /// S3): of two writers of one name, one is refused. A store without conditional
+    /// writes (`http://`, or `aws_conditional_put = "disabled"`) gets a look, then a
+    /// plain write, and no fencing.
+    async fn create_metadata(&self, rel: &str, bytes: &[u8]) -> MetadataWrite {
+        let key = self.key(rel);
+        let payload = || PutPayload::from(bytes.to_vec());
+        match self
+            .store
+            .put_opts(&key, payload(), PutMode::Create.into())
+            .await
+        {
+            Ok(_) => MetadataWrite::Created,
+            Err(object_store::Error::AlreadyExists { .. }) => MetadataWrite::Exists,
+            Err(object_store::Error::NotImplemented) => {
+                tracing::warn!(checkpoint = %self.url_of(rel), "the store cannot create an object only if it is absent: two writers of this checkpoint line would not be told apart");
+                match self.store.head(&key).await {
+                    Ok(_) => MetadataWrite::Exists,
+                    Err(object_store::Error::NotFound { .. }) => {
+                        match self.store.put(&key, payload()).await {
+                            Ok(_) => MetadataWrite::Created,
+                            Err(e) => MetadataWrite::Failed(e.to_string()),
+                        }
+                    }
+                    Err(e) => MetadataWrite::Failed(e.to_string()),
+                }
+            }
+            Err(e) => MetadataWrite::Failed(e.to_string()),
+        }
+    }
+
+    /// Reads `_metadata` back after a write that did not plainly create it.
+    async fn read_back(&self, rel: &str) -> MetadataRead {
+        match self.store.get(&self.key(rel)).await {
+            Ok(r) => match r.bytes().await {
+                Ok(b) => MetadataRead::Holds(b.to_vec()),
+                Err(e) => MetadataRead::Failed(e.to_string()),
+            },
+            Err(object_store::Error::NotFound { .. }) => MetadataRead::Absent,
+            Err(e) => MetadataRead::Failed(e.to_string()),
+        }
     }
 
     fn count_up(&self, bytes: u64) {
@@ -555,18 +634,29 @@ impl CheckpointStore {
 
     /// Deletes checkpoints older than the newest `retain` sound ones (the rule of
     /// [`restore::retention_victims`]; checkpoints skipped at start count as corrupt),
-    /// `_metadata` first, then every state file that no remaining checkpoint references.
-    /// Call only after a publish.
+    /// `_metadata` first, then the state files that no `_metadata` in the store
+    /// references. The store is listed again first, and every `_metadata` it holds is
+    /// read, another writer's included: a file a newer checkpoint of someone else
+    /// references is never deleted, and only files this client uploaded or listed at
+    /// its start are candidates (one another writer just uploaded for a checkpoint
+    /// whose `_metadata` is still on its way is not). Call only after a publish.
     pub async fn apply_retention(&self, retain: usize) -> Result<RetentionOutcome> {
-        let (listing, corrupt) = {
-            let k = self.known.lock().expect("store state");
-            (
-                k.entries.values().cloned().collect::<Vec<_>>(),
-                k.corrupt.clone(),
-            )
+        let listing = self.list_all().await?;
+        let corrupt = {
+            let mut k = self.known.lock().expect("store state");
+            k.entries = listing
+                .entries
+                .iter()
+                .map(|e| (e.name.clone(), e.clone()))
+                .collect();
+            let listed = &listing.shared;
+            k.shared.retain(|key, _| listed.contains_key(key));
+            k.corrupt.clone()
         };
-        let listing: Vec<_> = listing
-            .into_iter()
+        let entries: Vec<_> = listing
+            .entries
+            .iter()
+            .cloned()
             .map(|mut e| {
                 if corrupt.contains(&e.id) {
                     e.status = EntryStatus::Corrupt("skipped at restore".into());
@@ -574,7 +664,7 @@ impl CheckpointStore {
                 e
             })
             .collect();
-        let victims = restore::retention_victims(&listing, retain);
+        let victims = restore::retention_victims(&entries, retain);
         for name in &victims {
             self.delete(&metadata_key(name)).await?;
             let mut k = self.known.lock().expect("store state");
@@ -583,13 +673,11 @@ impl CheckpointStore {
         }
         // What stays references its state files; a `_metadata` that does not decode
         // references nothing (it can never be restored).
-        let remaining: Vec<String> = self
-            .known
-            .lock()
-            .expect("store state")
+        let remaining: Vec<String> = listing
             .entries
-            .keys()
-            .cloned()
+            .iter()
+            .filter(|e| e.status != EntryStatus::InProgress && !victims.contains(&e.name))
+            .map(|e| e.name.clone())
             .collect();
         let mut kept = Vec::new();
         for name in remaining {
@@ -612,7 +700,11 @@ impl CheckpointStore {
         }
         let garbage = {
             let k = self.known.lock().expect("store state");
-            unreferenced(k.shared.keys(), &kept.iter().collect::<Vec<_>>())
+            collectable(
+                k.shared.keys(),
+                &listing.shared,
+                &kept.iter().collect::<Vec<_>>(),
+            )
         };
         for key in &garbage {
             self.delete(key).await?;
