@@ -935,6 +935,42 @@ dir = "out"
     }
 
     #[test]
+    fn co_partitioned_keyed_state_needs_one_kafka_topic() {
+        let co = GOOD.replace("parallelism = 2", "parallelism = 2\nco_partitioned = true");
+        let e = parse_err(&co);
+        assert_eq!(e.key, "job.co_partitioned", "{e}");
+        assert!(
+            e.message.contains("sequence source's keys span its splits"),
+            "{e}"
+        );
+        let kafka = |topics: &str, transform: bool| {
+            let t = co.replace(
+                "[source.sequence]\nfrom = 1\nto = 100\nkeys = 10",
+                &format!("[source.kafka]\nbootstrap_servers = \"k:9092\"\n{topics}"),
+            );
+            if transform {
+                t
+            } else {
+                t.replace(
+                    "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/key\"\nfield = \"/value\"\n",
+                    "",
+                )
+            }
+        };
+        assert!(parse(&kafka("topics = [\"orders\"]", true), Path::new("/j.toml")).is_ok());
+        for topics in ["topics = [\"a\", \"b\"]", "topic_pattern = \"orders-.*\""] {
+            let e = parse_err(&kafka(topics, true));
+            assert_eq!(e.key, "job.co_partitioned", "{e}");
+            assert!(e.message.contains("repartition stage"), "{e}");
+            // Without keyed state, nothing is kept per partition: accepted.
+            assert!(
+                parse(&kafka(topics, false), Path::new("/j.toml")).is_ok(),
+                "{topics}"
+            );
+        }
+    }
+
+    #[test]
     fn a_store_checkpoint_dir_keeps_a_local_staging_directory_and_client_settings() {
         let g = parse(
             &with_checkpoint(
