@@ -45,6 +45,16 @@ fn job_with_sink(dir: &Path, bootstrap: &str, sink_section: &str) -> PathBuf {
     p
 }
 
+/// Makes the job one subtask per member, co-partitioned: orders are keyed by user, so
+/// partitioned by the rolling sum's key.
+fn co_partitioned(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        "parallelism = 2\n",
+        "parallelism = 1\nco_partitioned = true\n",
+    );
+    std::fs::write(config, text).unwrap();
+}
+
 const UPSERT_BY_USER: &str = "id = \"field:/user\"\noperation = \"upsert\"";
 const COORDINATES: &str = "id = \"coordinates\"";
 
@@ -159,11 +169,7 @@ fn three_members_killed_independently_are_exactly_once_together() {
     let es = Es::testkit();
     let config = job(tmp.path(), &kafka.bootstrap, &es.url(), UPSERT_BY_USER);
     // Orders are keyed by user, so partitioned by the rolling sum's key.
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "parallelism = 2\n",
-        "parallelism = 1\nco_partitioned = true\n",
-    );
-    std::fs::write(&config, text).unwrap();
+    co_partitioned(&config);
     let (code, out, r) = chaos(
         &config,
         &[
@@ -949,11 +955,7 @@ fn members_co_partitioned_with_coalescing_and_dead_letters_are_exact() {
         &es.url(),
         &format!("{UPSERT_BY_USER}\non_item_error = \"dead-letter:orders-dlq\""),
     );
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "parallelism = 2\n",
-        "parallelism = 1\nco_partitioned = true\n",
-    );
-    std::fs::write(&config, text).unwrap();
+    co_partitioned(&config);
     let (code, out, r) = chaos(
         &config,
         &[

@@ -51,6 +51,26 @@ fn spawn(config: &Path, env: &[(&str, String)], extra_env: &[(&str, &str)]) -> C
         .unwrap()
 }
 
+/// `lockgate run --config <config> <args>` with the store's environment, appending its
+/// log to `runs.log` beside the job file.
+fn spawn_args(config: &Path, env: &[(&str, String)], args: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(config.with_file_name("runs.log"))
+        .unwrap();
+    Command::new(bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("LOCKGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
 fn verify_exact(config: &Path) {
     let t = lockgate::chaos::Target::from_job_file(config).unwrap();
     let inputs = lockgate::chaos::verify::read_inputs(&t).unwrap();
@@ -229,45 +249,45 @@ fn checkpoints_list_and_restore_accept_a_store_url() {
     verify_exact(&config);
 }
 
-/// Members keep their lines under the store prefix (`member-I-of-N/`); a rescale on a
-/// new machine (nothing local) reads every old member's final checkpoint from the store.
-#[test]
-fn members_keep_their_lines_in_the_store_and_a_rescale_on_a_new_machine_reads_them_there() {
-    let tmp = tempfile::tempdir().unwrap();
+/// The servers and the co-partitioned `kafka -> rolling_sum -> elasticsearch` job of
+/// the members tests: `orders` orders on `partitions` partitions, checkpoints in moto's
+/// `bucket`, one subtask per member.
+fn members_job(
+    dir: &Path,
+    bucket: &str,
+    partitions: i32,
+    orders: u64,
+) -> (
+    MotoServer,
+    KafkaProcess,
+    Es,
+    Vec<(&'static str, String)>,
+    PathBuf,
+) {
     let moto = MotoServer::start().unwrap();
-    moto.create_bucket("lockgate-members").unwrap();
-    let kafka = KafkaProcess::start(&[("orders", 4)]);
-    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 8_000, 100).unwrap();
+    moto.create_bucket(bucket).unwrap();
+    let kafka = KafkaProcess::start(&[("orders", partitions)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, orders, 100).unwrap();
     let es = Es::testkit();
     let env = moto.env();
-    let config = job(
-        tmp.path(),
-        &kafka.bootstrap,
-        &es.url(),
-        "lockgate-members",
-        "",
-    );
+    let config = job(dir, &kafka.bootstrap, &es.url(), bucket, "");
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "parallelism = 2\n",
         "parallelism = 1\nco_partitioned = true\n",
     );
     std::fs::write(&config, text).unwrap();
+    (moto, kafka, es, env, config)
+}
+
+/// Members keep their lines under the store prefix (`member-I-of-N/`); a rescale on a
+/// new machine (nothing local) reads every old member's final checkpoint from the store.
+#[test]
+fn members_keep_their_lines_in_the_store_and_a_rescale_on_a_new_machine_reads_them_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_moto, _kafka, _es, env, config) = members_job(tmp.path(), "lockgate-members", 4, 8_000);
     let run = |args: &[&str]| {
-        let mut c = Command::new(bin());
-        c.args(["run", "--config"])
-            .arg(&config)
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("LOCKGATE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(tmp.path().join("runs.log"))
-                    .unwrap(),
-            );
-        c.spawn().unwrap()
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        spawn_args(&config, &env, &args)
     };
     // Two members run the bounded job to its end, each with a final checkpoint.
     let mut members: Vec<Child> = (0..2)
@@ -299,24 +319,7 @@ fn members_keep_their_lines_in_the_store_and_a_rescale_on_a_new_machine_reads_th
 #[test]
 fn members_rescaled_together_on_one_machine_never_share_a_download() {
     let tmp = tempfile::tempdir().unwrap();
-    let moto = MotoServer::start().unwrap();
-    moto.create_bucket("lockgate-together").unwrap();
-    let kafka = KafkaProcess::start(&[("orders", 6)]);
-    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 12_000, 100).unwrap();
-    let es = Es::testkit();
-    let env = moto.env();
-    let config = job(
-        tmp.path(),
-        &kafka.bootstrap,
-        &es.url(),
-        "lockgate-together",
-        "",
-    );
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "parallelism = 2\n",
-        "parallelism = 1\nco_partitioned = true\n",
-    );
-    std::fs::write(&config, text).unwrap();
+    let (_moto, _kafka, _es, env, config) = members_job(tmp.path(), "lockgate-together", 6, 12_000);
     let log = || std::fs::read_to_string(tmp.path().join("runs.log")).unwrap_or_default();
     let members = |n: u16, rescale: Option<u16>| {
         let mut children: Vec<Child> = (0..n)
@@ -330,21 +333,7 @@ fn members_rescaled_together_on_one_machine_never_share_a_download() {
                 if let Some(k) = rescale {
                     args.extend(["--rescale-from".into(), k.to_string()]);
                 }
-                let mut c = Command::new(bin());
-                c.args(["run", "--config"])
-                    .arg(&config)
-                    .args(&args)
-                    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                    .env("LOCKGATE_LOG", "info")
-                    .stdout(Stdio::null())
-                    .stderr(
-                        std::fs::OpenOptions::new()
-                            .create(true)
-                            .append(true)
-                            .open(tmp.path().join("runs.log"))
-                            .unwrap(),
-                    );
-                c.spawn().unwrap()
+                spawn_args(&config, &env, &args)
             })
             .collect();
         for c in &mut children {
