@@ -531,7 +531,11 @@ fn discover(
         .filter(|t| cfg.topics.matches(t.name()) && t.error().is_none())
         .map(|t| t.name().to_string())
         .collect();
-    out.ids = topic_ids::describe(consumer.client(), &listed, timeout)
+    // The broker that answered, which is up: any broker answers the ids' request too.
+    let broker = Some(md.orig_broker_id())
+        .filter(|id| *id >= 0)
+        .or_else(|| md.brokers().first().map(|b| b.id()));
+    out.ids = topic_ids::describe(consumer.client(), &listed, broker, timeout)
         .map_err(|e| format!("topic ids: {e}"))?
         .into_iter()
         .filter_map(|(t, id)| Some((t, id?)))

@@ -141,9 +141,15 @@ impl<T> Drop for Owned<T> {
 /// topic whose id is unknown (all zero, or the topic reported with an error). An error
 /// is the call itself failing (no answer within `timeout`, the request refused). Blocks
 /// up to `timeout`; call it off the runtime threads.
+///
+/// The request (a Metadata request, which any broker answers) goes to `broker` when
+/// given, else to the controller, as every admin request does by default: give the
+/// broker that just answered a metadata request, so that the call does not wait on a
+/// controller the client has not seen (librdkafka's mock cluster reports none).
 pub fn describe<C: ClientContext>(
     client: &Client<C>,
     topics: &[String],
+    broker: Option<i32>,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Option<TopicId>>, String> {
     let mut out = BTreeMap::new();
@@ -191,6 +197,18 @@ pub fn describe<C: ClientContext>(
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             let why = CStr::from_ptr(errstr.as_ptr()).to_string_lossy();
             return Err(format!("describe topics: request timeout: {why}"));
+        }
+        if let Some(broker) = broker {
+            let err = rd::rd_kafka_AdminOptions_set_broker(
+                options.0,
+                broker,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                let why = CStr::from_ptr(errstr.as_ptr()).to_string_lossy();
+                return Err(format!("describe topics: broker {broker}: {why}"));
+            }
         }
         rd::rd_kafka_DescribeTopics(rk, collection.0, options.0, queue.0);
         // The result is the only event this queue receives; the margin lets the
