@@ -254,8 +254,8 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
     println!();
     println!("source positions (next offset to read):");
     println!(
-        "  {:<24} {:>9} {:>14} {:>14}  {}",
-        "STREAM", "PARTITION", "NEXT", "END", "TOPIC ID"
+        "  {:<24} {:>9} {:>14} {:>14}  TOPIC ID",
+        "STREAM", "PARTITION", "NEXT", "END"
     );
     for p in &meta.positions {
         // Kafka's spelling of a topic id (as `kafka-topics.sh --describe` shows it).
