@@ -447,6 +447,7 @@ mod tests {
             next: lockgate_state::NextOffset(next),
             end: None,
             applied: Vec::new(),
+            stream_id: None,
         }
     }
 

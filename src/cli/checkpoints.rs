@@ -254,16 +254,22 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
     println!();
     println!("source positions (next offset to read):");
     println!(
-        "  {:<24} {:>9} {:>14} {:>14}",
+        "  {:<24} {:>9} {:>14} {:>14}  TOPIC ID",
         "STREAM", "PARTITION", "NEXT", "END"
     );
     for p in &meta.positions {
+        // Kafka's spelling of a topic id (as `kafka-topics.sh --describe` shows it).
+        let id = p
+            .stream_id
+            .and_then(crate::connectors::kafka::topic_ids::TopicId::from_bytes)
+            .map_or("-".to_string(), |id| id.to_string());
         println!(
-            "  {:<24} {:>9} {:>14} {:>14}",
+            "  {:<24} {:>9} {:>14} {:>14}  {}",
             p.stream,
             p.partition,
             p.next.0,
-            p.end.map_or("-".to_string(), |e| e.0.to_string())
+            p.end.map_or("-".to_string(), |e| e.0.to_string()),
+            id
         );
         // A split read with origin_headers: what it applied of each upstream split.
         for a in &p.applied {

@@ -241,6 +241,7 @@ impl Source for SequenceSource {
                 next: NextOffset(s.next.min(end)),
                 end: Some(NextOffset(end)),
                 applied: Vec::new(),
+                stream_id: None,
             })
             .collect())
     }

@@ -13,10 +13,12 @@ use std::path::Path;
 
 /// The magic bytes that open every `_metadata` file.
 pub const MAGIC: &[u8; 4] = b"LGCK";
-/// The newest format version, written when a source position carries
-/// [`SourcePosition::applied`] marks. A checkpoint without marks is written as version 1,
-/// which an older release reads too; this release reads both.
-pub const FORMAT_VERSION: u16 = 2;
+/// The newest format version, written when a source position carries a
+/// [`SourcePosition::stream_id`]. A checkpoint without ids is written in the oldest
+/// version that holds it, which an older release reads too: version 2 when a position
+/// carries [`SourcePosition::applied`] marks, else version 1. This release reads all
+/// three.
+pub const FORMAT_VERSION: u16 = 3;
 /// The oldest format version this release reads.
 pub const OLDEST_READABLE: u16 = 1;
 /// The file name of the metadata inside a checkpoint directory.
@@ -83,6 +85,11 @@ pub struct SourcePosition {
     /// applied from each upstream split, sorted by stream and partition. A replayed
     /// record at or below its mark is a duplicate of the upstream stage's replay.
     pub applied: Vec<UpstreamMark>,
+    /// The identity of the stream the offsets belong to, when the source knows one (a
+    /// Kafka topic id: a topic deleted and created again under the same name has
+    /// another id, and offsets that start over). `None`: unknown (a broker that does not
+    /// report ids, or a checkpoint of an older format).
+    pub stream_id: Option<[u8; 16]>,
 }
 
 /// The highest offset of one upstream split applied through a downstream split.
@@ -121,9 +128,13 @@ mod v1 {
     }
 
     impl CheckpointMetadata {
-        /// `m` in version 1, if it has no marks (which version 1 cannot hold).
+        /// `m` in version 1, if it has no marks and no stream ids (which version 1
+        /// cannot hold).
         pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
-            if m.positions.iter().any(|p| !p.applied.is_empty()) {
+            if m.positions
+                .iter()
+                .any(|p| !p.applied.is_empty() || p.stream_id.is_some())
+            {
                 return None;
             }
             Some(CheckpointMetadata {
@@ -169,6 +180,93 @@ mod v1 {
                         next: p.next,
                         end: p.end,
                         applied: Vec::new(),
+                        stream_id: None,
+                    })
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// Format version 2: its source positions had marks but no stream ids.
+mod v2 {
+    use super::{NextOffset, SubtaskSnapshot, UpstreamMark};
+    use crate::ids::CheckpointId;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct CheckpointMetadata {
+        id: CheckpointId,
+        job_name: String,
+        fingerprint: u64,
+        created_ms: u64,
+        parallelism: u16,
+        max_parallelism: u16,
+        is_final: bool,
+        subtasks: Vec<SubtaskSnapshot>,
+        positions: Vec<SourcePosition>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct SourcePosition {
+        stream: String,
+        partition: i32,
+        next: NextOffset,
+        end: Option<NextOffset>,
+        applied: Vec<UpstreamMark>,
+    }
+
+    impl CheckpointMetadata {
+        /// `m` in version 2, if it has no stream ids (which version 2 cannot hold).
+        pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
+            if m.positions.iter().any(|p| p.stream_id.is_some()) {
+                return None;
+            }
+            Some(CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name.clone(),
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks.clone(),
+                positions: m
+                    .positions
+                    .iter()
+                    .map(|p| SourcePosition {
+                        stream: p.stream.clone(),
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                        applied: p.applied.clone(),
+                    })
+                    .collect(),
+            })
+        }
+    }
+
+    impl From<CheckpointMetadata> for super::CheckpointMetadata {
+        fn from(m: CheckpointMetadata) -> Self {
+            super::CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name,
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks,
+                positions: m
+                    .positions
+                    .into_iter()
+                    .map(|p| super::SourcePosition {
+                        stream: p.stream,
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                        applied: p.applied,
+                        stream_id: None,
                     })
                     .collect(),
             }
@@ -183,14 +281,16 @@ fn bincode_config() -> impl bincode::config::Config {
 }
 
 impl CheckpointMetadata {
-    /// Encodes the metadata in the versioned, checksummed file format: version 1 when
-    /// no source position carries marks, else version 2.
+    /// Encodes the metadata in the versioned, checksummed file format, in the oldest
+    /// version that holds it: 1 when no source position carries marks or a stream id,
+    /// 2 when marks but no ids, else 3.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let encoded = match v1::CheckpointMetadata::of(self) {
-            Some(old) => bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (1u16, b)),
-            None => {
-                bincode::serde::encode_to_vec(self, bincode_config()).map(|b| (FORMAT_VERSION, b))
-            }
+        let encoded = if let Some(old) = v1::CheckpointMetadata::of(self) {
+            bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (1u16, b))
+        } else if let Some(old) = v2::CheckpointMetadata::of(self) {
+            bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (2u16, b))
+        } else {
+            bincode::serde::encode_to_vec(self, bincode_config()).map(|b| (FORMAT_VERSION, b))
         };
         let (version, body) = encoded.map_err(|e| StateError::Encode(e.to_string()))?;
         let mut out = Vec::with_capacity(body.len() + 14);
@@ -240,15 +340,24 @@ impl CheckpointMetadata {
         }
         let undecodable =
             |e: bincode::error::DecodeError| corrupt(format!("undecodable body: {e}"));
-        let (meta, used): (CheckpointMetadata, usize) = if version == 1 {
-            let (m, used) = bincode::serde::decode_from_slice::<v1::CheckpointMetadata, _>(
-                body,
-                bincode_config(),
-            )
-            .map_err(undecodable)?;
-            (m.into(), used)
-        } else {
-            bincode::serde::decode_from_slice(body, bincode_config()).map_err(undecodable)?
+        let (meta, used): (CheckpointMetadata, usize) = match version {
+            1 => {
+                let (m, used) = bincode::serde::decode_from_slice::<v1::CheckpointMetadata, _>(
+                    body,
+                    bincode_config(),
+                )
+                .map_err(undecodable)?;
+                (m.into(), used)
+            }
+            2 => {
+                let (m, used) = bincode::serde::decode_from_slice::<v2::CheckpointMetadata, _>(
+                    body,
+                    bincode_config(),
+                )
+                .map_err(undecodable)?;
+                (m.into(), used)
+            }
+            _ => bincode::serde::decode_from_slice(body, bincode_config()).map_err(undecodable)?,
         };
         if used != body.len() {
             return Err(corrupt("trailing bytes in body".into()));
@@ -310,8 +419,20 @@ pub(crate) mod tests {
                     partition: 5,
                     offset: 99,
                 }],
+                stream_id: Some(*b"\x3f\x01topic-id-bytes"),
             }],
         }
+    }
+
+    /// Frames `body` as a `_metadata` file of format `version`.
+    fn framed(version: u16, body: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&version.to_le_bytes());
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(body);
+        bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+        bytes
     }
 
     #[test]
@@ -358,29 +479,97 @@ pub(crate) mod tests {
                 .collect(),
         };
         let body = bincode::serde::encode_to_vec(&old, bincode_config()).unwrap();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&1u16.to_le_bytes());
-        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&body);
-        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        let bytes = framed(1, &body);
         let got = CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap();
         let mut expect = want.clone();
         expect.positions[0].applied.clear();
+        expect.positions[0].stream_id = None;
         assert_eq!(got, expect);
-        // With marks it writes version 2.
-        assert_eq!(want.encode().unwrap()[4..6], 2u16.to_le_bytes());
-        // This release writes a checkpoint without marks as version 1, byte for byte.
+        // With stream ids it writes version 3.
+        assert_eq!(want.encode().unwrap()[4..6], 3u16.to_le_bytes());
+        // This release writes a checkpoint without marks or ids as version 1, byte for
+        // byte.
         assert_eq!(expect.encode().unwrap(), bytes);
-        // A version-2 body under a version-1 header does not decode as version 1.
-        let mut v2 = want.encode().unwrap();
-        v2[4..6].copy_from_slice(&1u16.to_le_bytes());
-        assert!(CheckpointMetadata::decode(&v2, Path::new("x")).is_err());
-        // Nor does an unknown newer version.
+        // A newer body under a version-1 header does not decode as version 1.
         let mut v3 = want.encode().unwrap();
-        v3[4..6].copy_from_slice(&3u16.to_le_bytes());
-        let err = CheckpointMetadata::decode(&v3, Path::new("x")).unwrap_err();
-        assert!(err.to_string().contains("format version 3"), "{err}");
+        v3[4..6].copy_from_slice(&1u16.to_le_bytes());
+        assert!(CheckpointMetadata::decode(&v3, Path::new("x")).is_err());
+        // Nor does an unknown newer version.
+        let mut v4 = want.encode().unwrap();
+        v4[4..6].copy_from_slice(&4u16.to_le_bytes());
+        let err = CheckpointMetadata::decode(&v4, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("format version 4"), "{err}");
+    }
+
+    #[test]
+    fn reads_format_version_2_as_positions_without_stream_ids() {
+        // Version 2's layout, written field by field as that release's serde did.
+        #[derive(Serialize)]
+        struct V2Position<'a> {
+            stream: &'a str,
+            partition: i32,
+            next: NextOffset,
+            end: Option<NextOffset>,
+            applied: &'a [UpstreamMark],
+        }
+        #[derive(Serialize)]
+        struct V2<'a> {
+            id: CheckpointId,
+            job_name: &'a str,
+            fingerprint: u64,
+            created_ms: u64,
+            parallelism: u16,
+            max_parallelism: u16,
+            is_final: bool,
+            subtasks: &'a [SubtaskSnapshot],
+            positions: Vec<V2Position<'a>>,
+        }
+        let mut want = sample(5);
+        want.positions[0].end = Some(NextOffset(40));
+        let old = V2 {
+            id: want.id,
+            job_name: &want.job_name,
+            fingerprint: want.fingerprint,
+            created_ms: want.created_ms,
+            parallelism: want.parallelism,
+            max_parallelism: want.max_parallelism,
+            is_final: want.is_final,
+            subtasks: &want.subtasks,
+            positions: want
+                .positions
+                .iter()
+                .map(|p| V2Position {
+                    stream: &p.stream,
+                    partition: p.partition,
+                    next: p.next,
+                    end: p.end,
+                    applied: &p.applied,
+                })
+                .collect(),
+        };
+        let body = bincode::serde::encode_to_vec(&old, bincode_config()).unwrap();
+        let bytes = framed(2, &body);
+        let got = CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap();
+        let mut expect = want.clone();
+        expect.positions[0].stream_id = None;
+        assert_eq!(got, expect);
+        assert!(!expect.positions[0].applied.is_empty());
+        // This release writes a checkpoint with marks but no ids as version 2, byte for
+        // byte.
+        assert_eq!(expect.encode().unwrap(), bytes);
+        // A version-3 body under a version-2 header does not decode as version 2.
+        let mut v3 = want.encode().unwrap();
+        v3[4..6].copy_from_slice(&2u16.to_le_bytes());
+        assert!(CheckpointMetadata::decode(&v3, Path::new("x")).is_err());
+        // An id without marks is version 3 too, and round-trips.
+        let mut ids_only = want.clone();
+        ids_only.positions[0].applied.clear();
+        let bytes = ids_only.encode().unwrap();
+        assert_eq!(bytes[4..6], 3u16.to_le_bytes());
+        assert_eq!(
+            CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap(),
+            ids_only
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the user configures for the Kafka source (`[source.kafka]`): the job-file
 //! section, its defaults (one place: [`KafkaSourceConfig::new`]), its validation.
 
+pub use super::topic_ids::RecreatedPolicy;
 use crate::secret::Properties;
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -163,6 +164,10 @@ pub struct KafkaSourceConfig {
     /// record's origin headers are read, and a record the job has already applied (a
     /// replay of the upstream stage) is dropped. See [`super::upstream`].
     pub origin_headers: bool,
+    /// What a topic whose id differs from the one its restored positions were recorded
+    /// with means: fail the job (default), or start that topic over at EARLIEST. See
+    /// [`super::topic_ids`].
+    pub on_topic_recreated: RecreatedPolicy,
 }
 
 impl KafkaSourceConfig {
@@ -185,6 +190,7 @@ impl KafkaSourceConfig {
             properties: Properties::default(),
             tombstones: false,
             origin_headers: false,
+            on_topic_recreated: RecreatedPolicy::Fail,
         }
     }
 }
@@ -216,6 +222,7 @@ pub struct KafkaSection {
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
     origin_headers: Option<bool>,
+    on_topic_recreated: Option<String>,
     /// librdkafka properties of every Kafka client of the job, checked at load; which
     /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
@@ -288,6 +295,9 @@ impl KafkaSection {
         }
         c.connect_timeout_ms = self.connect_timeout_ms.unwrap_or(c.connect_timeout_ms);
         c.origin_headers = self.origin_headers.unwrap_or(c.origin_headers);
+        if let Some(p) = &self.on_topic_recreated {
+            c.on_topic_recreated = RecreatedPolicy::parse(p).map_err(at("on_topic_recreated"))?;
+        }
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
         }
@@ -391,6 +401,7 @@ bounded = "latest"
 format = "text"
 on_decode_error = "skip"
 connect_timeout_ms = 9
+on_topic_recreated = "restart"
 [properties]
 "fetch.wait.max.ms" = "5"
 "#;
@@ -406,6 +417,7 @@ connect_timeout_ms = 9
         want.format = Format::Text;
         want.on_decode_error = DecodeErrorPolicy::Skip;
         want.connect_timeout_ms = 9;
+        want.on_topic_recreated = RecreatedPolicy::Restart;
         want.properties
             .insert("fetch.wait.max.ms".into(), "5".into());
         assert_eq!(section.config("job").unwrap(), want);
@@ -422,6 +434,10 @@ connect_timeout_ms = 9
             (
                 "bootstrap_servers = \"k\"\ntopic_pattern = \"(\"",
                 "topic_pattern",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\non_topic_recreated = \"earliest\"",
+                "on_topic_recreated",
             ),
             (
                 "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"fetch.max.bytes\" = \"lots\"",

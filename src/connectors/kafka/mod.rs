@@ -12,6 +12,7 @@ pub mod sink;
 pub mod sink_config;
 pub mod source;
 pub mod start_position;
+pub mod topic_ids;
 pub mod upstream;
 
 pub use config::{

@@ -7,6 +7,7 @@ use super::fetcher::{
 };
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
+use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId};
 use super::upstream::{self, Marks};
 use super::{Tp, KIND};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
@@ -90,6 +91,10 @@ pub struct KafkaSource {
     restored_marks: BTreeMap<Tp, Vec<lockgate_state::UpstreamMark>>,
     /// Records dropped as already applied (replays of the upstream stage).
     replayed: u64,
+    /// The topic id of every topic whose positions this subtask holds (read, parked,
+    /// or restored and not found yet), when known: recorded with those positions in
+    /// every checkpoint, and compared with the cluster's at each discovery.
+    ids: BTreeMap<String, TopicId>,
     metrics: Option<SourceMetrics>,
 }
 
@@ -167,6 +172,7 @@ impl KafkaSource {
             marks: BTreeMap::new(),
             restored_marks: BTreeMap::new(),
             replayed: 0,
+            ids: BTreeMap::new(),
             metrics: None,
         }
     }
@@ -270,8 +276,31 @@ impl KafkaSource {
             .map_err(|e| self.err(format!("assign: {e}")))
     }
 
-    /// Adds partitions discovered while running: they start at EARLIEST.
+    /// Adds partitions discovered while running: they start at EARLIEST. A topic whose
+    /// id changed since its positions were taken fails the attempt under either policy:
+    /// records of the old topic may still be on their way, and the restart from the
+    /// last completed checkpoint applies `on_topic_recreated` at open, where nothing of
+    /// the old topic is in flight.
     async fn apply_discovery(&mut self, listing: Listing) -> Result<()> {
+        for (topic, now) in &listing.ids {
+            match topic_identity(
+                self.ids.get(topic).copied(),
+                Some(*now),
+                self.cfg.on_topic_recreated,
+            ) {
+                Identity::Same => {
+                    self.ids.insert(topic.clone(), *now);
+                }
+                Identity::Recreated { was, now } => {
+                    return Err(self.err(topic_ids::recreated_message(topic, was, now)));
+                }
+                Identity::StartOver { was, now } => {
+                    return Err(self.err(format!(
+                        "topic `{topic}` was recreated while the job ran (topic id {was}, now {now}): restarting from the last completed checkpoint, where on_topic_recreated = \"restart\" reads the new topic from EARLIEST"
+                    )));
+                }
+            }
+        }
         let listed: BTreeSet<Tp> = listing.partitions.iter().cloned().collect();
         // A partition is dropped only after three listings in a row without it and
         // without an error on its topic: a metadata hiccup during a broker bounce must
@@ -455,6 +484,8 @@ struct Listing {
     /// Selected topics the broker reported with an error: their partitions are unknown
     /// in this listing, not gone.
     errored: BTreeSet<String>,
+    /// The topic id of each listed topic whose id the cluster reports.
+    ids: BTreeMap<String, TopicId>,
 }
 
 /// Selected topics whose partitions a listing does not know: reported with an error,
@@ -494,7 +525,63 @@ fn discover(
         }
     }
     out.partitions.sort();
+    let listed: Vec<String> = md
+        .topics()
+        .iter()
+        .filter(|t| cfg.topics.matches(t.name()) && t.error().is_none())
+        .map(|t| t.name().to_string())
+        .collect();
+    // The broker that answered, which is up: any broker answers the ids' request too.
+    let broker = Some(md.orig_broker_id())
+        .filter(|id| *id >= 0)
+        .or_else(|| md.brokers().first().map(|b| b.id()));
+    out.ids = topic_ids::describe(consumer.client(), &listed, broker, timeout)
+        .map_err(|e| format!("topic ids: {e}"))?
+        .into_iter()
+        .filter_map(|(t, id)| Some((t, id?)))
+        .collect();
     Ok(out)
+}
+
+/// The restored positions of the selected topics that apply to the topics the cluster
+/// has now (`ids`, from the listing at open). A topic whose id changed fails the open
+/// (`Err((topic, recorded id, id now))`) or, under `on_topic_recreated = "restart"`,
+/// loses its positions, ends and marks (with a warning): it is then absent from the
+/// checkpoint, so it starts at EARLIEST.
+#[allow(clippy::type_complexity)]
+fn check_restored_ids(
+    restored: Option<&[SourcePosition]>,
+    ids: &BTreeMap<String, TopicId>,
+    cfg: &KafkaSourceConfig,
+) -> std::result::Result<Option<Vec<SourcePosition>>, (String, TopicId, TopicId)> {
+    let Some(restored) = restored else {
+        return Ok(None);
+    };
+    let mut over = BTreeSet::new();
+    for p in restored.iter().filter(|p| cfg.topics.matches(&p.stream)) {
+        let recorded = p.stream_id.and_then(TopicId::from_bytes);
+        match topic_identity(
+            recorded,
+            ids.get(&p.stream).copied(),
+            cfg.on_topic_recreated,
+        ) {
+            Identity::Same => {}
+            Identity::Recreated { was, now } => return Err((p.stream.clone(), was, now)),
+            Identity::StartOver { was, now } => {
+                if over.insert(p.stream.clone()) {
+                    warn!(topic = %p.stream, checkpoint_id = %was, cluster_id = %now, "topic was recreated (its topic id differs from the checkpoint's); on_topic_recreated = \"restart\": its checkpointed positions are dropped and it is read from EARLIEST");
+                }
+            }
+        }
+    }
+    debug_assert!(over.is_empty() || cfg.on_topic_recreated == RecreatedPolicy::Restart);
+    Ok(Some(
+        restored
+            .iter()
+            .filter(|p| cfg.topics.matches(&p.stream) && !over.contains(&p.stream))
+            .cloned()
+            .collect(),
+    ))
 }
 
 #[async_trait]
@@ -563,6 +650,19 @@ impl Source for KafkaSource {
             warn!(subtask = %self.name, topics = ?unknown, "bounded: waiting for the partitions of these topics");
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let restored =
+            check_restored_ids(restored, &listing.ids, &cfg).map_err(|(topic, was, now)| {
+                self.err(topic_ids::recreated_message(&topic, was, now))
+            })?;
+        let restored = restored.as_deref();
+        // Each topic's id: the cluster's where it reports one (the same as the
+        // checkpoint's, or adopted), else the checkpoint's.
+        self.ids = restored
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| Some((p.stream.clone(), TopicId::from_bytes(p.stream_id?)?)))
+            .collect();
+        self.ids.extend(listing.ids.clone());
         let listing = listing.partitions;
         if listing.is_empty() {
             warn!(subtask = %self.name, "no partition matches the configured topics (yet)");
@@ -798,6 +898,7 @@ impl Source for KafkaSource {
             next: *next,
             end: self.ends.get(tp).copied(),
             applied: self.marks.get(tp).map(Marks::applied).unwrap_or_default(),
+            stream_id: self.ids.get(&tp.0).map(TopicId::bytes),
         });
         let parked = self
             .parked
@@ -808,6 +909,7 @@ impl Source for KafkaSource {
                 next: *next,
                 end: self.ends.get(tp).copied(),
                 applied: applied.clone(),
+                stream_id: self.ids.get(&tp.0).map(TopicId::bytes),
             });
         Ok(read.chain(parked).collect())
     }
@@ -914,10 +1016,69 @@ mod tests {
     }
 
     #[test]
+    fn restored_positions_of_a_recreated_topic_fail_or_are_dropped_as_the_policy_says() {
+        let id = |n: i64| TopicId::from_bits(n, n).unwrap();
+        let pos = |t: &str, p: i32, stream_id: Option<TopicId>| SourcePosition {
+            stream: t.into(),
+            partition: p,
+            next: NextOffset(10),
+            end: Some(NextOffset(20)),
+            applied: Vec::new(),
+            stream_id: stream_id.map(|i| i.bytes()),
+        };
+        // a: the same topic; b: recreated; c: an older checkpoint without ids;
+        // d: not reported now (deleted, or a broker without ids); x: not selected.
+        let restored = vec![
+            pos("a", 0, Some(id(1))),
+            pos("b", 0, Some(id(2))),
+            pos("b", 1, Some(id(2))),
+            pos("c", 0, None),
+            pos("d", 0, Some(id(4))),
+            pos("x", 0, Some(id(5))),
+        ];
+        let now: BTreeMap<String, TopicId> = [
+            ("a".to_string(), id(1)),
+            ("b".to_string(), id(3)),
+            ("c".to_string(), id(6)),
+            ("x".to_string(), id(7)),
+        ]
+        .into();
+        let topics = TopicSelector::List(["a", "b", "c", "d"].map(String::from).to_vec());
+        let mut cfg = KafkaSourceConfig::new("k:9092", topics, "g");
+        assert_eq!(
+            check_restored_ids(Some(&restored), &now, &cfg),
+            Err(("b".to_string(), id(2), id(3)))
+        );
+        assert_eq!(check_restored_ids(None, &now, &cfg), Ok(None));
+        cfg.on_topic_recreated = RecreatedPolicy::Restart;
+        let kept: Vec<(String, i32)> = check_restored_ids(Some(&restored), &now, &cfg)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.stream, p.partition))
+            .collect();
+        let want: Vec<(String, i32)> = [("a", 0), ("c", 0), ("d", 0)]
+            .map(|(t, p)| (t.to_string(), p))
+            .to_vec();
+        assert_eq!(kept, want);
+        // Without a recreated topic, every selected position is kept.
+        let same: BTreeMap<String, TopicId> = [("b".to_string(), id(2))].into();
+        cfg.on_topic_recreated = RecreatedPolicy::Fail;
+        assert_eq!(
+            check_restored_ids(Some(&restored), &same, &cfg)
+                .unwrap()
+                .unwrap()
+                .len(),
+            5
+        );
+    }
+
+    #[test]
     fn topics_with_unknown_partitions() {
         let listing = Listing {
             partitions: vec![("a".into(), 0), ("a".into(), 1)],
             errored: ["b".to_string()].into_iter().collect(),
+            ids: BTreeMap::new(),
         };
         let list = TopicSelector::List(vec!["a".into(), "b".into(), "c".into()]);
         let unknown: Vec<String> = unknown_topics(&listing, &list).into_iter().collect();
@@ -930,6 +1091,7 @@ mod tests {
         let clean = Listing {
             partitions: vec![("a".into(), 0)],
             errored: BTreeSet::new(),
+            ids: BTreeMap::new(),
         };
         let only_a = TopicSelector::List(vec!["a".into()]);
         assert!(unknown_topics(&clean, &only_a).is_empty());
