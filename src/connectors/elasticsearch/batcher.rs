@@ -219,7 +219,9 @@ enum State {
 
 /// The actions one action set aside, oldest first, linked through their `next`: a flat
 /// list (what a set-aside action had set aside joins the list just before it), so that
-/// putting them back, or resolving them, is one walk.
+/// putting them back is one step. The one exception: an action that was sent (and
+/// retried) keeps what it had set aside under it, since it may already be applied and
+/// what is older must then not be sent after it.
 #[derive(Debug, Clone, Copy)]
 struct Chain {
     head: usize,
@@ -502,20 +504,18 @@ impl<T> Batcher<T> {
         let Some(batch) = self.in_flight.get(&id) else {
             return;
         };
-        for &s in batch {
+        let mut stack = std::mem::take(&mut self.scratch);
+        stack.extend(batch.iter().rev());
+        while let Some(s) = stack.pop() {
             let e = self.entries[s].as_mut().expect("a live entry");
             if let Some(p) = e.payload.as_mut() {
                 f(p);
             }
-            let mut next = e.replaced.map(|c| c.head);
-            while let Some(r) = next {
-                let e = self.entries[r].as_mut().expect("a set-aside entry");
-                if let Some(p) = e.payload.as_mut() {
-                    f(p);
-                }
-                next = e.next;
-            }
+            // A list's first; its `next` (only set aside ones have one) the rest.
+            stack.extend(e.next);
+            stack.extend(e.replaced.map(|c| c.head));
         }
+        self.scratch = stack;
     }
 
     /// Takes what was resolved since the last call, in order.
@@ -618,10 +618,15 @@ impl<T> Batcher<T> {
         }
     }
 
-    /// Puts set-aside `slot` (and what it had set aside, just before it) in front of
-    /// `list`, a list of actions newer than it; returns the list.
+    /// Puts set-aside `slot` (and what it had set aside, just before it, unless it was
+    /// sent: see [`Chain`]) in front of `list`, a list of actions newer than it;
+    /// returns the list.
     fn prepend(&mut self, slot: usize, list: Option<Chain>) -> Chain {
-        let own = self.entry_mut(slot).replaced.take();
+        let own = if self.entry(slot).retried {
+            None
+        } else {
+            self.entry_mut(slot).replaced.take()
+        };
         self.entry_mut(slot).next = list.map(|c| c.head);
         let tail = list.map_or(slot, |c| c.tail);
         let head = match own {
@@ -637,7 +642,8 @@ impl<T> Batcher<T> {
     /// Takes set-aside `slot` out of the slab and out of `pending`; returns it.
     fn take_set_aside(&mut self, slot: usize) -> Entry<T> {
         let e = self.entries[slot].take().expect("a set-aside entry");
-        debug_assert!(e.state == State::Replaced && e.replaced.is_none());
+        debug_assert!(e.state == State::Replaced);
+        debug_assert!(e.replaced.is_none() || e.retried);
         self.free.push(slot);
         self.pending -= 1;
         self.held_bytes -= e.bytes;
@@ -648,10 +654,12 @@ impl<T> Batcher<T> {
     /// Resolves the set-aside actions of `list` as moot: a write that supersedes them
     /// all was made.
     fn resolve_replaced(&mut self, list: Option<Chain>) {
+        let mut stack = std::mem::take(&mut self.scratch);
         let mut next = list.map(|c| c.head);
-        while let Some(s) = next {
+        while let Some(s) = next.or_else(|| stack.pop()) {
             let e = self.take_set_aside(s);
             next = e.next;
+            stack.extend(e.replaced.map(|c| c.head));
             let p = e.payload.expect("a set-aside payload");
             self.resolved.push(if e.retried {
                 self.counters.superseded += 1;
@@ -661,16 +669,21 @@ impl<T> Batcher<T> {
                 Resolution::Coalesced(p)
             });
         }
+        self.scratch = stack;
     }
 
     /// Frees the set-aside actions of `list` without resolving them (the job is
     /// failing); returns how many.
     fn drop_replaced(&mut self, list: Option<Chain>) -> usize {
+        let mut stack = std::mem::take(&mut self.scratch);
         let (mut next, mut n) = (list.map(|c| c.head), 0);
-        while let Some(s) = next {
-            next = self.take_set_aside(s).next;
+        while let Some(s) = next.or_else(|| stack.pop()) {
+            let e = self.take_set_aside(s);
+            next = e.next;
+            stack.extend(e.replaced.map(|c| c.head));
             n += 1;
         }
+        self.scratch = stack;
         n
     }
 
@@ -690,7 +703,7 @@ impl<T> Batcher<T> {
     /// (just before it), all of it at once and oldest first, so that one request can
     /// carry it (each supersedes the one before) and the same-request rules settle each
     /// action: a written one makes the earlier ones moot. What goes back is
-    /// `restored`: never set aside again. If `later`, the effect of a later action on
+    /// `restored`: never set aside again by a newer write. If `later`, the effect of a later action on
     /// the document written in the same request, is given, it supersedes `slot` and so
     /// what `slot` set aside ([`Effect::supersedes`] is transitive): that is moot
     /// instead.
@@ -708,7 +721,8 @@ impl<T> Batcher<T> {
         let mut next = Some(list.head);
         while let Some(r) = next {
             let e = self.entry_mut(r);
-            debug_assert!(e.replaced.is_none());
+            // One that was sent keeps what it set aside (see `Chain`).
+            debug_assert!(e.replaced.is_none() || e.retried);
             next = e.next.take();
             e.state = State::Queued;
             e.restored = true;
@@ -1627,6 +1641,41 @@ mod tests {
         r
     }
 
+    /// What the server applied: the actions it ever applied, and the latest place (in
+    /// its document's history) of what it applied on each document.
+    #[derive(Default)]
+    struct Applied {
+        ever: std::collections::HashSet<usize>,
+        last: HashMap<String, usize>,
+    }
+
+    /// [`apply`], checking that each document's applied order only moves forward: an
+    /// action applied for the first time comes after everything applied on its
+    /// document (applying one again, a request retried after its response was lost,
+    /// is the one exception, which the README states).
+    fn apply_in_order(
+        store: &mut Store,
+        applied: &mut Applied,
+        order: &[usize],
+        actions: &[BulkAction],
+        s: usize,
+    ) -> ItemResult {
+        let r = apply(store, &actions[s]);
+        if r.outcome == Outcome::Done {
+            let doc = actions[s].id.clone().unwrap();
+            let at = order.iter().position(|&x| x == s).expect("a placed action");
+            let last = applied.last.get(&doc).copied();
+            if applied.ever.insert(s) {
+                assert!(
+                    last.is_none_or(|l| at >= l),
+                    "action {s} (place {at}) applied on {doc} after place {last:?}"
+                );
+            }
+            applied.last.insert(doc, last.map_or(at, |l| l.max(at)));
+        }
+        r
+    }
+
     fn action(doc: u8, k: &Kind, version: Option<i64>) -> BulkAction {
         let id = format!("doc-{doc}");
         let mut a = match k {
@@ -1736,16 +1785,21 @@ mod tests {
             }
             s
         };
+        let mut applied = Applied::default();
         let respond = |b: &mut Batcher<usize>,
                        store: &mut Store,
+                       applied: &mut Applied,
+                       order: &[usize],
                        id: RequestId,
                        seqs: &[usize],
                        how: &How,
                        actions: &[BulkAction],
                        now: u64| {
+            let mut apply =
+                |store: &mut Store, s: usize| apply_in_order(store, applied, order, actions, s);
             // Item i fails with `failure()` where bit i % 8 of `mask` is set; the others
             // are applied in order.
-            let masked = |store: &mut Store, mask: u8, failure: fn() -> ItemResult| {
+            let mut masked = |store: &mut Store, mask: u8, failure: fn() -> ItemResult| {
                 Response::Items(
                     seqs.iter()
                         .enumerate()
@@ -1753,19 +1807,16 @@ mod tests {
                             if mask & (1 << (i % 8)) != 0 {
                                 failure()
                             } else {
-                                apply(store, &actions[s])
+                                apply(store, s)
                             }
                         })
                         .collect(),
                 )
             };
             let response = match how {
-                How::AllOk => {
-                    Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
-                }
+                How::AllOk => Response::Items(seqs.iter().map(|&s| apply(store, s)).collect()),
                 How::NoErrors => {
-                    let items: Vec<ItemResult> =
-                        seqs.iter().map(|&s| apply(store, &actions[s])).collect();
+                    let items: Vec<ItemResult> = seqs.iter().map(|&s| apply(store, s)).collect();
                     if items.iter().all(|i| i.outcome == Outcome::Done) {
                         Response::Written(items.len())
                     } else {
@@ -1776,7 +1827,7 @@ mod tests {
                 How::Whole503 => Response::Failed(RequestOutcome::Retry, "503".into()),
                 How::DroppedAfterApply => {
                     for &s in seqs {
-                        apply(store, &actions[s]);
+                        apply(store, s);
                     }
                     Response::Failed(RequestOutcome::Retry, "connection closed".into())
                 }
@@ -1803,7 +1854,17 @@ mod tests {
                 }
                 Step::Respond(i, how) if !requests.is_empty() => {
                     let (id, seqs) = requests.remove(i % requests.len());
-                    respond(&mut b, &mut store, id, &seqs, &how, &actions, now);
+                    respond(
+                        &mut b,
+                        &mut store,
+                        &mut applied,
+                        &order,
+                        id,
+                        &seqs,
+                        &how,
+                        &actions,
+                        now,
+                    );
                 }
                 Step::Respond(..) => {}
                 Step::Tick(ms) => now += ms,
@@ -1836,7 +1897,17 @@ mod tests {
                 requests.push((id, seqs));
             }
             for (id, seqs) in std::mem::take(&mut requests) {
-                respond(&mut b, &mut store, id, &seqs, &How::AllOk, &actions, now);
+                respond(
+                    &mut b,
+                    &mut store,
+                    &mut applied,
+                    &order,
+                    id,
+                    &seqs,
+                    &How::AllOk,
+                    &actions,
+                    now,
+                );
             }
             drain(&mut b, &mut resolved, &mut actions, &mut order)?;
         }
@@ -2873,6 +2944,23 @@ mod fallback_tests {
         assert_eq!(round(&mut b, 5, ok), vec![1], "1 is sent in 2's place");
         assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
         assert_eq!(b.pending(), 0);
+    }
+
+    /// A retry that came due and is queued again, then set aside by a newer write, is
+    /// counted as superseded (it was sent), not as coalesced.
+    #[test]
+    fn a_former_retry_set_aside_later_is_counted_as_superseded() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        assert_eq!(round(&mut b, 0, too_many), vec![1]);
+        assert!(b.next_request(50, false).is_none(), "due, queued, not sent");
+        assert_eq!(b.queued(), 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(b.set_aside(), 1);
+        assert_eq!(round(&mut b, 50, ok), vec![2]);
+        assert_eq!(settle(&mut b), (vec![], vec![2], vec![1]));
+        let c = b.counters();
+        assert_eq!((c.superseded, c.coalesced), (1, 0));
     }
 
     /// The failure handler's replacement for a refused action goes after what that
