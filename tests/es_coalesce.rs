@@ -23,14 +23,14 @@ use std::time::Duration;
 /// A bounded job from `orders` to the index `docs`, one document per Kafka key, refused
 /// documents dead-lettered to `dlq`. Nothing is sent before the end of the input (no
 /// flush interval or checkpoint comes first), so every write of a key is coalesced
-/// into its last one.
-fn job(dir: &Path, bootstrap: &str, es: &str) {
+/// into its last one. `sink` adds lines to the sink's section (the operation).
+fn job(dir: &Path, bootstrap: &str, es: &str, sink: &str) {
     let text = format!(
         "[job]\nname = \"coalesce\"\nparallelism = 1\n\n\
          [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 600000\n\n\
          [restart]\nstrategy = \"none\"\n\n\
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
-         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"docs\"\nid = \"key\"\noperation = \"index\"\n\
+         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"docs\"\nid = \"key\"\n{sink}\n\
          on_item_error = \"dead-letter:dlq\"\nbulk_flush_interval_ms = 600000\n"
     );
     std::fs::create_dir_all(dir).unwrap();
@@ -94,15 +94,45 @@ fn all_records(bootstrap: &str, topic: &str) -> Vec<(String, HashMap<String, Str
     out
 }
 
-/// Runs the job over `records` on a fresh server; returns the server (to read the
-/// index) and the dead letters as (offset, payload, error).
-fn run(start: Starter, records: &[(&str, &str)]) -> (Es, Vec<(String, String, String)>) {
+/// What one run did: the server (to read the index), the dead letters as (offset,
+/// payload, error), and the sink's counts from its close log line.
+struct Run {
+    es: Es,
+    letters: Vec<(String, String, String)>,
+    /// Bulk requests sent.
+    bulks: u64,
+    /// Writes coalesced (replaced, and never sent, since a newer write was written).
+    coalesced: u64,
+}
+
+/// The number after `key=` on the sink's close log line.
+fn closing_count(log: &str, key: &str) -> u64 {
+    let line = log
+        .lines()
+        .find(|l| l.contains("Elasticsearch sink closed"))
+        .unwrap_or_else(|| panic!("no close line in\n{}", tail(log, 30)));
+    let at = line
+        .find(&format!("{key}="))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len()
+        + 1;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap_or_else(|_| panic!("{key} in {line}"))
+}
+
+const INDEX: &str = "operation = \"index\"";
+
+/// Runs the job (its sink given `sink`) over `records` on a fresh server.
+fn run(start: Starter, sink: &str, records: &[(&str, &str)]) -> Run {
     let kafka = KafkaProcess::start(&[("orders", 1), ("dlq", 1)]);
     let es = start();
     es.create_index("docs", &[("n", "long")]);
     produce(&kafka.bootstrap, records);
     let tmp = tempfile::tempdir().unwrap();
-    job(tmp.path(), &kafka.bootstrap, &es.url());
+    job(tmp.path(), &kafka.bootstrap, &es.url(), sink);
     let log_path = tmp.path().join("runs.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut child = Command::new(bin())
@@ -129,7 +159,22 @@ fn run(start: Starter, records: &[(&str, &str)]) -> (Es, Vec<(String, String, St
             (h["lockgate.offset"].clone(), payload, error)
         })
         .collect();
-    (es, letters)
+    Run {
+        es,
+        letters,
+        bulks: closing_count(&log, "bulks"),
+        coalesced: closing_count(&log, "coalesced"),
+    }
+}
+
+/// The dead letters' (offset, payload), sorted.
+fn offsets(letters: &[(String, String, String)]) -> Vec<(&str, &str)> {
+    let mut o: Vec<(&str, &str)> = letters
+        .iter()
+        .map(|(o, p, _)| (o.as_str(), p.as_str()))
+        .collect();
+    o.sort();
+    o
 }
 
 /// The document `id` of `docs`, if it exists.
@@ -143,18 +188,25 @@ fn doc(es: &Es, id: &str) -> Option<Value> {
 /// The reviewer's case: `k:{"n":1}` then `k:{"n":"x"}` (refused by the mapping). Without
 /// coalescing `k` is `{"n":1}` and the second record is dead-lettered; with it (the
 /// default), the same.
+/// Coalescing happened: the first request carried only the newer write, the second
+/// the older one, which is written, not coalesced.
 fn a_refused_newer_write_leaves_the_older_one_written(start: Starter) {
-    let (es, letters) = run(start, &[("k", r#"{"n":1}"#), ("k", r#"{"n":"x"}"#)]);
-    let offsets: Vec<(&str, &str)> = letters
-        .iter()
-        .map(|(o, p, _)| (o.as_str(), p.as_str()))
-        .collect();
+    let r = run(start, INDEX, &[("k", r#"{"n":1}"#), ("k", r#"{"n":"x"}"#)]);
     assert_eq!(
-        offsets,
+        offsets(&r.letters),
         vec![("1", r#"{"n":"x"}"#)],
         "exactly the second record is dead-lettered"
     );
-    assert_eq!(doc(&es, "k"), Some(json!({"n": 1})), "the first is written");
+    assert_eq!(
+        doc(&r.es, "k"),
+        Some(json!({"n": 1})),
+        "the first is written"
+    );
+    assert_eq!(
+        (r.bulks, r.coalesced),
+        (2, 0),
+        "the newer write alone, then the older one"
+    );
 }
 
 #[test]
@@ -167,13 +219,14 @@ fn a_refused_newer_write_leaves_the_older_one_written_on_osmem() {
     a_refused_newer_write_leaves_the_older_one_written(Es::osmem);
 }
 
-/// A chain: `k` gets 1, then "x" and "y" (both refused): each refusal falls back one
-/// write, down to 1, and both refused records are dead-lettered. `j` gets 1 then 2: the
-/// written 2 makes 1 moot.
+/// A chain: `k` gets 1, then "x" and "y" (both refused): the refused "y" puts 1 and "x"
+/// back together, sent in one request, and both refused records are dead-lettered.
+/// `j` gets 1 then 2: the written 2 makes 1 moot (coalesced). Two requests in all.
 #[test]
 fn a_chain_of_refused_writes_falls_back_to_the_last_one_accepted() {
-    let (es, letters) = run(
+    let r = run(
         Es::testkit,
+        INDEX,
         &[
             ("k", r#"{"n":1}"#),
             ("j", r#"{"n":1}"#),
@@ -182,12 +235,63 @@ fn a_chain_of_refused_writes_falls_back_to_the_last_one_accepted() {
             ("k", r#"{"n":"y"}"#),
         ],
     );
-    let mut offsets: Vec<(&str, &str)> = letters
-        .iter()
-        .map(|(o, p, _)| (o.as_str(), p.as_str()))
-        .collect();
-    offsets.sort();
-    assert_eq!(offsets, vec![("2", r#"{"n":"x"}"#), ("4", r#"{"n":"y"}"#)]);
-    assert_eq!(doc(&es, "k"), Some(json!({"n": 1})));
-    assert_eq!(doc(&es, "j"), Some(json!({"n": 2})));
+    assert_eq!(
+        offsets(&r.letters),
+        vec![("2", r#"{"n":"x"}"#), ("4", r#"{"n":"y"}"#)]
+    );
+    assert_eq!(doc(&r.es, "k"), Some(json!({"n": 1})));
+    assert_eq!(doc(&r.es, "j"), Some(json!({"n": 2})));
+    assert_eq!(
+        (r.bulks, r.coalesced),
+        (2, 1),
+        "[y, j:2], then [1, x] at once"
+    );
+}
+
+/// The same with upserts (merges): `k`'s refused "x" covers 1 and falls back to it;
+/// `j`'s 2 covers 1 (coalesced); `h`'s `{"n":2}` does not cover `{"n":1,"a":1}`, so
+/// both are sent, in two requests, and merge.
+#[test]
+fn refused_upserts_fall_back_and_only_covering_merges_coalesce() {
+    let r = run(
+        Es::testkit,
+        "operation = \"upsert\"",
+        &[
+            ("k", r#"{"n":1}"#),
+            ("j", r#"{"n":1}"#),
+            ("h", r#"{"n":1,"a":1}"#),
+            ("k", r#"{"n":"x"}"#),
+            ("j", r#"{"n":2}"#),
+            ("h", r#"{"n":2}"#),
+        ],
+    );
+    assert_eq!(offsets(&r.letters), vec![("3", r#"{"n":"x"}"#)]);
+    assert_eq!(doc(&r.es, "k"), Some(json!({"n": 1})));
+    assert_eq!(doc(&r.es, "j"), Some(json!({"n": 2})));
+    assert_eq!(doc(&r.es, "h"), Some(json!({"n": 2, "a": 1})));
+    assert_eq!(
+        (r.bulks, r.coalesced),
+        (2, 1),
+        "[x, j:2, h:1], then [1, h:2]"
+    );
+}
+
+/// The same with external versions (the offset): a strictly newer version replaces an
+/// older one; the refused "x" (version 2) falls back to 1 (version 0), written.
+#[test]
+fn a_refused_newer_version_falls_back_to_the_older_one() {
+    let r = run(
+        Es::testkit,
+        "operation = \"index\"\nversioning = \"external\"",
+        &[
+            ("k", r#"{"n":1}"#),
+            ("j", r#"{"n":1}"#),
+            ("k", r#"{"n":"x"}"#),
+            ("j", r#"{"n":2}"#),
+        ],
+    );
+    assert_eq!(offsets(&r.letters), vec![("2", r#"{"n":"x"}"#)]);
+    assert_eq!(doc(&r.es, "k"), Some(json!({"n": 1})));
+    assert_eq!(doc(&r.es, "j"), Some(json!({"n": 2})));
+    assert_eq!((r.bulks, r.coalesced), (2, 1), "[x, j:2], then [1]");
 }

@@ -15,11 +15,17 @@
 //!   ([`Resolution::Coalesced`] then). If the newer action is not written (refused and
 //!   settled by the failure handler, or failed), what it replaced goes back in its
 //!   place and is sent as it would have been without coalescing — so a refused
-//!   successor never takes the write before it along, and a chain (c over b over a;
-//!   c refused: b; b refused: a) falls back one step at a time. The document ends as
-//!   it would have without coalescing, whatever the batch boundaries; only the
-//!   replaced actions themselves are never sent once their successor is written (a
-//!   replaced action Elasticsearch would have refused is not dead-lettered).
+//!   successor never takes the write before it along. A chain (c over b over a; c
+//!   refused) goes back whole, oldest first, and one request carries it (b supersedes
+//!   a), so a document whose every write is refused costs a request per
+//!   `max_actions` writes, not one per write; what went back is never set aside again.
+//!   The document ends as it would have without coalescing, whatever the batch
+//!   boundaries; only the replaced actions themselves are never sent once their
+//!   successor is written (a replaced action Elasticsearch would have refused is not
+//!   dead-lettered).
+//! - **Intake**: set-aside actions count with queued ones toward the intake limit
+//!   ([`Batcher::has_room`], [`INTAKE_REQUESTS`] × `max_actions`), since a refusal
+//!   puts them back to be sent: a flush needs at most a few requests' worth.
 //! - **Order**: a document is sent only when none of its actions is in a request,
 //!   awaiting a retry or awaiting the failure handler. A request carries its first
 //!   queued action plus the following ones while each supersedes the one before it
@@ -207,11 +213,19 @@ enum State {
         overtaken: Option<Effect>,
     },
     /// Set aside by a newer action on the document that supersedes it (out of the
-    /// document's list, reachable only from that action's `replaced`). `retried`: it was
-    /// awaiting a retry (resolved as superseded, not coalesced).
-    Replaced {
-        retried: bool,
-    },
+    /// document's list, reachable only from that action's `replaced`).
+    Replaced,
+}
+
+/// The actions one action set aside, oldest first, linked through their `next`: a flat
+/// list (what a set-aside action had set aside joins the list just before it), so that
+/// putting them back is one step. The one exception: an action that was sent (and
+/// retried) keeps what it had set aside under it, since it may already be applied and
+/// what is older must then not be sent after it.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    head: usize,
+    tail: usize,
 }
 
 struct Entry<T> {
@@ -221,12 +235,19 @@ struct Entry<T> {
     bytes: usize,
     attempts: u32,
     state: State,
+    /// It was refused with a retriable failure: set aside later, it is superseded, not
+    /// coalesced.
+    retried: bool,
+    /// Put back in its place after its successor was refused: it is sent, never set
+    /// aside by a newer action again (else a document whose every write is refused
+    /// would send one action per round trip).
+    restored: bool,
     /// Taken while the failure handler holds it.
     payload: Option<T>,
-    /// The first (oldest) of the actions this one set aside, each of which may have set
-    /// aside others: resolved when this one is written, put back in its place if not.
-    replaced: Option<usize>,
-    /// For a set-aside action: the next (newer) one set aside by the same action.
+    /// The actions this one set aside (and those they had set aside): resolved when
+    /// this one is written, put back in its place if not.
+    replaced: Option<Chain>,
+    /// For a set-aside action: the next (newer) one in the same list.
     next: Option<usize>,
 }
 
@@ -273,6 +294,21 @@ impl Slots {
                 v.insert(at, slot);
                 Slots::Many(v)
             }
+        };
+    }
+
+    /// Inserts `slots`, in order, at `at`.
+    fn insert_all(&mut self, at: usize, slots: &[usize]) {
+        let mut v = match std::mem::take(self) {
+            Slots::Empty => Vec::with_capacity(slots.len()),
+            Slots::One(s) => vec![s],
+            Slots::Many(v) => v,
+        };
+        v.splice(at..at, slots.iter().copied());
+        *self = match v.as_slice() {
+            [] => Slots::Empty,
+            [s] => Slots::One(*s),
+            _ => Slots::Many(v),
         };
     }
 
@@ -331,6 +367,8 @@ pub struct Batcher<T> {
     ready: VecDeque<usize>,
     queued_actions: usize,
     queued_bytes: usize,
+    /// Actions set aside (in some action's `replaced`).
+    set_aside_actions: usize,
     in_flight: HashMap<RequestId, Vec<usize>>,
     /// Halves of a request refused as too large, sent before anything else.
     split: VecDeque<Vec<usize>>,
@@ -344,9 +382,13 @@ pub struct Batcher<T> {
     /// failure handler, or set aside.
     held_bytes: usize,
     counters: Counters,
-    /// Reused by the walks over set-aside actions (no allocation per walk).
+    /// Reused when set-aside actions go back (no allocation per fall-back).
     scratch: Vec<usize>,
 }
+
+/// The processor takes more actions while fewer than this many requests' worth
+/// (`INTAKE_REQUESTS × max_actions`) are queued or set aside ([`Batcher::has_room`]).
+pub const INTAKE_REQUESTS: usize = 4;
 
 impl Group {
     fn new(key: Option<DocKey>) -> Group {
@@ -386,6 +428,7 @@ impl<T> Batcher<T> {
             ready: VecDeque::new(),
             queued_actions: 0,
             queued_bytes: 0,
+            set_aside_actions: 0,
             in_flight: HashMap::new(),
             split: VecDeque::new(),
             retries: Vec::new(),
@@ -416,6 +459,21 @@ impl<T> Batcher<T> {
     /// Actions waiting to be sent (not in flight, not awaiting a retry or a handler).
     pub fn queued(&self) -> usize {
         self.queued_actions
+    }
+
+    /// Actions set aside by a newer action on their document until it is written (not
+    /// queued, but sent in its place if it is refused).
+    pub fn set_aside(&self) -> usize {
+        self.set_aside_actions
+    }
+
+    /// Whether the processor should take more actions: fewer than
+    /// [`INTAKE_REQUESTS`] × `max_actions` are queued or set aside. Set-aside actions
+    /// count: if their successor is refused they are sent, so they bound the requests a
+    /// flush may need as queued ones do. While it is false, a request is due at once.
+    pub fn has_room(&self) -> bool {
+        self.queued_actions + self.set_aside_actions
+            < INTAKE_REQUESTS * self.limits.max_actions.max(1)
     }
 
     /// Requests sent and not answered.
@@ -453,8 +511,9 @@ impl<T> Batcher<T> {
             if let Some(p) = e.payload.as_mut() {
                 f(p);
             }
+            // A list's first; its `next` (only set aside ones have one) the rest.
             stack.extend(e.next);
-            stack.extend(e.replaced);
+            stack.extend(e.replaced.map(|c| c.head));
         }
         self.scratch = stack;
     }
@@ -514,10 +573,10 @@ impl<T> Batcher<T> {
 
     /// Removes an entry from its group and from `pending`; returns its payload. What it
     /// set aside must have been dealt with ([`Batcher::remove_written`],
-    /// [`Batcher::remove_unwritten`]).
+    /// [`Batcher::remove_unwritten`]): they would be pending for ever.
     fn remove(&mut self, slot: usize) -> T {
         let e = self.detach(slot);
-        debug_assert!(e.replaced.is_none(), "set-aside actions left behind");
+        assert!(e.replaced.is_none(), "set-aside actions left behind");
         self.make_ready(e.group);
         e.payload.expect("a payload not held by the handler")
     }
@@ -531,10 +590,11 @@ impl<T> Batcher<T> {
         self.resolve_replaced(replaced);
     }
 
-    /// Removes an entry that was not written (it failed, or the failure handler settled
-    /// it); what it set aside goes back in its place. Returns its payload.
-    fn remove_unwritten(&mut self, slot: usize) -> T {
-        self.fall_back(slot);
+    /// Removes an entry that was not written (it failed); what it set aside goes back
+    /// in its place, or is moot if `later` (the effect of a later action on the document
+    /// written in the same request) is given. Returns its payload.
+    fn remove_unwritten(&mut self, slot: usize, later: Option<&Effect>) -> T {
+        self.fall_back(slot, later);
         self.remove(slot)
     }
 
@@ -542,13 +602,12 @@ impl<T> Batcher<T> {
     /// the counts of what is queued or outstanding, and stays pending with its bytes
     /// held. The caller links it into the `replaced` list of the action that supersedes
     /// it.
-    fn set_aside(&mut self, slot: usize) {
+    fn set_aside_one(&mut self, slot: usize) {
         let e = self.entry_mut(slot);
         let (g, bytes, was_queued) = (e.group, e.bytes, e.state == State::Queued);
         debug_assert!(was_queued || e.state == State::Retrying, "{:?}", e.state);
-        e.state = State::Replaced {
-            retried: !was_queued,
-        };
+        e.state = State::Replaced;
+        self.set_aside_actions += 1;
         let grp = self.group_mut(g);
         grp.items.remove_slot(slot);
         if was_queued {
@@ -559,60 +618,78 @@ impl<T> Batcher<T> {
         }
     }
 
-    /// Resolves the set-aside actions from `head` (a `replaced` list), and everything
-    /// they set aside, as moot: a write that supersedes them all was made.
-    fn resolve_replaced(&mut self, head: Option<usize>) {
-        let mut stack = std::mem::take(&mut self.scratch);
-        let mut next = head;
-        while let Some(s) = next.or_else(|| stack.pop()) {
-            let e = self.entries[s].take().expect("a set-aside entry");
-            self.free.push(s);
-            self.pending -= 1;
-            self.held_bytes -= e.bytes;
-            // A hot document's chain (each action set aside the one before) is walked
-            // without the stack.
-            next = e.next;
-            match (next, e.replaced) {
-                (None, r) => next = r,
-                (Some(_), Some(r)) => stack.push(r),
-                (Some(_), None) => {}
+    /// Puts set-aside `slot` (and what it had set aside, just before it, unless it was
+    /// sent: see [`Chain`]) in front of `list`, a list of actions newer than it;
+    /// returns the list.
+    fn prepend(&mut self, slot: usize, list: Option<Chain>) -> Chain {
+        let own = if self.entry(slot).retried {
+            None
+        } else {
+            self.entry_mut(slot).replaced.take()
+        };
+        self.entry_mut(slot).next = list.map(|c| c.head);
+        let tail = list.map_or(slot, |c| c.tail);
+        let head = match own {
+            Some(c) => {
+                self.entry_mut(c.tail).next = Some(slot);
+                c.head
             }
+            None => slot,
+        };
+        Chain { head, tail }
+    }
+
+    /// Takes set-aside `slot` out of the slab and out of `pending`; returns it.
+    fn take_set_aside(&mut self, slot: usize) -> Entry<T> {
+        let e = self.entries[slot].take().expect("a set-aside entry");
+        debug_assert!(e.state == State::Replaced);
+        debug_assert!(e.replaced.is_none() || e.retried);
+        self.free.push(slot);
+        self.pending -= 1;
+        self.held_bytes -= e.bytes;
+        self.set_aside_actions -= 1;
+        e
+    }
+
+    /// Resolves the set-aside actions of `list` as moot: a write that supersedes them
+    /// all was made.
+    fn resolve_replaced(&mut self, list: Option<Chain>) {
+        let mut stack = std::mem::take(&mut self.scratch);
+        let mut next = list.map(|c| c.head);
+        while let Some(s) = next.or_else(|| stack.pop()) {
+            let e = self.take_set_aside(s);
+            next = e.next;
+            stack.extend(e.replaced.map(|c| c.head));
             let p = e.payload.expect("a set-aside payload");
-            self.resolved.push(match e.state {
-                State::Replaced { retried: true } => {
-                    self.counters.superseded += 1;
-                    Resolution::Superseded(p)
-                }
-                _ => {
-                    self.counters.coalesced += 1;
-                    Resolution::Coalesced(p)
-                }
+            self.resolved.push(if e.retried {
+                self.counters.superseded += 1;
+                Resolution::Superseded(p)
+            } else {
+                self.counters.coalesced += 1;
+                Resolution::Coalesced(p)
             });
         }
         self.scratch = stack;
     }
 
-    /// Frees the set-aside actions from `head` and everything they set aside, without
-    /// resolving them (the job is failing); returns how many.
-    fn drop_replaced(&mut self, head: Option<usize>) -> usize {
+    /// Frees the set-aside actions of `list` without resolving them (the job is
+    /// failing); returns how many.
+    fn drop_replaced(&mut self, list: Option<Chain>) -> usize {
         let mut stack = std::mem::take(&mut self.scratch);
-        let (mut next, mut n) = (head, 0);
+        let (mut next, mut n) = (list.map(|c| c.head), 0);
         while let Some(s) = next.or_else(|| stack.pop()) {
-            let e = self.entries[s].take().expect("a set-aside entry");
-            self.free.push(s);
-            self.pending -= 1;
-            self.held_bytes -= e.bytes;
-            n += 1;
+            let e = self.take_set_aside(s);
             next = e.next;
-            stack.extend(e.replaced);
+            stack.extend(e.replaced.map(|c| c.head));
+            n += 1;
         }
         self.scratch = stack;
         n
     }
 
-    /// Whether `later` supersedes every action of the `replaced` list from `head`.
-    fn supersedes_list(&self, later: &Effect, head: usize) -> bool {
-        let mut next = Some(head);
+    /// Whether `later` supersedes every action of `list`.
+    fn supersedes_list(&self, later: &Effect, list: Chain) -> bool {
+        let mut next = Some(list.head);
         while let Some(r) = next {
             if !later.supersedes(&self.entry(r).effect) {
                 return false;
@@ -623,36 +700,42 @@ impl<T> Batcher<T> {
     }
 
     /// `slot` will not be written: what it set aside goes back, queued, in its place
-    /// (just before it), oldest first, each with what it set aside in turn. If a later
-    /// action on the document that supersedes `slot` was already written (a refusal
-    /// `overtaken`), it supersedes what `slot` set aside too ([`Effect::supersedes`] is
-    /// transitive): that is moot instead.
-    fn fall_back(&mut self, slot: usize) {
-        let Some(head) = self.entry_mut(slot).replaced.take() else {
+    /// (just before it), all of it at once and oldest first, so that one request can
+    /// carry it (each supersedes the one before) and the same-request rules settle each
+    /// action: a written one makes the earlier ones moot. What goes back is
+    /// `restored`: never set aside again by a newer write. If `later`, the effect of a later action on
+    /// the document written in the same request, is given, it supersedes `slot` and so
+    /// what `slot` set aside ([`Effect::supersedes`] is transitive): that is moot
+    /// instead.
+    fn fall_back(&mut self, slot: usize, later: Option<&Effect>) {
+        let Some(list) = self.entry_mut(slot).replaced.take() else {
             return;
         };
-        let e = self.entry(slot);
-        if let State::Refused {
-            overtaken: Some(later),
-        } = &e.state
-        {
-            debug_assert!(self.supersedes_list(later, head));
-            self.resolve_replaced(Some(head));
+        if let Some(later) = later {
+            debug_assert!(self.supersedes_list(later, list));
+            self.resolve_replaced(Some(list));
             return;
         }
-        let g = e.group;
-        let mut at = self.group(g).items.position(slot).expect("a listed entry");
-        let mut next = Some(head);
+        let g = self.entry(slot).group;
+        let mut back = std::mem::take(&mut self.scratch);
+        let mut next = Some(list.head);
         while let Some(r) = next {
             let e = self.entry_mut(r);
+            // One that was sent keeps what it set aside (see `Chain`).
+            debug_assert!(e.replaced.is_none() || e.retried);
             next = e.next.take();
             e.state = State::Queued;
+            e.restored = true;
             let bytes = e.bytes;
-            self.group_mut(g).items.insert(at, r);
-            at += 1;
             self.queued_actions += 1;
             self.queued_bytes += bytes;
+            self.set_aside_actions -= 1;
+            back.push(r);
         }
+        let at = self.group(g).items.position(slot).expect("a listed entry");
+        self.group_mut(g).items.insert_all(at, &back);
+        back.clear();
+        self.scratch = back;
     }
 
     /// Sets an entry's state, keeping the counts of its group.
@@ -730,14 +813,16 @@ impl<T> Batcher<T> {
             // request, awaiting a retry or a handler) keeps its place.
             while let Some(&s) = self.group(g).items.as_slice().last() {
                 let older = self.entry(s);
-                if older.state != State::Queued || !effect.supersedes(&older.effect) {
+                if older.state != State::Queued
+                    || older.restored
+                    || !effect.supersedes(&older.effect)
+                {
                     break;
                 }
                 // The group stays: the new action joins it below. Newest first, each
                 // in front: the list is oldest first.
-                self.set_aside(s);
-                self.entry_mut(s).next = replaced;
-                replaced = Some(s);
+                self.set_aside_one(s);
+                replaced = Some(self.prepend(s, replaced));
             }
         }
         self.append(g, effect, bytes, 0, payload, replaced);
@@ -750,7 +835,7 @@ impl<T> Batcher<T> {
         bytes: usize,
         attempts: u32,
         payload: T,
-        replaced: Option<usize>,
+        replaced: Option<Chain>,
     ) {
         let slot = self.insert(Entry {
             group: g,
@@ -758,6 +843,8 @@ impl<T> Batcher<T> {
             bytes,
             attempts,
             state: State::Queued,
+            retried: false,
+            restored: false,
             payload: Some(payload),
             replaced,
             next: None,
@@ -772,7 +859,13 @@ impl<T> Batcher<T> {
     /// fails): it leaves its document's order, and what it set aside takes its place.
     pub fn settle_refused(&mut self, refusal: Refusal) {
         let slot = refusal.0;
-        self.fall_back(slot);
+        if self.entry(slot).replaced.is_some() {
+            let later = match &self.entry(slot).state {
+                State::Refused { overtaken } => overtaken.clone(),
+                _ => None,
+            };
+            self.fall_back(slot, later.as_ref());
+        }
         let e = self.entries[slot].take().expect("a held refusal");
         self.free.push(slot);
         self.pending -= 1;
@@ -816,7 +909,7 @@ impl<T> Batcher<T> {
             (e.group, e.attempts + 1, overtaken.clone())
         };
         // What the refused action set aside comes first: it was before it.
-        self.fall_back(slot);
+        self.fall_back(slot, overtaken.as_ref());
         let mut at = self
             .group(g)
             .items
@@ -848,6 +941,8 @@ impl<T> Batcher<T> {
                 bytes,
                 attempts,
                 state: State::Queued,
+                retried: false,
+                restored: false,
                 payload: Some(payload),
                 replaced: None,
                 next: None,
@@ -884,10 +979,10 @@ impl<T> Batcher<T> {
                 });
             if let (true, Some(b)) = (superseded, behind) {
                 // Older than everything `b` set aside: in front of its list.
-                self.set_aside(slot);
-                let e = self.entry(b).replaced;
-                self.entry_mut(slot).next = e;
-                self.entry_mut(b).replaced = Some(slot);
+                self.set_aside_one(slot);
+                let list = self.entry_mut(b).replaced.take();
+                let list = self.prepend(slot, list);
+                self.entry_mut(b).replaced = Some(list);
                 self.make_ready(self.entry(b).group);
             } else {
                 self.set_state(slot, State::Queued);
@@ -908,6 +1003,7 @@ impl<T> Batcher<T> {
             Some(b) => b,
             None => {
                 let due = force
+                    || !self.has_room()
                     || self.queued_actions >= self.limits.max_actions
                     || self.queued_bytes >= self.limits.max_bytes
                     || now_ms.saturating_sub(self.last_send_ms) >= self.limits.flush_interval_ms;
@@ -1003,7 +1099,7 @@ impl<T> Batcher<T> {
             }
             Response::Failed(RequestOutcome::Fatal | RequestOutcome::Malformed, why) => {
                 for slot in batch {
-                    let p = self.remove_unwritten(slot);
+                    let p = self.remove_unwritten(slot, None);
                     self.resolved.push(Resolution::Fatal(p, why.clone()));
                 }
                 None
@@ -1049,7 +1145,9 @@ impl<T> Batcher<T> {
                 }
                 Outcome::Rejected => self.refuse(slot, item.failure, later),
                 Outcome::Fatal => {
-                    let p = self.remove_unwritten(slot);
+                    // What it set aside is moot if a later write overtook it, as for
+                    // a refusal: it must not go back behind that write.
+                    let p = self.remove_unwritten(slot, later.as_ref());
                     let why = format!(
                         "{} {}: {} (authorization)",
                         item.failure.status, item.failure.error_type, item.failure.reason
@@ -1092,8 +1190,9 @@ impl<T> Batcher<T> {
         for slot in batch {
             let e = self.entry_mut(slot);
             e.attempts += 1;
+            e.retried = true;
             if e.attempts > max {
-                let p = self.remove_unwritten(slot);
+                let p = self.remove_unwritten(slot, None);
                 self.resolved.push(Resolution::Exhausted(
                     p,
                     format!("still failing after {max} retries: {why}"),
@@ -1542,6 +1641,41 @@ mod tests {
         r
     }
 
+    /// What the server applied: the actions it ever applied, and the latest place (in
+    /// its document's history) of what it applied on each document.
+    #[derive(Default)]
+    struct Applied {
+        ever: std::collections::HashSet<usize>,
+        last: HashMap<String, usize>,
+    }
+
+    /// [`apply`], checking that each document's applied order only moves forward: an
+    /// action applied for the first time comes after everything applied on its
+    /// document (applying one again, a request retried after its response was lost,
+    /// is the one exception, which the README states).
+    fn apply_in_order(
+        store: &mut Store,
+        applied: &mut Applied,
+        order: &[usize],
+        actions: &[BulkAction],
+        s: usize,
+    ) -> ItemResult {
+        let r = apply(store, &actions[s]);
+        if r.outcome == Outcome::Done {
+            let doc = actions[s].id.clone().unwrap();
+            let at = order.iter().position(|&x| x == s).expect("a placed action");
+            let last = applied.last.get(&doc).copied();
+            if applied.ever.insert(s) {
+                assert!(
+                    last.is_none_or(|l| at >= l),
+                    "action {s} (place {at}) applied on {doc} after place {last:?}"
+                );
+            }
+            applied.last.insert(doc, last.map_or(at, |l| l.max(at)));
+        }
+        r
+    }
+
     fn action(doc: u8, k: &Kind, version: Option<i64>) -> BulkAction {
         let id = format!("doc-{doc}");
         let mut a = match k {
@@ -1651,16 +1785,21 @@ mod tests {
             }
             s
         };
+        let mut applied = Applied::default();
         let respond = |b: &mut Batcher<usize>,
                        store: &mut Store,
+                       applied: &mut Applied,
+                       order: &[usize],
                        id: RequestId,
                        seqs: &[usize],
                        how: &How,
                        actions: &[BulkAction],
                        now: u64| {
+            let mut apply =
+                |store: &mut Store, s: usize| apply_in_order(store, applied, order, actions, s);
             // Item i fails with `failure()` where bit i % 8 of `mask` is set; the others
             // are applied in order.
-            let masked = |store: &mut Store, mask: u8, failure: fn() -> ItemResult| {
+            let mut masked = |store: &mut Store, mask: u8, failure: fn() -> ItemResult| {
                 Response::Items(
                     seqs.iter()
                         .enumerate()
@@ -1668,19 +1807,16 @@ mod tests {
                             if mask & (1 << (i % 8)) != 0 {
                                 failure()
                             } else {
-                                apply(store, &actions[s])
+                                apply(store, s)
                             }
                         })
                         .collect(),
                 )
             };
             let response = match how {
-                How::AllOk => {
-                    Response::Items(seqs.iter().map(|&s| apply(store, &actions[s])).collect())
-                }
+                How::AllOk => Response::Items(seqs.iter().map(|&s| apply(store, s)).collect()),
                 How::NoErrors => {
-                    let items: Vec<ItemResult> =
-                        seqs.iter().map(|&s| apply(store, &actions[s])).collect();
+                    let items: Vec<ItemResult> = seqs.iter().map(|&s| apply(store, s)).collect();
                     if items.iter().all(|i| i.outcome == Outcome::Done) {
                         Response::Written(items.len())
                     } else {
@@ -1691,7 +1827,7 @@ mod tests {
                 How::Whole503 => Response::Failed(RequestOutcome::Retry, "503".into()),
                 How::DroppedAfterApply => {
                     for &s in seqs {
-                        apply(store, &actions[s]);
+                        apply(store, s);
                     }
                     Response::Failed(RequestOutcome::Retry, "connection closed".into())
                 }
@@ -1718,7 +1854,17 @@ mod tests {
                 }
                 Step::Respond(i, how) if !requests.is_empty() => {
                     let (id, seqs) = requests.remove(i % requests.len());
-                    respond(&mut b, &mut store, id, &seqs, &how, &actions, now);
+                    respond(
+                        &mut b,
+                        &mut store,
+                        &mut applied,
+                        &order,
+                        id,
+                        &seqs,
+                        &how,
+                        &actions,
+                        now,
+                    );
                 }
                 Step::Respond(..) => {}
                 Step::Tick(ms) => now += ms,
@@ -1751,7 +1897,17 @@ mod tests {
                 requests.push((id, seqs));
             }
             for (id, seqs) in std::mem::take(&mut requests) {
-                respond(&mut b, &mut store, id, &seqs, &How::AllOk, &actions, now);
+                respond(
+                    &mut b,
+                    &mut store,
+                    &mut applied,
+                    &order,
+                    id,
+                    &seqs,
+                    &How::AllOk,
+                    &actions,
+                    now,
+                );
             }
             drain(&mut b, &mut resolved, &mut actions, &mut order)?;
         }
@@ -2706,23 +2862,35 @@ mod fallback_tests {
         }
     }
 
-    /// c over b over a: c refused, b is sent; b refused, a is sent. Each refusal reaches
-    /// the failure handler (its dead letter is written), and pending stays above 0 until
-    /// a is written.
+    /// c over b over a: c refused, b and a go back at once, in one request (b
+    /// supersedes a). Each refusal reaches the failure handler (its dead letter is
+    /// written), and pending stays above 0 until they are all settled; a written b
+    /// does not make a refused a moot (as without coalescing, a is dead-lettered).
     #[test]
-    fn a_chain_falls_back_one_step_at_a_time() {
+    fn a_refused_chain_goes_back_whole_in_one_request() {
         let mut b = Batcher::new(limits(1000, 1, true), 0);
         for v in 1..=3 {
             b.add(Some("k".into()), REPLACE, 10, v);
         }
+        assert_eq!((b.queued(), b.set_aside()), (1, 2));
         assert_eq!(round(&mut b, 0, refused), vec![3]);
         assert_eq!(settle(&mut b).0, vec![3]);
-        assert_eq!(b.pending(), 2);
-        assert_eq!(round(&mut b, 0, refused), vec![2]);
-        assert_eq!(settle(&mut b).0, vec![2]);
-        assert_eq!(b.pending(), 1);
-        assert_eq!(round(&mut b, 0, ok), vec![1]);
-        assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
+        assert_eq!((b.queued(), b.set_aside(), b.pending()), (2, 0, 2));
+        b.add(Some("k".into()), REPLACE, 10, 4);
+        assert_eq!(
+            (b.queued(), b.set_aside()),
+            (3, 0),
+            "what went back is not set aside again"
+        );
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&1, &2, &4]);
+        b.on_response(
+            id,
+            Response::Items(vec![refused(), ok(), refused()]),
+            0,
+            0.0,
+        );
+        assert_eq!(settle(&mut b), (vec![1, 4], vec![2], vec![]));
         assert_eq!((b.pending(), b.bytes()), (0, 0));
     }
 
@@ -2778,6 +2946,23 @@ mod fallback_tests {
         assert_eq!(b.pending(), 0);
     }
 
+    /// A retry that came due and is queued again, then set aside by a newer write, is
+    /// counted as superseded (it was sent), not as coalesced.
+    #[test]
+    fn a_former_retry_set_aside_later_is_counted_as_superseded() {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        assert_eq!(round(&mut b, 0, too_many), vec![1]);
+        assert!(b.next_request(50, false).is_none(), "due, queued, not sent");
+        assert_eq!(b.queued(), 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(b.set_aside(), 1);
+        assert_eq!(round(&mut b, 50, ok), vec![2]);
+        assert_eq!(settle(&mut b), (vec![], vec![2], vec![1]));
+        let c = b.counters();
+        assert_eq!((c.superseded, c.coalesced), (1, 0));
+    }
+
     /// The failure handler's replacement for a refused action goes after what that
     /// action had set aside, which goes back first.
     #[test]
@@ -2794,30 +2979,76 @@ mod fallback_tests {
         assert_eq!(b.pending(), 0);
     }
 
-    /// [b (which set aside a), r, w] in one request, b refused and r written: r
-    /// supersedes b and so a; a is moot, never sent.
+    /// Builds, on document k, a request [4 (which set aside 3), 5] (5 supersedes 4 but
+    /// was added while 4 was in flight, and 4 came back when a split cut its document),
+    /// answers it with `first` for 4 and success for 5, and returns the batcher.
+    fn overtaken(first: ItemResult) -> Batcher<i64> {
+        let mut b = Batcher::new(limits(1000, 1, true), 0);
+        b.add(Some("k".into()), REPLACE, 10, 1);
+        b.add(Some("k".into()), REPLACE, 10, 2);
+        assert_eq!(round(&mut b, 0, refused), vec![2]);
+        settle(&mut b);
+        // 1 went back: 3 and 4 queue behind it, 4 sets aside 3.
+        b.add(Some("k".into()), REPLACE, 10, 3);
+        b.add(Some("k".into()), REPLACE, 10, 4);
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&1, &4]);
+        b.add(Some("k".into()), REPLACE, 10, 5);
+        b.on_response(
+            id,
+            Response::Failed(RequestOutcome::Split, "413".into()),
+            0,
+            0.0,
+        );
+        assert_eq!(round(&mut b, 0, ok), vec![1]);
+        assert_eq!(settle(&mut b).1, vec![1]);
+        let (id, p) = b.next_request(0, true).unwrap();
+        assert_eq!(p, vec![&4, &5]);
+        b.on_response(id, Response::Items(vec![first, ok()]), 0, 0.0);
+        b
+    }
+
+    /// [4 (which set aside 3), 5] in one request, 4 refused and 5 written: 5 supersedes
+    /// 4 and so 3; 3 is moot, never sent.
     #[test]
     fn a_refusal_overtaken_by_a_later_write_leaves_what_it_set_aside_moot() {
-        let mut b = Batcher::new(limits(1000, 1, true), 0);
-        for v in 1..=3 {
-            b.add(Some("k".into()), REPLACE, 10, v);
-        }
-        let (id, p) = b.next_request(0, true).unwrap();
-        assert_eq!(p, vec![&3]);
-        b.add(Some("k".into()), REPLACE, 10, 4);
-        b.on_response(id, Response::Items(vec![refused()]), 0, 0.0);
-        let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
-            panic!("a refusal");
-        };
-        // 3's replacement: 2 (which set aside 1) goes back before it, 4 after.
-        b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 33)]);
-        let (id, p) = b.next_request(0, true).unwrap();
-        assert_eq!(p, vec![&2, &33, &4]);
-        b.on_response(id, Response::Items(vec![refused(), ok(), ok()]), 0, 0.0);
+        let mut b = overtaken(refused());
         let (refused, written, gone) = settle(&mut b);
-        assert_eq!((refused, written, gone), (vec![2], vec![33, 4], vec![1]));
+        assert_eq!((refused, written, gone), (vec![4], vec![5], vec![3]));
         assert_eq!((b.pending(), b.bytes()), (0, 0));
-        assert!(b.next_request(0, true).is_none(), "1 is never sent");
+        assert!(b.next_request(0, true).is_none(), "3 is never sent");
+    }
+
+    /// The same with 4 answered 403 (the job fails): 3 does not go back behind the
+    /// written 5, where it would overwrite it.
+    #[test]
+    fn a_fatal_item_overtaken_by_a_later_write_leaves_what_it_set_aside_moot() {
+        let forbidden = ItemResult {
+            outcome: Outcome::Fatal,
+            failure: ItemFailure {
+                status: 403,
+                error_type: "security_exception".into(),
+                reason: "no".into(),
+            },
+        };
+        let mut b = overtaken(forbidden);
+        let r = b.drain_resolved();
+        assert!(
+            matches!(
+                r.as_slice(),
+                [
+                    Resolution::Coalesced(3),
+                    Resolution::Fatal(4, _),
+                    Resolution::Written(5)
+                ]
+            ),
+            "{r:?}"
+        );
+        assert_eq!(
+            (b.pending(), b.queued()),
+            (0, 0),
+            "3 is not queued behind 5"
+        );
     }
 
     /// A successor that fails the job (a fatal response, retries exhausted) puts what
@@ -2876,5 +3107,69 @@ mod fallback_tests {
         b.for_each_in_flight_mut(id, |p| seen.push(*p));
         seen.sort();
         assert_eq!(seen, vec![1, 2, 3, 4]);
+    }
+}
+
+#[cfg(test)]
+mod refused_hot_document_tests {
+    use super::tests::{limits, refused};
+    use super::*;
+
+    const REPLACE: Effect = Effect::Replace { version: None };
+
+    /// Whether the processor takes more actions (what `bulk.rs` asks before reading).
+    fn intake_open(b: &Batcher<i64>) -> bool {
+        b.has_room()
+    }
+
+    /// The reviewer's case: one document whose every write breaks the mapping, written
+    /// 1000 times through a processor that takes actions while the intake limit allows.
+    /// Every write is dead-lettered, within about as many requests as the writes fill
+    /// (not one request per write), and what is queued or set aside never passes the
+    /// intake limit.
+    #[test]
+    fn a_refused_hot_document_is_dead_lettered_in_few_requests_with_a_bounded_backlog() {
+        const WRITES: i64 = 1000;
+        const MAX_ACTIONS: usize = 100;
+        let mut b = Batcher::new(limits(MAX_ACTIONS, 1, true), 0);
+        let (mut added, mut requests, mut dead, mut backlog) = (0, 0, 0, 0);
+        for _ in 0..100_000 {
+            while added < WRITES && intake_open(&b) {
+                added += 1;
+                b.add(Some("hot".into()), REPLACE, 10, added);
+            }
+            // Nothing in flight: what is pending is queued or set aside.
+            backlog = backlog.max(b.pending());
+            let force = added == WRITES;
+            while let Some((id, p)) = b.next_request(0, force) {
+                requests += 1;
+                let n = p.len();
+                b.on_response(id, Response::Items(vec![refused(); n]), 0, 0.0);
+                for r in b.drain_resolved() {
+                    match r {
+                        Resolution::Refused { refusal, .. } => {
+                            dead += 1;
+                            b.settle_refused(refusal);
+                        }
+                        other => panic!("only refusals: {other:?}"),
+                    }
+                }
+            }
+            if added == WRITES && b.pending() == 0 {
+                break;
+            }
+        }
+        assert_eq!(
+            (dead, b.pending()),
+            (WRITES, 0),
+            "every write dead-lettered"
+        );
+        let bound = WRITES as usize / MAX_ACTIONS + 3;
+        assert!(
+            requests <= bound && backlog <= 4 * MAX_ACTIONS,
+            "{requests} requests for {WRITES} refused writes (at most {bound}); \
+             {backlog} actions queued or set aside at most (at most {})",
+            4 * MAX_ACTIONS
+        );
     }
 }

@@ -688,8 +688,9 @@ impl Service {
                 let dropped = self.batcher.clear_unsent();
                 self.shared.resolve(dropped);
             }
-            let accept = closing.is_none()
-                && (failed || self.batcher.queued() < 4 * self.cfg.bulk_max_actions);
+            // At most about 4 × bulk_max_actions queued or set aside (coalesced, kept
+            // until their successor is written): a flush sends a few requests' worth.
+            let accept = closing.is_none() && (failed || self.batcher.has_room());
             let wake = self
                 .batcher
                 .next_wake_ms()

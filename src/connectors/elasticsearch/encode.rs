@@ -122,12 +122,19 @@ pub(crate) struct Item {
     pub op: OpType,
     pub version: Option<i64>,
     pub origin: Option<Origin>,
+    /// Its lines are still a slice of its batch's buffer.
+    pinned: bool,
 }
 
 impl Item {
     /// Gives the item its own copy of its lines, so that it no longer keeps the
     /// buffer of its whole batch alive (an action that stays: retried, refused).
+    /// Copies once: an item already unpinned is left as it is.
     pub fn unpin(&mut self) {
+        if !self.pinned {
+            return;
+        }
+        self.pinned = false;
         self.lines = Bytes::copy_from_slice(&self.lines);
         if let Original::Copy(b) = &mut self.original {
             *b = Bytes::copy_from_slice(b);
@@ -427,6 +434,7 @@ impl Encoder {
                             op: p.op,
                             version: p.version,
                             origin: p.origin,
+                            pinned: true,
                         },
                         effect: p.effect,
                     })
@@ -748,7 +756,7 @@ mod tests {
     /// An unpinned item holds its lines in bytes of its own: it no longer keeps its
     /// batch's buffer alive, and still gives back the same action.
     #[test]
-    fn an_unpinned_item_no_longer_shares_its_batch_buffer() {
+    fn an_unpinned_item_no_longer_shares_its_batch_buffer_and_is_copied_once() {
         let mut e = Encoder::new();
         for id in ["a", "b"] {
             e.push(BulkAction::index("i", Some(id.into()), b"{}".to_vec()));
@@ -767,6 +775,13 @@ mod tests {
         items[0].unpin();
         assert!(items[0].lines.is_unique(), "bytes of its own");
         assert_eq!(items[0].full_action(), before);
+        let own = items[0].lines.as_ptr();
+        items[0].unpin();
+        assert_eq!(
+            items[0].lines.as_ptr(),
+            own,
+            "unpinned once: not copied again"
+        );
         assert!(
             items[1].lines.is_unique(),
             "the other item alone holds the batch buffer"
