@@ -9,7 +9,7 @@ use lockgate::state::keygroup::KeyGroupRange;
 use lockgate::state::metadata::CheckpointMetadata;
 use lockgate::state::snapshot_dir::SnapshotDir;
 use lockgate::state::store::{CheckpointStore, StoreLocation};
-use lockgate::state::{CheckpointId, KeyGroup, StateRestore};
+use lockgate::state::{CheckpointId, KeyGroup, StateError, StateRestore};
 use lockgate::testkit::checkpoint::{keyed_metadata, publish_keyed};
 use lockgate::testkit::moto::MotoServer;
 use object_store::ObjectStore;
@@ -645,10 +645,18 @@ fn retention_keeps_the_state_files_of_another_writers_newer_checkpoint() {
         up.objects, 1,
         "only _metadata: the state files are in the store"
     );
-    // A goes on with other state, applying retention (retain 2) after each publish.
+    // A goes on with other state, applying retention (retain 2) after each publish:
+    // it sees B's checkpoint, which it did not write, and deletes nothing.
+    let store_a = a.store.as_ref().unwrap();
     for id in 2..=3 {
         put(&mut db, id * 1000, id * 1000 + 1000, id);
-        line.publish(&a, &mut db, id, 2);
+        let path = publish_keyed(&a.dir, &mut db, GROUPS, "orders", CheckpointId(id)).unwrap();
+        line.rt.block_on(store_a.publish(&path)).unwrap();
+        let refused = line.rt.block_on(store_a.apply_retention(2)).unwrap_err();
+        assert!(
+            matches!(&refused, StateError::Fenced { url, .. } if url.ends_with("chk-0000000004")),
+            "{refused}"
+        );
     }
     // Checkpoint 4 still downloads and verifies on a new pod.
     line.new_pod(2);

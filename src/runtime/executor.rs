@@ -494,7 +494,13 @@ async fn decide_from_store(
     summary: &mut RunSummary,
 ) -> Result<Option<Restored>> {
     let local = dir.completed_path(unknown);
-    let ours = std::fs::read(local.join(lockgate_state::metadata::METADATA_FILE)).ok();
+    let ours_path = local.join(lockgate_state::metadata::METADATA_FILE);
+    // An unreadable local copy is an error of its own, not a sign of another writer.
+    let ours = match std::fs::read(&ours_path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(lockgate_state::StateError::io("read", &ours_path)(e).into()),
+    };
     let found = s.start(root).await?;
     for (url, why) in &found.skipped {
         warn!(checkpoint = %url, reason = %why, "skipping checkpoint that does not verify; falling back to an older one");

@@ -283,6 +283,17 @@ impl KafkaSource {
     /// the old topic is in flight.
     async fn apply_discovery(&mut self, listing: Listing) -> Result<()> {
         for (topic, now) in &listing.ids {
+            // Only a topic this subtask holds positions of can be read at wrong offsets;
+            // the id of any other is just taken.
+            let holds = self
+                .positions
+                .keys()
+                .chain(self.parked.keys())
+                .any(|tp| tp.0 == *topic);
+            if !holds {
+                self.ids.insert(topic.clone(), *now);
+                continue;
+            }
             match topic_identity(
                 self.ids.get(topic).copied(),
                 Some(*now),
@@ -502,7 +513,11 @@ fn unknown_topics(listing: &Listing, selector: &TopicSelector) -> BTreeSet<Strin
     unknown
 }
 
-/// Lists the partitions of the selected topics.
+/// The longest wait for the topics' ids in one listing.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lists the partitions of the selected topics (and their topic ids, where the
+/// cluster tells them).
 fn discover(
     consumer: &KafkaConsumer,
     cfg: &KafkaSourceConfig,
@@ -535,11 +550,25 @@ fn discover(
     let broker = Some(md.orig_broker_id())
         .filter(|id| *id >= 0)
         .or_else(|| md.brokers().first().map(|b| b.id()));
-    out.ids = topic_ids::describe(consumer.client(), &listed, broker, timeout)
-        .map_err(|e| format!("topic ids: {e}"))?
-        .into_iter()
-        .filter_map(|(t, id)| Some((t, id?)))
-        .collect();
+    // Topic ids guard against a recreated topic; a cluster that cannot tell them (an
+    // older broker, a Kafka-compatible server without DescribeTopics) leaves them
+    // unknown, and the source reads as it did before it knew ids.
+    match topic_ids::describe(
+        consumer.client(),
+        &listed,
+        broker,
+        timeout.min(DESCRIBE_TIMEOUT),
+    ) {
+        Ok(ids) => {
+            out.ids = ids
+                .into_iter()
+                .filter_map(|(t, id)| Some((t, id?)))
+                .collect()
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the topics' ids (DescribeTopics): a recreated topic is not detected in this listing")
+        }
+    }
     Ok(out)
 }
 
@@ -557,7 +586,10 @@ fn check_restored_ids(
     let Some(restored) = restored else {
         return Ok(None);
     };
-    let mut over = BTreeSet::new();
+    // Per position, not per topic: after a rescale the positions come from several old
+    // members, and one that already started the new topic over carries its id.
+    let mut over: BTreeSet<(String, i32)> = BTreeSet::new();
+    let mut warned = BTreeSet::new();
     for p in restored.iter().filter(|p| cfg.topics.matches(&p.stream)) {
         let recorded = p.stream_id.and_then(TopicId::from_bytes);
         match topic_identity(
@@ -568,7 +600,8 @@ fn check_restored_ids(
             Identity::Same => {}
             Identity::Recreated { was, now } => return Err((p.stream.clone(), was, now)),
             Identity::StartOver { was, now } => {
-                if over.insert(p.stream.clone()) {
+                over.insert((p.stream.clone(), p.partition));
+                if warned.insert(p.stream.clone()) {
                     warn!(topic = %p.stream, checkpoint_id = %was, cluster_id = %now, "topic was recreated (its topic id differs from the checkpoint's); on_topic_recreated = \"restart\": its checkpointed positions are dropped and it is read from EARLIEST");
                 }
             }
@@ -578,7 +611,9 @@ fn check_restored_ids(
     Ok(Some(
         restored
             .iter()
-            .filter(|p| cfg.topics.matches(&p.stream) && !over.contains(&p.stream))
+            .filter(|p| {
+                cfg.topics.matches(&p.stream) && !over.contains(&(p.stream.clone(), p.partition))
+            })
             .cloned()
             .collect(),
     ))

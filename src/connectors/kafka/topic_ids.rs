@@ -162,7 +162,8 @@ pub fn describe<C: ClientContext>(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| "a topic name holds a NUL byte".to_string())?;
     let mut ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
-    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // librdkafka takes request timeouts up to an hour.
+    let timeout_ms = c_int::try_from(timeout.as_millis().min(3_600_000)).unwrap_or(c_int::MAX);
     let rk = client.native_ptr();
     // SAFETY: `rk` is valid while `client` is borrowed, which outlives this function.
     // Each object created here is owned by an `Owned` guard that destroys it once, after

@@ -513,7 +513,25 @@ impl CheckpointStore {
             MetadataWrite::Created => None,
             _ => Some(self.read_back(&rel).await),
         };
-        match metadata_fate(&written, read.as_ref(), &bytes) {
+        let mut fate = metadata_fate(&written, read.as_ref(), &bytes);
+        if let (MetadataWrite::Failed(_), MetadataFate::Absent(why)) = (&written, &fate) {
+            // A write that failed may still land (a request the store processes after
+            // its answer was lost, or late): "absent" now is not final. Write again:
+            // its answer is conclusive unless it fails too, and then the fate is
+            // unknown (the restart reads the store) rather than abandonable.
+            let again = self.create_metadata(&rel, &bytes).await;
+            let read = match again {
+                MetadataWrite::Created => None,
+                _ => Some(self.read_back(&rel).await),
+            };
+            fate = match metadata_fate(&again, read.as_ref(), &bytes) {
+                MetadataFate::Absent(w) => {
+                    MetadataFate::Unknown(format!("{why}; written again: {w}"))
+                }
+                f => f,
+            };
+        }
+        match fate {
             MetadataFate::Published => {}
             MetadataFate::Absent(why) => {
                 return Err(StateError::Store {
@@ -644,6 +662,19 @@ impl CheckpointStore {
         let listing = self.list_all().await?;
         let corrupt = {
             let mut k = self.known.lock().expect("store state");
+            // A complete checkpoint this client neither listed at its start nor
+            // published: another writer shares the line, and its ids would count toward
+            // `retain` (deleting ours). Nothing is deleted while that is so.
+            if let Some(e) = listing
+                .entries
+                .iter()
+                .find(|e| e.status == EntryStatus::Complete && !k.entries.contains_key(&e.name))
+            {
+                return Err(StateError::Fenced {
+                    url: self.url_of(&e.name),
+                    reason: "another writer published it since this process listed the line; retention deletes nothing while two writers share it".into(),
+                });
+            }
             k.entries = listing
                 .entries
                 .iter()
@@ -680,6 +711,10 @@ impl CheckpointStore {
             .map(|e| e.name.clone())
             .collect();
         let mut kept = Vec::new();
+        // A `_metadata` of a format this release does not read (a newer release writing
+        // the same store, in a rolling upgrade) references files this pass cannot see:
+        // nothing is collected then. One that is damaged references nothing.
+        let mut unreadable = false;
         for name in remaining {
             let cached = self
                 .known
@@ -692,11 +727,20 @@ impl CheckpointStore {
                 Some(m) => m,
                 None => match self.read_metadata(&name).await {
                     Ok(m) => Some(m),
-                    Err(FetchError::Corrupt(_)) => None,
+                    Err(FetchError::Corrupt(why)) => {
+                        unreadable |= why.contains("format version");
+                        None
+                    }
                     Err(FetchError::Failed(e)) => return Err(e),
                 },
             };
             kept.extend(meta);
+        }
+        if unreadable {
+            return Ok(RetentionOutcome {
+                deleted: victims,
+                collected: 0,
+            });
         }
         let garbage = {
             let k = self.known.lock().expect("store state");
