@@ -1687,7 +1687,12 @@ mod tests {
     /// its document's history) of what it applied on each document.
     #[derive(Default)]
     struct Applied {
+        /// By the action each one is a copy of (itself, or what the handler requeued it
+        /// for): a requeued copy of an action that was applied, its response lost, is a
+        /// replay of that action.
         ever: std::collections::HashSet<usize>,
+        /// The original of each action (see `ever`).
+        roots: Vec<usize>,
         last: HashMap<String, usize>,
     }
 
@@ -1707,7 +1712,7 @@ mod tests {
             let doc = actions[s].id.clone().unwrap();
             let at = order.iter().position(|&x| x == s).expect("a placed action");
             let last = applied.last.get(&doc).copied();
-            if applied.ever.insert(s) {
+            if applied.ever.insert(applied.roots[s]) {
                 assert!(
                     last.is_none_or(|l| at >= l),
                     "action {s} (place {at}) applied on {doc} after place {last:?}"
@@ -1769,10 +1774,12 @@ mod tests {
         // The place of each action in its document's history: a requeued action takes
         // its refused predecessor's.
         let mut order: Vec<usize> = Vec::new();
+        let mut applied = Applied::default();
         let drain = |b: &mut Batcher<usize>,
                      resolved: &mut Vec<bool>,
                      actions: &mut Vec<BulkAction>,
-                     order: &mut Vec<usize>|
+                     order: &mut Vec<usize>,
+                     roots: &mut Vec<usize>|
          -> Result<(), TestCaseError> {
             loop {
                 let batch = b.drain_resolved();
@@ -1805,6 +1812,7 @@ mod tests {
                             let new = actions.len();
                             actions.push(a.clone());
                             resolved.push(false);
+                            roots.push(roots[payload]);
                             let at = order.iter().position(|&x| x == payload).unwrap();
                             order[at] = new;
                             b.requeue(
@@ -1827,7 +1835,6 @@ mod tests {
             }
             s
         };
-        let mut applied = Applied::default();
         let respond = |b: &mut Batcher<usize>,
                        store: &mut Store,
                        applied: &mut Applied,
@@ -1886,6 +1893,7 @@ mod tests {
                     b.add(a.id.clone(), Effect::of(&a), size(seq), seq);
                     actions.push(a);
                     resolved.push(false);
+                    applied.roots.push(seq);
                     order.push(seq);
                 }
                 Step::Send(force) => {
@@ -1911,7 +1919,13 @@ mod tests {
                 Step::Respond(..) => {}
                 Step::Tick(ms) => now += ms,
             }
-            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
+            drain(
+                &mut b,
+                &mut resolved,
+                &mut actions,
+                &mut order,
+                &mut applied.roots,
+            )?;
             let open = resolved.iter().filter(|r| !**r).count();
             prop_assert_eq!(b.pending(), open);
             // What buffer_max_bytes bounds: exactly the sizes of the unresolved actions.
@@ -1951,7 +1965,13 @@ mod tests {
                     now,
                 );
             }
-            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
+            drain(
+                &mut b,
+                &mut resolved,
+                &mut actions,
+                &mut order,
+                &mut applied.roots,
+            )?;
         }
         prop_assert_eq!(b.pending(), 0);
         prop_assert_eq!(b.bytes(), 0, "nothing held once everything is resolved");
