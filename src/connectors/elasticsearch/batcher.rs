@@ -37,7 +37,10 @@
 //!   (resolved as superseded once that action is written).
 //! - **Refusals**: a refused action keeps its place until the failure handler answers
 //!   ([`Batcher::settle_refused`] or [`Batcher::requeue`]); replacements on the same
-//!   document take exactly that place. If a later action on the document was already
+//!   document take exactly that place. What the refused action had set aside stays set
+//!   aside under the first replacement on its document if that one supersedes it all
+//!   (so it is never sent after a refused action that may already be applied); else it
+//!   goes back, before the replacements. If a later action on the document was already
 //!   written in the same request, a replacement it supersedes is superseded, and one it
 //!   does not supersede cannot be applied in order: that fails the job
 //!   ([`Resolution::Fatal`]) rather than reorder the document.
@@ -219,9 +222,9 @@ enum State {
 
 /// The actions one action set aside, oldest first, linked through their `next`: a flat
 /// list (what a set-aside action had set aside joins the list just before it), so that
-/// putting them back is one step. The one exception: an action that was sent (and
-/// retried) keeps what it had set aside under it, since it may already be applied and
-/// what is older must then not be sent after it.
+/// putting them back is one step. The one exception: an action that may already be
+/// applied (sent and retried, or the replacement of one that was) keeps what it had set
+/// aside under it, since what is older must then not be sent after it.
 #[derive(Debug, Clone, Copy)]
 struct Chain {
     head: usize,
@@ -238,6 +241,10 @@ struct Entry<T> {
     /// It was refused with a retriable failure: set aside later, it is superseded, not
     /// coalesced.
     retried: bool,
+    /// It may already be applied: it was sent and retried, or it replaces (requeued by
+    /// the failure handler) one that was. What it set aside stays under it (see
+    /// [`Chain`]), never flattened into the list of an action that sets it aside.
+    possibly_applied: bool,
     /// Put back in its place after its successor was refused: it is sent, never set
     /// aside by a newer action again (else a document whose every write is refused
     /// would send one action per round trip).
@@ -622,7 +629,7 @@ impl<T> Batcher<T> {
     /// sent: see [`Chain`]) in front of `list`, a list of actions newer than it;
     /// returns the list.
     fn prepend(&mut self, slot: usize, list: Option<Chain>) -> Chain {
-        let own = if self.entry(slot).retried {
+        let own = if self.entry(slot).possibly_applied {
             None
         } else {
             self.entry_mut(slot).replaced.take()
@@ -643,7 +650,7 @@ impl<T> Batcher<T> {
     fn take_set_aside(&mut self, slot: usize) -> Entry<T> {
         let e = self.entries[slot].take().expect("a set-aside entry");
         debug_assert!(e.state == State::Replaced);
-        debug_assert!(e.replaced.is_none() || e.retried);
+        debug_assert!(e.replaced.is_none() || e.possibly_applied);
         self.free.push(slot);
         self.pending -= 1;
         self.held_bytes -= e.bytes;
@@ -722,7 +729,7 @@ impl<T> Batcher<T> {
         while let Some(r) = next {
             let e = self.entry_mut(r);
             // One that was sent keeps what it set aside (see `Chain`).
-            debug_assert!(e.replaced.is_none() || e.retried);
+            debug_assert!(e.replaced.is_none() || e.possibly_applied);
             next = e.next.take();
             e.state = State::Queued;
             e.restored = true;
@@ -844,6 +851,7 @@ impl<T> Batcher<T> {
             attempts,
             state: State::Queued,
             retried: false,
+            possibly_applied: false,
             restored: false,
             payload: Some(payload),
             replaced,
@@ -857,6 +865,15 @@ impl<T> Batcher<T> {
 
     /// The failure handler settled a refused action (dead-lettered, dropped, or the job
     /// fails): it leaves its document's order, and what it set aside takes its place.
+    ///
+    /// That holds too for an action that may already be applied (sent, its response
+    /// lost, then refused on the retry): whether the lost attempt reached the server is
+    /// unknown. If it did not, what it set aside was never written, and resolving that
+    /// as moot would lose it. If it did, the document holds a write that is now
+    /// dead-lettered, and writing what came before it puts the document where a
+    /// dead-lettered write leaves it: as if that write was never made. Either way the
+    /// document ends as the settled order says; only in the second case does it pass
+    /// through the dead-lettered write's state first, as it would without coalescing.
     pub fn settle_refused(&mut self, refusal: Refusal) {
         let slot = refusal.0;
         if self.entry(slot).replaced.is_some() {
@@ -878,8 +895,9 @@ impl<T> Batcher<T> {
 
     /// The failure handler's replacements for a refused action, each `(document,
     /// effect, size, payload)`. Those on the refused action's document take exactly its
-    /// place (before anything later on that document, after what the refused action
-    /// had set aside, which goes back in its place); those on other documents are
+    /// place (before anything later on that document; what the refused action had set
+    /// aside stays set aside under the first of them if that one supersedes it all,
+    /// else it goes back in its place, before them); those on other documents are
     /// added behind what those documents hold. They count the refused action's
     /// attempts plus one, and are never coalesced into what follows them.
     pub fn requeue(
@@ -901,14 +919,34 @@ impl<T> Batcher<T> {
         replacements: Vec<(Option<DocKey>, Effect, usize, T)>,
     ) {
         let slot = refusal.0;
-        let (g, attempts, overtaken) = {
+        let (g, attempts, overtaken, possibly_applied) = {
             let e = self.entry(slot);
             let State::Refused { overtaken } = &e.state else {
                 panic!("requeue of an action that is not refused");
             };
-            (e.group, e.attempts + 1, overtaken.clone())
+            (
+                e.group,
+                e.attempts + 1,
+                overtaken.clone(),
+                e.possibly_applied,
+            )
         };
-        // What the refused action set aside comes first: it was before it.
+        // What the refused action set aside stays set aside under the first replacement
+        // on its document if that one supersedes it all ([`Effect::supersedes`] is
+        // transitive): it is moot once the replacement is written, and goes back in
+        // its place if the replacement is not. Restoring it ahead of the replacement
+        // instead would send older writes after the refused action, which may already
+        // be applied (sent, its response lost), regressing the document.
+        let first_same = replacements
+            .iter()
+            .position(|(doc, ..)| doc.as_ref().is_some_and(|d| self.docs.get(d) == Some(&g)));
+        let mut kept = None;
+        if let (None, Some(i), Some(list)) = (&overtaken, first_same, self.entry(slot).replaced) {
+            if self.supersedes_list(&replacements[i].1, list) {
+                kept = self.entry_mut(slot).replaced.take();
+            }
+        }
+        // Otherwise what the refused action set aside comes first: it was before it.
         self.fall_back(slot, overtaken.as_ref());
         let mut at = self
             .group(g)
@@ -942,9 +980,12 @@ impl<T> Batcher<T> {
                 attempts,
                 state: State::Queued,
                 retried: false,
+                // In the refused action's place, it holds the document where that one
+                // may have left it.
+                possibly_applied,
                 restored: false,
                 payload: Some(payload),
-                replaced: None,
+                replaced: kept.take(),
                 next: None,
             });
             self.group_mut(g).items.insert(at, new);
@@ -1191,6 +1232,7 @@ impl<T> Batcher<T> {
             let e = self.entry_mut(slot);
             e.attempts += 1;
             e.retried = true;
+            e.possibly_applied = true;
             if e.attempts > max {
                 let p = self.remove_unwritten(slot, None);
                 self.resolved.push(Resolution::Exhausted(
@@ -1645,7 +1687,12 @@ mod tests {
     /// its document's history) of what it applied on each document.
     #[derive(Default)]
     struct Applied {
+        /// By the action each one is a copy of (itself, or what the handler requeued it
+        /// for): a requeued copy of an action that was applied, its response lost, is a
+        /// replay of that action.
         ever: std::collections::HashSet<usize>,
+        /// The original of each action (see `ever`).
+        roots: Vec<usize>,
         last: HashMap<String, usize>,
     }
 
@@ -1665,7 +1712,7 @@ mod tests {
             let doc = actions[s].id.clone().unwrap();
             let at = order.iter().position(|&x| x == s).expect("a placed action");
             let last = applied.last.get(&doc).copied();
-            if applied.ever.insert(s) {
+            if applied.ever.insert(applied.roots[s]) {
                 assert!(
                     last.is_none_or(|l| at >= l),
                     "action {s} (place {at}) applied on {doc} after place {last:?}"
@@ -1727,10 +1774,12 @@ mod tests {
         // The place of each action in its document's history: a requeued action takes
         // its refused predecessor's.
         let mut order: Vec<usize> = Vec::new();
+        let mut applied = Applied::default();
         let drain = |b: &mut Batcher<usize>,
                      resolved: &mut Vec<bool>,
                      actions: &mut Vec<BulkAction>,
-                     order: &mut Vec<usize>|
+                     order: &mut Vec<usize>,
+                     roots: &mut Vec<usize>|
          -> Result<(), TestCaseError> {
             loop {
                 let batch = b.drain_resolved();
@@ -1763,6 +1812,7 @@ mod tests {
                             let new = actions.len();
                             actions.push(a.clone());
                             resolved.push(false);
+                            roots.push(roots[payload]);
                             let at = order.iter().position(|&x| x == payload).unwrap();
                             order[at] = new;
                             b.requeue(
@@ -1785,7 +1835,6 @@ mod tests {
             }
             s
         };
-        let mut applied = Applied::default();
         let respond = |b: &mut Batcher<usize>,
                        store: &mut Store,
                        applied: &mut Applied,
@@ -1844,6 +1893,7 @@ mod tests {
                     b.add(a.id.clone(), Effect::of(&a), size(seq), seq);
                     actions.push(a);
                     resolved.push(false);
+                    applied.roots.push(seq);
                     order.push(seq);
                 }
                 Step::Send(force) => {
@@ -1869,7 +1919,13 @@ mod tests {
                 Step::Respond(..) => {}
                 Step::Tick(ms) => now += ms,
             }
-            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
+            drain(
+                &mut b,
+                &mut resolved,
+                &mut actions,
+                &mut order,
+                &mut applied.roots,
+            )?;
             let open = resolved.iter().filter(|r| !**r).count();
             prop_assert_eq!(b.pending(), open);
             // What buffer_max_bytes bounds: exactly the sizes of the unresolved actions.
@@ -1909,7 +1965,13 @@ mod tests {
                     now,
                 );
             }
-            drain(&mut b, &mut resolved, &mut actions, &mut order)?;
+            drain(
+                &mut b,
+                &mut resolved,
+                &mut actions,
+                &mut order,
+                &mut applied.roots,
+            )?;
         }
         prop_assert_eq!(b.pending(), 0);
         prop_assert_eq!(b.bytes(), 0, "nothing held once everything is resolved");
@@ -2964,7 +3026,7 @@ mod fallback_tests {
     }
 
     /// The failure handler's replacement for a refused action goes after what that
-    /// action had set aside, which goes back first.
+    /// action had set aside, which goes back first, when it does not supersede it.
     #[test]
     fn a_replacement_goes_after_what_the_refused_action_set_aside() {
         let mut b = Batcher::new(limits(1000, 1, true), 0);
@@ -2974,9 +3036,79 @@ mod fallback_tests {
         let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
             panic!("a refusal");
         };
-        b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 22)]);
-        assert_eq!(round(&mut b, 0, ok), vec![1, 22]);
+        b.requeue(refusal, vec![(Some("k".into()), Effect::Opaque, 10, 22)]);
+        assert_eq!(b.set_aside(), 0);
+        assert_eq!(round(&mut b, 0, ok), vec![1]);
+        assert_eq!(round(&mut b, 0, ok), vec![22]);
         assert_eq!(b.pending(), 0);
+    }
+
+    /// A replacement that supersedes what the refused action had set aside keeps it set
+    /// aside: moot once the replacement is written, back in its place if it is not.
+    #[test]
+    fn a_superseding_replacement_keeps_what_the_refused_action_set_aside() {
+        for written in [true, false] {
+            let mut b = Batcher::new(limits(1000, 1, true), 0);
+            b.add(Some("k".into()), REPLACE, 10, 1);
+            b.add(Some("k".into()), REPLACE, 10, 2);
+            assert_eq!(round(&mut b, 0, refused), vec![2]);
+            let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
+                panic!("a refusal");
+            };
+            b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 22)]);
+            assert_eq!((b.set_aside(), b.pending()), (1, 2));
+            if written {
+                assert_eq!(round(&mut b, 0, ok), vec![22]);
+                assert_eq!(settle(&mut b), (vec![], vec![22], vec![1]));
+            } else {
+                assert_eq!(round(&mut b, 0, refused), vec![22]);
+                assert_eq!(settle(&mut b), (vec![22], vec![], vec![]));
+                assert_eq!(round(&mut b, 0, ok), vec![1]);
+                assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
+            }
+            assert_eq!(b.pending(), 0, "written={written}");
+        }
+    }
+
+    /// 2 set aside 1, was sent, possibly applied (its response lost) and refused on the
+    /// retry. Its replacement supersedes 1, which is not sent before it: 1 after a
+    /// possibly applied 2 would regress the document. Should the replacement be
+    /// dead-lettered, 1 goes back (see [`Batcher::settle_refused`]).
+    #[test]
+    fn what_a_possibly_applied_refused_action_set_aside_is_not_sent_before_its_replacement() {
+        for written in [true, false] {
+            let mut b = Batcher::new(limits(1000, 1, true), 0);
+            b.add(Some("k".into()), REPLACE, 10, 1);
+            b.add(Some("k".into()), REPLACE, 10, 2);
+            let (id, p) = b.next_request(0, true).unwrap();
+            assert_eq!(p, vec![&2]);
+            b.on_response(
+                id,
+                Response::Failed(RequestOutcome::Retry, "connection closed".into()),
+                0,
+                0.0,
+            );
+            assert_eq!(round(&mut b, 100_000, refused), vec![2]);
+            let Some(Resolution::Refused { refusal, .. }) = b.drain_resolved().pop() else {
+                panic!("a refusal");
+            };
+            b.requeue(refusal, vec![(Some("k".into()), REPLACE, 10, 22)]);
+            // A newer write setting the replacement aside keeps 1 under it.
+            b.add(Some("k".into()), REPLACE, 10, 3);
+            assert_eq!(b.set_aside(), 2);
+            assert_eq!(round(&mut b, 100_000, refused), vec![3]);
+            assert_eq!(settle(&mut b), (vec![3], vec![], vec![]));
+            if written {
+                assert_eq!(round(&mut b, 100_000, ok), vec![22]);
+                assert_eq!(settle(&mut b), (vec![], vec![22], vec![1]));
+            } else {
+                assert_eq!(round(&mut b, 100_000, refused), vec![22]);
+                assert_eq!(settle(&mut b), (vec![22], vec![], vec![]));
+                assert_eq!(round(&mut b, 100_000, ok), vec![1]);
+                assert_eq!(settle(&mut b), (vec![], vec![1], vec![]));
+            }
+            assert_eq!(b.pending(), 0, "written={written}");
+        }
     }
 
     /// Builds, on document k, a request [4 (which set aside 3), 5] (5 supersedes 4 but
