@@ -11,7 +11,7 @@ use common::es::{Es, Starter};
 use common::kafka::{consumer, watermarks, KafkaProcess};
 use common::{bin, tail, wait_timeout};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::{json, Value};
@@ -75,19 +75,7 @@ fn all_records(bootstrap: &str, topic: &str) -> Vec<(String, HashMap<String, Str
             continue;
         };
         let m = m.unwrap();
-        let headers = m
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_string(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = common::kafka::headers_of(&m);
         let payload = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
         out.push((payload, headers));
     }

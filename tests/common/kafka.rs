@@ -226,7 +226,7 @@ pub fn first_dead_letter(
     bootstrap: &str,
     topic: &str,
 ) -> (Vec<u8>, std::collections::HashMap<String, String>) {
-    use rdkafka::message::{Headers, Message};
+    use rdkafka::message::Message;
     let c = consumer(bootstrap, "dlq-reader");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
@@ -242,8 +242,14 @@ pub fn first_dead_letter(
             "nothing in {topic}"
         );
     };
-    let headers = m
-        .headers()
+    let headers = headers_of(&m);
+    (m.payload().unwrap_or_default().to_vec(), headers)
+}
+
+/// A record's headers as text (the last value of each name).
+pub fn headers_of(m: &impl rdkafka::message::Message) -> std::collections::HashMap<String, String> {
+    use rdkafka::message::Headers;
+    m.headers()
         .map(|hs| {
             hs.iter()
                 .map(|h| {
@@ -254,6 +260,5 @@ pub fn first_dead_letter(
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    (m.payload().unwrap_or_default().to_vec(), headers)
+        .unwrap_or_default()
 }
