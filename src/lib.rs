@@ -55,6 +55,7 @@ pub mod checkpoint;
 #[cfg(feature = "harness")]
 pub mod cli;
 pub mod config;
+pub mod connector;
 pub mod connectors;
 pub mod error;
 pub mod fault;
