@@ -76,9 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let job = Job::builder("elasticsearch-failure-handler")
         .restart(RestartPolicy::None)
         .checkpointing(CheckpointSettings::new(tmp.join("checkpoints")))
-        .source("sequence", move |_| {
-            Box::new(SequenceSource::new(seq.clone()))
-        })
+        .source_spec(SequenceSource::spec(seq))
         .sink("elasticsearch", move |_| {
             Box::new(EsSink::new(cfg.clone(), Box::new(actions), handler.clone()))
         })

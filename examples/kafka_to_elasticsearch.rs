@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let job = Job::builder("kafka-to-elasticsearch")
         .parallelism(2)
         .checkpointing(checkpoints)
-        .source("kafka", move |_| Box::new(KafkaSource::new(source.clone())))
+        .source_spec(KafkaSource::spec(source))
         .map(|mut r| {
             let mut v: serde_json::Value = serde_json::from_slice(&r.value)
                 .map_err(|e| lockgate::error::JobError::Other(e.to_string()))?;

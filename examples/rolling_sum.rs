@@ -67,10 +67,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let job = Job::builder("rolling-sum")
         .parallelism(2)
         .checkpointing(CheckpointSettings::new(dir.join("checkpoints")))
-        .source("kafka", move |_| Box::new(KafkaSource::new(source.clone())))
+        .source_spec(KafkaSource::spec(source))
         .key_by(|r| json_key(r, "/user"))
         .keyed("rolling_addition", "totals", |_| rolling_addition)
-        .sink("file", move |_| Box::new(FileSink::new(out.clone())))
+        .sink_spec(FileSink::spec(out))
         .build()?;
     lockgate::runtime::run(&job, Default::default()).await?;
     let mut lines = 0;

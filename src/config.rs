@@ -3,8 +3,8 @@
 //! Unknown keys are errors; every error names the file and the key. Relative paths are
 //! resolved against the directory of the job file, so a job runs the same from anywhere.
 
-use crate::connectors::file_sink::FileSink;
-use crate::connectors::sequence::SequenceSource;
+use crate::connector::registry::one_of;
+use crate::connector::{AnyConfig, KeyError, Registry, SectionContext, SinkContext, SourceWiring};
 use crate::job::{CheckpointSettings, ExponentialDelay, Job, JobGraph, RestartPolicy};
 use crate::secret::{read_secret_file, Secret};
 use lockgate_state::store::{CheckpointLocation, StoreLocation};
@@ -27,10 +27,15 @@ struct JobFile {
     checkpoint: CheckpointSection,
     #[serde(default)]
     restart: RestartSection,
-    source: SourceSection,
+    /// One table per source: `[source.<name>]`, read through the registry.
     #[serde(default)]
-    transform: Vec<TransformSection>,
-    sink: SinkSection,
+    source: toml::Table,
+    /// Each `[[transform]]`, read through the registry by its `type`.
+    #[serde(default)]
+    transform: Vec<toml::Table>,
+    /// One table per sink: `[sink.<name>]`, read through the registry.
+    #[serde(default)]
+    sink: toml::Table,
     #[serde(default)]
     metrics: Option<MetricsSection>,
     #[serde(default)]
@@ -343,41 +348,6 @@ impl RestartSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SourceSection {
-    sequence: Option<crate::connectors::sequence::SequenceSection>,
-    kafka: Option<crate::connectors::kafka::config::KafkaSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
-enum TransformSection {
-    RollingSum(crate::operators::rolling_sum::RollingSumSection),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SinkSection {
-    file: Option<crate::connectors::file_sink::FileSection>,
-    elasticsearch: Option<crate::connectors::elasticsearch::config::EsSection>,
-    kafka: Option<crate::connectors::kafka::sink_config::KafkaSinkSection>,
-}
-
-impl SinkSection {
-    /// The names of the sink tables present.
-    fn present(&self) -> Vec<&'static str> {
-        [
-            ("file", self.file.is_some()),
-            ("elasticsearch", self.elasticsearch.is_some()),
-            ("kafka", self.kafka.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(n, p)| p.then_some(n))
-        .collect()
-    }
-}
-
 /// Reads and validates a job file.
 pub fn load(path: &Path) -> Result<JobGraph, ConfigError> {
     parse(&read_text(path)?, path)
@@ -429,7 +399,7 @@ fn read_file(text: &str, path: &Path) -> Result<JobFile, ConfigError> {
 
 /// The typed settings of a job file, for tools that reason about a job (the chaos
 /// harness verifies against them): the same parse, defaults and validation as [`load`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JobDescription {
     pub name: String,
     /// The checkpoint directory, resolved against the job file's directory (the local
@@ -437,96 +407,214 @@ pub struct JobDescription {
     pub checkpoint_dir: PathBuf,
     /// The object store that keeps the checkpoints, as written (`s3://bucket/prefix`).
     pub checkpoint_store: Option<String>,
-    pub kafka: Option<crate::connectors::kafka::KafkaSourceConfig>,
-    pub elasticsearch: Option<crate::connectors::elasticsearch::EsSinkConfig>,
-    /// The file sink's directory, resolved against the job file's directory.
-    pub file_sink: Option<PathBuf>,
-    /// `(key, field, output)` JSON pointers of each `rolling_sum`, in order.
-    pub rolling_sums: Vec<(String, String, String)>,
-    /// The Kafka sink, for a repartition stage.
-    pub kafka_sink: Option<crate::connectors::kafka::sink_config::KafkaSinkConfig>,
+    /// The source's table name (`[source.<name>]`) and its resolved configuration.
+    pub source: (String, AnyConfig),
+    /// Each transform's type and resolved configuration, in order.
+    pub transforms: Vec<(String, AnyConfig)>,
+    /// The sink's table name (`[sink.<name>]`) and its resolved configuration.
+    pub sink: (String, AnyConfig),
 }
 
-/// Reads a job file's typed settings (after validating the whole file with [`load`]).
-pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
-    let text = read_text(path)?;
-    // The whole file validates as `load` would, from the same text.
-    parse(&text, path)?;
-    let err = |key: &str, message: String| ConfigError {
-        file: path.to_path_buf(),
-        key: key.to_string(),
-        message,
-    };
-    let file = read_file(&text, path)?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    let kafka = match &file.source.kafka {
-        Some(k) => Some(kafka_config(k, &file.job.name, &err)?),
-        None => None,
-    };
-    let elasticsearch = match &file.sink.elasticsearch {
-        Some(e) => {
-            let ctx = crate::connectors::elasticsearch::config::SinkContext {
-                dead_letter_kafka: kafka
-                    .as_ref()
-                    .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
-                checkpoint_timeout_ms: file.checkpoint.settings(PathBuf::new()).timeout_ms,
-                offsets_per_partition: kafka.is_some(),
-                base_dir: base.to_path_buf(),
-            };
-            Some(
-                e.config(&ctx)
-                    .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?,
-            )
-        }
-        None => None,
-    };
-    let kafka_sink = match &file.sink.kafka {
-        Some(k) => Some(
-            k.config(
-                kafka.as_ref(),
-                file.checkpoint.settings(PathBuf::new()).timeout_ms,
-            )
-            .map_err(|(key, m)| err(&format!("sink.kafka.{key}"), m))?,
-        ),
-        None => None,
-    };
-    let (checkpoint_dir, store) = file
-        .checkpoint
-        .location(&|p: &Path| base.join(p))
-        .map_err(|(k, m)| err(&k, m))?;
-    Ok(JobDescription {
-        kafka_sink,
-        name: file.job.name.clone(),
-        checkpoint_dir,
-        checkpoint_store: store.map(|_| file.checkpoint.dir.clone()),
-        kafka,
-        elasticsearch,
-        file_sink: match &file.sink.file {
-            Some(f) => Some(
-                f.config(&|p: &Path| base.join(p))
-                    .map_err(|(k, m)| err(&format!("sink.file.{k}"), m))?
-                    .dir,
-            ),
-            None => None,
-        },
-        rolling_sums: file
-            .transform
+impl JobDescription {
+    /// The source's configuration, if it is a `T` (the connector's config type).
+    pub fn source_config<T: 'static>(&self) -> Option<&T> {
+        self.source.1.downcast_ref()
+    }
+
+    /// The sink's configuration, if it is a `T` (the connector's config type).
+    pub fn sink_config<T: 'static>(&self) -> Option<&T> {
+        self.sink.1.downcast_ref()
+    }
+
+    /// The configurations of the transforms that are a `T`, in order.
+    pub fn transform_configs<T: 'static>(&self) -> Vec<&T> {
+        self.transforms
             .iter()
-            .map(|t| match t {
-                TransformSection::RollingSum(r) => r.pointers(),
-            })
-            .collect(),
-    })
+            .filter_map(|(_, c)| c.downcast_ref())
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for JobDescription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobDescription")
+            .field("name", &self.name)
+            .field("checkpoint_dir", &self.checkpoint_dir)
+            .field("checkpoint_store", &self.checkpoint_store)
+            .field("source", &self.source.0)
+            .field(
+                "transforms",
+                &self.transforms.iter().map(|t| &t.0).collect::<Vec<_>>(),
+            )
+            .field("sink", &self.sink.0)
+            .finish()
+    }
+}
+
+/// Reads a job file's typed settings, validating the whole file as [`load`] does.
+pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
+    Ok(build(
+        &read_text(path)?,
+        path,
+        &crate::connectors::registry::builtin(),
+    )?
+    .1)
 }
 
 /// Parses job-file text; `path` names errors and anchors relative paths.
 pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
+    parse_with(text, path, &crate::connectors::registry::builtin())
+}
+
+/// Reads and validates a job file whose connectors are looked up in `registry`
+/// (the built-in ones and a program's own).
+pub fn load_with(path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
+    parse_with(&read_text(path)?, path, registry)
+}
+
+/// Parses job-file text with the connectors of `registry`.
+pub fn parse_with(text: &str, path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
+    Ok(build(text, path, registry)?.0)
+}
+
+/// Reads every table below `[source]` or `[sink]` (`role`) through the registry's
+/// parse (`parse`: serde, unknown keys and types): an unknown table is an error naming
+/// it. Returns the tables present, in the registry's order.
+fn parse_tables<'t, P>(
+    tables: &'t toml::Table,
+    role: &str,
+    names: &[&'static str],
+    parse: impl Fn(&str, toml::Value) -> Option<Result<P, KeyError>>,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Vec<(&'static str, P)>, ConfigError> {
+    if let Some(unknown) = tables.keys().find(|k| !names.contains(&k.as_str())) {
+        return Err(err(
+            &format!("{role}.{unknown}"),
+            format!(
+                "unknown {role} `{unknown}`: lockgate's {role}s are {}",
+                tables_listed(role, names)
+            ),
+        ));
+    }
+    let mut present = Vec::new();
+    for name in names {
+        if let Some(v) = tables.get(*name) {
+            let parsed = parse(name, v.clone())
+                .expect("a registered name")
+                .map_err(|e| err(&e.full_key(&format!("{role}.{name}")), e.message))?;
+            present.push((*name, parsed));
+        }
+    }
+    Ok(present)
+}
+
+fn tables_listed(role: &str, names: &[&'static str]) -> String {
+    one_of(
+        &names
+            .iter()
+            .map(|n| format!("[{role}.{n}]"))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The one table of `present` (below `[source]` or `[sink]`, `role`): none and several
+/// are errors naming the key.
+fn exactly_one<P>(
+    mut present: Vec<(&'static str, P)>,
+    role: &str,
+    names: &[&'static str],
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(&'static str, P), ConfigError> {
+    let listed = || tables_listed(role, names);
+    match present.len() {
+        1 => Ok(present.remove(0)),
+        0 if role == "source" => Err(err(
+            role,
+            format!("a source table is required: {}", listed()),
+        )),
+        0 => Err(err(role, format!("exactly one sink table: {}", listed()))),
+        _ if role == "source" => Err(err(
+            role,
+            format!(
+                "exactly one source table: {}",
+                one_of(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            ),
+        )),
+        _ => Err(err(
+            role,
+            format!(
+                "exactly one sink table: {} (found {})",
+                listed(),
+                present.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// Builds the job graph and its description from job-file text.
+fn build(
+    text: &str,
+    path: &Path,
+    registry: &Registry,
+) -> Result<(JobGraph, JobDescription), ConfigError> {
     let err = |key: &str, message: String| ConfigError {
         file: path.to_path_buf(),
         key: key.to_string(),
         message,
     };
+    let at = |section: &str| {
+        let section = section.to_string();
+        move |e: KeyError| err(&e.full_key(&section), e.message)
+    };
     let file = read_file(text, path)?;
+    // Every connector section is read before any value is checked, so that an unknown
+    // key or a wrong type anywhere in the file is the error it shows first.
+    let source_names = registry.source_names();
+    let sources = parse_tables(
+        &file.source,
+        "source",
+        &source_names,
+        |n, v| registry.parse_source(n, v),
+        &err,
+    )?;
+    let mut parsed_transforms = Vec::new();
+    for (i, t) in file.transform.iter().enumerate() {
+        let key = format!("transform[{i}]");
+        let mut t = t.clone();
+        let kind = match t.remove("type") {
+            Some(toml::Value::String(kind)) => kind,
+            _ => {
+                return Err(err(
+                    &format!("{key}.type"),
+                    format!(
+                        "a transform needs type = one of {}",
+                        registry.transform_names().join(", ")
+                    ),
+                ))
+            }
+        };
+        let parsed = registry
+            .parse_transform(&kind, toml::Value::Table(t))
+            .ok_or_else(|| {
+                err(
+                    &format!("{key}.type"),
+                    format!(
+                        "`{kind}` is not a transform lockgate knows ({})",
+                        registry.transform_names().join(", ")
+                    ),
+                )
+            })?
+            .map_err(at(&key))?;
+        parsed_transforms.push((key, kind, parsed));
+    }
+    let sink_names = registry.sink_names();
+    let sinks = parse_tables(
+        &file.sink,
+        "sink",
+        &sink_names,
+        |n, v| registry.parse_sink(n, v),
+        &err,
+    )?;
     let base = path.parent().unwrap_or(Path::new("."));
     let resolve = |p: &Path| {
         if p.is_absolute() {
@@ -556,6 +644,7 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         .checkpoint
         .location(&resolve)
         .map_err(|(k, m)| err(&k, m))?;
+    let checkpoint_store = store.as_ref().map(|_| file.checkpoint.dir.clone());
     let mut c = file.checkpoint.settings(local);
     c.store = store;
     if c.retain < 2 {
@@ -568,7 +657,14 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         return Err(err("checkpoint.timeout_ms", "must be positive".into()));
     }
     let restart = file.restart.policy().map_err(|(k, m)| err(&k, m))?;
-    let timeout_ms = c.timeout_ms;
+    let cx = SectionContext {
+        job_name: j.name.clone(),
+        base_dir: base.to_path_buf(),
+        parallelism: j.parallelism,
+        max_parallelism: j.max_parallelism,
+        checkpoint_timeout_ms: c.timeout_ms,
+    };
+    let checkpoint_dir = c.dir.clone();
     let mut b = Job::builder(&j.name)
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
@@ -589,210 +685,50 @@ pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
         b = b.metrics_listen(addr);
     }
 
-    b = match (&file.source.sequence, &file.source.kafka) {
-        (Some(s), None) => {
-            let cfg = s
-                .config(j.max_parallelism)
-                .map_err(|(k, m)| err(&format!("source.sequence.{k}"), m))?;
-            b.source(crate::connectors::sequence::KIND, move |_| {
-                Box::new(SequenceSource::new(cfg.clone()))
-            })
-        }
-        (None, Some(k)) => {
-            // Tombstones travel as records only to a sink that says what they mean, and
-            // only straight from the source: a transform would have to say it too.
-            let tombstones = match &file.sink.elasticsearch {
-                Some(e) if e.reads_tombstones() => {
-                    if !file.transform.is_empty() {
-                        return Err(err(
-                            "sink.elasticsearch.on_null_value",
-                            "tombstones reach the sink only from the source directly: remove on_null_value, or the [[transform]] sections".into(),
-                        ));
-                    }
-                    true
-                }
-                _ => false,
-            };
-            kafka_source(b, k, &j.name, tombstones, &err)?
-        }
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "source",
-                "exactly one source table: sequence or kafka".into(),
-            ))
-        }
-        (None, None) => {
-            return Err(err(
-                "source",
-                "a source table is required: [source.sequence] or [source.kafka]".into(),
-            ))
-        }
+    // The source first (the sink checks its facts), then the transforms, then the sink;
+    // the source is built last, once it knows what the sink reads.
+    let (source_name, source) = exactly_one(sources, "source", &source_names, &err)?;
+    let source = source(&cx).map_err(at(&format!("source.{source_name}")))?;
+    let mut transforms = Vec::new();
+    let mut steps = Vec::new();
+    let transform_count = parsed_transforms.len();
+    for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
+        let prepared = parsed(&cx, i).map_err(at(&key))?;
+        steps.extend(prepared.steps);
+        transforms.push((kind, prepared.config));
+    }
+    let (sink_name, sink) = exactly_one(sinks, "sink", &sink_names, &err)?;
+    let sink_cx = SinkContext {
+        section: &cx,
+        source: &source.facts,
+        transforms: transform_count,
     };
-
-    for (i, t) in file.transform.iter().enumerate() {
-        match t {
-            TransformSection::RollingSum(r) => {
-                b = r
-                    .build(b, i)
-                    .map_err(|(k, m)| err(&format!("transform[{i}].{k}"), m))?;
-            }
-        }
-    }
-
-    let sinks = file.sink.present();
-    if sinks.len() != 1 {
-        return Err(err(
-            "sink",
-            format!(
-                "exactly one sink table: [sink.file], [sink.elasticsearch] or [sink.kafka]{}",
-                if sinks.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (found {})", sinks.join(", "))
-                }
-            ),
-        ));
-    }
-    if let Some(k) = &file.sink.kafka {
-        // The records of a source partition must reach the topic through one producer,
-        // in the order they were read: the downstream stage's deduplication relies on
-        // it. A keyed stage in between would spread them over several.
-        if !file.transform.is_empty() {
-            return Err(err(
-                "sink.kafka",
-                "a repartition stage writes records as it reads them: remove the [[transform]] sections and put them into the job that reads the topic (with origin_headers = true)".into(),
-            ));
-        }
-        let source = match &file.source.kafka {
-            Some(s) => Some(kafka_config(s, &j.name, &err)?),
-            None => None,
-        };
-        let cfg = std::sync::Arc::new(
-            k.config(source.as_ref(), timeout_ms)
-                .map_err(|(key, m)| err(&format!("sink.kafka.{key}"), m))?,
-        );
-        if cfg.partitions.is_none() {
-            b = b.refuse_members(
-                "sink.kafka.partitions",
-                "a repartition stage run as several members needs partitions = N (how many of the topic's partitions it spreads keys over): each member would otherwise take the topic's count at its own first start, and a key would land in two partitions if they differ".into(),
-            );
-        }
-        let first = std::sync::Arc::new(std::sync::OnceLock::new());
-        b = b.sink(crate::connectors::kafka::sink::KIND, move |_| {
-            Box::new(crate::connectors::kafka::sink::KafkaSink::sharing(
-                cfg.clone(),
-                first.clone(),
-            ))
-        });
-        return b.build().map_err(|e| err("job", e.to_string()));
-    }
-    b = match (&file.sink.file, &file.sink.elasticsearch) {
-        (Some(f), None) => {
-            let cfg = f
-                .config(&resolve)
-                .map_err(|(k, m)| err(&format!("sink.file.{k}"), m))?;
-            b.sink("file", move |_| Box::new(FileSink::new(cfg.clone())))
-        }
-        (None, Some(e)) => {
-            // Elasticsearch takes JSON objects: a text or bytes record would reach it as
-            // is, and no transform of the job file makes JSON of it.
-            if let Some(k) = &file.source.kafka {
-                let format = kafka_config(k, &j.name, &err)?.format;
-                if format != crate::connectors::kafka::Format::Json {
-                    return Err(err(
-                        "source.kafka.format and sink.elasticsearch",
-                        format!(
-                            "format = {:?} cannot feed the Elasticsearch sink, which writes JSON objects; use format = \"json\"",
-                            format!("{format:?}").to_lowercase()
-                        ),
-                    ));
-                }
-            }
-            // Dead letters go to the source's Kafka cluster, reached the way the source
-            // reaches it.
-            let kafka = file
-                .source
-                .kafka
-                .as_ref()
-                .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
-            let ctx = crate::connectors::elasticsearch::config::SinkContext {
-                offsets_per_partition: kafka.is_some(),
-                dead_letter_kafka: kafka,
-                checkpoint_timeout_ms: timeout_ms,
-                base_dir: base.to_path_buf(),
-            };
-            e.build(b, &ctx)
-                .map_err(|(k, m)| err(&qualify("sink.elasticsearch", &k), m))?
-        }
-        _ => unreachable!("exactly one sink table, checked above"),
-    };
-    let graph = b.build().map_err(|e| err("job", e.to_string()))?;
+    let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
+    let not_split_keyed = source.facts.not_split_keyed.clone();
+    let source_spec = (source.build)(SourceWiring {
+        tombstones: sink.reads_tombstones,
+    });
+    let graph = b
+        .source_spec(source_spec)
+        .steps(steps)
+        .sink_spec(sink.spec)
+        .build()
+        .map_err(|e| err("job", e.to_string()))?;
     // Without keyed state, co_partitioned keeps nothing per partition.
     if graph.co_partitioned && graph.has_keyed_state() {
-        co_partitioned_source(&file.source, &err)?;
+        if let Some(why) = not_split_keyed {
+            return Err(err("job.co_partitioned", why));
+        }
     }
-    Ok(graph)
-}
-
-/// A section's key in full: `operation and versioning` names both keys, each in full
-/// (`sink.elasticsearch.operation and sink.elasticsearch.versioning`); so do lists
-/// written `a, b and c`.
-fn qualify(section: &str, key: &str) -> String {
-    let full = |k: &str| format!("{section}.{k}");
-    key.split(" and ")
-        .map(|part| part.split(", ").map(full).collect::<Vec<_>>().join(", "))
-        .collect::<Vec<_>>()
-        .join(" and ")
-}
-
-/// `co_partitioned = true` keeps keyed state per source partition, which is each key's
-/// whole state only when one partition holds every record of the key: a Kafka source
-/// of one topic partitioned by the key. Two topics keyed alike put a key in partition p
-/// of each, and the key would get two states (two partial totals); the sequence
-/// source's keys span its splits.
-fn co_partitioned_source(
-    source: &SourceSection,
-    err: &dyn Fn(&str, String) -> ConfigError,
-) -> Result<(), ConfigError> {
-    const FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
-    match (&source.sequence, &source.kafka) {
-        (Some(_), _) => Err(err(
-            "job.co_partitioned",
-            format!("the sequence source's keys span its splits: {FIX}"),
-        )),
-        (_, Some(k)) => match k.not_one_topic() {
-            None => Ok(()),
-            Some((key, what)) => Err(err(
-                "job.co_partitioned",
-                format!("source.kafka.{key} {what}, and keyed state kept per partition would give a key of two topics two states: {FIX}"),
-            )),
-        },
-        (None, None) => Ok(()),
-    }
-}
-
-fn kafka_source(
-    b: crate::job::JobBuilder,
-    k: &crate::connectors::kafka::config::KafkaSection,
-    job_name: &str,
-    tombstones: bool,
-    err: &dyn Fn(&str, String) -> ConfigError,
-) -> Result<crate::job::JobBuilder, ConfigError> {
-    let mut kc = kafka_config(k, job_name, err)?;
-    kc.tombstones = tombstones;
-    let kc = std::sync::Arc::new(kc);
-    Ok(b.source(crate::connectors::kafka::KIND, move |_| {
-        Box::new(crate::connectors::kafka::KafkaSource::new(kc.clone()))
-    }))
-}
-
-fn kafka_config(
-    k: &crate::connectors::kafka::config::KafkaSection,
-    job_name: &str,
-    err: &dyn Fn(&str, String) -> ConfigError,
-) -> Result<crate::connectors::kafka::KafkaSourceConfig, ConfigError> {
-    k.config(job_name)
-        .map_err(|(key, m)| err(&format!("source.kafka.{key}"), m))
+    let description = JobDescription {
+        name: graph.name.clone(),
+        checkpoint_dir,
+        checkpoint_store,
+        source: (source_name.to_string(), source.config),
+        transforms,
+        sink: (sink_name.to_string(), sink.config),
+    };
+    Ok((graph, description))
 }
 
 #[cfg(test)]
@@ -1156,6 +1092,107 @@ dir = "out"
             Path::new("/jobs/job.toml")
         )
         .is_ok());
+    }
+
+    /// A sink of a program's own: counts nothing, keeps nothing.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct DiscardSection {
+        #[allow(dead_code)]
+        label: String,
+    }
+
+    struct Discard;
+
+    #[async_trait::async_trait]
+    impl crate::connector::Sink for Discard {
+        async fn open(
+            &mut self,
+            _: &crate::connector::SubtaskInfo,
+            _: &crate::connector::SinkRestore,
+        ) -> crate::error::Result<()> {
+            Ok(())
+        }
+        async fn invoke(&mut self, _: crate::record::Batch) -> crate::error::Result<()> {
+            Ok(())
+        }
+        async fn snapshot(
+            &mut self,
+            _: lockgate_state::CheckpointId,
+        ) -> crate::error::Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        async fn notify_checkpoint_complete(
+            &mut self,
+            _: lockgate_state::CheckpointId,
+        ) -> crate::error::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl crate::connector::SinkSection for DiscardSection {
+        fn prepare(self, cx: &SinkContext<'_>) -> Result<crate::connector::PreparedSink, KeyError> {
+            if self.label.is_empty() {
+                return Err(KeyError::new("label", "must not be empty"));
+            }
+            Ok(crate::connector::PreparedSink {
+                spec: crate::connector::SinkSpec::new("discard", |_| Box::new(Discard)),
+                config: std::sync::Arc::new(cx.source.format.clone()),
+                reads_tombstones: false,
+            })
+        }
+    }
+
+    #[test]
+    fn a_registered_connector_of_ones_own_is_named_in_a_job_file() {
+        let text = GOOD.replace(
+            "[sink.file]\ndir = \"out\"",
+            "[sink.discard]\nlabel = \"x\"",
+        );
+        let path = Path::new("/jobs/job.toml");
+        // Unknown to the built-in registry: named by its table.
+        let e = parse_err(&text);
+        assert_eq!(e.key, "sink.discard", "{e}");
+        assert!(e.message.contains("[sink.elasticsearch]"), "{e}");
+        let registry =
+            crate::connectors::registry::builtin().with_sink::<DiscardSection>("discard");
+        let g = parse_with(&text, path, &registry).unwrap();
+        assert_eq!(
+            g.describe(),
+            "t: source:sequence > key_by > rolling_sum[rolling_sum-0] > sink:discard"
+        );
+        // Its errors name its keys, in full, with the file.
+        let e = parse_with(&text.replace("\"x\"", "\"\""), path, &registry)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "/jobs/job.toml: sink.discard.label: must not be empty"
+        );
+        let e = parse_with(&text.replace("label", "lable"), path, &registry)
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "sink.discard.lable", "{e}");
+    }
+
+    #[test]
+    fn unknown_sections_and_transform_types_name_the_key() {
+        let e = parse_err(&GOOD.replace("[source.sequence]", "[source.files]"));
+        assert_eq!(e.key, "source.files", "{e}");
+        assert!(
+            e.message.contains("[source.sequence] or [source.kafka]"),
+            "{e}"
+        );
+        let e = parse_err(&GOOD.replace("type = \"rolling_sum\"", "type = \"rolling_max\""));
+        assert_eq!(e.key, "transform[0].type", "{e}");
+        assert!(e.message.contains("rolling_sum"), "{e}");
+        let e = parse_err(&GOOD.replace("type = \"rolling_sum\"\n", ""));
+        assert_eq!(e.key, "transform[0].type", "{e}");
+        let e = parse_err(&GOOD.replace("[sink.file]\ndir = \"out\"", ""));
+        assert_eq!(e.key, "sink", "{e}");
+        let e = parse_err(&GOOD.replace("[source.sequence]\nfrom = 1\nto = 100\nkeys = 10", ""));
+        assert_eq!(e.key, "source", "{e}");
+        assert!(e.message.contains("a source table is required"), "{e}");
     }
 
     #[test]

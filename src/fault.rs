@@ -148,7 +148,7 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
     ),
     (
         "after-part-commit",
-        "the file sink committed one part file of a completed checkpoint, before the next",
+        "a two-phase sink (the file sink) committed one part of a completed checkpoint, before the next",
     ),
 ];
 

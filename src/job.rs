@@ -1,22 +1,15 @@
 //! Building a job: a source, operators (stateless ones chained, keyed ones after a
 //! `key_by` exchange), and a sink. The TOML job file is a thin layer over this API.
 
-use crate::connectors::{Sink, Source};
+use crate::connector::{Operator, Sink, SinkSpec, Source, SourceSpec, Step};
 use crate::error::{JobError, Result};
-use crate::operators::keyed::{KeyedFunction, KeyedOperator};
-use crate::operators::{FnOperator, Operator};
+use crate::operators::keyed::KeyedFunction;
+use crate::operators::FnOperator;
 use crate::record::{Batch, Record};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Creates the source of subtask `i`.
-pub type SourceFactory = Arc<dyn Fn(u16) -> Box<dyn Source> + Send + Sync>;
-/// Creates the sink of subtask `i`.
-pub type SinkFactory = Arc<dyn Fn(u16) -> Box<dyn Sink> + Send + Sync>;
-/// Creates an operator of subtask `i`.
-pub type OperatorFactory = Arc<dyn Fn(u16) -> Box<dyn Operator> + Send + Sync>;
-/// Extracts the partitioning key of a record.
-pub type KeyFn = Arc<dyn Fn(&Record) -> Result<Vec<u8>> + Send + Sync>;
+pub use crate::connector::{KeyFn, OperatorFactory, SinkFactory, SourceFactory};
 
 /// Checkpoint settings (the `[checkpoint]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,9 +214,9 @@ pub struct JobGraph {
     pub max_parallelism: u16,
     pub checkpoint: CheckpointSettings,
     pub restart: RestartPolicy,
-    pub(crate) source: (String, SourceFactory),
+    pub(crate) source: SourceSpec,
     pub(crate) stages: Vec<Stage>,
-    pub(crate) sink: (String, SinkFactory),
+    pub(crate) sink: SinkSpec,
     /// Memory settings of each keyed subtask's RocksDB instance (`[state]`).
     pub state: lockgate_state::BackendOptions,
     /// Where `lockgate run` serves the job's metrics, health probes, REST API and
@@ -254,9 +247,10 @@ impl JobGraph {
 
     /// Refuses to run as several members what would not stay exactly-once: keyed
     /// state unless the source is co-partitioned (records of one key could reach two
-    /// members), and the file sink (whose part files are named per subtask of one
-    /// process). The error names the job-file key it concerns.
-    pub fn check_members(&self) -> std::result::Result<(), (&'static str, String)> {
+    /// members), and what the builder or the sink's capabilities refuse
+    /// ([`JobBuilder::refuse_members`], [`crate::connector::SinkCaps::one_process_only`]).
+    /// The error names the job-file key it concerns.
+    pub fn check_members(&self) -> std::result::Result<(), (&str, String)> {
         if self.member.count == 1 {
             return Ok(());
         }
@@ -273,13 +267,10 @@ impl JobGraph {
         if let Some((key, why)) = &self.one_process_only {
             return Err((key, why.clone()));
         }
-        if self.sink.0 == "file" {
+        if let Some((key, why)) = &self.sink.caps.one_process_only {
             return Err((
-                "sink.file",
-                format!(
-                    "the file sink runs as one process; {} members need the Elasticsearch sink",
-                    self.member.count
-                ),
+                key,
+                why.replace("{members}", &self.member.count.to_string()),
             ));
         }
         Ok(())
@@ -299,7 +290,7 @@ impl JobGraph {
 
     /// A one-line description: `source:sequence > key_by > rolling_sum[uid] > sink:file`.
     pub fn describe(&self) -> String {
-        let mut parts = vec![format!("source:{}", self.source.0)];
+        let mut parts = vec![format!("source:{}", self.source.kind)];
         for s in &self.stages {
             parts.push(match s {
                 Stage::Operator {
@@ -312,7 +303,7 @@ impl JobGraph {
                 Stage::KeyBy(_) => "key_by".into(),
             });
         }
-        parts.push(format!("sink:{}", self.sink.0));
+        parts.push(format!("sink:{}", self.sink.kind));
         format!("{}: {}", self.name, parts.join(" > "))
     }
 }
@@ -349,9 +340,9 @@ pub struct JobBuilder {
     max_parallelism: u16,
     checkpoint: Option<CheckpointSettings>,
     restart: RestartPolicy,
-    source: Option<(String, SourceFactory)>,
+    source: Option<SourceSpec>,
     stages: Vec<Stage>,
-    sink: Option<(String, SinkFactory)>,
+    sink: Option<SinkSpec>,
     metrics_listen: Option<std::net::SocketAddr>,
     state: lockgate_state::BackendOptions,
     co_partitioned: bool,
@@ -416,13 +407,52 @@ impl JobBuilder {
         self
     }
 
-    /// The source, created once per subtask (and again on restart).
-    pub fn source<F>(mut self, kind: &str, factory: F) -> Self
+    /// The source, created once per subtask (and again on restart), with the default
+    /// split assignment and capabilities ([`SourceSpec::new`]).
+    pub fn source<F>(self, kind: &str, factory: F) -> Self
     where
         F: Fn(u16) -> Box<dyn Source> + Send + Sync + 'static,
     {
-        self.source = Some((kind.to_string(), Arc::new(factory)));
+        self.source_spec(SourceSpec::new(kind, factory))
+    }
+
+    /// The source as its spec declares it (its split assignment, its capabilities).
+    pub fn source_spec(mut self, spec: SourceSpec) -> Self {
+        self.source = Some(spec);
         self
+    }
+
+    /// Adds a step (what the job file's transforms are made of).
+    pub fn step(mut self, step: Step) -> Self {
+        match step {
+            Step::Operator { kind, factory } => self.stages.push(Stage::Operator {
+                kind,
+                uid: None,
+                factory,
+            }),
+            Step::KeyBy(k) => self.stages.push(Stage::KeyBy(k)),
+            Step::Keyed {
+                kind,
+                uid,
+                factory,
+                across_partitions,
+            } => {
+                if across_partitions {
+                    self.across_partitions.insert(uid.clone());
+                }
+                self.stages.push(Stage::Operator {
+                    kind,
+                    uid: Some(uid),
+                    factory,
+                });
+            }
+        }
+        self
+    }
+
+    /// Adds steps in order.
+    pub fn steps(self, steps: impl IntoIterator<Item = Step>) -> Self {
+        steps.into_iter().fold(self, JobBuilder::step)
     }
 
     /// A stateless operator, created once per subtask.
@@ -494,29 +524,23 @@ impl JobBuilder {
 
     /// A keyed operator with state in RocksDB. `uid` names its state in checkpoints
     /// and must stay the same across versions of the job.
-    pub fn keyed<K, F>(mut self, kind: &str, uid: &str, factory: F) -> Self
+    pub fn keyed<K, F>(self, kind: &str, uid: &str, factory: F) -> Self
     where
         K: KeyedFunction + 'static,
         F: Fn(u16) -> K + Send + Sync + 'static,
     {
-        self.stages.push(Stage::Operator {
-            kind: kind.to_string(),
-            uid: Some(uid.to_string()),
-            factory: Arc::new(move |i| Box::new(KeyedOperator::new(factory(i)))),
-        });
-        self
+        self.step(crate::operators::keyed::step(kind, uid, false, factory))
     }
 
     /// A keyed operator whose state is a fact about the key across every partition
     /// (such as which partition writes a document): in a `co_partitioned` job its state
     /// is not scoped by source partition, and a rescale gives every member all of it.
-    pub fn keyed_across_partitions<K, F>(mut self, kind: &str, uid: &str, factory: F) -> Self
+    pub fn keyed_across_partitions<K, F>(self, kind: &str, uid: &str, factory: F) -> Self
     where
         K: KeyedFunction + 'static,
         F: Fn(u16) -> K + Send + Sync + 'static,
     {
-        self.across_partitions.insert(uid.to_string());
-        self.keyed(kind, uid, factory)
+        self.step(crate::operators::keyed::step(kind, uid, true, factory))
     }
 
     /// The job runs as one process only: `--members N` is refused, naming `key` (the
@@ -526,13 +550,21 @@ impl JobBuilder {
         self
     }
 
-    /// The sink, created once per subtask (and again on restart).
-    pub fn sink<F>(mut self, kind: &str, factory: F) -> Self
+    /// The sink, created once per subtask (and again on restart), with the default
+    /// capabilities ([`SinkSpec::new`]).
+    pub fn sink<F>(self, kind: &str, factory: F) -> Self
     where
         F: Fn(u16) -> Box<dyn Sink> + Send + Sync + 'static,
     {
-        self.sink = Some((kind.to_string(), Arc::new(factory)));
-        self
+        self.sink_spec(SinkSpec::new(kind, factory))
+    }
+
+    /// The sink as its spec declares it; the steps it needs before it
+    /// ([`SinkSpec::before`]) are added after the steps so far.
+    pub fn sink_spec(mut self, mut spec: SinkSpec) -> Self {
+        let before = std::mem::take(&mut spec.before);
+        self.sink = Some(spec);
+        self.steps(before)
     }
 
     /// Validates and builds the job.
@@ -569,13 +601,14 @@ impl JobBuilder {
                 Stage::Operator { .. } => {}
             }
         }
-        if keyed_input
-            && self.sink.as_ref().map(|s| s.0.as_str())
-                == Some(crate::connectors::kafka::sink::KIND)
+        if let Some(why) = self
+            .sink
+            .as_ref()
+            .and_then(|s| s.caps.needs_source_order.as_ref())
         {
-            // Its deduplication downstream needs each source partition's records
-            // written by one producer in the order read: a key_by would spread them.
-            return bad("the Kafka sink takes the records of a source partition in the order read: no key_by before it (put keyed operators in the job that reads its topic)");
+            if keyed_input {
+                return bad(why);
+            }
         }
         if let Err((key, why)) = self.restart.validate() {
             return bad(&format!("restart {key} {why}"));

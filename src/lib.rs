@@ -15,10 +15,10 @@
 //! let job = Job::builder("example")
 //!     .parallelism(2)
 //!     .checkpointing(CheckpointSettings::new("state/example"))
-//!     .source("sequence", move |_| Box::new(SequenceSource::new(seq.clone())))
+//!     .source_spec(SequenceSource::spec(seq))          // its splits and how they are assigned
 //!     .key_by(|r| json_key(r, "/key"))
 //!     .keyed("rolling_sum", "sum", |_| RollingSum { field: "/value".into(), output: "/total".into() })
-//!     .sink("file", |_| Box::new(FileSink::new(FileSinkConfig { dir: "out".into() })))
+//!     .sink_spec(FileSink::spec(FileSinkConfig { dir: "out".into() }))
 //!     .build()?;
 //! lockgate::runtime::run(&job, Default::default()).await?;
 //! # Ok(()) }
@@ -28,7 +28,10 @@
 //!
 //! | you look for | it is in |
 //! |---|---|
-//! | what a job file means, its keys and defaults | [`config`] (dispatch), each connector's `config.rs` |
+//! | what a connector implements and what the runtime guarantees it | [`connector`] (the contract) |
+//! | where a new connector goes | a folder under [`connectors`], one line in [`connectors::registry`] |
+//! | where a split is assigned (subtasks, members) | the source's spec names a [`connector::SplitAssigner`]; [`connector::splits`] applies it |
+//! | what a job file means, its keys and defaults | [`config`] (dispatch through the registry), each connector's `config.rs` |
 //! | `${NAME}` in job files | [`interpolate`] |
 //! | secrets (`*_file`, redaction) | [`secret`] |
 //! | how the sink reaches Elasticsearch (nodes, TLS, auth) | [`connectors::elasticsearch::connection`] |
@@ -43,7 +46,7 @@
 //! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
 //! | dead letters | [`connectors::dead_letter`] |
-//! | members: which partitions a member reads, its checkpoint line, rescale rules | [`member`] (pure) |
+//! | members: who a member is, its checkpoint line | [`member`]; its start and rescale rules: [`checkpoint::line_plan`] (pure) |
 //! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
 //! | failpoints | [`fault`] |
 //! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |

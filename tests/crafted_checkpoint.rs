@@ -277,17 +277,13 @@ fn an_operator_uid_that_is_not_one_path_component_is_refused_when_the_job_is_bui
         };
         let built = Job::builder("uids")
             .checkpointing(CheckpointSettings::new("never-written"))
-            .source("sequence", move |_| {
-                Box::new(SequenceSource::new(seq.clone()))
-            })
+            .source_spec(SequenceSource::spec(seq))
             .key_by(|r| json_key(r, "/key"))
             .keyed("rolling_sum", uid, |_| RollingSum {
                 field: "/value".into(),
                 output: "/total".into(),
             })
-            .sink("file", |_| {
-                Box::new(FileSink::new(FileSinkConfig { dir: "out".into() }))
-            })
+            .sink_spec(FileSink::spec(FileSinkConfig { dir: "out".into() }))
             .build();
         match built {
             Ok(_) => assert!(ok, "{uid:?} accepted"),

@@ -531,7 +531,10 @@ fn the_production_job_file_in_the_readme_loads() {
     std::env::set_var("ES_API_KEY", "readme-id:readme-key");
     std::env::set_var("KAFKA_PASSWORD", "readme-kafka-password");
     let d = lockgate::config::describe(&path).unwrap_or_else(|e| panic!("{e}"));
-    let es = d.elasticsearch.unwrap();
+    let es = d
+        .sink_config::<lockgate::connectors::elasticsearch::EsSinkConfig>()
+        .unwrap()
+        .clone();
     assert_eq!(es.connection.nodes.len(), 3);
     assert_eq!(
         es.connection.auth,
@@ -543,7 +546,10 @@ fn the_production_job_file_in_the_readme_loads() {
         lockgate::connectors::elasticsearch::TlsVerify::Full
     );
     assert!(es.connection.headers.contains_key("X-Opaque-Id"));
-    let kafka = d.kafka.unwrap();
+    let kafka = d
+        .source_config::<lockgate::connectors::kafka::KafkaSourceConfig>()
+        .unwrap()
+        .clone();
     assert_eq!(kafka.properties["security.protocol"], "SASL_SSL");
     assert_eq!(kafka.properties["sasl.password"], "readme-kafka-password");
     // The configuration's Debug output shows neither secret.

@@ -14,15 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn info() -> SubtaskInfo {
-    SubtaskInfo {
-        job: "t".into(),
-        name: "sink-0".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-        telemetry: Default::default(),
-        member: lockgate::member::Member::SOLO,
-    }
+    SubtaskInfo::new("t", "sink-0", 0, 1)
 }
 
 fn rec(offset: i64, doc: &str) -> Record {
@@ -460,11 +452,7 @@ async fn sink_reporting(
         Box::new(ConfigActionBuilder::new(&cfg)),
         handler,
     );
-    let info = SubtaskInfo {
-        telemetry: telemetry.clone(),
-        member: lockgate::member::Member::SOLO,
-        ..info()
-    };
+    let info = info().with_telemetry(telemetry.clone());
     s.open(&info, &SinkRestore::default()).await.unwrap();
     (s, telemetry)
 }
@@ -775,10 +763,7 @@ async fn a_dropped_sink_gives_back_its_pending_and_in_flight_and_stops_sending()
     .await;
     // The next attempt's sink of the same subtask counts from 0.
     server.set_faults(Faults::default());
-    let telemetry_info = SubtaskInfo {
-        telemetry: t.clone(),
-        ..info()
-    };
+    let telemetry_info = info().with_telemetry(t.clone());
     let cfg = Arc::new(cfg);
     let mut next = EsSink::new(
         cfg.clone(),

@@ -831,15 +831,7 @@ mod metrics {
     use std::time::{Duration, Instant};
 
     fn info(telemetry: &Telemetry) -> SubtaskInfo {
-        SubtaskInfo {
-            job: "job".into(),
-            name: "source-0".into(),
-            index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            telemetry: telemetry.clone(),
-            member: lockgate::member::Member::SOLO,
-        }
+        SubtaskInfo::new("job", "source-0", 0, 1).with_telemetry(telemetry.clone())
     }
 
     fn config(bootstrap: &str, statistics_ms: &str) -> KafkaSourceConfig {

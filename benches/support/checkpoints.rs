@@ -30,15 +30,13 @@ pub fn job(dir: &Path, from: i64, to: i64, keys: u32, interval_ms: u64) -> JobGr
         .parallelism(2)
         .restart(RestartPolicy::None)
         .checkpointing(chk)
-        .source("sequence", move |_| {
-            Box::new(SequenceSource::new(seq.clone()))
-        })
+        .source_spec(SequenceSource::spec(seq))
         .key_by(|r| json_key(r, "/key"))
         .keyed("rolling_sum", "sum", |_| RollingSum {
             field: "/value".into(),
             output: "/total".into(),
         })
-        .sink("file", move |_| Box::new(FileSink::new(out.clone())))
+        .sink_spec(FileSink::spec(out))
         .build()
         .expect("valid job")
 }

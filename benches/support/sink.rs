@@ -204,15 +204,7 @@ async fn lockgate_sink(url: &str, index: &str, input: Vec<Batch>) -> f64 {
 /// `invoke` per batch, one `snapshot` (which returns once everything is written).
 /// Returns the seconds from `open` to the completed snapshot, and the open sink.
 pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, EsSink) {
-    let info = SubtaskInfo {
-        job: "es-bench".into(),
-        name: "sink-0".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-        telemetry: Default::default(),
-        member: lockgate::member::Member::SOLO,
-    };
+    let info = SubtaskInfo::new("es-bench", "sink-0", 0, 1);
     let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
     let start = Instant::now();
     let mut sink = EsSink::new(

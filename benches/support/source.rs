@@ -28,7 +28,7 @@
 
 use super::median;
 use async_trait::async_trait;
-use lockgate::connectors::kafka::assign::owner;
+use lockgate::connector::{SplitAssigner, StreamHashAssigner};
 use lockgate::connectors::kafka::decode::check;
 use lockgate::connectors::kafka::Format;
 use lockgate::connectors::kafka::{KafkaSource, KafkaSourceConfig, TopicSelector};
@@ -196,7 +196,7 @@ fn produce(bootstrap: &str) {
 /// The partitions lockgate's subtask `index` of `parallelism` owns.
 fn owned(index: u16, parallelism: u16) -> Vec<i32> {
     (0..PARTITIONS)
-        .filter(|p| owner(TOPIC, *p, parallelism) == index)
+        .filter(|p| StreamHashAssigner.owner(TOPIC, *p, parallelism) == index)
         .collect()
 }
 
@@ -305,7 +305,7 @@ fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16)
         .parallelism(parallelism)
         .restart(RestartPolicy::None)
         .checkpointing(CheckpointSettings::new(tmp.path().join("chk")))
-        .source("kafka", move |_| Box::new(KafkaSource::new(cfg.clone())))
+        .source_spec(KafkaSource::spec(cfg))
         .sink("discard", move |_| Box::new(Discard(p2.clone())))
         .build()
         .expect("job");

@@ -57,11 +57,19 @@ impl Target {
     /// parser ([`crate::config::describe`]): the same defaults, no second reading.
     pub fn from_job_file(path: &Path) -> Result<Target, String> {
         let d = crate::config::describe(path).map_err(|e| e.to_string())?;
+        use crate::connectors::elasticsearch::EsSinkConfig;
+        use crate::connectors::file_sink::FileSinkConfig;
+        use crate::connectors::kafka::sink_config::KafkaSinkConfig;
         let k = d
-            .kafka
-            .ok_or("the chaos harness verifies [source.kafka] jobs")?;
-        let output = match (d.elasticsearch, d.file_sink, d.kafka_sink) {
-            (_, _, Some(k)) => Output::Topic(k.topic),
+            .source_config::<crate::connectors::kafka::KafkaSourceConfig>()
+            .ok_or("the chaos harness verifies [source.kafka] jobs")?
+            .clone();
+        let output = match (
+            d.sink_config::<EsSinkConfig>().cloned(),
+            d.sink_config::<FileSinkConfig>().map(|f| f.dir.clone()),
+            d.sink_config::<KafkaSinkConfig>(),
+        ) {
+            (_, _, Some(k)) => Output::Topic(k.topic.clone()),
             (Some(e), _, None) => {
                 if super::super::connectors::elasticsearch::index_name::IndexTemplate::parse(
                     &e.index,
@@ -94,13 +102,16 @@ impl Target {
         };
         Ok(Target {
             origin_headers: k.origin_headers,
-            checkpoint_store: d.checkpoint_store,
+            checkpoint_store: d.checkpoint_store.clone(),
             bootstrap_servers: k.bootstrap_servers,
             kafka_properties: k.properties.0,
             topics: k.topics,
             output,
-            rolling_sum: d.rolling_sums.into_iter().next(),
-            checkpoint_dir: d.checkpoint_dir,
+            rolling_sum: d
+                .transform_configs::<(String, String, String)>()
+                .first()
+                .map(|t| (*t).clone()),
+            checkpoint_dir: d.checkpoint_dir.clone(),
         })
     }
 

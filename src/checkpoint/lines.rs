@@ -1,9 +1,10 @@
 //! The checkpoint lines of a checkpoint directory, read for a member's start: the
 //! directory itself (the line of a job run as one process) and one `member-I-of-N/`
 //! per member of a job run as several, in a local directory or under an object-store
-//! prefix. Reading only; [`crate::member::line_plan`] decides.
+//! prefix. Reading only; [`super::line_plan`] decides.
 
-use crate::member::{LineState, Member};
+use super::line_plan::LineState;
+use crate::member::Member;
 use lockgate_state::restore::restore_plan;
 use lockgate_state::snapshot_dir::{chk_name, list};
 use lockgate_state::store::{CheckpointStore, StoreLocation};

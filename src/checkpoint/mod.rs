@@ -5,6 +5,7 @@
 //! runtime's driver performs the I/O its actions ask for.
 
 pub mod coordinator;
+pub mod line_plan;
 pub mod lines;
 pub mod start;
 

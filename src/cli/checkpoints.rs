@@ -97,7 +97,7 @@ fn print_member_lines(dir: &Path) -> i32 {
     }
 }
 
-fn print_lines(lines: &[crate::member::LineState]) -> i32 {
+fn print_lines(lines: &[crate::checkpoint::line_plan::LineState]) -> i32 {
     let members: Vec<_> = lines.iter().filter(|l| l.member.count > 1).collect();
     if members.is_empty() {
         return 0;

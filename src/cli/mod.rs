@@ -245,6 +245,13 @@ fn init_logging() -> Result<(), String> {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
+    main_with(crate::connectors::registry::builtin())
+}
+
+/// Runs the command line of a program that adds connectors of its own: `lockgate run`
+/// looks the job file's sections up in `registry` (start from
+/// `lockgate::connectors::registry::builtin()` and add to it).
+pub fn main_with(registry: crate::connector::Registry) -> i32 {
     let cli = Cli::parse();
     if let Err(e) = init_logging() {
         eprintln!("error: {e}");
@@ -272,6 +279,7 @@ pub fn main() -> i32 {
                 }
             };
             run::run(
+                &registry,
                 &config,
                 run::RunArgs {
                     restore,

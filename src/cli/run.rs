@@ -51,8 +51,8 @@ fn hostname() -> Result<String, String> {
 
 /// Runs the job of `config` to its end; SIGTERM or Ctrl-C stop it with a final
 /// checkpoint and exit 0.
-pub fn run(config: &Path, args: RunArgs) -> i32 {
-    let mut job = match crate::config::load(config) {
+pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) -> i32 {
+    let mut job = match crate::config::load_with(config, registry) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");

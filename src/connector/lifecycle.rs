@@ -1,6 +1,29 @@
 //! The lifecycle a source and a sink share with the runtime (Flink's): opened with
 //! what the restored checkpoint holds, driven per poll or batch, snapshotted at each
 //! barrier, and told when a checkpoint completes or is aborted.
+//!
+//! What the runtime guarantees every source and sink:
+//! - **One task, in order.** A subtask's methods are called from one task, one at a
+//!   time, in this order: `open` once; then `poll` (source) or `invoke` (sink) and
+//!   `snapshot` interleaved; `notify_checkpoint_complete` / `_aborted` after the
+//!   snapshot of that checkpoint, in checkpoint order; `close` once, after the final
+//!   checkpoint completed, only on a clean finish.
+//! - **The barrier.** A source's `snapshot(N)` is called between two polls: the
+//!   positions it returns split its records into those before barrier `N` and those
+//!   after. A sink's `snapshot(N)` comes after `invoke` was called with every record
+//!   before barrier `N` (from every input) and before any record after it.
+//! - **Completion.** Checkpoint `N` completes once every subtask's snapshot is
+//!   durable in the checkpoint directory (or the store); only then is
+//!   `notify_checkpoint_complete(N)` called, and it may be lost in a crash (the next
+//!   `open` restores `N` or a later checkpoint and must commit what it staged).
+//! - **Errors.** An error from any method fails the attempt: every task is torn down
+//!   and the job restarts from its last completed checkpoint, as the restart policy
+//!   says. [`crate::error::JobError::Declined`] from a sink's `snapshot` declines only
+//!   that checkpoint; [`crate::error::JobError::Unrecoverable`] fails the job without
+//!   a restart (a restart cannot cure it: a foreign output directory, a fenced store).
+//! - **Restore.** `open` receives everything the restored checkpoint holds for the
+//!   source or sink (a union list over all its old subtasks, whatever the old
+//!   parallelism or member count); each subtask keeps its own share.
 
 use crate::error::Result;
 use crate::record::Batch;
@@ -9,6 +32,7 @@ use lockgate_state::{CheckpointId, SourcePosition};
 
 /// Identity of one subtask, handed to every lifecycle call that needs it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SubtaskInfo {
     pub job: String,
     /// The vertex name and subtask index, for logs and errors (`sink-1`).
@@ -18,10 +42,65 @@ pub struct SubtaskInfo {
     pub max_parallelism: u16,
     /// The job's metrics and status: where the subtask reports what it does.
     pub telemetry: crate::telemetry::Telemetry,
-    /// The member of the job this subtask runs in: a source reads the share of its
-    /// splits that global subtask `member.global_index(index, parallelism)` of
-    /// `member.global_parallelism(parallelism)` owns.
+    /// The member of the job this subtask runs in (see [`SubtaskInfo::reads`]).
     pub member: crate::member::Member,
+    /// The source's split assignment (its spec's), applied by [`SubtaskInfo::reads`].
+    pub assignment: super::Assignment,
+}
+
+impl SubtaskInfo {
+    /// Subtask `index` of `parallelism` of job `job`, named `name`, run as one process
+    /// with the default assignment, 128 key groups and telemetry of its own: what a
+    /// test of a connector opens it with.
+    pub fn new(job: &str, name: &str, index: u16, parallelism: u16) -> SubtaskInfo {
+        SubtaskInfo {
+            job: job.to_string(),
+            name: name.to_string(),
+            index,
+            parallelism,
+            max_parallelism: 128,
+            telemetry: Default::default(),
+            member: crate::member::Member::SOLO,
+            assignment: Default::default(),
+        }
+    }
+
+    /// The same subtask in member `member`.
+    pub fn with_member(mut self, member: crate::member::Member) -> SubtaskInfo {
+        self.member = member;
+        self
+    }
+
+    /// The same subtask reporting to `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> SubtaskInfo {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// The same subtask with `max_parallelism` key groups.
+    pub fn with_max_parallelism(mut self, max_parallelism: u16) -> SubtaskInfo {
+        self.max_parallelism = max_parallelism;
+        self
+    }
+
+    /// The same subtask with the split assignment `assignment`.
+    pub fn with_assignment(mut self, assignment: super::Assignment) -> SubtaskInfo {
+        self.assignment = assignment;
+        self
+    }
+
+    /// Whether this subtask reads split `split` of `stream`: the runtime's rule for
+    /// every source ([`super::split_reader`] over the source's assignment, its
+    /// member and its parallelism). Exactly one subtask of one member reads each split.
+    pub fn reads(&self, stream: &str, split: i32) -> bool {
+        super::split_reader(
+            self.member,
+            self.parallelism,
+            self.assignment.assigner(),
+            stream,
+            split,
+        ) == Some(self.index)
+    }
 }
 
 /// What one [`Source::poll`] produced.
@@ -40,7 +119,8 @@ pub enum SourcePoll {
 pub trait Source: Send + 'static {
     /// Opens the subtask. `restored` is the union list of every split position of the
     /// restored checkpoint (None when the job starts fresh); the source keeps the splits
-    /// its deterministic assignment gives to `info.index`.
+    /// that [`SubtaskInfo::reads`] gives it and starts each where
+    /// [`super::split_start`] says.
     async fn open(&mut self, info: &SubtaskInfo, restored: Option<&[SourcePosition]>)
         -> Result<()>;
 
@@ -49,7 +129,8 @@ pub trait Source: Send + 'static {
     async fn poll(&mut self, out: &mut Batch) -> Result<SourcePoll>;
 
     /// The position of every owned split: exactly the next record after the last one
-    /// appended by `poll`.
+    /// appended by `poll`. A split the subtask owns but does not read right now (a
+    /// partition that disappeared) keeps its position here, or it would be lost.
     fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<SourcePosition>>;
 
     /// Checkpoint `id` is durable.

@@ -22,7 +22,8 @@
 //! restore touches is formed here, inside the configured directory, so a crafted
 //! checkpoint cannot name a file elsewhere.
 
-use super::{Sink, SinkRestore, SubtaskInfo};
+use crate::connector::kit::{TwoPhaseSink, TwoPhaseWriter};
+use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
 use crate::record::Batch;
 use async_trait::async_trait;
@@ -32,7 +33,10 @@ use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use tracing::{info, warn};
+use tracing::warn;
+
+/// The sink kind of the file sink in a job graph.
+pub const KIND: &str = "file";
 
 /// The subdirectory that receives part files rolled back by a restore.
 pub const ROLLED_BACK: &str = ".rolled-back";
@@ -67,6 +71,20 @@ impl FileSection {
                 format!("`{other}` is not supported (json)"),
             )),
         }
+    }
+}
+
+impl crate::connector::SinkSection for FileSection {
+    fn prepare(
+        self,
+        cx: &crate::connector::SinkContext<'_>,
+    ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
+        let cfg = self.config(&|p: &Path| cx.section.resolve(p))?;
+        Ok(crate::connector::PreparedSink {
+            spec: FileSink::spec(cfg.clone()),
+            config: std::sync::Arc::new(cfg),
+            reads_tombstones: false,
+        })
     }
 }
 
@@ -196,44 +214,67 @@ fn part_subtask(p: PartName) -> u16 {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct SinkState {
-    /// Pending files not yet known to be committed: `(subtask, checkpoint id)`.
-    pending: Vec<(u16, CheckpointId)>,
+/// What one checkpoint of one subtask staged: the pending part file
+/// `.part-<subtask>-<id>`. Its serde form, `(subtask, id)`, is in every checkpoint of
+/// the file sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub subtask: u16,
+    pub id: CheckpointId,
 }
 
-fn bincode_config() -> impl bincode::config::Config {
-    bincode::config::standard()
+/// The file sink: its writer on the two-phase-commit kit.
+pub type FileSink = TwoPhaseSink<FileWriter>;
+
+impl FileSink {
+    /// The sink as the runtime takes it: exactly-once, one process only (its part
+    /// files are named per subtask of one process).
+    pub fn spec(cfg: FileSinkConfig) -> crate::connector::SinkSpec {
+        crate::connector::SinkSpec::new(KIND, move |_| {
+            Box::new(TwoPhaseSink::new(FileWriter::new(cfg.clone())))
+        })
+        .with_caps(crate::connector::SinkCaps {
+            guarantee: crate::connector::Guarantee::ExactlyOnce,
+            needs_source_order: None,
+            one_process_only: Some((
+                "sink.file".into(),
+                "the file sink runs as one process; {members} members need the Elasticsearch sink"
+                    .into(),
+            )),
+        })
+    }
 }
 
-/// The file sink subtask.
-pub struct FileSink {
+/// The file sink's writer: part files staged by rename, committed by rename.
+pub struct FileWriter {
     cfg: FileSinkConfig,
     index: u16,
+    parallelism: u16,
     name: String,
     current: Option<(PathBuf, BufWriter<File>)>,
     counter: u64,
-    pending: Vec<(u16, CheckpointId)>,
-    /// Records written into part files (`lockgate_records_out_total` of the sink).
-    records_out: Option<prometheus::IntCounter>,
 }
 
-impl FileSink {
-    /// A subtask writing into `cfg.dir`.
-    pub fn new(cfg: FileSinkConfig) -> FileSink {
-        FileSink {
+impl FileWriter {
+    /// A subtask's writer into `cfg.dir`.
+    pub fn new(cfg: FileSinkConfig) -> FileWriter {
+        FileWriter {
             cfg,
             index: 0,
+            parallelism: 1,
             name: String::new(),
             current: None,
             counter: 0,
-            pending: Vec::new(),
-            records_out: None,
         }
     }
 
     fn err(&self, what: &str, path: &Path, e: impl std::fmt::Display) -> JobError {
         JobError::task(&self.name, format!("{what} {}: {e}", path.display()))
+    }
+
+    /// Whether files of (old) subtask `subtask` are this subtask's to clean and commit.
+    fn mine(&self, subtask: u16) -> bool {
+        subtask % self.parallelism.max(1) == self.index
     }
 
     fn committed_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
@@ -242,22 +283,6 @@ impl FileSink {
 
     fn pending_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
         self.cfg.dir.join(format!(".part-{subtask}-{}", id.0))
-    }
-
-    fn commit(&self, subtask: u16, id: CheckpointId) -> Result<()> {
-        let from = self.pending_path(subtask, id);
-        let to = self.committed_path(subtask, id);
-        if from.exists() {
-            durable::rename_durable(&from, &to).map_err(|e| self.err("commit", &from, e))?;
-        } else if !to.exists() {
-            // A checkpoint named this file as durable: its absence is lost data.
-            return Err(self.err(
-                "commit",
-                &from,
-                "pending part file named by the checkpoint is missing (neither pending nor committed)",
-            ));
-        }
-        Ok(())
     }
 
     /// Creates the directory's marker (empty; its existence is what counts). Subtasks
@@ -293,24 +318,31 @@ impl FileSink {
 }
 
 #[async_trait]
-impl Sink for FileSink {
-    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
+impl TwoPhaseWriter for FileWriter {
+    type Committable = Part;
+
+    fn kind(&self) -> &'static str {
+        "file sink"
+    }
+
+    /// A part is committed by the subtask its name gives (modulo the parallelism),
+    /// whichever state named it.
+    fn subtask_of(&self, p: &Part) -> Option<u16> {
+        Some(p.subtask)
+    }
+
+    async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        restored: Option<CheckpointId>,
+        to_commit: &[Part],
+    ) -> Result<()> {
         self.index = info.index;
+        self.parallelism = info.parallelism;
         self.name = info.name.clone();
-        let m = info.telemetry.metrics();
-        self.records_out =
-            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
         fs::create_dir_all(&self.cfg.dir).map_err(|e| self.err("create", &self.cfg.dir, e))?;
-        let mut pending = Vec::new();
-        for (_, bytes) in &restored.states {
-            let (state, _): (SinkState, _) =
-                bincode::serde::decode_from_slice(bytes, bincode_config())
-                    .map_err(|e| JobError::Restore(format!("file sink state: {e}")))?;
-            pending.extend(state.pending);
-        }
-        let mine = |subtask: u16| subtask % info.parallelism == info.index;
         let marked = self.cfg.dir.join(MARKER).exists();
-        if let Some(k) = restored.checkpoint {
+        if let Some(k) = restored {
             let holds_parts = fs::read_dir(&self.cfg.dir)
                 .map_err(|e| self.err("list", &self.cfg.dir, e))?
                 .filter_map(|e| e.ok())
@@ -318,10 +350,9 @@ impl Sink for FileSink {
                     let n = e.file_name();
                     parse_part_name(&n.to_string_lossy()).is_some() || n == ROLLED_BACK
                 });
-            let named: Vec<String> = pending
+            let named: Vec<String> = to_commit
                 .iter()
-                .filter(|p| mine(p.0))
-                .map(|&(s, id)| self.pending_path(s, id).display().to_string())
+                .map(|p| self.pending_path(p.subtask, p.id).display().to_string())
                 .collect();
             if let Some(why) = foreign_directory(k, marked, holds_parts, &named) {
                 return Err(JobError::Unrecoverable {
@@ -333,37 +364,10 @@ impl Sink for FileSink {
         if !marked {
             self.mark()?;
         }
-        // Commit first: a pending file named by the checkpoint is durable output.
-        for &(subtask, id) in &pending {
-            if mine(subtask) {
-                self.commit(subtask, id)?;
-            }
-        }
-        let rd = fs::read_dir(&self.cfg.dir).map_err(|e| self.err("list", &self.cfg.dir, e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| self.err("list", &self.cfg.dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(part) = parse_part_name(&name) else {
-                continue;
-            };
-            if !mine(part_subtask(part)) {
-                continue;
-            }
-            match restore_action(part, restored.checkpoint, &pending) {
-                RestoreAction::Keep | RestoreAction::Commit => {}
-                RestoreAction::RollBack => self.roll_back(&name)?,
-                RestoreAction::Remove => {
-                    let p = entry.path();
-                    fs::remove_file(&p).map_err(|e| self.err("remove", &p, e))?;
-                }
-            }
-        }
-        durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))?;
-        info!(subtask = %self.name, committed_on_restore = pending.iter().filter(|p| mine(p.0)).count(), "file sink opened");
         Ok(())
     }
 
-    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+    async fn write(&mut self, batch: &Batch) -> Result<()> {
         if self.current.is_none() {
             self.counter += 1;
             let path = self
@@ -379,48 +383,77 @@ impl Sink for FileSink {
             self.current = Some((path, BufWriter::with_capacity(1 << 20, f)));
         }
         let (path, w) = self.current.as_mut().expect("opened above");
-        for r in &batch {
+        for r in batch {
             w.write_all(&r.value)
                 .and_then(|_| w.write_all(b"\n"))
                 .map_err(|e| {
                     JobError::task(&self.name, format!("write {}: {e}", path.display()))
                 })?;
         }
-        if let Some(c) = &self.records_out {
-            c.inc_by(batch.len() as u64);
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Part>> {
+        let Some((path, w)) = self.current.take() else {
+            return Ok(None);
+        };
+        let f = w
+            .into_inner()
+            .map_err(|e| self.err("flush", &path, e.error()))?;
+        f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
+        let pending = self.pending_path(self.index, id);
+        // The rename and the directory fsync make the pending file durable before the
+        // checkpoint that names it can complete.
+        durable::rename_durable(&path, &pending).map_err(|e| self.err("stage", &path, e))?;
+        Ok(Some(Part {
+            subtask: self.index,
+            id,
+        }))
+    }
+
+    async fn commit(&mut self, p: &Part) -> Result<()> {
+        let from = self.pending_path(p.subtask, p.id);
+        let to = self.committed_path(p.subtask, p.id);
+        if from.exists() {
+            durable::rename_durable(&from, &to).map_err(|e| self.err("commit", &from, e))?;
+        } else if !to.exists() {
+            // A checkpoint named this file as durable: its absence is lost data.
+            return Err(self.err(
+                "commit",
+                &from,
+                "pending part file named by the checkpoint is missing (neither pending nor committed)",
+            ));
         }
         Ok(())
     }
 
-    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
-        if let Some((path, w)) = self.current.take() {
-            let f = w
-                .into_inner()
-                .map_err(|e| self.err("flush", &path, e.error()))?;
-            f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
-            let pending = self.pending_path(self.index, id);
-            // The rename and the directory fsync make the pending file durable before
-            // the checkpoint that names it can complete.
-            durable::rename_durable(&path, &pending).map_err(|e| self.err("stage", &path, e))?;
-            self.pending.push((self.index, id));
+    async fn abort_abandoned(
+        &mut self,
+        restored: Option<CheckpointId>,
+        committed: &[Part],
+    ) -> Result<()> {
+        let pending: Vec<(u16, CheckpointId)> =
+            committed.iter().map(|p| (p.subtask, p.id)).collect();
+        let rd = fs::read_dir(&self.cfg.dir).map_err(|e| self.err("list", &self.cfg.dir, e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| self.err("list", &self.cfg.dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(part) = parse_part_name(&name) else {
+                continue;
+            };
+            if !self.mine(part_subtask(part)) {
+                continue;
+            }
+            match restore_action(part, restored, &pending) {
+                RestoreAction::Keep | RestoreAction::Commit => {}
+                RestoreAction::RollBack => self.roll_back(&name)?,
+                RestoreAction::Remove => {
+                    let p = entry.path();
+                    fs::remove_file(&p).map_err(|e| self.err("remove", &p, e))?;
+                }
+            }
         }
-        bincode::serde::encode_to_vec(
-            SinkState {
-                pending: self.pending.clone(),
-            },
-            bincode_config(),
-        )
-        .map_err(|e| JobError::task(&self.name, format!("encode state: {e}")))
-    }
-
-    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
-        let (done, keep): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(_, p)| *p <= id);
-        for (subtask, pid) in done {
-            self.commit(subtask, pid)?;
-            crate::fault::hit("after-part-commit");
-        }
-        self.pending = keep;
-        Ok(())
+        durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))
     }
 
     async fn close(&mut self) -> Result<()> {
@@ -435,6 +468,7 @@ impl Sink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connector::{Sink, SinkRestore};
 
     #[test]
     fn names_parse() {
@@ -532,15 +566,7 @@ mod tests {
     }
 
     fn info(index: u16, parallelism: u16) -> SubtaskInfo {
-        SubtaskInfo {
-            job: "job".into(),
-            name: format!("sink-{index}"),
-            index,
-            parallelism,
-            max_parallelism: 128,
-            telemetry: Default::default(),
-            member: crate::member::Member::SOLO,
-        }
+        SubtaskInfo::new("job", &format!("sink-{index}"), index, parallelism)
     }
 
     fn fresh() -> SinkRestore {
@@ -552,9 +578,9 @@ mod tests {
     }
 
     fn sink(dir: &Path) -> FileSink {
-        FileSink::new(FileSinkConfig {
+        FileSink::new(FileWriter::new(FileSinkConfig {
             dir: dir.to_path_buf(),
-        })
+        }))
     }
 
     fn batch(values: &[&str]) -> Batch {
@@ -582,7 +608,13 @@ mod tests {
         out
     }
 
+    /// A checkpoint's state as the file sink wrote it before the two-phase kit: a
+    /// bincode `{ pending: [(subtask, id), ...] }` (checkpoints of that format restore).
     fn state(pending: &[(u16, u64)]) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct SinkState {
+            pending: Vec<(u16, CheckpointId)>,
+        }
         bincode::serde::encode_to_vec(
             SinkState {
                 pending: pending
@@ -590,7 +622,7 @@ mod tests {
                     .map(|&(s, id)| (s, CheckpointId(id)))
                     .collect(),
             },
-            bincode_config(),
+            bincode::config::standard(),
         )
         .unwrap()
     }
@@ -640,11 +672,7 @@ mod tests {
         let mut sinks = Vec::new();
         for index in 0..2 {
             let mut s = sink(tmp.path());
-            let info = SubtaskInfo {
-                telemetry: telemetry.clone(),
-                member: crate::member::Member::SOLO,
-                ..info(index, 2)
-            };
+            let info = info(index, 2).with_telemetry(telemetry.clone());
             s.open(&info, &fresh()).await.unwrap();
             sinks.push(s);
         }

@@ -7,7 +7,10 @@
 //! every run, whatever the parallelism and whatever the failures. Split `j` is read by
 //! subtask `j % parallelism`, so a checkpoint restores at any parallelism.
 
-use super::{Source, SourcePoll, SubtaskInfo};
+use crate::connector::{
+    split_start, KeyError, ModuloAssigner, PreparedSource, SectionContext, Source, SourceCaps,
+    SourceFacts, SourcePoll, SourceSpec, SplitStart, SubtaskInfo,
+};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Origin, Record};
 use async_trait::async_trait;
@@ -61,6 +64,22 @@ impl SequenceSection {
             keys,
             rate_per_sec: self.rate_per_sec.unwrap_or(0),
             splits,
+        })
+    }
+}
+
+impl crate::connector::SourceSection for SequenceSection {
+    fn prepare(self, cx: &SectionContext) -> Result<PreparedSource, KeyError> {
+        let cfg = self.config(cx.max_parallelism)?;
+        let mut facts = SourceFacts::json(KIND);
+        facts.not_split_keyed = Some(format!(
+            "the sequence source's keys span its splits: {}",
+            crate::connectors::kafka::config::CO_PARTITIONED_FIX
+        ));
+        Ok(PreparedSource {
+            facts,
+            config: Arc::new(cfg.clone()),
+            build: Box::new(move |_| SequenceSource::spec(cfg)),
         })
     }
 }
@@ -126,6 +145,17 @@ impl SequenceSource {
         }
     }
 
+    /// The source as the runtime takes it: bounded, split `j` read by subtask
+    /// `j % parallelism` ([`ModuloAssigner`]).
+    pub fn spec(cfg: SequenceConfig) -> SourceSpec {
+        SourceSpec::new(KIND, move |_| Box::new(SequenceSource::new(cfg.clone())))
+            .assigned_by(ModuloAssigner)
+            .with_caps(SourceCaps {
+                bounded: true,
+                discovers_splits: false,
+            })
+    }
+
     fn end(&self) -> i64 {
         self.cfg.to.saturating_add(1)
     }
@@ -145,27 +175,21 @@ impl Source for SequenceSource {
     ) -> Result<()> {
         let keys = i64::from(self.cfg.keys.max(1));
         let n = self.cfg.splits.max(1);
-        let reads = |j: u16| {
-            crate::member::split_reader(info.member, info.parallelism, KIND, STREAM, i32::from(j))
-                == Some(info.index)
-        };
-        for j in (0..n).filter(|j| reads(*j)) {
+        for j in (0..n).filter(|j| info.reads(STREAM, i32::from(*j))) {
             let mut split = Split {
                 id: j,
                 n: i64::from(n),
                 next: 0,
             };
-            let start = match restored {
-                None => self.cfg.from,
-                Some(positions) => positions
-                    .iter()
-                    .find(|p| p.stream == STREAM && p.partition == i32::from(j))
-                    .map(|p| p.next.0)
-                    .ok_or_else(|| {
-                        JobError::Restore(format!(
-                            "sequence split {j} is missing from the restored checkpoint (was `splits` changed?)"
-                        ))
-                    })?,
+            // The splits are fixed: one missing from the checkpoint is of another layout.
+            let start = match split_start(restored, STREAM, i32::from(j)) {
+                SplitStart::Fresh => self.cfg.from,
+                SplitStart::Restored(p) => p.next.0,
+                SplitStart::NotInCheckpoint => {
+                    return Err(JobError::Restore(format!(
+                        "sequence split {j} is missing from the restored checkpoint (was `splits` changed?)"
+                    )))
+                }
             };
             split.next = split.seek(start, keys);
             self.splits.push(split);
@@ -252,15 +276,9 @@ mod tests {
     use super::*;
 
     fn info(index: u16, parallelism: u16) -> SubtaskInfo {
-        SubtaskInfo {
-            job: "t".into(),
-            name: format!("source-{index}"),
-            index,
-            parallelism,
-            max_parallelism: 8,
-            telemetry: Default::default(),
-            member: crate::member::Member::SOLO,
-        }
+        SubtaskInfo::new("t", &format!("source-{index}"), index, parallelism)
+            .with_max_parallelism(8)
+            .with_assignment(crate::connector::Assignment::new(ModuloAssigner))
     }
 
     fn cfg() -> SequenceConfig {

@@ -22,6 +22,26 @@ fn codec() -> impl bincode::config::Config {
     bincode::config::standard()
 }
 
+/// A keyed step of `kind` whose state is named `uid` in checkpoints, running the
+/// function `factory` makes per subtask (see [`crate::connector::Step::Keyed`]).
+pub fn step<K, F>(
+    kind: &str,
+    uid: &str,
+    across_partitions: bool,
+    factory: F,
+) -> crate::connector::Step
+where
+    K: KeyedFunction + 'static,
+    F: Fn(u16) -> K + Send + Sync + 'static,
+{
+    crate::connector::Step::Keyed {
+        kind: kind.to_string(),
+        uid: uid.to_string(),
+        factory: std::sync::Arc::new(move |i| Box::new(KeyedOperator::new(factory(i)))),
+        across_partitions,
+    }
+}
+
 /// The bytes before a key in a partition-scoped state key: the stream's length (u16,
 /// big-endian), the stream, the partition (i32, big-endian).
 pub fn partition_scope(out: &mut Vec<u8>, stream: &str, partition: i32) {
@@ -263,15 +283,9 @@ mod tests {
             },
         );
         let ctx = OperatorContext {
-            info: crate::connectors::SubtaskInfo {
-                job: "j".into(),
-                name: "keyed-0".into(),
-                index: 0,
-                parallelism: 1,
-                max_parallelism: 8,
-                telemetry: crate::telemetry::Telemetry::new("j", "g", 1, 8),
-                member: crate::member::Member::SOLO,
-            },
+            info: crate::connector::SubtaskInfo::new("j", "keyed-0", 0, 1)
+                .with_max_parallelism(8)
+                .with_telemetry(crate::telemetry::Telemetry::new("j", "g", 1, 8)),
             uid: "sum".into(),
             work_dir: dir.to_path_buf(),
             restore: Vec::new(),

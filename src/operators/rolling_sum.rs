@@ -5,6 +5,7 @@
 //! error); a float anywhere turns the key's sum into a float.
 
 use super::keyed::{KeyedFunction, KeyedState};
+use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use serde::{Deserialize, Serialize};
@@ -94,13 +95,9 @@ impl RollingSumSection {
         (self.key.clone(), self.field.clone(), output)
     }
 
-    /// Adds `key_by(key)` and the rolling sum (uid `rolling_sum-<i>`) to `b`. An error is
+    /// `key_by(key)` and the rolling sum (uid `rolling_sum-<i>`). An error is
     /// `(key, message)`.
-    pub fn build(
-        &self,
-        b: crate::job::JobBuilder,
-        i: usize,
-    ) -> Result<crate::job::JobBuilder, (String, String)> {
+    pub fn steps(&self, i: usize) -> Result<Vec<Step>, (String, String)> {
         let (key, field, output) = self.pointers();
         for (k, v) in [("key", &key), ("field", &field), ("output", &output)] {
             if !v.starts_with('/') {
@@ -110,14 +107,25 @@ impl RollingSumSection {
                 ));
             }
         }
-        Ok(b.key_by(move |r| json_key(r, &key)).keyed(
-            "rolling_sum",
-            &format!("rolling_sum-{i}"),
-            move |_| RollingSum {
+        Ok(vec![
+            Step::KeyBy(std::sync::Arc::new(move |r| json_key(r, &key))),
+            super::keyed::step(KIND, &format!("{KIND}-{i}"), false, move |_| RollingSum {
                 field: field.clone(),
                 output: output.clone(),
-            },
-        ))
+            }),
+        ])
+    }
+}
+
+/// The operator kind of the rolling sum in a job graph.
+pub const KIND: &str = "rolling_sum";
+
+impl TransformSection for RollingSumSection {
+    fn prepare(self, _cx: &SectionContext, index: usize) -> Result<PreparedTransform, KeyError> {
+        Ok(PreparedTransform {
+            steps: self.steps(index)?,
+            config: std::sync::Arc::new(self.pointers()),
+        })
     }
 }
 

@@ -6,16 +6,18 @@ use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
 use super::restart::{next_restart, Restart};
 use super::task::{run_input_task, run_source_task, TaskIo};
+use crate::checkpoint::line_plan::{first_free_id, line_plan, LinePlan};
 use crate::checkpoint::lines;
 use crate::checkpoint::start::{
     compatibility, in_doubt, restart_source, start_decision, Abandon, InDoubt, Source,
     StartDecision, StartFacts,
 };
 use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
+use crate::connector::splits::owns_split;
 use crate::connectors::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
-use crate::member::{first_free_id, line_plan, owns_split, LinePlan, Member};
+use crate::member::Member;
 use crate::operators::OperatorContext;
 use crate::telemetry::status::{CheckpointStatus, JobState};
 use crate::telemetry::Telemetry;
@@ -47,7 +49,7 @@ pub struct RunOptions {
     pub telemetry: Option<Telemetry>,
     /// `--rescale-from K`: the job ran as K members, each stopped with a final
     /// checkpoint; this member takes its share of all of them (see
-    /// [`crate::member::line_plan`]). Ignored once this member's own line holds a newer
+    /// [`crate::checkpoint::line_plan`]). Ignored once this member's own line holds a newer
     /// checkpoint, so that a restarted member keeps its arguments.
     pub rescale_from: Option<u16>,
 }
@@ -94,10 +96,11 @@ fn member_share(job: &JobGraph, rescale: bool) -> Option<KeyFilter> {
     if !job.co_partitioned || !(rescale || job.member.count > 1) {
         return None;
     }
-    let (member, kind) = (job.member, job.source.0.clone());
+    let (member, assignment) = (job.member, job.source.assignment.clone());
     Some(Arc::new(move |user_key: &[u8]| {
-        crate::operators::keyed::scope_of(user_key)
-            .is_some_and(|(stream, partition)| owns_split(member, &kind, stream, partition))
+        crate::operators::keyed::scope_of(user_key).is_some_and(|(stream, partition)| {
+            owns_split(member, assignment.assigner(), stream, partition)
+        })
     }))
 }
 
@@ -183,7 +186,7 @@ async fn prepare(job: &JobGraph, opts: &RunOptions, telemetry: &Telemetry) -> Re
     let base_store = job.checkpoint.store.clone();
     // The member's line, and whether this start is a rescale: a plain decision over
     // every line of the checkpoint directory, or of the store when there is one
-    // (member::line_plan).
+    // (checkpoint::line_plan).
     let line_states = match &base_store {
         None => tokio::task::block_in_place(|| lines::scan(&base))?,
         Some(s) => lines::scan_store(s).await?,
@@ -881,6 +884,7 @@ async fn run_attempt(
                 max_parallelism: job.max_parallelism,
                 telemetry: telemetry.clone(),
                 member: job.member,
+                assignment: job.source.assignment.clone(),
             };
             let mut ops = Vec::new();
             let mut op_counters = Vec::new();
@@ -933,7 +937,7 @@ async fn run_attempt(
                     buffers: (0..p).map(|_| Vec::new()).collect(),
                     buffer_bytes: vec![0; usize::from(p)],
                 }),
-                None => Tail::Sink((job.sink.1)(i)),
+                None => Tail::Sink((job.sink.factory)(i)),
             };
             let sink_in =
                 matches!(tail, Tail::Sink(_)).then(|| m.task_counter(&m.records_in, SINK_UID, i));
@@ -955,7 +959,7 @@ async fn run_attempt(
             };
             let sr = sink_restore.clone();
             if v == 0 {
-                let source = (job.source.1)(i);
+                let source = (job.source.factory)(i);
                 let positions = restored.map(RestoreSet::positions);
                 tasks.spawn(async move {
                     (id, run_source_task(io, source, positions, chain, sr).await)

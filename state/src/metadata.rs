@@ -92,6 +92,27 @@ pub struct SourcePosition {
     pub stream_id: Option<[u8; 16]>,
 }
 
+impl SourcePosition {
+    /// Split `partition` of `stream` continues at `next`: no end, no upstream marks,
+    /// no stream identity (what most sources checkpoint).
+    pub fn new(stream: impl Into<String>, partition: i32, next: NextOffset) -> SourcePosition {
+        SourcePosition {
+            stream: stream.into(),
+            partition,
+            next,
+            end: None,
+            applied: Vec::new(),
+            stream_id: None,
+        }
+    }
+
+    /// The same position of a bounded split that ends at `end` (exclusive).
+    pub fn with_end(mut self, end: Option<NextOffset>) -> SourcePosition {
+        self.end = end;
+        self
+    }
+}
+
 /// The highest offset of one upstream split applied through a downstream split.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct UpstreamMark {

@@ -1,2 +1,10 @@
 //! Kits a sink is built from, so that it gets lockgate's guarantees without copying
 //! another sink's machinery.
+//!
+//! - [`two_phase`]: stage at the barrier, commit when the checkpoint completes, commit
+//!   again on restore, abort what an abandoned checkpoint staged (exactly-once output
+//!   into a system with transactions or atomic renames: files, a database).
+
+pub mod two_phase;
+
+pub use two_phase::{TwoPhaseSink, TwoPhaseWriter};

@@ -264,7 +264,7 @@ pub struct EsSection {
 
 /// What the sink's section takes from the rest of the job file.
 #[derive(Debug, Clone, Default)]
-pub struct SinkContext {
+pub struct EsContext {
     /// The Kafka cluster dead letters go to (the source's), with its librdkafka
     /// properties.
     pub dead_letter_kafka: Option<(String, crate::secret::Properties)>,
@@ -287,7 +287,7 @@ impl EsSection {
 
     /// The sink's configuration. An error is `(key, message)`, the key relative to the
     /// section.
-    pub fn config(&self, ctx: &SinkContext) -> Result<EsSinkConfig, (String, String)> {
+    pub fn config(&self, ctx: &EsContext) -> Result<EsSinkConfig, (String, String)> {
         use crate::connectors::at_key as at;
         let mut c = EsSinkConfig::new(String::new(), self.index.clone());
         c.connection = self.connection(&ctx.base_dir)?;
@@ -487,19 +487,27 @@ impl EsSection {
         Ok(c)
     }
 
-    /// Adds the sink this section describes to `b`.
-    pub fn build(
+    /// The sink this section describes, and the steps it needs before it: with
+    /// external versions from per-partition offsets, the version guard (a `key_by` by
+    /// document and a keyed operator), so that one partition writes each document.
+    pub fn spec(
         &self,
-        b: crate::job::JobBuilder,
-        ctx: &SinkContext,
-    ) -> Result<crate::job::JobBuilder, (String, String)> {
+        ctx: &EsContext,
+    ) -> Result<(crate::connector::SinkSpec, std::sync::Arc<EsSinkConfig>), (String, String)> {
         use super::{ConfigActionBuilder, EsSink, FailureHandler, PolicyFailureHandler};
+        use crate::connector::{Guarantee, SinkCaps, SinkSpec, Step};
         use std::sync::Arc;
         let c = Arc::new(self.config(ctx)?);
         let handler: Arc<dyn FailureHandler> =
             Arc::new(PolicyFailureHandler(c.on_item_error.clone()));
+        let mut caps = SinkCaps {
+            // Every action has an id: a replayed write replaces the same document.
+            guarantee: Guarantee::Idempotent,
+            ..SinkCaps::default()
+        };
+        let mut before = Vec::new();
         // External versions are offsets: one partition must write each document.
-        let b = if c.versioning == Versioning::External
+        if c.versioning == Versioning::External
             && c.id != IdStrategy::Coordinates
             && ctx.offsets_per_partition
         {
@@ -508,29 +516,83 @@ impl EsSection {
             // The guard of each member sees its own partitions only. With ids by key,
             // co_partitioned (required with members) declares that one partition holds
             // each Kafka key, so each document; a field says nothing about partitions.
-            let b = if matches!(c.id, IdStrategy::Field(_)) {
-                b.refuse_members(
-                    "sink.elasticsearch.id",
+            if matches!(c.id, IdStrategy::Field(_)) {
+                caps.one_process_only = Some((
+                    "sink.elasticsearch.id".into(),
                     "versioning = \"external\" with ids by field cannot be guarded across members (each member's guard sees its own partitions, and a document's records may be in partitions of two members): use id = \"key\" with records keyed by the document's id, or versioning = \"none\"".into(),
-                )
-            } else {
-                b
-            };
+                ));
+            }
             // Which partition writes a document is one fact for all partitions (and
             // all members): its state is never scoped by partition.
-            b.key_by(move |r| Ok(guard_key(&id, r)))
-                .keyed_across_partitions("elasticsearch_version_guard", UID, |_| VersionGuard)
-        } else {
-            b
-        };
-        Ok(b.sink("elasticsearch", move |_| {
+            before.push(Step::KeyBy(Arc::new(move |r| Ok(guard_key(&id, r)))));
+            before.push(crate::operators::keyed::step(
+                "elasticsearch_version_guard",
+                UID,
+                true,
+                |_| VersionGuard,
+            ));
+        }
+        let config = c.clone();
+        let spec = SinkSpec::new(KIND, move |_| {
             Box::new(EsSink::new(
                 c.clone(),
                 // A job file's transforms emit one record per input.
                 Box::new(ConfigActionBuilder::new(&c).origins_unique()),
                 handler.clone(),
             ))
-        }))
+        })
+        .with_caps(caps)
+        .after_steps(before);
+        Ok((spec, config))
+    }
+}
+
+/// The sink kind of the Elasticsearch sink in a job graph.
+pub const KIND: &str = "elasticsearch";
+
+impl crate::connector::SinkSection for EsSection {
+    fn prepare(
+        self,
+        cx: &crate::connector::SinkContext<'_>,
+    ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
+        use crate::connector::KeyError;
+        // Tombstones travel as records only to a sink that says what they mean, and
+        // only straight from the source: a transform would have to say it too.
+        if self.reads_tombstones() && cx.source.tombstones && cx.transforms > 0 {
+            return Err(KeyError::new(
+                "on_null_value",
+                "tombstones reach the sink only from the source directly: remove on_null_value, or the [[transform]] sections",
+            ));
+        }
+        // Elasticsearch takes JSON objects: a text or bytes record would reach it as
+        // is, and no transform of the job file makes JSON of it.
+        if cx.source.format != "json" {
+            return Err(KeyError::absolute(
+                format!("{} and sink.elasticsearch", cx.source.format_key),
+                format!(
+                    "format = {:?} cannot feed the Elasticsearch sink, which writes JSON objects; use format = \"json\"",
+                    cx.source.format
+                ),
+            ));
+        }
+        // Dead letters go to the source's Kafka cluster, reached the way the source
+        // reaches it.
+        let ctx = EsContext {
+            dead_letter_kafka: cx
+                .source
+                .kafka
+                .as_ref()
+                .map(|k| (k.bootstrap_servers.clone(), k.properties.clone())),
+            checkpoint_timeout_ms: cx.section.checkpoint_timeout_ms,
+            offsets_per_partition: cx.source.offsets_per_split,
+            base_dir: cx.section.base_dir.clone(),
+        };
+        let (spec, config) = self.spec(&ctx)?;
+        Ok(crate::connector::PreparedSink {
+            spec,
+            config,
+            reads_tombstones: self.reads_tombstones() && cx.source.tombstones,
+        })
     }
 }
 
@@ -589,9 +651,9 @@ mod tests {
     fn the_job_file_defaults_are_the_rust_api_defaults() {
         let section: EsSection =
             toml::from_str("url = \"http://es:9200\"\nindex = \"orders\"").unwrap();
-        let ctx = SinkContext {
+        let ctx = EsContext {
             checkpoint_timeout_ms: 60_000,
-            ..SinkContext::default()
+            ..EsContext::default()
         };
         assert_eq!(
             section.config(&ctx).unwrap(),
@@ -602,8 +664,8 @@ mod tests {
     /// A self-signed CA certificate (PEM) for the `ca_cert` tests.
     const CA_PEM: &str = include_str!("testdata/ca.pem");
 
-    fn ctx_in(dir: &std::path::Path) -> SinkContext {
-        SinkContext {
+    fn ctx_in(dir: &std::path::Path) -> EsContext {
+        EsContext {
             dead_letter_kafka: None,
             checkpoint_timeout_ms: 60_000,
             base_dir: dir.to_path_buf(),
@@ -642,7 +704,7 @@ request_timeout_ms = 14
 buffer_max_bytes = 15
 "#;
         let section: EsSection = toml::from_str(text).unwrap();
-        let ctx = SinkContext {
+        let ctx = EsContext {
             dead_letter_kafka: Some(("k:9092".into(), Default::default())),
             checkpoint_timeout_ms: 5,
             offsets_per_partition: true,
@@ -685,13 +747,13 @@ buffer_max_bytes = 15
         let bad: EsSection =
             toml::from_str("url = \"http://u\"\nindex = \"i\"\noperation = \"merge\"").unwrap();
         assert_eq!(
-            bad.config(&SinkContext::default()).unwrap_err().0,
+            bad.config(&EsContext::default()).unwrap_err().0,
             "operation"
         );
         let zero: EsSection =
             toml::from_str("url = \"http://u\"\nindex = \"i\"\nbuffer_max_bytes = 0").unwrap();
         assert_eq!(
-            zero.config(&SinkContext::default()).unwrap_err().0,
+            zero.config(&EsContext::default()).unwrap_err().0,
             "buffer_max_bytes"
         );
     }

@@ -242,6 +242,14 @@ impl KafkaSection {
         }
     }
 
+    /// The cluster as this section reaches it.
+    pub fn cluster(&self) -> crate::connector::KafkaCluster {
+        crate::connector::KafkaCluster {
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            properties: self.properties.clone(),
+        }
+    }
+
     /// The source's configuration (`group_id` defaults to `lockgate-<job name>`). An
     /// error is `(key, message)`, the key relative to the section.
     pub fn config(&self, job_name: &str) -> Result<KafkaSourceConfig, (String, String)> {
@@ -305,6 +313,38 @@ impl KafkaSection {
             .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         c.properties = self.properties.clone();
         Ok(c)
+    }
+}
+
+/// What a job keyed per partition (`job.co_partitioned`) needs instead of a source
+/// whose partitions do not hold every record of a key.
+pub const CO_PARTITIONED_FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
+
+impl crate::connector::SourceSection for KafkaSection {
+    fn prepare(
+        self,
+        cx: &crate::connector::SectionContext,
+    ) -> Result<crate::connector::PreparedSource, crate::connector::KeyError> {
+        let cfg = self.config(&cx.job_name)?;
+        let facts = crate::connector::SourceFacts {
+            format: format!("{:?}", cfg.format).to_lowercase(),
+            format_key: "source.kafka.format".into(),
+            offsets_per_split: true,
+            kafka: Some(self.cluster()),
+            tombstones: true,
+            not_split_keyed: self.not_one_topic().map(|(key, what)| {
+                format!("source.kafka.{key} {what}, and keyed state kept per partition would give a key of two topics two states: {CO_PARTITIONED_FIX}")
+            }),
+        };
+        Ok(crate::connector::PreparedSource {
+            facts,
+            config: std::sync::Arc::new(cfg.clone()),
+            build: Box::new(move |wiring| {
+                let mut cfg = cfg;
+                cfg.tombstones = wiring.tombstones;
+                super::KafkaSource::spec(std::sync::Arc::new(cfg))
+            }),
+        })
     }
 }
 

@@ -2,7 +2,6 @@
 //! positions checkpointed as the next offset to read, restored offsets winning on
 //! restart, and partitions discovered later starting at EARLIEST.
 
-pub mod assign;
 pub mod config;
 pub mod decode;
 pub mod fetcher;

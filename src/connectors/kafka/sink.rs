@@ -44,6 +44,32 @@ use tracing::{info, warn};
 /// The kind of the Kafka sink in a job graph.
 pub const KIND: &str = "kafka";
 
+impl KafkaSink {
+    /// The sink as the runtime takes it: at-least-once on its own (exactly-once with
+    /// a downstream job reading `origin_headers`), fed in source order (no `key_by`
+    /// before it), and run as members only with a fixed partition count. Its subtasks
+    /// share the partition count the first of them reads.
+    pub fn spec(cfg: Arc<KafkaSinkConfig>) -> crate::connector::SinkSpec {
+        let one_process_only = cfg.partitions.is_none().then(|| {
+            (
+                "sink.kafka.partitions".to_string(),
+                "a repartition stage run as several members needs partitions = N (how many of the topic's partitions it spreads keys over): each member would otherwise take the topic's count at its own first start, and a key would land in two partitions if they differ".to_string(),
+            )
+        });
+        let first = Arc::new(std::sync::OnceLock::new());
+        crate::connector::SinkSpec::new(KIND, move |_| {
+            Box::new(KafkaSink::sharing(cfg.clone(), first.clone()))
+        })
+        .with_caps(crate::connector::SinkCaps {
+            guarantee: crate::connector::Guarantee::AtLeastOnce,
+            // Its deduplication downstream needs each source partition's records
+            // written by one producer in the order read: a key_by would spread them.
+            needs_source_order: Some("the Kafka sink takes the records of a source partition in the order read: no key_by before it (put keyed operators in the job that reads its topic)".into()),
+            one_process_only,
+        })
+    }
+}
+
 /// What the producer's delivery reports tell the sink.
 #[derive(Default)]
 struct Deliveries {
@@ -97,6 +123,8 @@ pub struct KafkaSink {
     deliveries: Arc<Deliveries>,
     dead_letter: Option<DeadLetterWriter>,
     written: u64,
+    /// Records sent or dead-lettered (`lockgate_records_out_total` of the sink).
+    records_out: Option<prometheus::IntCounter>,
 }
 
 impl KafkaSink {
@@ -118,6 +146,7 @@ impl KafkaSink {
             deliveries: Arc::default(),
             dead_letter: None,
             written: 0,
+            records_out: None,
         }
     }
 
@@ -298,6 +327,9 @@ impl Sink for KafkaSink {
         if self.partitions < now {
             warn!(subtask = %self.name, topic = %self.cfg.topic, partitions = now, used = self.partitions, "the topic has more partitions than at this stage's first start: the stage keeps writing to the first ones, so that no key moves (a new stage with a new topic uses them all)");
         }
+        let m = info.telemetry.metrics();
+        self.records_out =
+            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
         if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)
@@ -325,6 +357,9 @@ impl Sink for KafkaSink {
             }
         }
         self.written += batch.len() as u64;
+        if let Some(c) = &self.records_out {
+            c.inc_by(batch.len() as u64);
+        }
         Ok(())
     }
 
@@ -486,7 +521,7 @@ mod tests {
         let cfg = Arc::new(section.config(None, 1000).unwrap());
         let e = crate::job::Job::builder("j")
             .key_by(|_| Ok(Vec::new()))
-            .sink(KIND, move |_| Box::new(KafkaSink::new(cfg.clone())))
+            .sink_spec(KafkaSink::spec(cfg))
             .build()
             .err()
             .expect("refused");

@@ -2,7 +2,6 @@
 //! its defaults and its validation.
 
 use super::properties::{apply, ClientRole};
-use super::KafkaSourceConfig;
 use crate::secret::Properties;
 use rdkafka::ClientConfig;
 use std::time::Duration;
@@ -127,7 +126,7 @@ impl KafkaSinkSection {
     /// error is `(key, message)`, the key relative to the section.
     pub fn config(
         &self,
-        source: Option<&KafkaSourceConfig>,
+        source: Option<&crate::connector::KafkaCluster>,
         checkpoint_timeout_ms: u64,
     ) -> Result<KafkaSinkConfig, (String, String)> {
         use crate::connectors::at_key as at;
@@ -193,9 +192,41 @@ impl KafkaSinkSection {
     }
 }
 
+impl crate::connector::SinkSection for KafkaSinkSection {
+    fn prepare(
+        self,
+        cx: &crate::connector::SinkContext<'_>,
+    ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
+        // The records of a source partition must reach the topic through one producer,
+        // in the order they were read: the downstream stage's deduplication relies on
+        // it. A keyed stage in between would spread them over several.
+        if cx.transforms > 0 {
+            return Err(crate::connector::KeyError::section(
+                "a repartition stage writes records as it reads them: remove the [[transform]] sections and put them into the job that reads the topic (with origin_headers = true)",
+            ));
+        }
+        let cfg = std::sync::Arc::new(
+            self.config(cx.source.kafka.as_ref(), cx.section.checkpoint_timeout_ms)?,
+        );
+        Ok(crate::connector::PreparedSink {
+            spec: super::sink::KafkaSink::spec(cfg.clone()),
+            config: cfg,
+            reads_tombstones: false,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connectors::kafka::KafkaSourceConfig;
+
+    fn cluster(source: &KafkaSourceConfig) -> crate::connector::KafkaCluster {
+        crate::connector::KafkaCluster {
+            bootstrap_servers: source.bootstrap_servers.clone(),
+            properties: source.properties.clone(),
+        }
+    }
 
     fn section(text: &str) -> KafkaSinkSection {
         toml::from_str(text).unwrap()
@@ -213,7 +244,7 @@ mod tests {
             .insert("security.protocol".into(), "sasl_ssl".into());
         source.properties.insert("client.id".into(), "src".into());
         let c = section("topic = \"t\"\nkey = \"/user\"\n[properties]\n\"client.id\" = \"sink\"")
-            .config(Some(&source), 60_000)
+            .config(Some(&cluster(&source)), 60_000)
             .unwrap();
         assert_eq!(c.bootstrap_servers, "k:9092");
         assert_eq!(c.properties.get("client.id").unwrap(), "sink");
@@ -236,7 +267,7 @@ mod tests {
             .properties
             .insert("request.required.acks".into(), "1".into());
         let c = section("topic = \"t\"\nkey = \"/user\"")
-            .config(Some(&source), 60_000)
+            .config(Some(&cluster(&source)), 60_000)
             .unwrap();
         let native = c.client_config();
         assert_eq!(native.get("message.timeout.ms"), Some("0"));

@@ -60,10 +60,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct KafkaSource {
     cfg: Arc<KafkaSourceConfig>,
     name: String,
-    index: u16,
-    parallelism: u16,
-    /// The member of the job this subtask runs in: it reads that member's share.
-    member: crate::member::Member,
+    /// The subtask, as opened: [`SubtaskInfo::reads`] says which partitions are its own.
+    info: Option<SubtaskInfo>,
     consumer: Option<Arc<KafkaConsumer>>,
     fetcher: Option<Fetcher>,
     /// Next offset to read of every owned partition.
@@ -149,14 +147,25 @@ impl SourceMetrics {
 }
 
 impl KafkaSource {
+    /// The source as the runtime takes it: partitions assigned by Flink's rule
+    /// ([`crate::connector::StreamHashAssigner`]), discovered while running, bounded
+    /// with `bounded = "latest"`.
+    pub fn spec(cfg: Arc<KafkaSourceConfig>) -> crate::connector::SourceSpec {
+        let caps = crate::connector::SourceCaps {
+            bounded: cfg.bounded,
+            discovers_splits: true,
+        };
+        crate::connector::SourceSpec::new(KIND, move |_| Box::new(KafkaSource::new(cfg.clone())))
+            .assigned_by(crate::connector::StreamHashAssigner)
+            .with_caps(caps)
+    }
+
     /// A source subtask reading what `cfg` selects.
     pub fn new(cfg: Arc<KafkaSourceConfig>) -> KafkaSource {
         KafkaSource {
             cfg,
             name: String::new(),
-            index: 0,
-            parallelism: 1,
-            member: crate::member::Member::SOLO,
+            info: None,
             consumer: None,
             fetcher: None,
             positions: BTreeMap::new(),
@@ -206,8 +215,7 @@ impl KafkaSource {
     }
 
     fn owns(&self, tp: &Tp) -> bool {
-        crate::member::split_reader(self.member, self.parallelism, KIND, &tp.0, tp.1)
-            == Some(self.index)
+        self.info.as_ref().expect("opened").reads(&tp.0, tp.1)
     }
 
     /// Resolves starts to concrete next offsets (blocking requests to the cluster).
@@ -627,9 +635,7 @@ impl Source for KafkaSource {
         restored: Option<&[SourcePosition]>,
     ) -> Result<()> {
         self.name = info.name.clone();
-        self.index = info.index;
-        self.parallelism = info.parallelism;
-        self.member = info.member;
+        self.info = Some(info.clone());
         let config = self.client_config();
         let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
         let telemetry = info.telemetry.clone();

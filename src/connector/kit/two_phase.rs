@@ -1,0 +1,471 @@
+//! The two-phase-commit kit (Flink's `SinkWriter` + `SupportsCommitter`): a sink that
+//! stages its output at each barrier and makes it visible only once the checkpoint
+//! that names it is complete, so that what becomes visible is exactly once.
+//!
+//! A connector implements [`TwoPhaseWriter`] (write, stage at the barrier, commit,
+//! abort what was abandoned) and wraps it in [`TwoPhaseSink`], which does the rest:
+//!
+//! - **At barrier `N`** the writer's [`TwoPhaseWriter::prepare_commit`] makes what it
+//!   wrote since the last barrier durable but invisible and returns a *committable*
+//!   naming it. The kit keeps every committable not yet known to be committed in the
+//!   checkpoint's state.
+//! - **When checkpoint `N` completes** the kit commits, in checkpoint order, every
+//!   committable of checkpoints up to `N` (a lost notification is made up by the next).
+//! - **On restore from checkpoint `K`** the kit commits every committable `K` names
+//!   (the notification may have been lost in a crash; committing again must be a
+//!   success, see [`TwoPhaseWriter::commit`]), then asks the writer to abort what it
+//!   staged or committed after `K` ([`TwoPhaseWriter::abort_abandoned`]): those
+//!   records are about to be written again.
+//! - **Rescale.** The committables of old subtask `j` are committed by subtask
+//!   `j % parallelism`, so a restore at another parallelism leaves nothing behind.
+//!
+//! The kit counts `lockgate_records_out_total` for the sink and hits the failpoint
+//! `after-part-commit` after each commit of a completed checkpoint.
+//!
+//! The state kept in a checkpoint is `{ pending: [committable, ...] }` in bincode 2
+//! (standard configuration, serde): a committable's serde form is part of the
+//! checkpoint format and must stay readable by later versions.
+
+use crate::connector::{Sink, SinkRestore, SubtaskInfo};
+use crate::error::{JobError, Result};
+use crate::record::Batch;
+use async_trait::async_trait;
+use lockgate_state::CheckpointId;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+
+/// The writer of a two-phase sink: what a connector implements.
+///
+/// Calls come from one task, in the order of [`Sink`]'s lifecycle: `open` once (after
+/// the kit decoded the restored state, before it commits anything), `write` and
+/// `prepare_commit` interleaved, `commit` for restored committables right after `open`
+/// and for staged ones when their checkpoint completes, `abort_abandoned` once after
+/// the restored committables are committed, `close` on a clean finish.
+#[async_trait]
+pub trait TwoPhaseWriter: Send + 'static {
+    /// What one `prepare_commit` staged: small (names, ids), kept in checkpoints.
+    type Committable: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
+
+    /// What the sink is called in errors about its state (`file sink`).
+    fn kind(&self) -> &'static str {
+        "two-phase sink"
+    }
+
+    /// The subtask whose output `c` is, when the committable says: the restored
+    /// committables of subtask `s` are committed by subtask `s % parallelism`. `None`
+    /// (the default): by the old subtask whose state held it.
+    fn subtask_of(&self, _c: &Self::Committable) -> Option<u16> {
+        None
+    }
+
+    /// Opens the subtask. `restored` is the checkpoint restored (None on a fresh
+    /// start) and `to_commit` the committables this subtask is about to commit from
+    /// it. Refuse here a restore that cannot be honoured (the output location never
+    /// held this job's output), before anything is committed.
+    async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        restored: Option<CheckpointId>,
+        to_commit: &[Self::Committable],
+    ) -> Result<()>;
+
+    /// Writes a batch into the current, invisible stage.
+    async fn write(&mut self, batch: &Batch) -> Result<()>;
+
+    /// Barrier `id`: makes everything written since the last barrier durable, still
+    /// invisible, and returns what names it (None: nothing was written). After this
+    /// returns, a crash must not lose what it names.
+    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Self::Committable>>;
+
+    /// Makes `c` visible. Idempotent: a committable that is already committed (the
+    /// crash came after the commit, before the checkpoint knew) is a success. A
+    /// committable that is neither staged nor committed is an error: a checkpoint
+    /// named it as durable, so its absence is lost data.
+    async fn commit(&mut self, c: &Self::Committable) -> Result<()>;
+
+    /// After a restore from `restored` (None: a fresh start) committed `committed`:
+    /// aborts whatever this subtask staged that no restored checkpoint names (work of
+    /// a newer checkpoint that never completed) and takes back what was committed
+    /// after `restored` (its records are written again). Nothing the restored
+    /// checkpoint names may be touched.
+    async fn abort_abandoned(
+        &mut self,
+        restored: Option<CheckpointId>,
+        committed: &[Self::Committable],
+    ) -> Result<()>;
+
+    /// Releases resources on a clean finish (after the final checkpoint completed):
+    /// anything written after the final barrier cannot exist, an empty stage can.
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "C: Serialize + DeserializeOwned")]
+struct KitState<C> {
+    pending: Vec<C>,
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+}
+
+/// Encodes the kit's state for a checkpoint: `pending` in order.
+pub fn encode_state<C: Serialize + DeserializeOwned>(
+    pending: Vec<C>,
+) -> std::result::Result<Vec<u8>, String> {
+    bincode::serde::encode_to_vec(KitState { pending }, bincode_config()).map_err(|e| e.to_string())
+}
+
+/// Decodes one subtask's state from a checkpoint.
+pub fn decode_state<C: Serialize + DeserializeOwned>(
+    bytes: &[u8],
+) -> std::result::Result<Vec<C>, String> {
+    let (state, _): (KitState<C>, _) =
+        bincode::serde::decode_from_slice(bytes, bincode_config()).map_err(|e| e.to_string())?;
+    Ok(state.pending)
+}
+
+/// Which committables of a restored checkpoint subtask `index` (of `parallelism`)
+/// commits: those whose subtask `s` (`owner`, else the old subtask whose state held
+/// them) has `s % parallelism == index`, in the order of the old subtasks and of
+/// their checkpoints.
+pub fn restored_share<C: Clone>(
+    states: &[(u16, Vec<C>)],
+    index: u16,
+    parallelism: u16,
+    owner: impl Fn(&C) -> Option<u16>,
+) -> Vec<C> {
+    let mut sorted: Vec<&(u16, Vec<C>)> = states.iter().collect();
+    sorted.sort_by_key(|(j, _)| *j);
+    sorted
+        .into_iter()
+        .flat_map(|(j, c)| c.iter().map(move |c| (*j, c)))
+        .filter(|(j, c)| owner(c).unwrap_or(*j) % parallelism.max(1) == index)
+        .map(|(_, c)| c.clone())
+        .collect()
+}
+
+/// A [`Sink`] made of a [`TwoPhaseWriter`]: exactly-once output, see the module docs.
+pub struct TwoPhaseSink<W: TwoPhaseWriter> {
+    writer: W,
+    /// Staged and not yet known to be committed, in checkpoint order.
+    pending: Vec<(CheckpointId, W::Committable)>,
+    records_out: Option<prometheus::IntCounter>,
+    /// The subtask's name, for errors.
+    name: String,
+}
+
+impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
+    /// The sink of `writer`.
+    pub fn new(writer: W) -> TwoPhaseSink<W> {
+        TwoPhaseSink {
+            writer,
+            pending: Vec::new(),
+            records_out: None,
+            name: String::new(),
+        }
+    }
+
+    /// The writer, for tests.
+    pub fn writer(&self) -> &W {
+        &self.writer
+    }
+}
+
+#[async_trait]
+impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
+    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
+        let m = info.telemetry.metrics();
+        self.records_out =
+            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
+        self.name = info.name.clone();
+        let kind = self.writer.kind();
+        let states = restored
+            .states
+            .iter()
+            .map(|(j, bytes)| {
+                let c = decode_state::<W::Committable>(bytes)
+                    .map_err(|e| JobError::Restore(format!("{kind} state: {e}")))?;
+                Ok((*j, c))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let writer = &self.writer;
+        let mine = restored_share(&states, info.index, info.parallelism, |c| {
+            writer.subtask_of(c)
+        });
+        self.writer.open(info, restored.checkpoint, &mine).await?;
+        // Commit first: what the checkpoint names is durable output.
+        for c in &mine {
+            self.writer.commit(c).await?;
+        }
+        self.writer
+            .abort_abandoned(restored.checkpoint, &mine)
+            .await?;
+        self.pending.clear();
+        tracing::info!(subtask = %info.name, committed_on_restore = mine.len(), "two-phase sink opened");
+        Ok(())
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        self.writer.write(&batch).await?;
+        if let Some(c) = &self.records_out {
+            c.inc_by(batch.len() as u64);
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        if let Some(c) = self.writer.prepare_commit(id).await? {
+            debug_assert!(self.pending.last().is_none_or(|(p, _)| *p < id));
+            self.pending.push((id, c));
+        }
+        encode_state(self.pending.iter().map(|(_, c)| c.clone()).collect())
+            .map_err(|e| JobError::task(&self.name, format!("encode state: {e}")))
+    }
+
+    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        // Committed one at a time, each removed once done: a failure leaves the rest
+        // pending, and the next checkpoint or restore commits them.
+        while let Some((p, _)) = self.pending.first() {
+            if *p > id {
+                break;
+            }
+            let c = self.pending[0].1.clone();
+            self.writer.commit(&c).await?;
+            self.pending.remove(0);
+            crate::fault::hit("after-part-commit");
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.writer.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Part {
+        subtask: u16,
+        id: CheckpointId,
+    }
+
+    #[test]
+    fn a_committable_struct_encodes_as_the_tuple_of_its_fields() {
+        // The file sink's checkpoints hold `(u16, CheckpointId)` pairs: a struct of the
+        // same fields in the same order reads them.
+        let old = bincode::serde::encode_to_vec(
+            KitState {
+                pending: vec![(3u16, CheckpointId(9))],
+            },
+            bincode_config(),
+        )
+        .unwrap();
+        assert_eq!(
+            decode_state::<Part>(&old).unwrap(),
+            vec![Part {
+                subtask: 3,
+                id: CheckpointId(9)
+            }]
+        );
+    }
+
+    #[test]
+    fn each_old_subtask_is_committed_by_exactly_one_new_one() {
+        let states: Vec<(u16, Vec<u32>)> = (0..5).map(|j| (j, vec![u32::from(j) * 10])).collect();
+        for p in 1..7u16 {
+            let mut all: Vec<u32> = (0..p)
+                .flat_map(|i| restored_share(&states, i, p, |_| None))
+                .collect();
+            all.sort();
+            assert_eq!(all, vec![0, 10, 20, 30, 40], "parallelism {p}");
+        }
+        assert_eq!(restored_share(&states, 1, 2, |_| None), vec![10, 30]);
+        // A committable that names its subtask goes by it, whichever state held it.
+        let odd = |c: &u32| Some((c / 10) as u16 + 1);
+        assert_eq!(restored_share(&states, 1, 2, odd), vec![0, 20, 40]);
+    }
+
+    /// A writer into memory: what it did, in order.
+    #[derive(Default, Clone)]
+    struct Log(Arc<Mutex<Vec<String>>>);
+
+    struct MemWriter {
+        log: Log,
+        stage: Vec<String>,
+        fail_commit: bool,
+    }
+
+    #[async_trait]
+    impl TwoPhaseWriter for MemWriter {
+        type Committable = (u64, Vec<String>);
+        async fn open(
+            &mut self,
+            _: &SubtaskInfo,
+            restored: Option<CheckpointId>,
+            to_commit: &[Self::Committable],
+        ) -> Result<()> {
+            self.log.0.lock().unwrap().push(format!(
+                "open {:?} {}",
+                restored.map(|c| c.0),
+                to_commit.len()
+            ));
+            Ok(())
+        }
+        async fn write(&mut self, batch: &Batch) -> Result<()> {
+            self.stage.extend(
+                batch
+                    .iter()
+                    .map(|r| String::from_utf8_lossy(&r.value).into_owned()),
+            );
+            Ok(())
+        }
+        async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Self::Committable>> {
+            Ok((!self.stage.is_empty()).then(|| (id.0, std::mem::take(&mut self.stage))))
+        }
+        async fn commit(&mut self, c: &Self::Committable) -> Result<()> {
+            if self.fail_commit {
+                return Err(JobError::task("sink-0", "commit refused"));
+            }
+            self.log
+                .0
+                .lock()
+                .unwrap()
+                .push(format!("commit {} {}", c.0, c.1.join(",")));
+            Ok(())
+        }
+        async fn abort_abandoned(
+            &mut self,
+            restored: Option<CheckpointId>,
+            committed: &[Self::Committable],
+        ) -> Result<()> {
+            self.log.0.lock().unwrap().push(format!(
+                "abort after {:?} keeping {}",
+                restored.map(|c| c.0),
+                committed.len()
+            ));
+            Ok(())
+        }
+    }
+
+    fn batch(values: &[&str]) -> Batch {
+        values
+            .iter()
+            .map(|v| crate::record::Record::from_value(v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn sink(log: &Log) -> TwoPhaseSink<MemWriter> {
+        TwoPhaseSink::new(MemWriter {
+            log: log.clone(),
+            stage: Vec::new(),
+            fail_commit: false,
+        })
+    }
+
+    fn info() -> SubtaskInfo {
+        SubtaskInfo::new("j", "sink-0", 0, 1)
+    }
+
+    #[tokio::test]
+    async fn staged_at_the_barrier_committed_when_complete_in_order() {
+        let log = Log::default();
+        let mut s = sink(&log);
+        s.open(&info(), &SinkRestore::default()).await.unwrap();
+        s.invoke(batch(&["a", "b"])).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        // Nothing written: nothing staged.
+        s.snapshot(CheckpointId(2)).await.unwrap();
+        s.invoke(batch(&["c"])).await.unwrap();
+        let state = s.snapshot(CheckpointId(3)).await.unwrap();
+        assert_eq!(
+            decode_state::<(u64, Vec<String>)>(&state).unwrap(),
+            vec![(1, vec!["a".into(), "b".into()]), (3, vec!["c".into()])]
+        );
+        assert_eq!(
+            log.0.lock().unwrap().len(),
+            2,
+            "nothing committed before completion"
+        );
+        // The notification of 1 was lost: 3 commits both, in order.
+        s.notify_checkpoint_complete(CheckpointId(3)).await.unwrap();
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            vec![
+                "open None 0",
+                "abort after None keeping 0",
+                "commit 1 a,b",
+                "commit 3 c"
+            ]
+        );
+        let state = s.snapshot(CheckpointId(4)).await.unwrap();
+        assert!(decode_state::<(u64, Vec<String>)>(&state)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_restore_commits_what_the_checkpoint_names_then_aborts_the_rest() {
+        let log = Log::default();
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(7)),
+            states: vec![
+                (
+                    0,
+                    encode_state(vec![(6u64, vec!["x".to_string()])]).unwrap(),
+                ),
+                (
+                    1,
+                    encode_state(vec![(7u64, vec!["y".to_string()])]).unwrap(),
+                ),
+            ],
+            parallelism: 2,
+        };
+        sink(&log).open(&info(), &restored).await.unwrap();
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            vec![
+                "open Some(7) 2",
+                "commit 6 x",
+                "commit 7 y",
+                "abort after Some(7) keeping 2"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_keeps_the_committable_pending() {
+        let log = Log::default();
+        let mut s = sink(&log);
+        s.open(&info(), &SinkRestore::default()).await.unwrap();
+        s.invoke(batch(&["a"])).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.writer.fail_commit = true;
+        assert!(s.notify_checkpoint_complete(CheckpointId(1)).await.is_err());
+        s.writer.fail_commit = false;
+        let state = s.snapshot(CheckpointId(2)).await.unwrap();
+        assert_eq!(
+            decode_state::<(u64, Vec<String>)>(&state).unwrap(),
+            vec![(1, vec!["a".to_string()])],
+            "still pending in the next checkpoint"
+        );
+        // And a restore from checkpoint 1 commits it.
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(1)),
+            states: vec![(
+                0,
+                encode_state(vec![(1u64, vec!["a".to_string()])]).unwrap(),
+            )],
+            parallelism: 1,
+        };
+        sink(&log).open(&info(), &restored).await.unwrap();
+        assert!(log.0.lock().unwrap().contains(&"commit 1 a".to_string()));
+    }
+}

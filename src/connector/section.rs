@@ -1,0 +1,227 @@
+//! Job-file sections: how a connector's table (`[source.kafka]`, `[sink.file]`, a
+//! `[[transform]]`) becomes its spec.
+//!
+//! A section is a serde type (`deny_unknown_fields`, its defaults in one place) that a
+//! [`super::Registry`] deserializes from its table; `prepare` validates it and says
+//! what the other sections need to know. The job file reads the source first, then
+//! the transforms, then the sink (which sees the source's [`SourceFacts`]), and builds
+//! the source last (it learns whether the sink reads tombstones).
+
+use super::spec::{SinkSpec, SourceSpec, Step};
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A section's error: the key it concerns and what is wrong. The key is relative to
+/// the section (`topics`, `properties."client.id"`; empty: the section itself) unless
+/// it is [`KeyError::absolute`], for errors about keys of two sections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError {
+    pub key: String,
+    pub message: String,
+    pub absolute: bool,
+}
+
+impl KeyError {
+    /// An error about `key` of the section.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+        KeyError {
+            key: key.into(),
+            message: message.into(),
+            absolute: false,
+        }
+    }
+
+    /// An error about the section as a whole.
+    pub fn section(message: impl Into<String>) -> KeyError {
+        KeyError::new("", message)
+    }
+
+    /// An error naming keys in full (`source.kafka.format and sink.elasticsearch`).
+    pub fn absolute(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+        KeyError {
+            absolute: true,
+            ..KeyError::new(key, message)
+        }
+    }
+
+    /// The key in full, for a section at `section` (`sink.elasticsearch`). A relative
+    /// key written `a and b` (or `a, b and c`) names each key in full.
+    pub fn full_key(&self, section: &str) -> String {
+        if self.absolute {
+            return self.key.clone();
+        }
+        if self.key.is_empty() {
+            return section.to_string();
+        }
+        let full = |k: &str| format!("{section}.{k}");
+        self.key
+            .split(" and ")
+            .map(|part| part.split(", ").map(full).collect::<Vec<_>>().join(", "))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+}
+
+impl From<(String, String)> for KeyError {
+    /// The `(key, message)` pairs the sections' own validation returns.
+    fn from((key, message): (String, String)) -> KeyError {
+        KeyError::new(key, message)
+    }
+}
+
+/// What every section is prepared with.
+#[derive(Debug, Clone)]
+pub struct SectionContext {
+    pub job_name: String,
+    /// The directory of the job file: relative paths are resolved against it.
+    pub base_dir: PathBuf,
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+    /// How long a checkpoint may take (`checkpoint.timeout_ms`): a sink's flush at
+    /// the barrier has at most this long.
+    pub checkpoint_timeout_ms: u64,
+}
+
+impl SectionContext {
+    /// `p` resolved against the job file's directory (absolute paths stay).
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+}
+
+/// A Kafka cluster as a source reaches it: the address and the client properties
+/// (security settings) that every client of the job uses for it.
+#[derive(Debug, Clone)]
+pub struct KafkaCluster {
+    pub bootstrap_servers: String,
+    pub properties: crate::secret::Properties,
+}
+
+/// What a source tells the sink's section, for the rules between them.
+#[derive(Debug, Clone)]
+pub struct SourceFacts {
+    /// The format of the records' values (`json`, `text`, `bytes`), and the key in
+    /// full that sets it, for errors (`source.kafka.format`).
+    pub format: String,
+    pub format_key: String,
+    /// Positions order the records of one split only (Kafka offsets): a sink that
+    /// uses them as versions needs one split to write each document.
+    pub offsets_per_split: bool,
+    /// The Kafka cluster the source reads (dead letters and a repartition stage's
+    /// topic go there by default).
+    pub kafka: Option<KafkaCluster>,
+    /// The source has records without a value (Kafka tombstones), which it skips
+    /// unless the sink reads them ([`SourceWiring::tombstones`]).
+    pub tombstones: bool,
+    /// Why keyed state kept per split (`job.co_partitioned`) would not be each key's
+    /// whole state with this source; `None`: it would.
+    pub not_split_keyed: Option<String>,
+}
+
+impl SourceFacts {
+    /// Facts of a source of JSON records with no Kafka cluster and no per-split
+    /// order, whose splits may hold records of one key.
+    pub fn json(kind: &str) -> SourceFacts {
+        SourceFacts {
+            format: "json".into(),
+            format_key: format!("source.{kind}.format"),
+            offsets_per_split: false,
+            kafka: None,
+            tombstones: false,
+            not_split_keyed: None,
+        }
+    }
+}
+
+/// What the source learns from the sink before it is built.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceWiring {
+    /// The sink says what a tombstone (a record without a value) means: tombstones
+    /// reach it as records instead of being skipped.
+    pub tombstones: bool,
+}
+
+/// A resolved configuration kept for tools that reason about a job (the chaos
+/// harness): downcast it to the connector's configuration type.
+pub type AnyConfig = Arc<dyn Any + Send + Sync>;
+
+/// A validated source section.
+pub struct PreparedSource {
+    pub facts: SourceFacts,
+    pub config: AnyConfig,
+    /// Builds the spec once the sink is known.
+    pub build: Box<dyn FnOnce(SourceWiring) -> SourceSpec + Send>,
+}
+
+/// A source's job-file section (`[source.<name>]`).
+pub trait SourceSection: serde::de::DeserializeOwned + 'static {
+    /// Validates the section.
+    fn prepare(self, cx: &SectionContext) -> Result<PreparedSource, KeyError>;
+}
+
+/// What a sink's section is prepared with.
+pub struct SinkContext<'a> {
+    pub section: &'a SectionContext,
+    pub source: &'a SourceFacts,
+    /// How many `[[transform]]` sections come before the sink.
+    pub transforms: usize,
+}
+
+/// A validated sink section.
+pub struct PreparedSink {
+    pub spec: SinkSpec,
+    pub config: AnyConfig,
+    /// The sink says what a tombstone means (see [`SourceWiring::tombstones`]).
+    pub reads_tombstones: bool,
+}
+
+/// A sink's job-file section (`[sink.<name>]`).
+pub trait SinkSection: serde::de::DeserializeOwned + 'static {
+    /// Validates the section against the source's facts.
+    fn prepare(self, cx: &SinkContext<'_>) -> Result<PreparedSink, KeyError>;
+}
+
+/// A validated `[[transform]]`.
+pub struct PreparedTransform {
+    pub steps: Vec<Step>,
+    pub config: AnyConfig,
+}
+
+/// A transform's job-file section (`[[transform]]` with `type = "<name>"`).
+pub trait TransformSection: serde::de::DeserializeOwned + 'static {
+    /// Validates the section; `index` is its position among the transforms (uids
+    /// of its keyed steps are made from it, so that they stay stable).
+    fn prepare(self, cx: &SectionContext, index: usize) -> Result<PreparedTransform, KeyError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_named_in_full() {
+        let s = "sink.elasticsearch";
+        assert_eq!(
+            KeyError::new("index", "x").full_key(s),
+            "sink.elasticsearch.index"
+        );
+        assert_eq!(KeyError::section("x").full_key(s), "sink.elasticsearch");
+        assert_eq!(
+            KeyError::new("operation and versioning", "x").full_key(s),
+            "sink.elasticsearch.operation and sink.elasticsearch.versioning"
+        );
+        assert_eq!(
+            KeyError::new("a, b and c", "x").full_key(s),
+            "sink.elasticsearch.a, sink.elasticsearch.b and sink.elasticsearch.c"
+        );
+        assert_eq!(
+            KeyError::absolute("source.kafka.format and sink.elasticsearch", "x").full_key(s),
+            "source.kafka.format and sink.elasticsearch"
+        );
+    }
+}

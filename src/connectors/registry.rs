@@ -1,0 +1,18 @@
+//! The one list of the connectors lockgate ships: what a job file can name.
+//!
+//! A new connector is a folder under `connectors/` and one line here.
+
+use crate::connector::Registry;
+
+/// Every built-in source, transform and sink, in the order messages list them.
+pub fn builtin() -> Registry {
+    Registry::empty()
+        .with_source::<super::sequence::SequenceSection>(super::sequence::KIND)
+        .with_source::<super::kafka::config::KafkaSection>(super::kafka::KIND)
+        .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
+            crate::operators::rolling_sum::KIND,
+        )
+        .with_sink::<super::file_sink::FileSection>(super::file_sink::KIND)
+        .with_sink::<super::elasticsearch::config::EsSection>(super::elasticsearch::config::KIND)
+        .with_sink::<super::kafka::sink_config::KafkaSinkSection>(super::kafka::sink::KIND)
+}
