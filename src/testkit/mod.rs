@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests, the demo and the fault harness.
 
 pub mod checkpoint;
+pub mod conformance;
 pub mod es;
 pub mod fault_proxy;
 pub mod file_output;

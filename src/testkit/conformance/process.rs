@@ -1,0 +1,272 @@
+//! The process-level cases: the connector runs in a real `run --config` process of
+//! the program its context names (built from a job file with the connector's section),
+//! killed with SIGKILL at seeded moments or aborted at a failpoint, and started again
+//! with the same command, as an operator would.
+//!
+//! A source is paired with the file sink (exactly-once part files, read back in
+//! checkpoint order); a sink with the sequence source.
+
+use super::CaseResult;
+use rand::{Rng, SeedableRng};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The checkpoint-protocol windows every job passes through, each aborted once after
+/// a completed checkpoint with records (`name@1=exit`): the restart must restore an
+/// older checkpoint or the one just published, and lose nothing.
+pub const WINDOWS: &[&str] = &[
+    "after-source-snapshot",
+    "before-sink-flush",
+    "after-sink-flush",
+    "before-metadata",
+    "mid-metadata",
+    "publish-before-fsync",
+    "after-publish",
+];
+
+/// How long one run may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The seed of the kill schedule: `LOCKGATE_TEST_SEED` or `default`; failures name it.
+pub fn seed(default: u64) -> u64 {
+    std::env::var("LOCKGATE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One job of a case: its job file, checkpoint directory and log, below `dir`.
+pub struct ProcessJob {
+    program: PathBuf,
+    dir: PathBuf,
+}
+
+impl ProcessJob {
+    /// A job of `program` in `dir` (created).
+    pub fn new(program: &Path, dir: &Path) -> Result<ProcessJob, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(ProcessJob {
+            program: program.to_path_buf(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The checkpoint directory.
+    pub fn checkpoints(&self) -> PathBuf {
+        self.dir.join("checkpoints")
+    }
+
+    /// The file sink's directory (the source cases' output).
+    pub fn out(&self) -> PathBuf {
+        self.dir.join("out")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("job.toml")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("job.log")
+    }
+
+    /// The last lines of the log, for failures.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    /// Writes the job file: `source` and `sink` are `(name, TOML body)` of
+    /// `[source.<name>]` and `[sink.<name>]`; parallelism 2, a checkpoint every 100 ms,
+    /// no in-process restarts (a failure ends the process, like a kill).
+    pub fn write(&self, source: &(String, String), sink: &(String, String)) -> CaseResult {
+        let text = format!(
+            "[job]\nname = \"conformance\"\nparallelism = 2\nmax_parallelism = 16\n\n[checkpoint]\ndir = {:?}\ninterval_ms = 100\n\n[restart]\nstrategy = \"none\"\n\n[source.{}]\n{}\n\n[sink.{}]\n{}\n",
+            self.checkpoints().display().to_string(),
+            source.0,
+            source.1,
+            sink.0,
+            sink.1
+        );
+        std::fs::write(self.config(), text).map_err(|e| format!("{}: {e}", self.config().display()))
+    }
+
+    /// Starts `run --config` with `env`, its log appended to the job's.
+    pub fn spawn(&self, env: &[(&str, &str)]) -> Result<Child, String> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .map_err(|e| e.to_string())?;
+        Command::new(&self.program)
+            .arg("run")
+            .arg("--config")
+            .arg(self.config())
+            .envs(env.iter().copied())
+            .env("LOCKGATE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.program.display()))
+    }
+
+    /// How many checkpoints are complete.
+    pub fn complete(&self) -> usize {
+        super::complete_checkpoints(&self.checkpoints()).len()
+    }
+
+    /// Waits for `child` to exit.
+    pub fn wait(&self, child: &mut Child) -> Result<ExitStatus, String> {
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        loop {
+            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the run did not end within {RUN_TIMEOUT:?}: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs the job to its end, which must be a success.
+    pub fn run_to_end(&self) -> CaseResult {
+        let mut child = self.spawn(&[])?;
+        let status = self.wait(&mut child)?;
+        if !status.success() {
+            return Err(format!(
+                "the last run ended with {status}: {}",
+                self.log_tail()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs the job until it completed a checkpoint of its own (it is up, its signal
+    /// handler too) and `done` holds, then stops it with SIGTERM (a final checkpoint),
+    /// which must end it with success.
+    pub fn run_until_then_stop(&self, mut done: impl FnMut() -> bool) -> CaseResult {
+        let before = self.complete();
+        let mut child = self.spawn(&[])?;
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        while self.complete() <= before || !done() {
+            if child.try_wait().map_err(|e| e.to_string())?.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the last run ended or stalled before it read everything: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = self.wait(&mut child)?;
+        if !status.success() {
+            return Err(format!(
+                "the stopped run ended with {status}: {}",
+                self.log_tail()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the job, waits until it completed one more checkpoint than before, waits
+    /// a seeded moment and kills it with SIGKILL. A bounded job that ends with success
+    /// before its kill is fine (a later run has nothing left to do); any other end is
+    /// an error.
+    pub fn kill_after_a_checkpoint(&self, rng: &mut impl Rng) -> CaseResult {
+        let before = self.complete();
+        let mut child = self.spawn(&[])?;
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        while self.complete() <= before {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                if status.success() {
+                    return Ok(());
+                }
+                return Err(format!(
+                    "a run ended ({status}) before its kill: {}",
+                    self.log_tail()
+                ));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "no checkpoint within {RUN_TIMEOUT:?}: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..300)));
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// Runs the job with failpoint `name` set to abort the process after one
+    /// completed checkpoint with records; the process must abort there.
+    pub fn abort_at(&self, name: &str) -> CaseResult {
+        let spec = format!("{name}@1=exit");
+        let mut child = self.spawn(&[(crate::fault::ENV, &spec)])?;
+        let status = self.wait(&mut child)?;
+        use std::os::unix::process::ExitStatusExt;
+        if status.signal() != Some(libc::SIGABRT) {
+            return Err(format!(
+                "the run with {spec} ended with {status} instead of aborting at the failpoint: {}",
+                self.log_tail()
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the file sink committed, in checkpoint order (within one checkpoint, by
+    /// subtask): one value per line.
+    pub fn committed_lines(&self) -> Result<Vec<Vec<u8>>, String> {
+        use crate::connectors::file_sink::{parse_part_name, PartName};
+        let mut parts = Vec::new();
+        let rd = match std::fs::read_dir(self.out()) {
+            Ok(rd) => rd,
+            Err(_) => return Ok(Vec::new()),
+        };
+        for e in rd {
+            let e = e.map_err(|e| e.to_string())?;
+            if let Some(PartName::Committed { subtask, id }) =
+                parse_part_name(&e.file_name().to_string_lossy())
+            {
+                parts.push(((id, subtask), e.path()));
+            }
+        }
+        parts.sort();
+        let mut lines = Vec::new();
+        for (_, p) in parts {
+            let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            lines.extend(
+                bytes
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(<[u8]>::to_vec),
+            );
+        }
+        Ok(lines)
+    }
+}
+
+/// A seeded generator for a case, and the note that names its seed in failures.
+pub fn rng(default: u64) -> (rand::rngs::SmallRng, String) {
+    let s = seed(default);
+    (
+        rand::rngs::SmallRng::seed_from_u64(s),
+        format!("(seed {s}: LOCKGATE_TEST_SEED={s} replays it)"),
+    )
+}

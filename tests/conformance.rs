@@ -1,0 +1,448 @@
+//! The connector conformance suite (`lockgate::testkit::conformance`) run over every
+//! built-in connector: each module is one connector's context, and
+//! `source_conformance!` / `sink_conformance!` expand into one test per case.
+
+mod common;
+
+use lockgate::connector::{SinkSpec, SourceSpec};
+use lockgate::connectors::registry::builtin;
+use lockgate::testkit::conformance::sink::{SinkContext, SinkFixture};
+use lockgate::testkit::conformance::source::{SourceContext, SourceFixture};
+use lockgate::testkit::conformance::{sink_from_section, source_from_section};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+/// A fresh name per fixture (topics, indices, directories).
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}", N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// The source `(name, body)` of a job file, as the job file's loader reads it.
+fn source_spec(section: (String, String), base: &Path) -> Result<SourceSpec, String> {
+    source_from_section(&builtin(), &section.0, &section.1, base)
+}
+
+/// The sink `(name, body)` of a job file, as the job file's loader reads it.
+fn sink_spec(section: (String, String)) -> Result<SinkSpec, String> {
+    sink_from_section(&builtin(), &section.0, &section.1, Path::new("/"))
+}
+
+mod sequence_source {
+    use super::*;
+    use lockgate::connectors::sequence::record_json;
+
+    /// The sequence source is a generator: "writing" `n` records to each split raises
+    /// `to`, and its splits grow together. With as many keys as the fixture has
+    /// splits, the records of fixture split `j` are the `i` with `i % splits == j`
+    /// (from 0), all in one of the source's splits, in order.
+    pub struct Context;
+
+    struct Fixture {
+        splits: u32,
+        per_split: Vec<usize>,
+    }
+
+    impl SourceContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self, splits: u32) -> Result<Box<dyn SourceFixture>, String> {
+            Ok(Box::new(Fixture {
+                splits,
+                per_split: vec![0; splits as usize],
+            }))
+        }
+    }
+
+    impl Fixture {
+        /// `[source.sequence]` of the records written, `rate_per_sec` of them a second.
+        fn at_rate(&self, rate_per_sec: u64) -> Result<(String, String), String> {
+            Ok((
+                "sequence".into(),
+                format!(
+                    "from = 0\nto = {}\nkeys = {}\nrate_per_sec = {rate_per_sec}",
+                    self.to()?,
+                    self.splits
+                ),
+            ))
+        }
+
+        /// The last record.
+        fn to(&self) -> Result<i64, String> {
+            let n = self.per_split[0];
+            if self.per_split.iter().any(|c| *c != n) {
+                return Err("the sequence's splits grow together: write as many to each".into());
+            }
+            Ok((n * self.splits as usize) as i64 - 1)
+        }
+    }
+
+    impl SourceFixture for Fixture {
+        fn write(&mut self, split: u32, n: usize) -> Result<Vec<Vec<u8>>, String> {
+            let s = self.splits as i64;
+            let have = self.per_split[split as usize];
+            self.per_split[split as usize] += n;
+            Ok((have..have + n)
+                .map(|m| record_json(split as i64 + s * m as i64, self.splits))
+                .collect())
+        }
+
+        /// Paced in process-level runs (3,000 records a second), so that a run lasts
+        /// long enough to be killed mid-stream.
+        fn section(&self, _bounded: bool) -> Result<(String, String), String> {
+            self.at_rate(3000)
+        }
+
+        /// Unpaced in process: the suite's collecting sink paces where a case needs it.
+        fn spec(&self, _bounded: bool) -> Result<SourceSpec, String> {
+            source_spec(self.at_rate(0)?, Path::new("/"))
+        }
+
+        fn unbounded(&self) -> bool {
+            false
+        }
+    }
+
+    lockgate::source_conformance!(Context);
+}
+
+mod kafka_source {
+    use super::*;
+    use common::kafka::{produce_raw, KafkaProcess};
+
+    /// An embedded Kafka (a `lockgate testkit kafka` process); each fixture is a topic
+    /// of its own, read through the job file's `[source.kafka]` section.
+    pub struct Context {
+        kafka: Mutex<KafkaProcess>,
+        bootstrap: String,
+    }
+
+    impl Context {
+        pub fn new() -> Context {
+            let kafka = KafkaProcess::start(&[]);
+            Context {
+                bootstrap: kafka.bootstrap.clone(),
+                kafka: Mutex::new(kafka),
+            }
+        }
+    }
+
+    struct Fixture {
+        topic: String,
+        bootstrap: String,
+    }
+
+    impl SourceContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self, splits: u32) -> Result<Box<dyn SourceFixture>, String> {
+            let topic = unique("conformance");
+            self.kafka
+                .lock()
+                .unwrap()
+                .control(&format!("topic {topic}:{splits}"));
+            Ok(Box::new(Fixture {
+                topic,
+                bootstrap: self.bootstrap.clone(),
+            }))
+        }
+    }
+
+    impl SourceFixture for Fixture {
+        fn write(&mut self, split: u32, n: usize) -> Result<Vec<Vec<u8>>, String> {
+            static WRITTEN: AtomicU32 = AtomicU32::new(0);
+            let values: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let i = WRITTEN.fetch_add(1, Ordering::SeqCst);
+                    format!(
+                        "{{\"topic\":\"{}\",\"split\":{split},\"i\":{i}}}",
+                        self.topic
+                    )
+                    .into_bytes()
+                })
+                .collect();
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            produce_raw(&self.bootstrap, &self.topic, split as i32, &refs);
+            Ok(values)
+        }
+
+        fn section(&self, bounded: bool) -> Result<(String, String), String> {
+            let bound = if bounded {
+                "bounded = \"latest\"\n"
+            } else {
+                ""
+            };
+            Ok((
+                "kafka".into(),
+                format!(
+                    "bootstrap_servers = \"{}\"\ntopics = [\"{}\"]\nstartup = \"earliest\"\n{bound}",
+                    self.bootstrap, self.topic
+                ),
+            ))
+        }
+
+        fn spec(&self, bounded: bool) -> Result<SourceSpec, String> {
+            source_spec(self.section(bounded)?, Path::new("/"))
+        }
+    }
+
+    lockgate::source_conformance!(Context::new());
+}
+
+/// What a sink fixture holds, read from JSON lines.
+fn json_lines(text: &str) -> Result<Vec<Value>, String> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{l:?}: {e}")))
+        .collect()
+}
+
+mod file_sink {
+    use super::*;
+
+    /// Each fixture is a directory of its own; reading it reads the committed part
+    /// files (`part-*`), as a reader of the output would.
+    pub struct Context(tempfile::TempDir);
+
+    struct Fixture(PathBuf);
+
+    impl SinkContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            Ok(Box::new(Fixture(self.0.path().join(unique("out")))))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "file".into(),
+                format!("dir = {:?}", self.0.display().to_string()),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
+            let mut all = Vec::new();
+            let Ok(rd) = std::fs::read_dir(&self.0) else {
+                return Ok(all);
+            };
+            for e in rd {
+                let e = e.map_err(|e| e.to_string())?;
+                if e.file_name().to_string_lossy().starts_with("part-") {
+                    let text = std::fs::read_to_string(e.path()).map_err(|e| e.to_string())?;
+                    all.extend(json_lines(&text)?);
+                }
+            }
+            Ok(all)
+        }
+    }
+
+    lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
+}
+
+mod elasticsearch_sink {
+    use super::*;
+    use common::es::EsProcess;
+
+    /// The project's Elasticsearch-API test server (a `lockgate testkit es` process);
+    /// each fixture is an index of its own, documents by `id = "field:/seq"`.
+    pub struct Context {
+        es: EsProcess,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Context {
+        pub fn new() -> Context {
+            let dir = tempfile::tempdir().unwrap();
+            Context {
+                es: EsProcess::start(dir.path(), false, &[], None),
+                _dir: dir,
+            }
+        }
+    }
+
+    struct Fixture {
+        url: String,
+        index: String,
+        http: lockgate::chaos::es_http::EsHttp,
+    }
+
+    impl SinkContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            Ok(Box::new(Fixture {
+                url: self.es.url.clone(),
+                index: unique("conformance"),
+                http: self.es.http.clone(),
+            }))
+        }
+    }
+
+    impl Fixture {
+        fn call(
+            &self,
+            method: &str,
+            path: &str,
+            body: Option<Value>,
+        ) -> Result<(u16, Value), String> {
+            let mut req = self.http.request(method.parse().unwrap(), path);
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let r = req.send().map_err(|e| e.to_string())?;
+            Ok((
+                r.status().as_u16(),
+                r.json::<Value>().unwrap_or(Value::Null),
+            ))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "elasticsearch".into(),
+                format!(
+                    "url = \"{}\"\nindex = \"{}\"\nid = \"field:/seq\"\nbulk_flush_interval_ms = 50",
+                    self.url, self.index
+                ),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        /// Every document of the index, after a refresh.
+        fn read(&self) -> Result<Vec<Value>, String> {
+            self.call("POST", &format!("/{}/_refresh", self.index), None)?;
+            let (status, v) = self.call(
+                "POST",
+                &format!("/{}/_search", self.index),
+                Some(serde_json::json!({"query": {"match_all": {}}, "size": 1_000_000})),
+            )?;
+            if status == 404 {
+                return Ok(Vec::new());
+            }
+            let hits = v["hits"]["hits"]
+                .as_array()
+                .ok_or_else(|| format!("search answered {status}: {v}"))?;
+            Ok(hits.iter().map(|h| h["_source"].clone()).collect())
+        }
+    }
+
+    lockgate::sink_conformance!(Context::new());
+}
+
+mod kafka_sink {
+    use super::*;
+    use common::kafka::KafkaProcess;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{ClientConfig, Message, TopicPartitionList};
+
+    /// An embedded Kafka; each fixture is a topic of 3 partitions, read back with a
+    /// plain consumer from the start to the end of every partition.
+    pub struct Context {
+        kafka: Mutex<KafkaProcess>,
+        bootstrap: String,
+    }
+
+    impl Context {
+        pub fn new() -> Context {
+            let kafka = KafkaProcess::start(&[]);
+            Context {
+                bootstrap: kafka.bootstrap.clone(),
+                kafka: Mutex::new(kafka),
+            }
+        }
+    }
+
+    struct Fixture {
+        topic: String,
+        bootstrap: String,
+    }
+
+    impl SinkContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            let topic = unique("conformance-out");
+            self.kafka
+                .lock()
+                .unwrap()
+                .control(&format!("topic {topic}:3"));
+            Ok(Box::new(Fixture {
+                topic,
+                bootstrap: self.bootstrap.clone(),
+            }))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "kafka".into(),
+                format!(
+                    "bootstrap_servers = \"{}\"\ntopic = \"{}\"\nkey = \"/key\"",
+                    self.bootstrap, self.topic
+                ),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &self.bootstrap)
+                .set("group.id", "conformance-reader")
+                .set("enable.auto.commit", "false")
+                .create()
+                .map_err(|e| e.to_string())?;
+            let mut tpl = TopicPartitionList::new();
+            let mut total = 0;
+            for p in 0..3 {
+                let (low, high) = consumer
+                    .fetch_watermarks(&self.topic, p, std::time::Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                total += high - low;
+                tpl.add_partition_offset(&self.topic, p, rdkafka::Offset::Offset(low))
+                    .map_err(|e| e.to_string())?;
+            }
+            consumer.assign(&tpl).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while (out.len() as i64) < total {
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("read {} of {total} records", out.len()));
+                }
+                if let Some(m) = consumer.poll(std::time::Duration::from_millis(100)) {
+                    let m = m.map_err(|e| e.to_string())?;
+                    let v = serde_json::from_slice(m.payload().unwrap_or_default())
+                        .map_err(|e| e.to_string())?;
+                    out.push(v);
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    lockgate::sink_conformance!(Context::new());
+}
