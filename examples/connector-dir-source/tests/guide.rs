@@ -1,0 +1,20 @@
+//! "Writing a connector" shows this source whole, as it is, in under 300 lines.
+
+#[test]
+fn the_guide_shows_the_whole_source_as_it_is() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let guide = std::fs::read_to_string(root.join("../../docs/writing-a-connector.md")).unwrap();
+    let source = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let shown = guide
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the guide's first rust block");
+    assert_eq!(
+        shown,
+        source.trim_end(),
+        "docs/writing-a-connector.md: the first rust block must be src/lib.rs"
+    );
+    let lines = guide.lines().count();
+    assert!(lines < 300, "the guide has {lines} lines");
+}
