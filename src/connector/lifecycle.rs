@@ -30,6 +30,10 @@ use crate::record::Batch;
 use async_trait::async_trait;
 use lockgate_state::{CheckpointId, SourcePosition};
 
+/// The operator id of the sink: its state in checkpoints and its metrics
+/// (`operator="sink"`) are under it.
+pub const SINK_UID: &str = "sink";
+
 /// Identity of one subtask, handed to every lifecycle call that needs it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

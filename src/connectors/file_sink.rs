@@ -430,10 +430,9 @@ impl TwoPhaseWriter for FileWriter {
     async fn abort_abandoned(
         &mut self,
         restored: Option<CheckpointId>,
-        committed: &[Part],
+        named: &[Part],
     ) -> Result<()> {
-        let pending: Vec<(u16, CheckpointId)> =
-            committed.iter().map(|p| (p.subtask, p.id)).collect();
+        let pending: Vec<(u16, CheckpointId)> = named.iter().map(|p| (p.subtask, p.id)).collect();
         let rd = fs::read_dir(&self.cfg.dir).map_err(|e| self.err("list", &self.cfg.dir, e))?;
         for entry in rd {
             let entry = entry.map_err(|e| self.err("list", &self.cfg.dir, e))?;

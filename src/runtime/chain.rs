@@ -2,9 +2,9 @@
 //! exchange to the next vertex, or the sink).
 
 use super::message::Message;
-use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::connector::KeyFn;
+use crate::connector::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
-use crate::job::KeyFn;
 use crate::operators::{Operator, OperatorContext};
 use crate::record::Batch;
 use lockgate_state::keygroup::{key_group_of, subtask_for_group};
@@ -13,8 +13,7 @@ use prometheus::IntCounter;
 use std::path::Path;
 use tokio::sync::mpsc;
 
-/// The id under which sink state is stored.
-pub const SINK_UID: &str = "sink";
+pub use crate::connector::SINK_UID;
 
 /// Records per channel message on an exchange.
 ///

@@ -14,7 +14,7 @@ use crate::checkpoint::start::{
 };
 use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connector::splits::owns_split;
-use crate::connectors::{SinkRestore, SubtaskInfo};
+use crate::connector::{SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
 use crate::member::Member;

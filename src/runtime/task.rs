@@ -3,7 +3,7 @@
 use super::align::{AlignEvent, Aligner};
 use super::chain::Chain;
 use super::message::{Control, Message, Report, TaskId};
-use crate::connectors::{SinkRestore, Source, SourcePoll};
+use crate::connector::{SinkRestore, Source, SourcePoll};
 use crate::error::{JobError, Result};
 use lockgate_state::{CheckpointId, SourcePosition};
 use std::future::poll_fn;

@@ -1,8 +1,7 @@
 //! A lockgate source written only against the public connector contract: a directory
 //! of newline-delimited files. Each file is a split (stream = the file's name, split
-//! 0), its position the byte offset of the next line; bounded, it reads each file up
-//! to its length at the job's first start, otherwise it watches for new lines and new
-//! files.
+//! 0), its position the byte offset of the next line; bounded, it reads the lines
+//! each file had at the job's first start, otherwise it watches for lines and files.
 //!
 //! ```toml
 //! [source.dir]
@@ -12,8 +11,8 @@
 //! ```
 
 use lockgate::connector::*;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The name of the source in job files (`[source.dir]`) and in the job graph.
@@ -57,7 +56,7 @@ struct FileSplit {
     next: u64,
     /// Bytes of a line whose end has not been written yet.
     partial: Vec<u8>,
-    /// Bounded: where the file ended at the job's first start.
+    /// Bounded: after the file's last complete line at the job's first start.
     end: Option<u64>,
 }
 
@@ -104,18 +103,28 @@ impl DirSource {
 
     fn add(&mut self, name: &str, next: u64, end: Option<u64>) -> Result<()> {
         let path = self.cfg.path.join(name);
-        let open = |p: &Path| -> std::io::Result<BufReader<std::fs::File>> {
-            let mut f = std::fs::File::open(p)?;
-            f.seek(SeekFrom::Start(next))?;
-            Ok(BufReader::new(f))
+        let io = |e: std::io::Error| JobError::Other(format!("{}: {e}", path.display()));
+        let mut f = std::fs::File::open(&path).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        if len < next {
+            return Err(JobError::Other(format!(
+                "{} has {len} bytes, less than its position {next}: truncated or replaced",
+                path.display()
+            )));
+        }
+        f.seek(SeekFrom::Start(next)).map_err(io)?;
+        // A bounded split ends after the last complete line it had at the first start.
+        let end = match end {
+            None if self.cfg.bounded => Some(last_line_end(&mut f, len).map_err(io)?),
+            end => end,
         };
-        let reader =
-            open(&path).map_err(|e| JobError::Other(format!("{}: {e}", path.display())))?;
+        f.seek(SeekFrom::Start(next)).map_err(io)?;
+        let (name, reader, partial) = (name.to_string(), BufReader::new(f), Vec::new());
         self.splits.push(FileSplit {
-            name: name.to_string(),
+            name,
             reader,
             next,
-            partial: Vec::new(),
+            partial,
             end,
         });
         Ok(())
@@ -147,17 +156,13 @@ impl Source for DirSource {
             if !info.reads(&name, 0) {
                 continue;
             }
-            let len = std::fs::metadata(self.cfg.path.join(&name)).map_or(0, |m| m.len());
             match split_start(restored, &name, 0) {
                 SplitStart::Restored(p) => {
-                    let end = p.end.map(|e| e.0 as u64);
-                    self.add(&name, p.next.0 as u64, end)?
+                    self.add(&name, p.next.0 as u64, p.end.map(|e| e.0 as u64))?
                 }
-                // A bounded job reads the files of its first start, up to their length then.
+                // A bounded job reads the files of its first start.
                 SplitStart::NotInCheckpoint if self.cfg.bounded => {}
-                SplitStart::Fresh | SplitStart::NotInCheckpoint => {
-                    self.add(&name, 0, self.cfg.bounded.then_some(len))?
-                }
+                SplitStart::Fresh | SplitStart::NotInCheckpoint => self.add(&name, 0, None)?,
             }
         }
         self.last_listing = Some(std::time::Instant::now());
@@ -171,7 +176,10 @@ impl Source for DirSource {
         }
         let before = out.len();
         for s in &mut self.splits {
-            while out.len() - before < 1024 && s.end.is_none_or(|e| s.next < e) {
+            // Up to 1024 lines of each file per poll: a long file starves no other.
+            let mut budget = 1024;
+            while budget > 0 && s.end.is_none_or(|e| s.next < e) {
+                budget -= 1;
                 let n = s
                     .reader
                     .read_until(b'\n', &mut s.partial)
@@ -215,4 +223,20 @@ impl Source for DirSource {
             })
             .collect())
     }
+}
+
+/// The offset after the last newline in the first `len` bytes of `f`.
+fn last_line_end(f: &mut std::fs::File, len: u64) -> std::io::Result<u64> {
+    let (mut end, mut buf) = (len, vec![0u8; 4096]);
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        f.seek(SeekFrom::Start(start))?;
+        let chunk = &mut buf[..(end - start) as usize];
+        f.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }

@@ -84,15 +84,16 @@ pub trait TwoPhaseWriter: Send + 'static {
     /// named it as durable, so its absence is lost data.
     async fn commit(&mut self, c: &Self::Committable) -> Result<()>;
 
-    /// After a restore from `restored` (None: a fresh start) committed `committed`:
-    /// aborts whatever this subtask staged that no restored checkpoint names (work of
-    /// a newer checkpoint that never completed) and takes back what was committed
-    /// after `restored` (its records are written again). Nothing the restored
-    /// checkpoint names may be touched.
+    /// After a restore from `restored` (None: a fresh start), once this subtask
+    /// committed its share: aborts whatever this subtask staged that the restored
+    /// checkpoint does not name (work of a newer checkpoint that never completed) and
+    /// takes back what it committed after `restored` (its records are written again).
+    /// `named` is everything the restored checkpoint names, every subtask's share
+    /// included (others may not have committed theirs yet): none of it may be touched.
     async fn abort_abandoned(
         &mut self,
         restored: Option<CheckpointId>,
-        committed: &[Self::Committable],
+        named: &[Self::Committable],
     ) -> Result<()>;
 
     /// Releases resources on a clean finish (after the final checkpoint completed):
@@ -180,7 +181,7 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
         let m = info.telemetry.metrics();
         self.records_out =
-            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
+            Some(m.task_counter(&m.records_out, crate::connector::SINK_UID, info.index));
         self.name = info.name.clone();
         let kind = self.writer.kind();
         let states = restored
@@ -201,8 +202,9 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
         for c in &mine {
             self.writer.commit(c).await?;
         }
+        let named: Vec<W::Committable> = states.into_iter().flat_map(|(_, c)| c).collect();
         self.writer
-            .abort_abandoned(restored.checkpoint, &mine)
+            .abort_abandoned(restored.checkpoint, &named)
             .await?;
         self.pending.clear();
         tracing::info!(subtask = %info.name, committed_on_restore = mine.len(), "two-phase sink opened");
@@ -219,7 +221,13 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
 
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
         if let Some(c) = self.writer.prepare_commit(id).await? {
-            debug_assert!(self.pending.last().is_none_or(|(p, _)| *p < id));
+            if let Some((last, _)) = self.pending.last().filter(|(p, _)| *p >= id) {
+                // A second stage under one id would overwrite the first.
+                return Err(JobError::task(
+                    &self.name,
+                    format!("checkpoint {id} staged after checkpoint {last}: ids must grow"),
+                ));
+            }
             self.pending.push((id, c));
         }
         encode_state(self.pending.iter().map(|(_, c)| c.clone()).collect())
@@ -344,12 +352,12 @@ mod tests {
         async fn abort_abandoned(
             &mut self,
             restored: Option<CheckpointId>,
-            committed: &[Self::Committable],
+            named: &[Self::Committable],
         ) -> Result<()> {
             self.log.0.lock().unwrap().push(format!(
                 "abort after {:?} keeping {}",
                 restored.map(|c| c.0),
-                committed.len()
+                named.len()
             ));
             Ok(())
         }

@@ -394,7 +394,7 @@ impl SinkMetrics {
     /// The handles of sink subtask `subtask` in `metrics` (operator label `sink`);
     /// every outcome's series exists from now on, at 0.
     pub fn new(metrics: &Metrics, subtask: u16) -> SinkMetrics {
-        const OP: &str = crate::runtime::chain::SINK_UID;
+        const OP: &str = crate::connector::SINK_UID;
         let sub = subtask.to_string();
         let labelled = |vec: &prometheus::IntCounterVec, outcome: &str| {
             vec.with_label_values(&[metrics.job(), OP, &sub, outcome])
@@ -479,7 +479,7 @@ impl BulkProcessor {
             Some(servers) => Some(
                 DeadLetterWriter::new(servers, &cfg.dead_letter_properties.0)?.counted(
                     metrics,
-                    crate::runtime::chain::SINK_UID,
+                    crate::connector::SINK_UID,
                     subtask,
                     Reason::REFUSALS,
                 ),

@@ -329,7 +329,7 @@ impl Sink for KafkaSink {
         }
         let m = info.telemetry.metrics();
         self.records_out =
-            Some(m.task_counter(&m.records_out, crate::runtime::chain::SINK_UID, info.index));
+            Some(m.task_counter(&m.records_out, crate::connector::SINK_UID, info.index));
         if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)

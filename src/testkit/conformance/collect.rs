@@ -56,6 +56,16 @@ impl Store {
         inner.committed.values().flatten().cloned().collect()
     }
 
+    /// How many records checkpoint `id` committed (and still stand).
+    pub fn committed_by(&self, id: u64) -> usize {
+        let inner = self.0.lock().expect("store lock");
+        inner
+            .committed
+            .range((id, 0)..=(id, u16::MAX))
+            .map(|(_, v)| v.len())
+            .sum()
+    }
+
     /// How many records are committed.
     pub fn committed_len(&self) -> usize {
         let inner = self.0.lock().expect("store lock");
@@ -148,13 +158,13 @@ impl TwoPhaseWriter for CollectWriter {
     async fn abort_abandoned(
         &mut self,
         restored: Option<CheckpointId>,
-        committed: &[(u16, u64)],
+        named: &[(u16, u64)],
     ) -> Result<()> {
         let (index, p) = (self.index, self.parallelism.max(1));
         let mut inner = self.store.0.lock().expect("store lock");
         inner
             .staged
-            .retain(|&(s, id), _| s % p != index || committed.contains(&(s, id)));
+            .retain(|&(s, id), _| s % p != index || named.contains(&(s, id)));
         let after: Vec<(u64, u16)> = inner
             .committed
             .keys()

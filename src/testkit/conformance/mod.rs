@@ -157,15 +157,20 @@ pub fn run_to_end(
     job: &JobGraph,
     telemetry: Option<Telemetry>,
 ) -> Result<RunSummary, String> {
-    rt.block_on(crate::runtime::run(
+    let run = crate::runtime::run(
         job,
         RunOptions {
             telemetry,
             ..Default::default()
         },
-    ))
-    .map_err(|e| format!("the run failed: {e}"))
+    );
+    rt.block_on(async { tokio::time::timeout(RUN_TIMEOUT, run).await })
+        .map_err(|_| format!("the bounded job did not finish within {RUN_TIMEOUT:?}"))?
+        .map_err(|e| format!("the run failed: {e}"))
 }
+
+/// How long one run of a case may take.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A run of `job` stopped (as by SIGTERM: a final checkpoint) once `ready` holds,
 /// checked every 10 ms. Fails when the job ends by itself first: the case would not
@@ -191,11 +196,17 @@ pub fn run_and_stop(
     let deadline = Instant::now() + Duration::from_secs(120);
     while !ready() {
         if handle.is_finished() {
+            let ended = match rt.block_on(handle) {
+                Ok(Ok(_)) => "with success".to_string(),
+                Ok(Err(e)) => format!("with {e}"),
+                Err(e) => format!("with a panic: {e}"),
+            };
             return Err(format!(
-                "the job ended before {what}: it was to be stopped mid-stream"
+                "the job ended ({ended}) before {what}: it was to be stopped mid-stream"
             ));
         }
         if Instant::now() > deadline {
+            let _ = tx.send(true);
             return Err(format!("no {what} within 120 s"));
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -252,6 +263,13 @@ pub fn corrupt_newest(dir: &Path) -> Result<String, String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default())
+}
+
+/// The id of checkpoint directory name `chk-N` (0 for anything else).
+pub fn checkpoint_id(name: &str) -> u64 {
+    name.strip_prefix("chk-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Checks that a run skipped `corrupted` and restored an older checkpoint.

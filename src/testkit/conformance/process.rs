@@ -37,6 +37,30 @@ pub fn seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A running `run` process, killed (SIGKILL) and reaped when dropped: no error path
+/// or panic of a case leaves one behind.
+pub struct Running(Child);
+
+impl Running {
+    /// Its exit status, if it ended.
+    fn ended(&mut self) -> Result<Option<ExitStatus>, String> {
+        self.0.try_wait().map_err(|e| e.to_string())
+    }
+
+    /// Sends `signal`.
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a child we spawned and have not reaped (Drop reaps it).
+        unsafe { libc::kill(self.0.id() as i32, signal) };
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// One job of a case: its job file, checkpoint directory and log, below `dir`.
 pub struct ProcessJob {
     program: PathBuf,
@@ -94,7 +118,7 @@ impl ProcessJob {
     }
 
     /// Starts `run --config` with `env`, its log appended to the job's.
-    pub fn spawn(&self, env: &[(&str, &str)]) -> Result<Child, String> {
+    pub fn spawn(&self, env: &[(&str, &str)]) -> Result<Running, String> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -110,24 +134,33 @@ impl ProcessJob {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
+            .map(Running)
             .map_err(|e| format!("{}: {e}", self.program.display()))
     }
 
-    /// How many checkpoints are complete.
-    pub fn complete(&self) -> usize {
-        super::complete_checkpoints(&self.checkpoints()).len()
+    /// The id of the newest complete checkpoint (0: none). Ids only grow, whatever
+    /// retention removes.
+    pub fn newest(&self) -> u64 {
+        super::complete_checkpoints(&self.checkpoints())
+            .last()
+            .and_then(|p| {
+                p.file_name()?
+                    .to_string_lossy()
+                    .strip_prefix("chk-")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
     }
 
-    /// Waits for `child` to exit.
-    pub fn wait(&self, child: &mut Child) -> Result<ExitStatus, String> {
+    /// Waits for the process to exit.
+    pub fn wait(&self, child: &mut Running) -> Result<ExitStatus, String> {
         let deadline = Instant::now() + RUN_TIMEOUT;
         loop {
-            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            if let Some(s) = child.ended()? {
                 return Ok(s);
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
                 return Err(format!(
                     "the run did not end within {RUN_TIMEOUT:?}: {}",
                     self.log_tail()
@@ -152,24 +185,33 @@ impl ProcessJob {
 
     /// Runs the job until it completed a checkpoint of its own (it is up, its signal
     /// handler too) and `done` holds, then stops it with SIGTERM (a final checkpoint),
-    /// which must end it with success.
-    pub fn run_until_then_stop(&self, mut done: impl FnMut() -> bool) -> CaseResult {
-        let before = self.complete();
+    /// which must end it with success. `progress` says how far it got, for failures.
+    pub fn run_until_then_stop(
+        &self,
+        mut done: impl FnMut() -> bool,
+        progress: impl Fn() -> String,
+    ) -> CaseResult {
+        let before = self.newest();
         let mut child = self.spawn(&[])?;
         let deadline = Instant::now() + RUN_TIMEOUT;
-        while self.complete() <= before || !done() {
-            if child.try_wait().map_err(|e| e.to_string())?.is_some() || Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
+        while self.newest() <= before || !done() {
+            if let Some(status) = child.ended()? {
                 return Err(format!(
-                    "the last run ended or stalled before it read everything: {}",
+                    "the last run ended ({status}) before it read everything ({}): {}",
+                    progress(),
+                    self.log_tail()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the last run did not read everything within {RUN_TIMEOUT:?} ({}): {}",
+                    progress(),
                     self.log_tail()
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        child.signal(libc::SIGTERM);
         let status = self.wait(&mut child)?;
         if !status.success() {
             return Err(format!(
@@ -180,18 +222,17 @@ impl ProcessJob {
         Ok(())
     }
 
-    /// Starts the job, waits until it completed one more checkpoint than before, waits
-    /// a seeded moment and kills it with SIGKILL. A bounded job that ends with success
-    /// before its kill is fine (a later run has nothing left to do); any other end is
-    /// an error.
-    pub fn kill_after_a_checkpoint(&self, rng: &mut impl Rng) -> CaseResult {
-        let before = self.complete();
+    /// Starts the job, waits until it completed a checkpoint, waits a seeded moment
+    /// and kills it with SIGKILL. Returns whether it was killed: a bounded job may end
+    /// with success before its kill (any other end is an error).
+    pub fn kill_after_a_checkpoint(&self, rng: &mut impl Rng) -> Result<bool, String> {
+        let before = self.newest();
         let mut child = self.spawn(&[])?;
         let deadline = Instant::now() + RUN_TIMEOUT;
-        while self.complete() <= before {
-            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+        while self.newest() <= before {
+            if let Some(status) = child.ended()? {
                 if status.success() {
-                    return Ok(());
+                    return Ok(false);
                 }
                 return Err(format!(
                     "a run ended ({status}) before its kill: {}",
@@ -199,8 +240,6 @@ impl ProcessJob {
                 ));
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
                 return Err(format!(
                     "no checkpoint within {RUN_TIMEOUT:?}: {}",
                     self.log_tail()
@@ -209,9 +248,11 @@ impl ProcessJob {
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..300)));
-        let _ = child.kill();
-        let _ = child.wait();
-        Ok(())
+        if child.ended()?.is_some_and(|s| s.success()) {
+            return Ok(false);
+        }
+        drop(child);
+        Ok(true)
     }
 
     /// Runs the job with failpoint `name` set to abort the process after one

@@ -213,7 +213,7 @@ pub fn metrics_count_records(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let telemetry = crate::telemetry::Telemetry::new(&graph.name, &graph.describe(), 2, 16);
     super::run_to_end(&runtime(), &graph, Some(telemetry.clone()))?;
     check(f.as_ref(), g, &expected(RECORDS))?;
-    let counted = super::records_out(&telemetry, &graph.name, crate::runtime::chain::SINK_UID, 2);
+    let counted = super::records_out(&telemetry, &graph.name, crate::connector::SINK_UID, 2);
     if counted != RECORDS as u64 {
         return Err(format!(
             "lockgate_records_out_total of the sink counts {counted}, {RECORDS} were written"
@@ -307,9 +307,17 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult
     let g = f.spec()?.caps.guarantee;
     let (mut rng, note) = process::rng(20261204);
     job.write(&sequence_section(STOP_RECORDS, PACE), &f.section()?)?;
+    let mut kills = 0;
     for _ in 0..3 {
-        job.kill_after_a_checkpoint(&mut rng)
+        let killed = job
+            .kill_after_a_checkpoint(&mut rng)
             .map_err(|e| format!("{e} {note}"))?;
+        kills += usize::from(killed);
+    }
+    if kills < 3 {
+        return Err(format!(
+            "{kills} of 3 runs were killed: the runs ended first {note}"
+        ));
     }
     job.write(&sequence_section(STOP_RECORDS, 0), &f.section()?)?;
     job.run_to_end()?;
@@ -317,11 +325,15 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult
 }
 
 /// Case `failpoint_windows`: for each window of the checkpoint protocol
-/// ([`process::WINDOWS`]), a paced run aborted there after a completed checkpoint,
-/// then a run to the end.
+/// ([`process::WINDOWS`], and for an exactly-once sink `after-part-commit`, which the
+/// two-phase kit hits after each commit), a paced run aborted there after a completed
+/// checkpoint, then a run to the end.
 pub fn failpoint_windows(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let program = program(cx)?;
-    for window in process::WINDOWS {
+    let exactly_once = cx.create()?.spec()?.caps.guarantee == Guarantee::ExactlyOnce;
+    // An exactly-once sink commits in two phases: also between two commits.
+    let two_phase = exactly_once.then_some("after-part-commit");
+    for window in process::WINDOWS.iter().copied().chain(two_phase) {
         let job = ProcessJob::new(&program, &dir.join(window))?;
         let f = cx.create()?;
         let g = f.spec()?.caps.guarantee;
@@ -399,6 +411,9 @@ mod tests {
         impl SinkContext for Nothing {
             fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
                 Err("no destination".into())
+            }
+            fn program(&self) -> Option<std::path::PathBuf> {
+                Some("/nonexistent".into())
             }
         }
         let tmp = tempfile::tempdir().unwrap();

@@ -96,9 +96,15 @@ impl Written {
                 .map(Vec::as_slice)
                 .filter(|v| members.contains(v))
                 .collect();
-            if order != split.iter().map(Vec::as_slice).collect::<Vec<_>>() {
+            if let Some(at) = order
+                .iter()
+                .zip(split)
+                .position(|(a, b)| *a != b.as_slice())
+            {
                 return Err(format!(
-                    "split {j}: records collected out of the order written"
+                    "split {j}: records collected out of the order written: at {at}, {} where {} was written",
+                    String::from_utf8_lossy(order[at]),
+                    String::from_utf8_lossy(&split[at])
                 ));
             }
         }
@@ -267,11 +273,12 @@ pub fn stop_write_more_restart(cx: &dyn SourceContext, dir: &Path) -> CaseResult
     w.check(&store)
 }
 
-/// The first run of a case that must stop mid-stream. A source that can run unbounded
-/// reads a first half to its end and is stopped; the second half is written after the
-/// stop, so that every split's restored position is inside it. A bounded-only source
-/// is read through the paced collecting sink and stopped once `ready` holds, and
-/// must not have reached its end.
+/// The first run of a case that must stop mid-stream: read through the paced
+/// collecting sink and stopped (a final checkpoint) once a checkpoint with records
+/// completed and `ready` holds. A source that can run unbounded then gets a second
+/// half written after the stop, so that every split continues from a restored
+/// position however large its batches are; a bounded-only source must not have
+/// reached its end.
 fn first_half(
     f: &mut dyn SourceFixture,
     w: &mut Written,
@@ -280,27 +287,18 @@ fn first_half(
     store: &Store,
     mut ready: impl FnMut() -> bool,
 ) -> CaseResult {
-    if f.unbounded() {
+    let unbounded = f.unbounded();
+    w.write(f, PER_SPLIT * 3)?;
+    super::run_and_stop(
+        rt,
+        &make(f.spec(!unbounded)?, PACE)?,
+        "a checkpoint with records",
+        || store.committed_len() > 0 && ready(),
+    )?;
+    if unbounded {
         w.write(f, PER_SPLIT)?;
-        let half = w.total();
-        super::run_and_stop(
-            rt,
-            &make(f.spec(false)?, 0)?,
-            "the first half was collected",
-            || store.committed_len() >= half && ready(),
-        )?;
-        w.write(f, PER_SPLIT)?;
-    } else {
-        w.write(f, PER_SPLIT * 3)?;
-        super::run_and_stop(
-            rt,
-            &make(f.spec(true)?, PACE)?,
-            "a checkpoint with records",
-            || store.committed_len() > 0 && ready(),
-        )?;
-        if store.committed_len() >= w.total() {
-            return Err("the first run read everything: it was to be stopped mid-stream".into());
-        }
+    } else if store.committed_len() >= w.total() {
+        return Err("the first run read everything: it was to be stopped mid-stream".into());
     }
     Ok(())
 }
@@ -477,8 +475,17 @@ pub fn corrupt_newest_checkpoint(cx: &dyn SourceContext, dir: &Path) -> CaseResu
         super::complete_checkpoints(dir).len() >= 2
     })?;
     let corrupted = super::corrupt_newest(dir)?;
+    let in_corrupted = store.committed_by(super::checkpoint_id(&corrupted));
     let summary = second_half(f.as_ref(), &w, &rt, &make, &store)?;
     super::fell_back(&summary, &corrupted)?;
+    // What the damaged checkpoint had committed is output of a checkpoint that no
+    // longer counts: it must have been taken back (and read again).
+    if store.rolled_back() < in_corrupted {
+        return Err(format!(
+            "{corrupted} had committed {in_corrupted} records; the fallback took back {}",
+            store.rolled_back()
+        ));
+    }
     w.check(&store)
 }
 
@@ -487,6 +494,15 @@ fn file_sink(job: &ProcessJob) -> (String, String) {
     (
         "file".into(),
         format!("dir = {:?}", job.out().display().to_string()),
+    )
+}
+
+/// Runs an unbounded job until the file sink committed `total` records, then stops it.
+fn read_all(job: &ProcessJob, total: usize) -> CaseResult {
+    let committed = || job.committed_lines().map_or(0, |l| l.len());
+    job.run_until_then_stop(
+        || committed() >= total,
+        || format!("{} of {total} records committed", committed()),
     )
 }
 
@@ -508,17 +524,26 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SourceContext, dir: &Path) -> CaseResu
     if !unbounded {
         w.write(f.as_mut(), PER_SPLIT * 3)?;
     }
+    let mut kills = 0;
     for _ in 0..3 {
         if unbounded {
             w.write(f.as_mut(), PER_SPLIT)?;
         }
         job.write(&f.section(!unbounded)?, &file_sink(&job))?;
-        job.kill_after_a_checkpoint(&mut rng)
+        let killed = job
+            .kill_after_a_checkpoint(&mut rng)
             .map_err(|e| format!("{e} {note}"))?;
+        kills += usize::from(killed);
+    }
+    // A bounded run may end before its kill; the first one must not.
+    if kills == 0 || (unbounded && kills < 3) {
+        return Err(format!(
+            "{kills} of 3 runs were killed: the runs ended first {note}"
+        ));
     }
     let total = w.total();
     if unbounded {
-        job.run_until_then_stop(|| job.committed_lines().is_ok_and(|l| l.len() >= total))?;
+        read_all(&job, total)?;
     } else {
         job.run_to_end()?;
     }
@@ -548,8 +573,7 @@ pub fn failpoint_windows(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
         job.abort_at(window).map_err(|e| format!("{window}: {e}"))?;
         if unbounded {
             w.write(f.as_mut(), PER_SPLIT)?;
-            let total = w.total();
-            job.run_until_then_stop(|| job.committed_lines().is_ok_and(|l| l.len() >= total))
+            read_all(&job, w.total())
         } else {
             job.run_to_end()
         }
@@ -623,6 +647,9 @@ mod tests {
         impl super::SourceContext for Nothing {
             fn create(&self, _: u32) -> Result<Box<dyn super::SourceFixture>, String> {
                 Err("no data".into())
+            }
+            fn program(&self) -> Option<std::path::PathBuf> {
+                Some("/nonexistent".into())
             }
         }
         let tmp = tempfile::tempdir().unwrap();
