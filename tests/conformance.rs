@@ -20,6 +20,32 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", N.fetch_add(1, Ordering::SeqCst))
 }
 
+/// An embedded Kafka (a `lockgate testkit kafka` process) that makes topics.
+pub struct Kafka {
+    process: Mutex<common::kafka::KafkaProcess>,
+    bootstrap: String,
+}
+
+impl Kafka {
+    fn start() -> Kafka {
+        let process = common::kafka::KafkaProcess::start(&[]);
+        Kafka {
+            bootstrap: process.bootstrap.clone(),
+            process: Mutex::new(process),
+        }
+    }
+
+    /// A new topic of `partitions` partitions, named after `prefix`.
+    fn topic(&self, prefix: &str, partitions: u32) -> String {
+        let topic = unique(prefix);
+        self.process
+            .lock()
+            .unwrap()
+            .control(&format!("topic {topic}:{partitions}"));
+        topic
+    }
+}
+
 /// The source `(name, body)` of a job file, as the job file's loader reads it.
 fn source_spec(section: (String, String), base: &Path) -> Result<SourceSpec, String> {
     source_from_section(&builtin(), &section.0, &section.1, base)
@@ -112,24 +138,11 @@ mod sequence_source {
 
 mod kafka_source {
     use super::*;
-    use common::kafka::{produce_raw, KafkaProcess};
+    use common::kafka::produce_raw;
 
-    /// An embedded Kafka (a `lockgate testkit kafka` process); each fixture is a topic
-    /// of its own, read through the job file's `[source.kafka]` section.
-    pub struct Context {
-        kafka: Mutex<KafkaProcess>,
-        bootstrap: String,
-    }
-
-    impl Context {
-        pub fn new() -> Context {
-            let kafka = KafkaProcess::start(&[]);
-            Context {
-                bootstrap: kafka.bootstrap.clone(),
-                kafka: Mutex::new(kafka),
-            }
-        }
-    }
+    /// Each fixture is a topic of its own in an embedded Kafka, read through the job
+    /// file's `[source.kafka]` section.
+    pub struct Context(Kafka);
 
     struct Fixture {
         topic: String,
@@ -142,14 +155,9 @@ mod kafka_source {
         }
 
         fn create(&self, splits: u32) -> Result<Box<dyn SourceFixture>, String> {
-            let topic = unique("conformance");
-            self.kafka
-                .lock()
-                .unwrap()
-                .control(&format!("topic {topic}:{splits}"));
             Ok(Box::new(Fixture {
-                topic,
-                bootstrap: self.bootstrap.clone(),
+                topic: self.0.topic("conformance", splits),
+                bootstrap: self.0.bootstrap.clone(),
             }))
         }
     }
@@ -192,7 +200,7 @@ mod kafka_source {
         }
     }
 
-    lockgate::source_conformance!(Context::new());
+    lockgate::source_conformance!(Context(Kafka::start()));
 }
 
 /// What a sink fixture holds, read from JSON lines.
@@ -350,26 +358,12 @@ mod elasticsearch_sink {
 
 mod kafka_sink {
     use super::*;
-    use common::kafka::KafkaProcess;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{ClientConfig, Message, TopicPartitionList};
 
-    /// An embedded Kafka; each fixture is a topic of 3 partitions, read back with a
+    /// Each fixture is a topic of 3 partitions in an embedded Kafka, read back with a
     /// plain consumer from the start to the end of every partition.
-    pub struct Context {
-        kafka: Mutex<KafkaProcess>,
-        bootstrap: String,
-    }
-
-    impl Context {
-        pub fn new() -> Context {
-            let kafka = KafkaProcess::start(&[]);
-            Context {
-                bootstrap: kafka.bootstrap.clone(),
-                kafka: Mutex::new(kafka),
-            }
-        }
-    }
+    pub struct Context(Kafka);
 
     struct Fixture {
         topic: String,
@@ -382,14 +376,9 @@ mod kafka_sink {
         }
 
         fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
-            let topic = unique("conformance-out");
-            self.kafka
-                .lock()
-                .unwrap()
-                .control(&format!("topic {topic}:3"));
             Ok(Box::new(Fixture {
-                topic,
-                bootstrap: self.bootstrap.clone(),
+                topic: self.0.topic("conformance-out", 3),
+                bootstrap: self.0.bootstrap.clone(),
             }))
         }
     }
@@ -444,5 +433,5 @@ mod kafka_sink {
         }
     }
 
-    lockgate::sink_conformance!(Context::new());
+    lockgate::sink_conformance!(Context(Kafka::start()));
 }

@@ -159,33 +159,56 @@ pub fn several_subtasks(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     bounded(cx, dir, 3)
 }
 
+/// The first run of the cases that stop mid-stream: the paced input at `parallelism`,
+/// stopped (a final checkpoint) after three checkpoints, long before its end.
+fn first_run(
+    rt: &tokio::runtime::Runtime,
+    f: &dyn SinkFixture,
+    dir: &Path,
+    parallelism: u16,
+) -> CaseResult {
+    let g = job(
+        "stop",
+        dir,
+        parallelism,
+        sequence(STOP_RECORDS, PACE),
+        f.spec()?,
+        None,
+    )?;
+    super::run_and_stop(rt, &g, "three checkpoints", || {
+        super::complete_checkpoints(dir).len() >= 3
+    })?;
+    if f.read()?.len() as i64 >= STOP_RECORDS {
+        return Err("the first run wrote everything: no stop mid-stream".into());
+    }
+    Ok(())
+}
+
+/// The second: the rest of the input at full speed, at `parallelism`.
+fn last_run(
+    rt: &tokio::runtime::Runtime,
+    f: &dyn SinkFixture,
+    dir: &Path,
+    parallelism: u16,
+) -> Result<crate::runtime::RunSummary, String> {
+    let g = job(
+        "stop",
+        dir,
+        parallelism,
+        sequence(STOP_RECORDS, 0),
+        f.spec()?,
+        None,
+    )?;
+    super::run_to_end(rt, &g, None)
+}
+
 /// Stops a paced run at `from` after a few checkpoints, then runs to the end at `to`.
 fn stop_then_finish(cx: &dyn SinkContext, dir: &Path, from: u16, to: u16) -> CaseResult {
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
     let rt = runtime();
-    super::run_and_stop(
-        &rt,
-        &job(
-            "stop",
-            dir,
-            from,
-            sequence(STOP_RECORDS, PACE),
-            f.spec()?,
-            None,
-        )?,
-        "three checkpoints",
-        || super::complete_checkpoints(dir).len() >= 3,
-    )?;
-    let held = f.read()?.len();
-    if held as i64 >= STOP_RECORDS {
-        return Err("the first run wrote everything: no stop mid-stream".into());
-    }
-    super::run_to_end(
-        &rt,
-        &job("stop", dir, to, sequence(STOP_RECORDS, 0), f.spec()?, None)?,
-        None,
-    )?;
+    first_run(&rt, f.as_ref(), dir, from)?;
+    last_run(&rt, f.as_ref(), dir, to)?;
     check(f.as_ref(), g, &expected(STOP_RECORDS))
 }
 
@@ -252,35 +275,9 @@ pub fn corrupt_newest_checkpoint(cx: &dyn SinkContext, dir: &Path) -> CaseResult
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
     let rt = runtime();
-    super::run_and_stop(
-        &rt,
-        &job(
-            "corrupt",
-            dir,
-            2,
-            sequence(STOP_RECORDS, PACE),
-            f.spec()?,
-            None,
-        )?,
-        "three checkpoints",
-        || super::complete_checkpoints(dir).len() >= 3,
-    )?;
-    if f.read()?.len() as i64 >= STOP_RECORDS {
-        return Err("the first run wrote everything: no stop mid-stream".into());
-    }
+    first_run(&rt, f.as_ref(), dir, 2)?;
     let corrupted = super::corrupt_newest(dir)?;
-    let summary = super::run_to_end(
-        &rt,
-        &job(
-            "corrupt",
-            dir,
-            2,
-            sequence(STOP_RECORDS, 0),
-            f.spec()?,
-            None,
-        )?,
-        None,
-    )?;
+    let summary = last_run(&rt, f.as_ref(), dir, 2)?;
     super::fell_back(&summary, &corrupted)?;
     check(f.as_ref(), g, &expected(STOP_RECORDS))
 }
