@@ -849,7 +849,8 @@ mod metrics {
 
     fn bytes_read(t: &Telemetry) -> i64 {
         counter(t, |m| {
-            m.kafka_bytes_read
+            lockgate::connectors::kafka::metrics::KafkaMetrics::of(m)
+                .bytes_read
                 .with_label_values(&["job", "source", "0"])
                 .get() as i64
         })
@@ -857,7 +858,8 @@ mod metrics {
 
     fn assigned(t: &Telemetry) -> i64 {
         counter(t, |m| {
-            m.kafka_partitions_assigned
+            lockgate::connectors::kafka::metrics::KafkaMetrics::of(m)
+                .partitions_assigned
                 .with_label_values(&["job", "source", "0"])
                 .get()
         })
@@ -865,7 +867,8 @@ mod metrics {
 
     fn discovered(t: &Telemetry) -> i64 {
         counter(t, |m| {
-            m.kafka_partitions_discovered
+            lockgate::connectors::kafka::metrics::KafkaMetrics::of(m)
+                .partitions_discovered
                 .with_label_values(&["job", "source", "0"])
                 .get() as i64
         })
@@ -873,7 +876,8 @@ mod metrics {
 
     fn restored(t: &Telemetry) -> i64 {
         counter(t, |m| {
-            m.kafka_partitions_restored
+            lockgate::connectors::kafka::metrics::KafkaMetrics::of(m)
+                .partitions_restored
                 .with_label_values(&["job", "source", "0"])
                 .get()
         })

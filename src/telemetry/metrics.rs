@@ -9,6 +9,9 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry,
 };
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Buckets of the latency histograms: 1 ms to 2 min.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -24,14 +27,8 @@ pub struct Metrics {
     // Tasks.
     pub records_in: IntCounterVec,
     pub records_out: IntCounterVec,
-    // Kafka source.
-    pub kafka_bytes_read: IntCounterVec,
-    pub kafka_position: IntGaugeVec,
-    pub kafka_end_offset: IntGaugeVec,
-    pub kafka_lag: IntGaugeVec,
-    pub kafka_partitions_assigned: IntGaugeVec,
-    pub kafka_partitions_discovered: IntCounterVec,
-    pub kafka_partitions_restored: IntGaugeVec,
+    /// Families a connector defines for itself ([`Metrics::extension`]), by type.
+    extensions: std::sync::Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     // Checkpoints.
     pub checkpoints: IntCounterVec,
     pub checkpoint_duration: Histogram,
@@ -56,8 +53,10 @@ pub struct Metrics {
 
 /// Label names of per-task series.
 const TASK: &[&str] = &["job", "operator", "subtask"];
-/// Label names of per-partition series.
-const PARTITION: &[&str] = &["job", "operator", "subtask", "topic", "partition"];
+/// Label names of per-task series, for the families connectors define.
+pub const TASK_LABELS: &[&str] = TASK;
+/// Label names of per-split series (split progress).
+pub const SPLIT_LABELS: &[&str] = &["job", "operator", "subtask", "topic", "partition"];
 
 impl Metrics {
     /// A fresh registry for job `job`, with the process collector (resident memory,
@@ -95,6 +94,7 @@ impl Metrics {
             g.with_label_values(&[job])
         };
         let m = Metrics {
+            extensions: Default::default(),
             records_in: counter(
                 "lockgate_records_in_total",
                 "Records that entered the operator.",
@@ -103,41 +103,6 @@ impl Metrics {
             records_out: counter(
                 "lockgate_records_out_total",
                 "Records the operator emitted (for the source: read; for the sink: written or dead-lettered).",
-                TASK,
-            ),
-            kafka_bytes_read: counter(
-                "lockgate_kafka_read_bytes_total",
-                "Bytes of keys and values read from Kafka.",
-                TASK,
-            ),
-            kafka_position: gauge(
-                "lockgate_kafka_partition_position",
-                "The offset of the next record the source will read from the partition.",
-                PARTITION,
-            ),
-            kafka_end_offset: gauge(
-                "lockgate_kafka_partition_end_offset",
-                "The partition's end: its last stable offset (read_committed) or high watermark, as last fetched.",
-                PARTITION,
-            ),
-            kafka_lag: gauge(
-                "lockgate_kafka_partition_lag",
-                "Records between the partition's position and its end.",
-                PARTITION,
-            ),
-            kafka_partitions_assigned: gauge(
-                "lockgate_kafka_partitions_assigned",
-                "Partitions the source subtask reads.",
-                TASK,
-            ),
-            kafka_partitions_discovered: counter(
-                "lockgate_kafka_partitions_discovered_total",
-                "Partitions found by discovery after the start (they start at EARLIEST).",
-                TASK,
-            ),
-            kafka_partitions_restored: gauge(
-                "lockgate_kafka_partitions_restored",
-                "Partitions of the subtask whose position came from the restored checkpoint.",
                 TASK,
             ),
             checkpoints: counter(
@@ -244,6 +209,28 @@ impl Metrics {
     /// The job label of every series.
     pub fn job(&self) -> &str {
         &self.job
+    }
+
+    /// The metric families a connector defines for itself: `make` registers them in
+    /// this job's registry (with [`Metrics::register`]) the first time a subtask asks,
+    /// and every later call, from any subtask or attempt, returns the same ones.
+    pub fn extension<T: Any + Send + Sync>(&self, make: impl FnOnce(&Metrics) -> T) -> Arc<T> {
+        let mut ext = self.extensions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = ext.get(&TypeId::of::<T>()) {
+            return found.clone().downcast().expect("stored under its own type");
+        }
+        let made = Arc::new(make(self));
+        ext.insert(TypeId::of::<T>(), made.clone());
+        made
+    }
+
+    /// Registers a family `collector` (built with `labels` starting with `job`) in this
+    /// job's registry; for [`Metrics::extension`]. A name registered twice panics.
+    pub fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {
+        self.registry
+            .register(Box::new(collector.clone()))
+            .expect("metric names are unique and valid");
+        collector
     }
 
     /// The registry, for exporters.

@@ -34,6 +34,45 @@ struct Inner {
     started: Instant,
     status: Mutex<Status>,
     partitions: Mutex<BTreeMap<(String, i32), PartitionGauges>>,
+    /// Split-progress families, by the name of their position gauge.
+    split_families: Mutex<std::collections::HashMap<&'static str, Arc<SplitFamily>>>,
+}
+
+/// The names (and help texts) a source reports its splits' progress under: the
+/// position of the next record, the split's end as last fetched, and the records
+/// between (the Kafka source's are `lockgate_kafka_partition_position`,
+/// `..._end_offset` and `..._lag`). Labels: [`metrics::SPLIT_LABELS`].
+#[derive(Debug, Clone, Copy)]
+pub struct SplitProgressNames {
+    pub position: (&'static str, &'static str),
+    pub end: (&'static str, &'static str),
+    pub lag: (&'static str, &'static str),
+}
+
+/// The gauge families of one [`SplitProgressNames`].
+struct SplitFamily {
+    position: prometheus::IntGaugeVec,
+    end: prometheus::IntGaugeVec,
+    lag: prometheus::IntGaugeVec,
+}
+
+impl SplitFamily {
+    fn new(m: &Metrics, names: &SplitProgressNames) -> SplitFamily {
+        let gauge = |(name, help): (&str, &str)| {
+            m.register(
+                prometheus::IntGaugeVec::new(
+                    prometheus::Opts::new(name, help),
+                    metrics::SPLIT_LABELS,
+                )
+                .expect("valid metric"),
+            )
+        };
+        SplitFamily {
+            position: gauge(names.position),
+            end: gauge(names.end),
+            lag: gauge(names.lag),
+        }
+    }
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -91,6 +130,7 @@ impl Telemetry {
                     history: VecDeque::new(),
                 }),
                 partitions: Mutex::new(BTreeMap::new()),
+                split_families: Default::default(),
             }),
         }
     }
@@ -385,7 +425,7 @@ impl Telemetry {
         out.into_values().collect()
     }
 
-    // --- partitions, reported by the Kafka source ---
+    // --- split progress, reported by sources that know their splits' ends ---
 
     fn partition_table(
         &self,
@@ -396,16 +436,26 @@ impl Telemetry {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The gauges of partition `topic`/`partition`, read by subtask `subtask` of
-    /// `operator`. Taking them again (after a restart) returns the same values.
+    /// The gauges of split `partition` of stream `topic`, read by subtask `subtask` of
+    /// `operator`, reported under `names`. Taking them again (after a restart) returns
+    /// the same values.
     pub fn partition(
         &self,
+        names: &SplitProgressNames,
         operator: &str,
         subtask: u16,
         topic: &str,
         partition: i32,
     ) -> PartitionGauges {
         let m = &self.inner.metrics;
+        let family = self
+            .inner
+            .split_families
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(names.position.0)
+            .or_insert_with(|| Arc::new(SplitFamily::new(m, names)))
+            .clone();
         let mut t = self.partition_table();
         if let Some(g) = t.get(&(topic.to_string(), partition)) {
             if g.values.subtask == subtask && g.values.operator == operator {
@@ -417,6 +467,7 @@ impl Telemetry {
         }
         let g = PartitionGauges {
             values: Arc::new(PartitionValues {
+                family,
                 operator: operator.to_string(),
                 subtask,
                 position: AtomicI64::new(-1),
@@ -451,14 +502,15 @@ impl Telemetry {
                 &partition.to_string(),
             ];
             let (position, end) = g.known();
+            let f = &v.family;
             if let Some(p) = position {
-                m.kafka_position.with_label_values(&labels).set(p);
+                f.position.with_label_values(&labels).set(p);
             }
             if let Some(e) = end {
-                m.kafka_end_offset.with_label_values(&labels).set(e);
+                f.end.with_label_values(&labels).set(e);
             }
             if let Some(l) = g.lag() {
-                m.kafka_lag.with_label_values(&labels).set(l);
+                f.lag.with_label_values(&labels).set(l);
             }
         }
     }
@@ -491,6 +543,7 @@ pub struct PartitionGauges {
 }
 
 struct PartitionValues {
+    family: Arc<SplitFamily>,
     operator: String,
     subtask: u16,
     /// `-1` until known.
@@ -534,9 +587,10 @@ impl PartitionGauges {
             topic,
             &partition.to_string(),
         ];
-        let _ = m.kafka_position.remove_label_values(&labels);
-        let _ = m.kafka_end_offset.remove_label_values(&labels);
-        let _ = m.kafka_lag.remove_label_values(&labels);
+        let f = &self.values.family;
+        let _ = f.position.remove_label_values(&labels);
+        let _ = f.end.remove_label_values(&labels);
+        let _ = f.lag.remove_label_values(&labels);
     }
 }
 
@@ -631,10 +685,17 @@ pub struct PartitionView {
 mod tests {
     use super::*;
 
+    /// Split progress under the names the Kafka source uses.
+    const NAMES: SplitProgressNames = SplitProgressNames {
+        position: ("lockgate_kafka_partition_position", "position"),
+        end: ("lockgate_kafka_partition_end_offset", "end"),
+        lag: ("lockgate_kafka_partition_lag", "lag"),
+    };
+
     #[test]
     fn lag_is_end_minus_position_once_both_are_known() {
         let t = Telemetry::new("j", "g", 1, 128);
-        let p = t.partition("source", 0, "orders", 3);
+        let p = t.partition(&NAMES, "source", 0, "orders", 3);
         assert_eq!(t.partitions()[0].lag, None);
         assert!(
             !t.scrape().contains("lockgate_kafka_partition"),
@@ -834,16 +895,16 @@ mod tests {
     #[test]
     fn a_partition_keeps_its_series_and_is_unknown_until_reported() {
         let t = Telemetry::new("j", "g", 2, 128);
-        let a = t.partition("source", 1, "orders", 0);
+        let a = t.partition(&NAMES, "source", 1, "orders", 0);
         a.set_position(5);
         // Taken again by the same subtask (after a restart): the same series.
-        let b = t.partition("source", 1, "orders", 0);
+        let b = t.partition(&NAMES, "source", 1, "orders", 0);
         assert_eq!(b.known(), (Some(5), None));
         assert!(t.scrape().contains(r#"subtask="1""#));
         let v = t.partitions();
         assert_eq!((v[0].position, v[0].end), (Some(5), None));
         // Another subtask owns it now: its own series, unknown again.
-        let c = t.partition("source", 0, "orders", 0);
+        let c = t.partition(&NAMES, "source", 0, "orders", 0);
         assert_eq!(c.known(), (None, None));
         let v = t.partitions();
         assert_eq!((v[0].subtask, v[0].position, v[0].end), (0, None, None));

@@ -459,10 +459,22 @@ mod tests {
     fn statistics_set_the_ends_of_registered_partitions_only() {
         let t = crate::telemetry::Telemetry::default();
         let ends = LiveEnds::new(true);
-        let g = t.partition("source", 0, "orders", 0);
+        let g = t.partition(
+            &crate::connectors::kafka::metrics::PARTITION_PROGRESS,
+            "source",
+            0,
+            "orders",
+            0,
+        );
         g.set_position(90);
         ends.insert(("orders".into(), 0), g);
-        let other = t.partition("source", 0, "orders", 1);
+        let other = t.partition(
+            &crate::connectors::kafka::metrics::PARTITION_PROGRESS,
+            "source",
+            0,
+            "orders",
+            1,
+        );
         LogContext::new(Arc::new(ends)).stats(stats(&[(0, 120, 100), (1, 7, 7)]));
         let views = t.partitions();
         assert_eq!((views[0].end, views[0].lag), (Some(100), Some(10)));

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod decode;
 pub mod fetcher;
+pub mod metrics;
 pub mod properties;
 pub mod queues;
 pub mod sink;

@@ -352,7 +352,16 @@ mod tests {
 
         let ends = Arc::new(LiveEnds::new(true));
         let t = crate::telemetry::Telemetry::default();
-        ends.insert(("t".into(), 0), t.partition("source", 0, "t", 0));
+        ends.insert(
+            ("t".into(), 0),
+            t.partition(
+                &crate::connectors::kafka::metrics::PARTITION_PROGRESS,
+                "source",
+                0,
+                "t",
+                0,
+            ),
+        );
         let base: BaseConsumer<LogContext> = ClientConfig::new()
             .set("bootstrap.servers", kafka.bootstrap_servers())
             .set("group.id", "g")

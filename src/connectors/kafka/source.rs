@@ -116,9 +116,13 @@ impl SourceMetrics {
     /// Partition `tp` is read from `next` on; its end is `end` when bounded, else it
     /// comes from the statistics.
     fn assigned(&mut self, tp: &Tp, next: NextOffset, end: Option<NextOffset>, restored: bool) {
-        let g = self
-            .telemetry
-            .partition(OPERATOR, self.subtask, &tp.0, tp.1);
+        let g = self.telemetry.partition(
+            &super::metrics::PARTITION_PROGRESS,
+            OPERATOR,
+            self.subtask,
+            &tp.0,
+            tp.1,
+        );
         g.set_position(next.0);
         match end {
             Some(end) => g.set_end(end.0),
@@ -640,12 +644,13 @@ impl Source for KafkaSource {
         let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
         let telemetry = info.telemetry.clone();
         let m = telemetry.metrics();
+        let k = super::metrics::KafkaMetrics::of(m);
         self.metrics = Some(SourceMetrics {
             subtask: info.index,
-            bytes_read: m.task_counter(&m.kafka_bytes_read, OPERATOR, info.index),
-            assigned: m.task_gauge(&m.kafka_partitions_assigned, OPERATOR, info.index),
-            discovered: m.task_counter(&m.kafka_partitions_discovered, OPERATOR, info.index),
-            restored: m.task_gauge(&m.kafka_partitions_restored, OPERATOR, info.index),
+            bytes_read: m.task_counter(&k.bytes_read, OPERATOR, info.index),
+            assigned: m.task_gauge(&k.partitions_assigned, OPERATOR, info.index),
+            discovered: m.task_counter(&k.partitions_discovered, OPERATOR, info.index),
+            restored: m.task_gauge(&k.partitions_restored, OPERATOR, info.index),
             partitions: BTreeMap::new(),
             from_checkpoint: BTreeSet::new(),
             live_ends: live_ends.clone(),
