@@ -38,7 +38,7 @@
 //! | where a barrier is emitted | [`runtime`] `task.rs` (a source snapshots its positions, then emits) |
 //! | where barriers are aligned | [`runtime`] `align.rs` (a pure state machine) |
 //! | when a checkpoint is triggered, completes, expires | [`checkpoint::coordinator`] (pure) |
-//! | where a snapshot is published | [`runtime`] `executor.rs`, through `lockgate_state::snapshot_dir` |
+//! | where a snapshot is published | [`runtime`] `publish.rs` (the executor drives the coordinator; `wiring.rs` spawns an attempt's tasks), through `lockgate_state::snapshot_dir` |
 //! | whether and when a failed job restarts | [`runtime::restart`] (pure) |
 //! | what a start restores, abandons, refuses | [`checkpoint::start`] (pure), `lockgate_state::restore` (which checkpoint verifies) |
 //! | where a Kafka partition starts | [`connectors::kafka::start_position`] (pure) |

@@ -2,10 +2,10 @@
 //! tasks and channels of one attempt, drives the checkpoint coordinator, and restarts
 //! from the last completed checkpoint according to the restart policy.
 
-use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
+use super::publish::{checkpoint_metadata, publish, spawn_retention};
 use super::restart::{next_restart, Restart};
-use super::task::{run_input_task, run_source_task, TaskIo};
+use super::wiring::{fresh_work_dir, task_name, wire, Wiring};
 use crate::checkpoint::line_plan::{first_free_id, line_plan, LinePlan};
 use crate::checkpoint::lines;
 use crate::checkpoint::start::{
@@ -14,22 +14,21 @@ use crate::checkpoint::start::{
 };
 use crate::checkpoint::{AbortCause, Action, Coordinator, CoordinatorConfig};
 use crate::connector::splits::owns_split;
-use crate::connector::{SinkRestore, SubtaskInfo};
+use crate::connector::{SinkRestore, SINK_UID};
 use crate::error::{JobError, Result};
-use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
+use crate::job::JobGraph;
 use crate::member::Member;
-use crate::operators::OperatorContext;
 use crate::telemetry::status::{CheckpointStatus, JobState};
 use crate::telemetry::Telemetry;
 use lockgate_state::backend::KeyFilter;
 use lockgate_state::snapshot_dir::{resolve_restore_path, Restored, SnapshotDir, Startup};
 use lockgate_state::store::{CheckpointLocation, CheckpointStore, StoreLocation};
-use lockgate_state::{CheckpointId, CheckpointMetadata, StateError, StateRestore};
+use lockgate_state::{CheckpointId, CheckpointMetadata};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{mpsc, watch};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
@@ -57,10 +56,10 @@ pub struct RunOptions {
 /// What an attempt restores: one checkpoint, or in a rescale every old member's final
 /// checkpoint.
 #[derive(Clone)]
-struct RestoreSet {
-    parts: Vec<Restored>,
+pub(super) struct RestoreSet {
+    pub(super) parts: Vec<Restored>,
     /// This member's share of the keyed state, when the parts may hold other members'.
-    keep: Option<KeyFilter>,
+    pub(super) keep: Option<KeyFilter>,
 }
 
 impl RestoreSet {
@@ -81,7 +80,7 @@ impl RestoreSet {
 
     /// The union of every part's source positions (each split is in one part: a
     /// member's source snapshots only the splits it reads).
-    fn positions(&self) -> Vec<lockgate_state::SourcePosition> {
+    pub(super) fn positions(&self) -> Vec<lockgate_state::SourcePosition> {
         self.parts
             .iter()
             .flat_map(|r| r.metadata.positions.iter().cloned())
@@ -750,54 +749,8 @@ fn check_compatible(job: &JobGraph, meta: &CheckpointMetadata, allow: bool) -> R
     }
 }
 
-/// A vertex: a chain of operators after a source or after an exchange.
-struct Vertex {
-    ops: Vec<(String, Option<String>, OperatorFactory)>,
-    /// The key function of the exchange that feeds the *next* vertex.
-    out_key: Option<KeyFn>,
-}
-
-fn vertices(job: &JobGraph) -> Vec<Vertex> {
-    let mut vs = vec![Vertex {
-        ops: Vec::new(),
-        out_key: None,
-    }];
-    for s in &job.stages {
-        match s {
-            Stage::Operator { kind, uid, factory } => vs
-                .last_mut()
-                .expect("one vertex")
-                .ops
-                .push((kind.clone(), uid.clone(), factory.clone())),
-            Stage::KeyBy(k) => {
-                vs.last_mut().expect("one vertex").out_key = Some(k.clone());
-                vs.push(Vertex {
-                    ops: Vec::new(),
-                    out_key: None,
-                });
-            }
-        }
-    }
-    vs
-}
-
-/// The name of a task in logs and the REST API: `source-0`, `vertex1-1`.
-fn task_name(t: TaskId) -> String {
-    if t.vertex == 0 {
-        format!("source-{}", t.subtask)
-    } else {
-        format!("vertex{}-{}", t.vertex, t.subtask)
-    }
-}
-
 fn now_ms(start: Instant) -> u64 {
     start.elapsed().as_millis() as u64
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn stop_requested(stop: &mut Option<watch::Receiver<bool>>) {
@@ -824,153 +777,12 @@ async fn run_attempt(
     telemetry: &Telemetry,
 ) -> Result<()> {
     telemetry.attempt_starts();
-    let work = dir.root().join(".work");
-    tokio::task::block_in_place(|| -> Result<()> {
-        if work.exists() {
-            std::fs::remove_dir_all(&work)
-                .map_err(lockgate_state::StateError::io("remove", &work))?;
-        }
-        std::fs::create_dir_all(&work).map_err(lockgate_state::StateError::io("create", &work))?;
-        Ok(())
-    })?;
-    let p = job.parallelism;
-    let vs = vertices(job);
-    let (report_tx, mut report_rx) = mpsc::channel::<Report>(1024);
-    let mut controls: Vec<(TaskId, mpsc::UnboundedSender<Control>)> = Vec::new();
-    let mut tasks: JoinSet<(TaskId, Result<()>)> = JoinSet::new();
-    let sink_restore = sink_restore(restored);
-    let known_uids: HashSet<String> = vs
-        .iter()
-        .flat_map(|v| v.ops.iter().filter_map(|o| o.1.clone()))
-        .collect();
-    for r in restored.iter().flat_map(|set| &set.parts) {
-        for s in &r.metadata.subtasks {
-            if s.operator != SINK_UID && !known_uids.contains(&s.operator) {
-                warn!(operator = %s.operator, subtask = s.subtask, "state of an operator the job no longer has is not restored");
-            }
-        }
-    }
-
-    // Channels of each exchange: inputs[v][j] are the receivers of subtask j of vertex v.
-    let mut senders: Vec<Vec<Vec<mpsc::Sender<_>>>> = Vec::new(); // [v][i] -> to each j of v+1
-    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<_>>>> = vec![Vec::new()];
-    for _ in 1..vs.len() {
-        let mut to: Vec<Vec<mpsc::Sender<_>>> = (0..p).map(|_| Vec::new()).collect();
-        let mut from: Vec<Vec<mpsc::Receiver<_>>> = (0..p).map(|_| Vec::new()).collect();
-        for s in to.iter_mut() {
-            for r in from.iter_mut() {
-                let (tx, rx) = mpsc::channel(EXCHANGE_CAPACITY);
-                s.push(tx);
-                r.push(rx);
-            }
-        }
-        senders.push(to);
-        receivers.push(from);
-    }
-    senders.push(Vec::new());
-
-    for (v, vertex) in vs.iter().enumerate().rev() {
-        for i in 0..p {
-            let id = TaskId {
-                vertex: v as u16,
-                subtask: i,
-            };
-            let name = task_name(id);
-            let info = SubtaskInfo {
-                job: job.name.clone(),
-                name,
-                index: i,
-                parallelism: p,
-                max_parallelism: job.max_parallelism,
-                telemetry: telemetry.clone(),
-                member: job.member,
-                assignment: job.source.assignment.clone(),
-            };
-            let mut ops = Vec::new();
-            let mut op_counters = Vec::new();
-            let m = telemetry.metrics();
-            for (k, (kind, uid, factory)) in vertex.ops.iter().enumerate() {
-                let across = uid
-                    .as_ref()
-                    .is_some_and(|u| job.across_partitions.contains(u));
-                let restore = match (uid, restored) {
-                    (Some(u), Some(set)) => set
-                        .parts
-                        .iter()
-                        .flat_map(|r| {
-                            r.metadata
-                                .subtasks
-                                .iter()
-                                .filter(|s| &s.operator == u)
-                                .map(|s| StateRestore {
-                                    checkpoint_dir: r.path.clone(),
-                                    snapshot: s.clone(),
-                                    keep: set.keep.clone().filter(|_| !across),
-                                })
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                // Stateless operators have no uid: their position names their series,
-                // so that two `map`s of one job are never counted as one.
-                let label = uid.clone().unwrap_or_else(|| format!("{kind}-{v}.{k}"));
-                let uid = uid.clone().unwrap_or_else(|| kind.clone());
-                op_counters.push((
-                    m.task_counter(&m.records_in, &label, i),
-                    m.task_counter(&m.records_out, &label, i),
-                ));
-                let ctx = OperatorContext {
-                    info: info.clone(),
-                    work_dir: work.join(format!("{uid}-{i}")),
-                    uid,
-                    restore,
-                    state_options: job.state,
-                    partition_scoped: job.co_partitioned && !across,
-                };
-                ops.push((factory(i), ctx));
-            }
-            let tail = match &vertex.out_key {
-                Some(k) => Tail::Exchange(Exchange {
-                    senders: std::mem::take(&mut senders[v][usize::from(i)]),
-                    key_fn: k.clone(),
-                    max_parallelism: job.max_parallelism,
-                    buffers: (0..p).map(|_| Vec::new()).collect(),
-                    buffer_bytes: vec![0; usize::from(p)],
-                }),
-                None => Tail::Sink((job.sink.factory)(i)),
-            };
-            let sink_in =
-                matches!(tail, Tail::Sink(_)).then(|| m.task_counter(&m.records_in, SINK_UID, i));
-            let chain = Chain {
-                info,
-                ops,
-                tail,
-                sink_written: false,
-                op_counters,
-                sink_in,
-            };
-            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-            controls.push((id, ctl_tx));
-            let io = TaskIo {
-                id,
-                control: ctl_rx,
-                reports: report_tx.clone(),
-                checkpoint_root: dir.root().to_path_buf(),
-            };
-            let sr = sink_restore.clone();
-            if v == 0 {
-                let source = (job.source.factory)(i);
-                let positions = restored.map(RestoreSet::positions);
-                tasks.spawn(async move {
-                    (id, run_source_task(io, source, positions, chain, sr).await)
-                });
-            } else {
-                let inputs = std::mem::take(&mut receivers[v][usize::from(i)]);
-                tasks.spawn(async move { (id, run_input_task(io, inputs, chain, sr).await) });
-            }
-        }
-    }
-    drop(report_tx);
+    let work = tokio::task::block_in_place(|| fresh_work_dir(dir.root()))?;
+    let Wiring {
+        controls,
+        mut tasks,
+        reports: mut report_rx,
+    } = wire(job, dir.root(), restored, &work, telemetry);
 
     // Controls are ordered downstream first: a Complete reaches sinks before sources.
     let all: Vec<TaskId> = controls.iter().map(|c| c.0).collect();
@@ -1080,94 +892,16 @@ async fn run_attempt(
                         positions,
                         snapshots,
                     } => {
-                        let size_bytes: u64 = snapshots
-                            .iter()
-                            .map(|s| {
-                                s.files.iter().map(|f| f.size).sum::<u64>()
-                                    + s.inline_state.len() as u64
-                            })
-                            .sum();
-                        let meta = CheckpointMetadata {
-                            id,
-                            job_name: job.name.clone(),
-                            fingerprint: job.fingerprint(),
-                            created_ms: wall_ms(),
-                            parallelism: p,
-                            max_parallelism: job.max_parallelism,
-                            is_final,
-                            subtasks: snapshots,
-                            positions,
-                        };
+                        let (meta, size_bytes) =
+                            checkpoint_metadata(job, id, is_final, positions, snapshots);
                         // The previous retention pass ends before this publish: the two never
                         // list and rename in the checkpoint directory at the same time.
                         if let Some(r) = retention.take() {
                             let _ = r.await;
                         }
-                        let d = dir.clone();
-                        let published =
-                            tokio::task::spawn_blocking(move || d.publish_with(&meta, &crate::fault::hit))
-                                .await;
-                        let published = match published {
+                        let published = match publish(dir, store, meta).await {
                             Ok(p) => p,
-                            Err(e) => {
-                                return fail_attempt(
-                                    &mut tasks,
-                                    JobError::Other(format!(
-                                        "publishing checkpoint {id} panicked: {e}"
-                                    )),
-                                )
-                                .await
-                            }
-                        };
-                        // With a store, the checkpoint is complete once its `_metadata`
-                        // is there; a failed upload is a failed publish, and the local
-                        // copy is abandoned so that it is never restored. Unless the
-                        // store could not say whether `_metadata` landed: then the
-                        // checkpoint may be complete, nothing it references (a staged
-                        // part file) may go, and the restart reads the store. Another
-                        // writer's `_metadata` under our name fails the job.
-                        let published = match (published, store) {
-                            (Ok(path), Some(s)) => {
-                                let uploaded = s.publish(&path).await;
-                                match uploaded {
-                                    Ok(up) => {
-                                        info!(checkpoint = %id, objects = up.objects, bytes = up.bytes, reused = up.reused, "checkpoint uploaded to the store");
-                                        Ok(s.url_of(&lockgate_state::snapshot_dir::chk_name(id)))
-                                    }
-                                    Err(e @ StateError::FateUnknown { .. }) => {
-                                        error!(checkpoint = %id, error = %e, "checkpoint of unknown fate: the attempt ends, and the restart reads the store");
-                                        return fail_attempt(
-                                            &mut tasks,
-                                            JobError::CheckpointFateUnknown {
-                                                id,
-                                                reason: e.to_string(),
-                                            },
-                                        )
-                                        .await;
-                                    }
-                                    Err(e @ StateError::Fenced { .. }) => {
-                                        if let Err(a) = tokio::task::block_in_place(|| dir.abandon(id)) {
-                                            warn!(checkpoint = %id, error = %a, "cannot abandon the local copy of a checkpoint another writer owns");
-                                        }
-                                        return fail_attempt(
-                                            &mut tasks,
-                                            JobError::Unrecoverable {
-                                                task: format!("checkpoint {id}"),
-                                                message: e.to_string(),
-                                            },
-                                        )
-                                        .await;
-                                    }
-                                    Err(e) => {
-                                        if let Err(a) = tokio::task::block_in_place(|| dir.abandon(id)) {
-                                            warn!(checkpoint = %id, error = %a, "cannot abandon the local copy of a checkpoint whose upload failed");
-                                        }
-                                        Err(e)
-                                    }
-                                }
-                            }
-                            (Ok(path), None) => Ok(path.display().to_string()),
-                            (Err(e), _) => Err(e),
+                            Err(e) => return fail_attempt(&mut tasks, e).await,
                         };
                         match published {
                             Ok(path) => {
@@ -1191,31 +925,12 @@ async fn run_attempt(
                                 let (done, later): (Vec<_>, Vec<_>) =
                                     aborted.iter().partition(|a| **a < id);
                                 aborted = later;
-                                let d = dir.clone();
-                                let retain = job.checkpoint.retain;
-                                let st = store.cloned();
-                                retention = Some(tokio::spawn(async move {
-                                    let _ = tokio::task::spawn_blocking(move || {
-                                        if let Err(e) = d.apply_retention(retain) {
-                                            warn!(error = %e, "retention failed; older checkpoints stay");
-                                        }
-                                        for a in done {
-                                            if let Err(e) = d.discard(a) {
-                                                warn!(checkpoint = %a, error = %e, "cannot remove an aborted checkpoint's directory; the next start removes it");
-                                            }
-                                        }
-                                    })
-                                    .await;
-                                    if let Some(s) = st {
-                                        match s.apply_retention(retain).await {
-                                            Ok(r) if !r.deleted.is_empty() || r.collected > 0 => {
-                                                tracing::debug!(deleted = ?r.deleted, collected = r.collected, "store retention");
-                                            }
-                                            Ok(_) => {}
-                                            Err(e) => warn!(error = %e, "store retention failed; older checkpoints stay"),
-                                        }
-                                    }
-                                }));
+                                retention = Some(spawn_retention(
+                                    dir.clone(),
+                                    store.cloned(),
+                                    job.checkpoint.retain,
+                                    done,
+                                ));
                             }
                             Err(e) => {
                                 queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
@@ -1267,7 +982,7 @@ async fn fail_attempt(tasks: &mut JoinSet<(TaskId, Result<()>)>, e: JobError) ->
 /// The sinks' states of the restored checkpoint. In a rescale, the old members' sink
 /// subtasks are numbered one after the other (old member `k`'s subtask `j` follows the
 /// subtasks of members `0..k`), and the checkpoint id is the newest of them.
-fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
+pub(super) fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
     match restored {
         None => SinkRestore::default(),
         Some(set) => SinkRestore {

@@ -5,7 +5,9 @@ pub mod align;
 pub mod chain;
 pub mod executor;
 pub mod message;
+mod publish;
 pub mod restart;
 pub mod task;
+mod wiring;
 
 pub use executor::{run, RunOptions, RunSummary};
