@@ -4,7 +4,10 @@
 //! - [`two_phase`]: stage at the barrier, commit when the checkpoint completes, commit
 //!   again on restore, abort what an abandoned checkpoint staged (exactly-once output
 //!   into a system with transactions or atomic renames: files, a database).
+//! - [`bulk`]: what a batching sink reuses: the meaning of a target's answers and the
+//!   retry backoff (the batcher and the request loop follow).
 
+pub mod bulk;
 pub mod two_phase;
 
 pub use two_phase::{TwoPhaseSink, TwoPhaseWriter};

@@ -54,7 +54,7 @@
 
 use super::coalesce::Effect;
 use super::item_result::{Outcome, RequestOutcome};
-use super::retry::backoff;
+use crate::connector::kit::bulk::backoff;
 use bytes::Bytes;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
@@ -74,14 +74,7 @@ pub struct Limits {
     pub retry_max_ms: u64,
 }
 
-/// Why Elasticsearch refused an action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemFailure {
-    /// The item's (or the request's) HTTP status.
-    pub status: u16,
-    pub error_type: String,
-    pub reason: String,
-}
+pub use crate::connector::kit::bulk::ItemFailure;
 
 /// A refused action's place in its document's order, held until the failure handler
 /// answers with [`Batcher::settle_refused`] or [`Batcher::requeue`].

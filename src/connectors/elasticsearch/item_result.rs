@@ -2,23 +2,7 @@
 //! the status and the error type, with the whole table tested below.
 
 use super::action::OpType;
-
-/// The meaning of one item result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Written (or, for a delete, already absent).
-    Done,
-    /// Already written by an earlier attempt or a replay (409 under create or external
-    /// versioning): counts as written.
-    AlreadyWritten,
-    /// Transient: retry this item (with backoff, bounded).
-    Retry,
-    /// Refused for this document (mapping or parse error, missing document):
-    /// `on_item_error` decides.
-    Rejected,
-    /// The job cannot go on (401 / 403).
-    Fatal,
-}
+pub use crate::connector::kit::bulk::{Outcome, RequestOutcome};
 
 /// Classifies one item result.
 pub fn classify(
@@ -40,19 +24,6 @@ pub fn classify(
         429 | 500..=599 => Outcome::Retry,
         _ => Outcome::Rejected,
     }
-}
-
-/// The meaning of a whole-request failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestOutcome {
-    /// Retry every item of the request.
-    Retry,
-    /// 413: split the request and send the halves.
-    Split,
-    /// 401 / 403: fail the job.
-    Fatal,
-    /// 400 and other 4xx: the request itself is malformed; fail the job.
-    Malformed,
 }
 
 /// Classifies a request that did not return item results. `None` is a connection

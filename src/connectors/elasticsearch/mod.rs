@@ -5,7 +5,8 @@
 //! One file per role: what the user configures ([`config`]), how the cluster is reached
 //! ([`connection`]) and which node a request goes to ([`nodes`]), records to bulk actions
 //! ([`action`]) and to the lines of a request ([`encode`]), what an item result means
-//! ([`item_result`]), when to retry ([`retry`]), the batching decisions ([`batcher`]),
+//! ([`item_result`]), the batching decisions ([`batcher`]) (when to retry and what an
+//! answer means to the batcher are the bulk kit's, `crate::connector::kit::bulk`),
 //! the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
 
 pub mod action;
@@ -18,7 +19,6 @@ pub mod encode;
 pub mod index_name;
 pub mod item_result;
 pub mod nodes;
-pub mod retry;
 pub mod sink;
 pub mod version_guard;
 
