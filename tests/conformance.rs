@@ -260,31 +260,18 @@ mod file_sink {
     lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
 }
 
-mod elasticsearch_sink {
+/// The Elasticsearch sink's context over any Elasticsearch-API server: each fixture is
+/// an index of its own, documents by `id = "field:/seq"`.
+mod elasticsearch {
     use super::*;
-    use common::es::EsProcess;
+    use common::es::Es;
 
-    /// The project's Elasticsearch-API test server (a `lockgate testkit es` process);
-    /// each fixture is an index of its own, documents by `id = "field:/seq"`.
-    pub struct Context {
-        es: EsProcess,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Context {
-        pub fn new() -> Context {
-            let dir = tempfile::tempdir().unwrap();
-            Context {
-                es: EsProcess::start(dir.path(), false, &[], None),
-                _dir: dir,
-            }
-        }
-    }
+    pub struct Context(pub Es);
 
     struct Fixture {
         url: String,
         index: String,
-        http: lockgate::chaos::es_http::EsHttp,
+        http: reqwest::blocking::Client,
     }
 
     impl SinkContext for Context {
@@ -294,9 +281,9 @@ mod elasticsearch_sink {
 
         fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
             Ok(Box::new(Fixture {
-                url: self.es.url.clone(),
+                url: self.0.url(),
                 index: unique("conformance"),
-                http: self.es.http.clone(),
+                http: reqwest::blocking::Client::new(),
             }))
         }
     }
@@ -308,7 +295,9 @@ mod elasticsearch_sink {
             path: &str,
             body: Option<Value>,
         ) -> Result<(u16, Value), String> {
-            let mut req = self.http.request(method.parse().unwrap(), path);
+            let mut req = self
+                .http
+                .request(method.parse().unwrap(), format!("{}{path}", self.url));
             if let Some(b) = body {
                 req = req.json(&b);
             }
@@ -335,25 +324,68 @@ mod elasticsearch_sink {
             sink_spec(self.section()?)
         }
 
-        /// Every document of the index, after a refresh.
+        /// Every document of the index, after a refresh: in one search where the server
+        /// allows it (the test server), else in pages of 5,000 sorted by `seq`
+        /// (`search_after`), as Elasticsearch and OpenSearch return at most 10,000 hits.
         fn read(&self) -> Result<Vec<Value>, String> {
             self.call("POST", &format!("/{}/_refresh", self.index), None)?;
-            let (status, v) = self.call(
-                "POST",
-                &format!("/{}/_search", self.index),
-                Some(serde_json::json!({"query": {"match_all": {}}, "size": 1_000_000})),
-            )?;
-            if status == 404 {
-                return Ok(Vec::new());
+            let search = |q: Value| -> Result<Option<(u16, Vec<Value>)>, String> {
+                let (status, v) =
+                    self.call("POST", &format!("/{}/_search", self.index), Some(q))?;
+                if status == 404 {
+                    return Ok(None);
+                }
+                Ok(Some((
+                    status,
+                    v["hits"]["hits"].as_array().cloned().unwrap_or_default(),
+                )))
+            };
+            let all = serde_json::json!({"query": {"match_all": {}}, "size": 100_000});
+            match search(all)? {
+                None => return Ok(Vec::new()),
+                Some((200, hits)) => {
+                    return Ok(hits.iter().map(|h| h["_source"].clone()).collect())
+                }
+                Some(_) => {}
             }
-            let hits = v["hits"]["hits"]
-                .as_array()
-                .ok_or_else(|| format!("search answered {status}: {v}"))?;
-            Ok(hits.iter().map(|h| h["_source"].clone()).collect())
+            let mut docs = Vec::new();
+            let mut after: Option<Value> = None;
+            loop {
+                let mut q = serde_json::json!({"query": {"match_all": {}}, "size": 5000, "sort": [{"seq": "asc"}]});
+                if let Some(a) = &after {
+                    q["search_after"] = a.clone();
+                }
+                let Some((status, hits)) = search(q)? else {
+                    return Ok(docs);
+                };
+                if status != 200 {
+                    return Err(format!("a page of the index answered {status}"));
+                }
+                docs.extend(hits.iter().map(|h| h["_source"].clone()));
+                match hits.last() {
+                    Some(last) if hits.len() == 5000 => {
+                        if after.as_ref() == Some(&last["sort"]) {
+                            return Err("the server ignores search_after".into());
+                        }
+                        after = Some(last["sort"].clone());
+                    }
+                    _ => return Ok(docs),
+                }
+            }
         }
     }
+}
 
-    lockgate::sink_conformance!(Context::new());
+/// The Elasticsearch sink against the project's Elasticsearch-API test server.
+mod elasticsearch_sink {
+    use super::elasticsearch::Context;
+    lockgate::sink_conformance!(Context(crate::common::es::Es::testkit()));
+}
+
+/// The Elasticsearch sink against osmem-server, an independent OpenSearch-API server.
+mod elasticsearch_sink_osmem {
+    use super::elasticsearch::Context;
+    lockgate::sink_conformance!(Context(crate::common::es::Es::osmem()));
 }
 
 mod kafka_sink {
