@@ -30,7 +30,7 @@ use crate::job::{CheckpointSettings, JobBuilder, JobGraph, RestartPolicy};
 use crate::runtime::{RunOptions, RunSummary};
 use crate::telemetry::Telemetry;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The source cases, by name, with what each proves.
@@ -229,18 +229,8 @@ pub fn wait_for(mut done: impl FnMut() -> bool, what: &str) -> CaseResult {
     Ok(())
 }
 
-/// The complete checkpoints of `dir`, oldest first.
-pub fn complete_checkpoints(dir: &Path) -> Vec<PathBuf> {
-    use lockgate_state::restore::EntryStatus;
-    let mut v: Vec<_> = lockgate_state::snapshot_dir::list(dir)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.status == EntryStatus::Complete)
-        .map(|e| dir.join(e.name))
-        .collect();
-    v.sort();
-    v
-}
+/// The complete checkpoints of a checkpoint directory, oldest first.
+pub use crate::chaos::complete_checkpoints;
 
 /// Damages the newest complete checkpoint of `dir` (flips a byte in the middle of its
 /// `_metadata`) and returns its name; the next start must report it and restore the
