@@ -94,6 +94,12 @@ impl Effect {
     }
 }
 
+impl crate::connector::kit::bulk::Supersedes for Effect {
+    fn supersedes(&self, older: &Effect) -> bool {
+        Effect::supersedes(self, older)
+    }
+}
+
 /// The shape of `{"doc": {...}, "doc_as_upsert": true}`, the only update body that is
 /// a plain merge.
 fn upsert_shape(body: &[u8]) -> Option<Shape> {

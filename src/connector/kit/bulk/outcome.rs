@@ -40,3 +40,15 @@ pub struct ItemFailure {
     pub error_type: String,
     pub reason: String,
 }
+
+impl ItemFailure {
+    /// Why a single action is refused when a request holding only it is still too large
+    /// (HTTP 413): it cannot be split further.
+    pub fn too_large(reason: String) -> ItemFailure {
+        ItemFailure {
+            status: 413,
+            error_type: "content_too_long".into(),
+            reason,
+        }
+    }
+}
