@@ -14,6 +14,7 @@
 
 use super::action::{frame, BulkAction, OpType};
 use super::batcher::DocKey;
+use super::bulk::EsTarget;
 use super::coalesce::Effect;
 use crate::error::Result;
 use crate::record::Origin;
@@ -172,34 +173,18 @@ impl Item {
             invalid: None,
         }
     }
-
-    /// The action, for messages.
-    pub fn describe(&self) -> String {
-        self.full_action().describe()
-    }
 }
 
 /// An action ready for the batcher: the item, its document, its effect on it.
-pub(crate) struct Encoded {
-    pub item: Item,
-    pub doc: Option<DocKey>,
-    pub effect: Effect,
-}
+pub(crate) type Encoded = crate::connector::kit::bulk::Encoded<EsTarget>;
 
-/// What the encoder made of one action.
-pub(crate) enum Added {
-    Encoded(Encoded),
-    /// An action that cannot go into a request, and why: the failure handler decides.
-    Invalid(BulkAction, String),
-}
+/// What the encoder made of one action (an invalid one: the failure handler decides).
+pub(crate) type Added = crate::connector::kit::bulk::Added<EsTarget>;
 
-/// The actions of one batch of records, for the bulk processor.
-pub(crate) struct EncodedBatch {
-    pub actions: Vec<Added>,
-    /// What `buffer_max_bytes` counts for them: the lines of the encoded ones, an
-    /// estimate for the others.
-    pub bytes: usize,
-}
+/// The actions of one batch of records, for the bulk processor; `bytes` is what
+/// `buffer_max_bytes` counts for them: the lines of the encoded ones, an estimate for
+/// the others.
+pub(crate) type EncodedBatch = crate::connector::kit::bulk::EncodedBatch<EsTarget>;
 
 /// An encoded action before its batch's buffer is frozen: ranges of the buffer.
 struct Pending {
@@ -426,6 +411,7 @@ impl Encoder {
                 Slot::Pending(p) => {
                     let lines = buf.slice(p.lines);
                     Added::Encoded(Encoded {
+                        bytes: lines.len(),
                         doc: p.key.map(|k| DocKey::new(lines.slice(k))),
                         item: Item {
                             lines,
@@ -672,7 +658,6 @@ mod tests {
                 ),
             };
             assert_eq!(enc.item.full_action(), want, "action {i}");
-            assert_eq!(enc.item.describe(), want.describe(), "action {i}");
             let mut lines = Vec::new();
             want.encode(&mut lines);
             assert_eq!(enc.item.lines, lines, "action {i}");

@@ -2,12 +2,14 @@
 //! deterministic ids (and optionally external versions) so that a replay after a crash
 //! rewrites the same documents.
 //!
-//! One file per role: what the user configures ([`config`]), how the cluster is reached
-//! ([`connection`]) and which node a request goes to ([`nodes`]), records to bulk actions
-//! ([`action`]) and to the lines of a request ([`encode`]), what an item result means
-//! ([`item_result`]), the batching decisions ([`batcher`]) (when to retry and what an
-//! answer means to the batcher are the bulk kit's, `crate::connector::kit::bulk`),
-//! the bulk processor ([`bulk`]) and the sink lifecycle ([`sink`]).
+//! Built on the bulk kit (`crate::connector::kit::bulk`: batching, order per document,
+//! retries, requests in flight, flush at the barrier, metrics). What is Elasticsearch's
+//! has one file per role: what the user configures ([`config`]), how the cluster is
+//! reached ([`connection`]), records to bulk actions ([`action`]) and to the lines of a
+//! request ([`encode`]), what an action does to its document ([`coalesce`]), what an
+//! item result means ([`item_result`]), the bulk API as the kit's target ([`bulk`]),
+//! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]) and the
+//! sink lifecycle ([`sink`]).
 
 pub mod action;
 pub mod batcher;
@@ -18,7 +20,6 @@ pub mod connection;
 pub mod encode;
 pub mod index_name;
 pub mod item_result;
-pub mod nodes;
 pub mod sink;
 pub mod version_guard;
 
