@@ -114,6 +114,10 @@ async fn item_failure_is_rethrown_on_the_next_checkpoint() {
         err.contains("orders-0-2") && err.contains("failed to parse field [amount]"),
         "{err}"
     );
+    // The request asked for a filtered response, and the item's error came through it.
+    let stats = server.stats();
+    assert!(stats.bulk_requests > 0);
+    assert_eq!(stats.filtered_bulk_requests, stats.bulk_requests);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

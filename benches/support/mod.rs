@@ -2,6 +2,7 @@
 //! and jobs run as separate processes of the `lockgate` binary (as users run them).
 #![allow(dead_code)] // each benchmark uses part of it
 
+pub mod ack_server;
 pub mod checkpoints;
 pub mod end_to_end;
 pub mod recovery;

@@ -26,15 +26,23 @@
 //! lines), which it must re-serialize on one line, and the framing pass alone is timed
 //! over both forms (nanoseconds per document, one thread).
 //!
-//! `ratio_lockgate_over_raw` is the ratio of the two medians;
+//! `ratio_lockgate_over_raw` (= `sink_ratio`) is the ratio of the two medians;
 //! `ratio_lockgate_over_raw_median_of_rounds` the median of each round's ratio.
+//!
+//! The test server parses and stores every document and takes most of the two cores
+//! (a profile: about 85% of the samples), so that figure moves with how the server's
+//! share is scheduled. The faster baseline runs both sides again against a server that
+//! only acknowledges (`ack_server.rs`): there the client's own cost per document
+//! decides, and `ack_server_sink_ratio` compares the sink with the raw loop on it.
 //!
 //! `cargo bench --bench es_sink`: about 1.5 minutes on 2 idle cores (three sides of a
 //! million documents, five rounds), longer on a busy machine; `bench_seconds` in the
 //! JSON says how long it took. `LOCKGATE_BENCH_DOCS` and `LOCKGATE_BENCH_ROUNDS`
 //! override the size; `LOCKGATE_BENCH_ONLY=raw` or `=sink` runs one side alone (for a
-//! profile) and prints no JSON.
+//! profile) and prints no JSON, `=ack-raw` or `=ack-sink` one side against the
+//! acknowledging server.
 
+use super::ack_server::AckServer;
 use super::median;
 use bytes::Bytes;
 use elasticsearch::http::headers::HeaderMap;
@@ -279,11 +287,13 @@ pub fn measure() -> serde_json::Value {
 /// `only` (`raw` or `sink`) runs one side alone, for a profile, and returns nothing.
 pub fn measure_with(docs: usize, rounds: usize, only: Option<&str>) -> Option<serde_json::Value> {
     let started = Instant::now();
-    let (run_raw, run_sink) = match only {
-        None => (true, true),
-        Some("raw") => (true, false),
-        Some("sink") => (false, true),
-        Some(other) => panic!("LOCKGATE_BENCH_ONLY={other}: raw or sink"),
+    let (run_raw, run_sink, ack_only) = match only {
+        None => (true, true, false),
+        Some("raw") => (true, false, false),
+        Some("sink") => (false, true, false),
+        Some("ack-raw") => (true, false, true),
+        Some("ack-sink") => (false, true, true),
+        Some(other) => panic!("LOCKGATE_BENCH_ONLY={other}: raw, sink, ack-raw or ack-sink"),
     };
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("es-server")
@@ -301,7 +311,7 @@ pub fn measure_with(docs: usize, rounds: usize, only: Option<&str>) -> Option<se
     let es = client(server.url());
     assert_eq!((compact(0).len(), pretty(0).len()), (100, 113));
     let (mut raw, mut ours, mut ours_pretty) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
+    for round in 0..if ack_only { 0 } else { rounds } {
         let mut line = format!("round {round}:");
         let mut run_raw_side = |line: &mut String| {
             let index = format!("raw-{round}");
@@ -349,9 +359,39 @@ pub fn measure_with(docs: usize, rounds: usize, only: Option<&str>) -> Option<se
         }
         eprintln!("{}", line.trim_end_matches(','));
     }
+    if only.is_some() && !ack_only {
+        return None;
+    }
+    // The faster baseline: both sides again, against a server that only acknowledges,
+    // so that the client's own cost decides (the test server takes most of the cores).
+    let ack = server_rt.block_on(AckServer::start());
+    let (mut ack_raw, mut ack_ours) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let raw_first = round % 2 == 0;
+        for raw_side in [raw_first, !raw_first] {
+            if raw_side && run_raw {
+                let r = rt.block_on(raw_loop(ack.url(), "ack", batches_of(docs, compact)));
+                ack_raw.push(r);
+            } else if !raw_side && run_sink {
+                let l = rt.block_on(lockgate_sink(ack.url(), "ack", batches_of(docs, compact)));
+                ack_ours.push(l);
+            }
+        }
+        eprintln!(
+            "ack-only server, round {round}: raw bulk loop {:.0} docs/s, lockgate sink {:.0} docs/s",
+            ack_raw.get(round).unwrap_or(&0.0),
+            ack_ours.get(round).unwrap_or(&0.0)
+        );
+    }
     if only.is_some() {
         return None;
     }
+    assert_eq!(
+        ack.items(),
+        (2 * rounds * docs) as u64,
+        "every action acknowledged"
+    );
+    let (ack_r, ack_l) = (median(ack_raw), median(ack_ours));
     let stats = server.stats();
     assert_eq!(stats.bulk_items, (3 * rounds * docs) as u64);
     // Each round's two sides ran back to back: their ratio is the side-by-side figure
@@ -377,6 +417,9 @@ pub fn measure_with(docs: usize, rounds: usize, only: Option<&str>) -> Option<se
         "ratio_pretty_printed_over_compact": (p / l * 1000.0).round() / 1000.0,
         "framing_ns_per_compact_doc": frame_compact.round(),
         "framing_ns_per_pretty_printed_doc": frame_pretty.round(),
+        "ack_server_raw_docs_per_sec": ack_r.round(),
+        "ack_server_lockgate_docs_per_sec": ack_l.round(),
+        "ack_server_sink_ratio": (ack_l / ack_r * 1000.0).round() / 1000.0,
         "bench_seconds": started.elapsed().as_secs(),
     }))
 }

@@ -133,7 +133,7 @@ pub fn frame(body: &[u8]) -> std::result::Result<Option<Vec<u8>>, String> {
     if !starts_object {
         return Err("the document is not a JSON object".into());
     }
-    if !body.iter().any(|&b| b == b'\n' || b == b'\r') {
+    if memchr::memchr2(b'\n', b'\r', body).is_none() {
         return serde_json::from_slice::<serde::de::IgnoredAny>(body)
             .map(|_| None)
             .map_err(|e| format!("the document is not JSON: {e}"));

@@ -5,7 +5,8 @@
 //! the path or per item; the trailing-newline rule), `_refresh`, `_count`, GET by id,
 //! `_search` with `match_all` and `size` / `from`, `_mget`, internal and external
 //! versioning — with the response shapes Elasticsearch returns (`_version`, `_seq_no`,
-//! `result`, `status`, `errors`).
+//! `result`, `status`, `errors`), and `filter_path` on bulk responses
+//! ([`filter_path`]).
 //!
 //! Faults are set through `POST /_lockgate/faults` (or [`EsServer::set_faults`]):
 //! per-item 429 `es_rejected_execution_exception` rejections (chosen ids or a
@@ -19,6 +20,7 @@
 //! bodies are decoded (counted as `gzip_requests`).
 
 mod bulk;
+pub mod filter_path;
 pub mod secure;
 mod server;
 mod store;

@@ -55,6 +55,9 @@ pub struct Stats {
     pub unauthorized_requests: u64,
     /// Requests whose body came gzip-compressed.
     pub gzip_requests: u64,
+    /// Bulk requests that asked for a filtered response (`filter_path`).
+    #[serde(default)]
+    pub filtered_bulk_requests: u64,
 }
 
 /// How the server is secured; the default is plain HTTP that accepts every request.
@@ -213,17 +216,32 @@ fn reply(status: u16, body: Value) -> Response {
         .into_response()
 }
 
-async fn bulk_root(State(s): S, body: Bytes) -> Response {
-    do_bulk(s, None, body).await
+/// The query parameters of `_bulk` the server reads.
+#[derive(serde::Deserialize)]
+struct BulkParams {
+    filter_path: Option<String>,
 }
 
-async fn bulk_in_index(State(s): S, Path(index): Path<String>, body: Bytes) -> Response {
-    do_bulk(s, Some(index), body).await
+async fn bulk_root(State(s): S, Query(q): Query<BulkParams>, body: Bytes) -> Response {
+    do_bulk(s, None, q, body).await
 }
 
-async fn do_bulk(s: Arc<Shared>, index: Option<String>, body: Bytes) -> Response {
+async fn bulk_in_index(
+    State(s): S,
+    Path(index): Path<String>,
+    Query(q): Query<BulkParams>,
+    body: Bytes,
+) -> Response {
+    do_bulk(s, Some(index), q, body).await
+}
+
+async fn do_bulk(s: Arc<Shared>, index: Option<String>, q: BulkParams, body: Bytes) -> Response {
     let faults = s.faults.lock().expect("lock").clone();
-    s.stats.lock().expect("lock").bulk_requests += 1;
+    {
+        let mut st = s.stats.lock().expect("lock");
+        st.bulk_requests += 1;
+        st.filtered_bulk_requests += u64::from(q.filter_path.is_some());
+    }
     if faults.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
     }
@@ -306,8 +324,11 @@ async fn do_bulk(s: Arc<Shared>, index: Option<String>, body: Bytes) -> Response
         st.bulk_items += n;
         st.rejected_items += rejected;
     }
-    let body =
+    let mut body =
         json!({"took": started.elapsed().as_millis() as u64, "errors": errors, "items": results});
+    if let Some(filter) = &q.filter_path {
+        body = super::filter_path::apply(&body, filter);
+    }
     if faults.drop_responses > 0 {
         let drop_it = {
             let mut f = s.faults.lock().expect("lock");
