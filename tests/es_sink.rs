@@ -841,3 +841,29 @@ async fn a_refused_write_falls_back_to_the_one_it_coalesced_and_counts_only_what
     assert_eq!(counters.coalesced(), 0);
     assert!(server.documents("orders").is_empty());
 }
+
+/// A server that implements the bulk API but refuses `filter_path` gets the request
+/// again without it, and every later one without it: nothing is lost, nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_filter_path_gets_unfiltered_requests() {
+    let server = server_with_mapping().await;
+    server.set_faults(Faults {
+        refuse_filter_path: true,
+        ..Default::default()
+    });
+    let mut cfg = config(&server);
+    cfg.bulk_max_actions = 2;
+    cfg.max_in_flight = 1;
+    let mut s = sink(cfg).await;
+    let records: Vec<Record> = (0..6).map(|i| rec(i, GOOD)).collect();
+    s.invoke(records).await.unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    assert_eq!(server.documents("orders").len(), 6);
+    let stats = server.stats();
+    assert_eq!(
+        stats.filtered_bulk_requests, 1,
+        "only the first asked: {stats:?}"
+    );
+    assert_eq!(stats.bulk_requests, 4, "refused, then three of two actions");
+    assert_eq!(stats.bulk_items, 6);
+}

@@ -23,6 +23,7 @@ use elasticsearch::Elasticsearch;
 use serde::de::{Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -67,6 +68,8 @@ pub(crate) struct EsTarget {
     /// The nodes as they may be printed.
     nodes: Vec<String>,
     handler: Arc<dyn FailureHandler>,
+    /// Bulk requests ask for a filtered response, until a server refuses it.
+    filter: Arc<AtomicBool>,
 }
 
 impl BulkTarget for EsTarget {
@@ -99,7 +102,8 @@ impl BulkTarget for EsTarget {
         }
         let bytes = body.len();
         let client = self.clients[node].clone();
-        (bytes, send_bulk(client, Bytes::from(body), deletes))
+        let filter = self.filter.clone();
+        (bytes, send_bulk(client, Bytes::from(body), deletes, filter))
     }
 
     fn classify(
@@ -243,6 +247,7 @@ impl bulk::BulkProcessor<EsTarget> {
             nodes: conn.nodes.iter().map(|n| redact_url(n)).collect(),
             clients,
             handler,
+            filter: Arc::new(AtomicBool::new(true)),
         };
         Ok(BulkProcessor::spawn(
             target,
@@ -331,30 +336,73 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// a server that ignores the parameter answers in full, which reads the same.
 pub const BULK_FILTER: &[(&str, &str)] = &[("filter_path", "errors,items.*.status,items.*.error")];
 
-/// Sends one bulk request of which `deletes` actions are deletes. The body goes to the
-/// client as the one buffer it is (the bulk API's builder would copy it into another).
-async fn send_bulk(client: Elasticsearch, body: Bytes, deletes: usize) -> Sent {
+/// Posts one bulk body (with [`BULK_FILTER`] when `filtered`): the status and body of
+/// the response, or what became of a request that got none.
+async fn post(client: &Elasticsearch, body: Bytes, filtered: bool) -> Result<(u16, Bytes), Sent> {
     let sent = client
         .transport()
         .send(
             Method::Post,
             "/_bulk",
             HeaderMap::new(),
-            Some(BULK_FILTER),
+            filtered.then_some(BULK_FILTER),
             Some(body),
             None,
         )
         .await;
     let response = match sent {
         Ok(r) => r,
-        Err(e) => return Sent::Request(e.status_code().map(|s| s.as_u16()), error_chain(&e)),
+        Err(e) => {
+            return Err(Sent::Request(
+                e.status_code().map(|s| s.as_u16()),
+                error_chain(&e),
+            ))
+        }
     };
     let status = response.status_code().as_u16();
     crate::fault::hit("bulk-response");
-    let bytes = match response.bytes().await {
-        Ok(b) => b,
-        Err(e) => return Sent::Request(None, format!("reading the bulk response: {e}")),
+    match response.bytes().await {
+        Ok(b) => Ok((status, b)),
+        Err(e) => Err(Sent::Request(
+            None,
+            format!("reading the bulk response: {e}"),
+        )),
+    }
+}
+
+/// Whether a response refuses the `filter_path` parameter itself (a server that
+/// implements the bulk API and not that option): 400, naming the parameter.
+fn refuses_filter(status: u16, body: &[u8]) -> bool {
+    status == 400 && memchr::memmem::find(body, b"filter_path").is_some()
+}
+
+/// Sends one bulk request of which `deletes` actions are deletes. The body goes to the
+/// client as the one buffer it is (the bulk API's builder would copy it into another).
+/// While `filter` holds, the request asks for a filtered response; a server that
+/// refuses the parameter gets the same request again without it, and `filter` is
+/// cleared for the sink's later requests (nothing was applied: the request was refused
+/// before its items were read, and a replay of written actions rewrites the same
+/// documents anyway).
+async fn send_bulk(
+    client: Elasticsearch,
+    body: Bytes,
+    deletes: usize,
+    filter: Arc<AtomicBool>,
+) -> Sent {
+    let filtered = filter.load(Ordering::Relaxed);
+    let (mut status, mut bytes) = match post(&client, body.clone(), filtered).await {
+        Ok(answer) => answer,
+        Err(sent) => return sent,
     };
+    if filtered && refuses_filter(status, &bytes) {
+        if filter.swap(false, Ordering::Relaxed) {
+            warn!("the Elasticsearch server refused filter_path: bulk requests go without it, and read whole responses");
+        }
+        (status, bytes) = match post(&client, body, false).await {
+            Ok(answer) => answer,
+            Err(sent) => return sent,
+        };
+    }
     if status != 200 {
         return Sent::Request(
             Some(status),

@@ -2,13 +2,15 @@
 //! separated list of dotted paths whose segments are names or `*` (any one name);
 //! a successful response keeps exactly the fields some path reaches, with the objects
 //! and arrays on the way (an array is filtered element by element). Error responses are
-//! not filtered (Elasticsearch builds them without the filter). Exclusions (`-path`) and
-//! `**` are not supported: a path using them is ignored.
+//! not filtered (Elasticsearch builds them without the filter). Exclusions (`-path`),
+//! `**` and partial-name patterns (`st*`) are not supported: a path with the first two
+//! is ignored, the third is matched as a name.
 
 use serde_json::{Map, Value};
 
-/// `value` filtered by `filter` (the query parameter's value); `None` when nothing
-/// matches (Elasticsearch then answers `{}`).
+/// `value` filtered by `filter` (the query parameter's value): `{}` when no path
+/// matches, as Elasticsearch answers; `value` itself when the filter holds no path this
+/// filter supports (empty, or only exclusions and `**`), rather than a guess.
 pub fn apply(value: &Value, filter: &str) -> Value {
     let paths: Vec<Vec<&str>> = filter
         .split(',')
@@ -16,6 +18,9 @@ pub fn apply(value: &Value, filter: &str) -> Value {
         .filter(|p| !p.is_empty() && !p.starts_with('-') && !p.contains("**"))
         .map(|p| p.split('.').collect())
         .collect();
+    if paths.is_empty() {
+        return value.clone();
+    }
     let refs: Vec<&[&str]> = paths.iter().map(Vec::as_slice).collect();
     keep(value, &refs).unwrap_or_else(|| Value::Object(Map::new()))
 }

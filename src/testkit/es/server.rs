@@ -40,6 +40,9 @@ pub struct Faults {
     pub max_body_bytes: usize,
     /// Seed of the item-rejection draw.
     pub seed: u64,
+    /// Refuse bulk requests that ask for `filter_path` with 400, as an
+    /// Elasticsearch-compatible server that does not know the parameter does.
+    pub refuse_filter_path: bool,
 }
 
 /// Counters of the server.
@@ -247,6 +250,16 @@ async fn do_bulk(s: Arc<Shared>, index: Option<String>, q: BulkParams, body: Byt
     }
     while s.faults.lock().expect("lock").stall {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if faults.refuse_filter_path && q.filter_path.is_some() {
+        return reply(
+            400,
+            request_error(
+                400,
+                "illegal_argument_exception",
+                "request [/_bulk] contains unrecognized parameter: [filter_path]",
+            ),
+        );
     }
     if faults.max_body_bytes > 0 && body.len() > faults.max_body_bytes {
         s.stats.lock().expect("lock").too_large += 1;

@@ -136,7 +136,7 @@ impl Shared {
     fn fail(&self, message: String) {
         let mut f = self.failure.lock().expect("lock");
         if f.is_none() {
-            warn!(error = %message, system = self.system, "bulk sink failed");
+            warn!(error = %message, "{} sink failed", self.system);
             *f = Some(message);
         }
         drop(f);
@@ -148,7 +148,7 @@ impl Shared {
     fn fail_unrecoverable(&self, message: String) {
         let mut f = self.failure.lock().expect("lock");
         if !self.unrecoverable.swap(true, Ordering::SeqCst) {
-            warn!(error = %message, system = self.system, "bulk sink failed");
+            warn!(error = %message, "{} sink failed", self.system);
             *f = Some(message);
         }
     }
