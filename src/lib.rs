@@ -62,6 +62,7 @@ pub mod connector;
 pub mod connectors;
 pub mod error;
 pub mod fault;
+pub mod formats;
 pub mod interpolate;
 pub mod job;
 pub mod member;

@@ -160,6 +160,15 @@ enum TestkitCommand {
         #[arg(long, value_name = "ID:KEY")]
         api_key: Vec<String>,
     },
+    /// An in-memory Schema Registry (the Confluent REST subset serializers use).
+    ///
+    /// Registers and serves Avro, Protobuf and JSON Schema schemas by subject and id;
+    /// prints its URL. Keeps nothing across restarts.
+    SchemaRegistry {
+        /// The address to listen on (port 0: any free port, printed at start).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        listen: std::net::SocketAddr,
+    },
     /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
     ///
     /// Prints its bootstrap servers; takes control lines on stdin (topic, down, up,
@@ -348,6 +357,9 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             basic_auth,
             api_key,
         }) => testkit::es(listen, tls, cert_out, basic_auth, api_key),
+        Command::Testkit(TestkitCommand::SchemaRegistry { listen }) => {
+            testkit::schema_registry(listen)
+        }
     }
 }
 

@@ -175,3 +175,25 @@ pub fn es(
         }
     })
 }
+
+/// Serves the in-memory Schema Registry until killed; prints its URL.
+pub fn schema_registry(listen: std::net::SocketAddr) -> i32 {
+    super::runtime().block_on(async move {
+        match crate::testkit::schema_registry::SchemaRegistry::start(listen).await {
+            Ok(registry) => {
+                println!("{}", registry.url());
+                eprintln!(
+                    "Schema Registry test server at {} (stats: GET {}/_lockgate/stats)",
+                    registry.url(),
+                    registry.url()
+                );
+                std::future::pending::<()>().await;
+                0
+            }
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e}");
+                EXIT_FAILURE
+            }
+        }
+    })
+}

@@ -7,3 +7,4 @@ pub mod fault_proxy;
 pub mod file_output;
 pub mod kafka;
 pub mod moto;
+pub mod schema_registry;

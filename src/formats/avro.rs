@@ -1,0 +1,600 @@
+//! Avro binary values decoded straight to JSON text, driven by the writer schema (no
+//! tree of values in between). The rules are what an Elasticsearch mapping sees:
+//!
+//! | Avro | JSON |
+//! |---|---|
+//! | record | an object, fields in schema order |
+//! | union | the branch's value, no wrapper (`null` for the null branch) |
+//! | enum | its symbol |
+//! | `bytes`, `fixed` | base64 (standard alphabet, padded) |
+//! | `decimal` | a number with exactly its digits and scale (`5094.61`, `1.50`) |
+//! | `timestamp-millis`, `-micros`, `-nanos` | epoch milliseconds (floor), or RFC 3339 in UTC with `temporal = "iso8601"` |
+//! | `local-timestamp-*` | epoch milliseconds, or RFC 3339 without an offset |
+//! | `date` | `YYYY-MM-DD` |
+//! | `time-millis`, `time-micros` | milliseconds after midnight, or `HH:MM:SS.fff` |
+//! | `uuid` | its string |
+//! | `duration` | `{"months": m, "days": d, "millis": ms}` |
+//! | map | an object |
+//! | `float`, `double` | a number; NaN and the infinities as the strings `"NaN"`, `"Infinity"`, `"-Infinity"` (Protobuf's JSON rule: JSON has no such numbers) |
+//!
+//! A value that does not match its schema (a truncated body, a union index out of range,
+//! a string that is not UTF-8, bytes left over) is an error that says what and where.
+
+use apache_avro::schema::{Name, Schema};
+use base64::Engine as _;
+use std::collections::HashMap;
+use std::io::Write as _;
+
+/// How time values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Temporal {
+    /// Epoch milliseconds (timestamps), milliseconds after midnight (times).
+    #[default]
+    EpochMillis,
+    /// RFC 3339 strings (timestamps), `HH:MM:SS.fff` (times).
+    Iso8601,
+}
+
+/// Decodes values of one writer schema.
+#[derive(Debug, Clone)]
+pub struct AvroDecoder {
+    schema: Schema,
+    /// The named types of the schema, for `Ref`s.
+    names: HashMap<Name, Schema>,
+    temporal: Temporal,
+}
+
+impl AvroDecoder {
+    /// A decoder of values written with `schema` (its named types resolved).
+    pub fn new(schema: Schema, temporal: Temporal) -> Result<AvroDecoder, String> {
+        let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
+            .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
+            .get_names()
+            .iter()
+            .map(|(n, s)| (n.clone(), (*s).clone()))
+            .collect();
+        Ok(AvroDecoder {
+            schema,
+            names,
+            temporal,
+        })
+    }
+
+    /// A decoder of the schema in `json` (an `.avsc` file, a registry's answer).
+    pub fn parse(json: &str, temporal: Temporal) -> Result<AvroDecoder, String> {
+        let schema =
+            Schema::parse_str(json).map_err(|e| format!("not a valid Avro schema: {e}"))?;
+        AvroDecoder::new(schema, temporal)
+    }
+
+    /// The JSON text of the value encoded in `datum`, which it must use whole.
+    pub fn to_json(&self, datum: &[u8]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(datum.len() * 2 + 16);
+        let mut r = Reader { b: datum, at: 0 };
+        self.value(&self.schema, &mut r, &mut out)?;
+        if r.at != datum.len() {
+            return Err(format!(
+                "{} bytes left after the value (of {})",
+                datum.len() - r.at,
+                datum.len()
+            ));
+        }
+        Ok(out)
+    }
+
+    fn value(&self, schema: &Schema, r: &mut Reader, out: &mut Vec<u8>) -> Result<(), String> {
+        match schema {
+            Schema::Null => out.extend_from_slice(b"null"),
+            Schema::Boolean => match r.byte()? {
+                0 => out.extend_from_slice(b"false"),
+                1 => out.extend_from_slice(b"true"),
+                b => return Err(r.error(&format!("boolean byte {b}"))),
+            },
+            Schema::Int | Schema::Long => number(out, r.long()?),
+            Schema::Float => float(out, f64::from(f32::from_le_bytes(r.array::<4>()?))),
+            Schema::Double => float(out, f64::from_le_bytes(r.array::<8>()?)),
+            Schema::Bytes => base64(out, r.bytes()?),
+            Schema::String => string(out, r.str()?),
+            Schema::Uuid => string(out, r.str()?),
+            Schema::Fixed(f) => base64(out, r.take(f.size)?),
+            Schema::Enum(e) => {
+                let i = r.long()?;
+                let symbol = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| e.symbols.get(i))
+                    .ok_or_else(|| r.error(&format!("enum index {i} of {}", e.symbols.len())))?;
+                string(out, symbol);
+            }
+            Schema::Union(u) => {
+                let i = r.long()?;
+                let branch = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| u.variants().get(i))
+                    .ok_or_else(|| {
+                        r.error(&format!("union index {i} of {}", u.variants().len()))
+                    })?;
+                self.value(branch, r, out)?;
+            }
+            Schema::Array(a) => {
+                out.push(b'[');
+                let mut first = true;
+                while let Some(n) = r.block()? {
+                    for _ in 0..n {
+                        if !std::mem::take(&mut first) {
+                            out.push(b',');
+                        }
+                        self.value(&a.items, r, out)?;
+                    }
+                }
+                out.push(b']');
+            }
+            Schema::Map(m) => {
+                out.push(b'{');
+                let mut first = true;
+                while let Some(n) = r.block()? {
+                    for _ in 0..n {
+                        if !std::mem::take(&mut first) {
+                            out.push(b',');
+                        }
+                        string(out, r.str()?);
+                        out.push(b':');
+                        self.value(&m.types, r, out)?;
+                    }
+                }
+                out.push(b'}');
+            }
+            Schema::Record(rec) => {
+                out.push(b'{');
+                for (i, field) in rec.fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    string(out, &field.name);
+                    out.push(b':');
+                    self.value(&field.schema, r, out)?;
+                }
+                out.push(b'}');
+            }
+            Schema::Decimal(d) => {
+                let unscaled = match &*d.inner {
+                    Schema::Fixed(f) => r.take(f.size)?,
+                    _ => r.bytes()?,
+                };
+                decimal(out, unscaled, d.scale);
+            }
+            Schema::Date => {
+                let days = r.long()?;
+                let date = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)
+                    .and_then(|e| e.checked_add_signed(chrono::TimeDelta::try_days(days)?))
+                    .ok_or_else(|| r.error(&format!("date {days} days from the epoch")))?;
+                string(out, &date.format("%Y-%m-%d").to_string());
+            }
+            Schema::TimeMillis => self.time(out, r.long()?.saturating_mul(1_000), r)?,
+            Schema::TimeMicros => self.time(out, r.long()?, r)?,
+            Schema::TimestampMillis => self.timestamp(out, r.long()?, 1_000_000, true, r)?,
+            Schema::TimestampMicros => self.timestamp(out, r.long()?, 1_000, true, r)?,
+            Schema::TimestampNanos => self.timestamp(out, r.long()?, 1, true, r)?,
+            Schema::LocalTimestampMillis => self.timestamp(out, r.long()?, 1_000_000, false, r)?,
+            Schema::LocalTimestampMicros => self.timestamp(out, r.long()?, 1_000, false, r)?,
+            Schema::LocalTimestampNanos => self.timestamp(out, r.long()?, 1, false, r)?,
+            Schema::Duration => {
+                let b = r.array::<12>()?;
+                let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+                let _ = write!(
+                    out,
+                    r#"{{"months":{},"days":{},"millis":{}}}"#,
+                    part(0),
+                    part(4),
+                    part(8)
+                );
+            }
+            Schema::BigDecimal => {
+                return Err("the big-decimal logical type is not supported".into())
+            }
+            Schema::Ref { name } => {
+                let named = self
+                    .names
+                    .get(name)
+                    .ok_or_else(|| format!("the schema names {name:?} without defining it"))?;
+                self.value(named, r, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A timestamp of `n` units of `unit_ns` nanoseconds; `utc`: with the `Z` offset.
+    fn timestamp(
+        &self,
+        out: &mut Vec<u8>,
+        n: i64,
+        unit_ns: i64,
+        utc: bool,
+        r: &Reader,
+    ) -> Result<(), String> {
+        let per_ms = 1_000_000 / unit_ns;
+        match self.temporal {
+            Temporal::EpochMillis => number(out, n.div_euclid(per_ms)),
+            Temporal::Iso8601 => {
+                let nanos = i128::from(n) * i128::from(unit_ns);
+                let t = i64::try_from(nanos)
+                    .ok()
+                    .map(chrono::DateTime::from_timestamp_nanos)
+                    .ok_or_else(|| r.error(&format!("timestamp {n} out of range")))?;
+                let digits = match unit_ns {
+                    1_000_000 => "%.3f",
+                    1_000 => "%.6f",
+                    _ => "%.9f",
+                };
+                let text = t.format(&format!("%Y-%m-%dT%H:%M:%S{digits}")).to_string();
+                string(out, &if utc { text + "Z" } else { text });
+            }
+        }
+        Ok(())
+    }
+
+    /// A time of day, `micros` after midnight.
+    fn time(&self, out: &mut Vec<u8>, micros: i64, r: &Reader) -> Result<(), String> {
+        match self.temporal {
+            Temporal::EpochMillis => number(out, micros.div_euclid(1_000)),
+            Temporal::Iso8601 => {
+                let secs = u32::try_from(micros.div_euclid(1_000_000))
+                    .map_err(|_| r.error(&format!("time of day {micros} µs")))?;
+                let nanos = (micros.rem_euclid(1_000_000) * 1_000) as u32;
+                let t = chrono::NaiveTime::from_num_seconds_from_midnight_opt(secs, nanos)
+                    .ok_or_else(|| r.error(&format!("time of day {micros} µs")))?;
+                string(out, &t.format("%H:%M:%S%.3f").to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the decoder is in a datum.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn error(&self, what: &str) -> String {
+        format!("{what} at byte {}", self.at)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| {
+                self.error(&format!(
+                    "{n} bytes wanted, {} left",
+                    self.b.len() - self.at
+                ))
+            })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let s = self.take(N)?;
+        Ok(s.try_into().expect("N bytes"))
+    }
+
+    fn byte(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// A zigzag varint (`int` and `long` alike).
+    fn long(&mut self) -> Result<i64, String> {
+        if self.at >= self.b.len() {
+            return Err(self.error("the value ends where a number was wanted"));
+        }
+        let (v, rest) =
+            super::confluent::zigzag_varint(&self.b[self.at..]).map_err(|e| self.error(&e))?;
+        self.at = self.b.len() - rest.len();
+        Ok(v)
+    }
+
+    /// Length-prefixed bytes.
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.long()?;
+        let n = usize::try_from(n).map_err(|_| self.error(&format!("a length of {n}")))?;
+        self.take(n)
+    }
+
+    fn str(&mut self) -> Result<&'a str, String> {
+        let at = self.at;
+        let b = self.bytes()?;
+        std::str::from_utf8(b).map_err(|e| format!("a string that is not UTF-8 ({e}) at byte {at}"))
+    }
+
+    /// The item count of the next block of an array or map; `None` at its end. A
+    /// negative count is followed by the block's size in bytes, which is not needed.
+    fn block(&mut self) -> Result<Option<u64>, String> {
+        match self.long()? {
+            0 => Ok(None),
+            n if n < 0 => {
+                self.long()?;
+                Ok(Some(n.unsigned_abs()))
+            }
+            n => Ok(Some(n as u64)),
+        }
+    }
+}
+
+fn number(out: &mut Vec<u8>, n: i64) {
+    let _ = write!(out, "{n}");
+}
+
+fn float(out: &mut Vec<u8>, f: f64) {
+    if f.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if f.is_infinite() {
+        out.extend_from_slice(if f > 0.0 {
+            b"\"Infinity\""
+        } else {
+            b"\"-Infinity\""
+        });
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &f);
+    }
+}
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn base64(out: &mut Vec<u8>, b: &[u8]) {
+    out.push(b'"');
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(b)
+            .as_bytes(),
+    );
+    out.push(b'"');
+}
+
+/// A decimal of a big-endian two's-complement unscaled value and `scale`: its exact
+/// digits, the point `scale` digits from the right.
+fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) {
+    let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);
+    // The magnitude, big-endian.
+    let mut mag: Vec<u8> = if negative {
+        // Two's complement: invert and add one.
+        let mut m: Vec<u8> = unscaled.iter().map(|b| !b).collect();
+        for byte in m.iter_mut().rev() {
+            let (v, carry) = byte.overflowing_add(1);
+            *byte = v;
+            if !carry {
+                break;
+            }
+        }
+        m
+    } else {
+        unscaled.to_vec()
+    };
+    // Base 10 by repeated division: decimals are a few bytes long.
+    let mut digits = Vec::new();
+    while mag.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for byte in mag.iter_mut() {
+            let cur = (rem << 8) | u32::from(*byte);
+            *byte = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    // Leading digits: at least one before the point.
+    while digits.len() <= scale {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    if negative && digits.iter().any(|&d| d != b'0') {
+        out.push(b'-');
+    }
+    let point = digits.len() - scale;
+    out.extend_from_slice(&digits[..point]);
+    if scale > 0 {
+        out.push(b'.');
+        out.extend_from_slice(&digits[point..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apache_avro::types::Value;
+    use serde_json::json;
+
+    fn decode(schema: &str, value: Value, temporal: Temporal) -> serde_json::Value {
+        let d = AvroDecoder::parse(schema, temporal).unwrap();
+        let datum = apache_avro::to_avro_datum(&d.schema, value).unwrap();
+        let text = d.to_json(&datum).unwrap();
+        serde_json::from_slice(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&text)))
+    }
+
+    fn decimal_text(unscaled: &[u8], scale: usize) -> String {
+        let mut out = Vec::new();
+        decimal(&mut out, unscaled, scale);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_decimal_is_its_exact_digits_and_scale() {
+        let cases: &[(&[u8], usize, &str)] = &[
+            (&509461i64.to_be_bytes(), 2, "5094.61"),
+            (&150i32.to_be_bytes(), 2, "1.50"),
+            (&[0x05], 3, "0.005"),
+            (&[0x00], 2, "0.00"),
+            (&[], 0, "0"),
+            (&(-509461i64).to_be_bytes(), 2, "-5094.61"),
+            (&[0xff], 1, "-0.1"),
+            (&[0x80], 0, "-128"),
+            (
+                &i128::MAX.to_be_bytes(),
+                10,
+                "17014118346046923173168730371.5884105727",
+            ),
+            (
+                &i128::MIN.to_be_bytes(),
+                0,
+                "-170141183460469231731687303715884105728",
+            ),
+        ];
+        for (bytes, scale, want) in cases {
+            assert_eq!(
+                decimal_text(bytes, *scale),
+                *want,
+                "{bytes:?} scale {scale}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_type_decodes_by_the_documented_rule() {
+        let schema = r#"{
+          "type": "record", "name": "Order", "namespace": "shop",
+          "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "paid", "type": "boolean"},
+            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "note", "type": ["null", "string"]},
+            {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+            {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+              {"name": "name", "type": "string"}, {"name": "score", "type": "double"}]}},
+            {"name": "tags", "type": {"type": "map", "values": "int"}},
+            {"name": "lines", "type": {"type": "array", "items": "Customer"}},
+            {"name": "raw", "type": "bytes"},
+            {"name": "key", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "ratio", "type": "float"}
+          ]
+        }"#;
+        let customer = |name: &str, score: f64| {
+            Value::Record(vec![
+                ("name".into(), Value::String(name.into())),
+                ("score".into(), Value::Double(score)),
+            ])
+        };
+        let value = Value::Record(vec![
+            ("id".into(), Value::Long(42)),
+            ("paid".into(), Value::Boolean(true)),
+            (
+                "amount".into(),
+                Value::Decimal(apache_avro::Decimal::from(509461i64.to_be_bytes().to_vec())),
+            ),
+            ("at".into(), Value::TimestampMillis(1_700_000_000_123)),
+            ("day".into(), Value::Date(19_000)),
+            (
+                "note".into(),
+                Value::Union(1, Box::new(Value::String("rush".into()))),
+            ),
+            ("status".into(), Value::Enum(1, "PAID".into())),
+            ("customer".into(), customer("ada", 9.5)),
+            (
+                "tags".into(),
+                Value::Map([("a".to_string(), Value::Int(1))].into_iter().collect()),
+            ),
+            (
+                "lines".into(),
+                Value::Array(vec![customer("b", 1.0), customer("c", -2.25)]),
+            ),
+            ("raw".into(), Value::Bytes(vec![0, 1, 2, 250])),
+            (
+                "key".into(),
+                Value::Uuid("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11".parse().unwrap()),
+            ),
+            ("ratio".into(), Value::Float(f32::NAN)),
+        ]);
+        let got = decode(schema, value.clone(), Temporal::EpochMillis);
+        assert_eq!(
+            got,
+            json!({
+                "id": 42, "paid": true, "amount": 5094.61, "at": 1_700_000_000_123i64,
+                "day": "2022-01-08", "note": "rush", "status": "PAID",
+                "customer": {"name": "ada", "score": 9.5}, "tags": {"a": 1},
+                "lines": [{"name": "b", "score": 1.0}, {"name": "c", "score": -2.25}],
+                "raw": "AAEC+g==", "key": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+                "ratio": "NaN"
+            })
+        );
+        let iso = decode(schema, value, Temporal::Iso8601);
+        assert_eq!(iso["at"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(iso["day"], "2022-01-08");
+    }
+
+    #[test]
+    fn a_decimal_keeps_its_digits_in_the_json_text() {
+        let schema = r#"{"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}"#;
+        let d = AvroDecoder::parse(schema, Temporal::EpochMillis).unwrap();
+        let datum = apache_avro::to_avro_datum(
+            &d.schema,
+            Value::Decimal(apache_avro::Decimal::from(vec![0x00, 0x96])),
+        )
+        .unwrap();
+        assert_eq!(d.to_json(&datum).unwrap(), b"1.50");
+    }
+
+    #[test]
+    fn times_and_timestamps_in_both_forms() {
+        let cases: &[(&str, Value, serde_json::Value, serde_json::Value)] = &[
+            (
+                r#"{"type": "long", "logicalType": "timestamp-micros"}"#,
+                Value::TimestampMicros(-1),
+                json!(-1),
+                json!("1969-12-31T23:59:59.999999Z"),
+            ),
+            (
+                r#"{"type": "long", "logicalType": "local-timestamp-millis"}"#,
+                Value::LocalTimestampMillis(86_400_000),
+                json!(86_400_000),
+                json!("1970-01-02T00:00:00.000"),
+            ),
+            (
+                r#"{"type": "int", "logicalType": "time-millis"}"#,
+                Value::TimeMillis(3_723_004),
+                json!(3_723_004),
+                json!("01:02:03.004"),
+            ),
+            (
+                r#"{"type": "int", "logicalType": "date"}"#,
+                Value::Date(-1),
+                json!("1969-12-31"),
+                json!("1969-12-31"),
+            ),
+        ];
+        for (schema, value, epoch, iso) in cases {
+            assert_eq!(
+                &decode(schema, value.clone(), Temporal::EpochMillis),
+                epoch,
+                "{schema}"
+            );
+            assert_eq!(
+                &decode(schema, value.clone(), Temporal::Iso8601),
+                iso,
+                "{schema}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_that_does_not_match_its_schema_says_what_and_where() {
+        let d = AvroDecoder::parse(r#"["null", "string"]"#, Temporal::EpochMillis).unwrap();
+        let cases: &[(&[u8], &str)] = &[
+            (&[], "ends where a number was wanted at byte 0"),
+            (&[4], "union index 2 of 2 at byte 1"),
+            (&[2, 6, b'a'], "3 bytes wanted, 1 left at byte 2"),
+            (&[2, 2, 0xff], "not UTF-8"),
+            (&[0, 0], "1 bytes left after the value"),
+            (&[0x80], "a varint that does not end"),
+        ];
+        for (datum, want) in cases {
+            let e = d.to_json(datum).unwrap_err();
+            assert!(e.contains(want), "{datum:?}: {e}");
+        }
+        assert!(AvroDecoder::parse("{\"type\": \"nope\"}", Temporal::EpochMillis).is_err());
+    }
+}
