@@ -1,0 +1,315 @@
+//! A Schema Registry client: the writer schema of a framed value, fetched by id once
+//! (`GET /schemas/ids/{id}`) and kept for the life of the client.
+//!
+//! What an answer means is a plain function ([`meaning`]): 200 is the schema; 404 says
+//! the id is unknown to the registry, which is the record's problem (its decode policy
+//! decides); 401 and 403 say the credentials are refused, which no retry cures;
+//! anything else, and no answer at all, is the registry being away: retried with
+//! backoff over every URL, and only then a failure of the job (whose restart strategy
+//! applies). A registry outage therefore never skips or dead-letters a record.
+
+use crate::connector::kit::bulk::backoff;
+use crate::secret::redact_url;
+use rand::Rng as _;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A schema as the registry serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredSchema {
+    pub id: u32,
+    /// The schema's text (Avro JSON, a `.proto` file, a JSON Schema document).
+    pub schema: String,
+    pub schema_type: SchemaType,
+    /// The schemas it imports, as `(name, subject, version)`.
+    pub references: Vec<(String, String, u32)>,
+}
+
+/// The registry's `schemaType` (absent: Avro).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaType {
+    Avro,
+    Protobuf,
+    Json,
+}
+
+/// Why a schema could not be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// The registry does not know the id (or answered something that is not a schema):
+    /// the record follows `on_decode_error`.
+    Unknown(String),
+    /// The registry could not be asked (unreachable, 5xx, refused credentials) after
+    /// every retry: the job fails.
+    Unavailable(String),
+}
+
+/// What one answer of the registry means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Meaning {
+    Schema(RegisteredSchema),
+    Unknown(String),
+    /// Retrying cannot help (refused credentials).
+    Refused(String),
+    /// Retry, perhaps at another URL.
+    Retry(String),
+}
+
+/// The meaning of the registry's answer `status` / `body` to a request for schema `id`
+/// (`status` `None`: no answer).
+pub fn meaning(id: u32, status: Option<u16>, body: &[u8]) -> Meaning {
+    let text = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+    match status {
+        Some(200) => match parse(id, body) {
+            Ok(s) => Meaning::Schema(s),
+            Err(e) => Meaning::Unknown(format!("schema id {id}: {e}")),
+        },
+        Some(404) => Meaning::Unknown(format!(
+            "schema id {id} is unknown to the registry: {}",
+            text()
+        )),
+        Some(s @ (401 | 403)) => Meaning::Refused(format!(
+            "the registry refused the credentials ({s}): {}",
+            text()
+        )),
+        Some(s) => Meaning::Retry(format!("the registry answered {s}: {}", text())),
+        None => Meaning::Retry(text()),
+    }
+}
+
+fn parse(id: u32, body: &[u8]) -> Result<RegisteredSchema, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Answer {
+        schema: String,
+        #[serde(default)]
+        schema_type: Option<String>,
+        #[serde(default)]
+        references: Vec<Reference>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Reference {
+        name: String,
+        subject: String,
+        version: u32,
+    }
+    let a: Answer =
+        serde_json::from_slice(body).map_err(|e| format!("not a registry answer: {e}"))?;
+    let schema_type = match a.schema_type.as_deref() {
+        None | Some("AVRO") => SchemaType::Avro,
+        Some("PROTOBUF") => SchemaType::Protobuf,
+        Some("JSON") => SchemaType::Json,
+        Some(other) => return Err(format!("schema type {other} is not one lockgate reads")),
+    };
+    Ok(RegisteredSchema {
+        id,
+        schema: a.schema,
+        schema_type,
+        references: a
+            .references
+            .into_iter()
+            .map(|r| (r.name, r.subject, r.version))
+            .collect(),
+    })
+}
+
+/// How the client retries a registry that is away.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Attempts over all URLs before the job fails.
+    pub attempts: u32,
+    pub initial_ms: u64,
+    pub max_ms: u64,
+}
+
+impl Default for Retry {
+    /// About a minute of retries (10 attempts, 200 ms doubling to 10 s).
+    fn default() -> Retry {
+        Retry {
+            attempts: 10,
+            initial_ms: 200,
+            max_ms: 10_000,
+        }
+    }
+}
+
+/// Fetches schemas by id, each once.
+pub struct RegistryClient {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    retry: Retry,
+    cache: Mutex<HashMap<u32, Arc<RegisteredSchema>>>,
+}
+
+impl RegistryClient {
+    /// A client of the registry at `urls` (tried in turn), with `http` (its timeouts,
+    /// TLS and credentials are the caller's).
+    pub fn new(http: reqwest::Client, urls: Vec<String>, retry: Retry) -> RegistryClient {
+        RegistryClient {
+            http,
+            urls: urls
+                .into_iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
+            retry,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// The schema of `id`: from the cache, or from the registry (then cached).
+    pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, FetchError> {
+        if let Some(s) = self.cache.lock().expect("lock").get(&id) {
+            return Ok(s.clone());
+        }
+        let mut last = String::from("no registry URL");
+        for attempt in 0..self.retry.attempts.max(1) {
+            if attempt > 0 {
+                let jitter = rand::thread_rng().gen::<f64>();
+                let wait = backoff(attempt, self.retry.initial_ms, self.retry.max_ms, jitter);
+                tokio::time::sleep(wait).await;
+            }
+            let url = &self.urls[attempt as usize % self.urls.len().max(1)];
+            let (status, body) = match self
+                .http
+                .get(format!("{url}/schemas/ids/{id}"))
+                .send()
+                .await
+            {
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    match r.bytes().await {
+                        Ok(b) => (Some(status), b.to_vec()),
+                        Err(e) => (None, e.to_string().into_bytes()),
+                    }
+                }
+                Err(e) => (None, e.to_string().into_bytes()),
+            };
+            match meaning(id, status, &body) {
+                Meaning::Schema(s) => {
+                    let s = Arc::new(s);
+                    self.cache.lock().expect("lock").insert(id, s.clone());
+                    return Ok(s);
+                }
+                Meaning::Unknown(why) => return Err(FetchError::Unknown(why)),
+                Meaning::Refused(why) => {
+                    return Err(FetchError::Unavailable(format!(
+                        "{} {why}",
+                        redact_url(url)
+                    )))
+                }
+                Meaning::Retry(why) => {
+                    tracing::warn!(registry = %redact_url(url), schema_id = id, attempt, error = %why, "the Schema Registry did not answer; retrying");
+                    last = format!("{}: {why}", redact_url(url));
+                }
+            }
+        }
+        Err(FetchError::Unavailable(format!(
+            "the Schema Registry did not answer for schema id {id} after {} attempts ({last})",
+            self.retry.attempts.max(1)
+        )))
+    }
+}
+
+/// The default request timeout of a registry client.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_each_answer_means() {
+        let avro = br#"{"schema":"\"string\""}"#;
+        assert_eq!(
+            meaning(7, Some(200), avro),
+            Meaning::Schema(RegisteredSchema {
+                id: 7,
+                schema: "\"string\"".into(),
+                schema_type: SchemaType::Avro,
+                references: vec![],
+            })
+        );
+        let proto = br#"{"schema":"syntax = \"proto3\";","schemaType":"PROTOBUF","references":[{"name":"a.proto","subject":"a","version":2}]}"#;
+        match meaning(8, Some(200), proto) {
+            Meaning::Schema(s) => {
+                assert_eq!(s.schema_type, SchemaType::Protobuf);
+                assert_eq!(s.references, vec![("a.proto".into(), "a".into(), 2)]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cases: &[(Option<u16>, &[u8], &str)] = &[
+            (Some(404), br#"{"error_code":40403}"#, "Unknown"),
+            (Some(200), b"<html>", "Unknown"),
+            (
+                Some(200),
+                br#"{"schema":"x","schemaType":"XML"}"#,
+                "Unknown",
+            ),
+            (Some(401), b"", "Refused"),
+            (Some(403), b"", "Refused"),
+            (Some(500), b"", "Retry"),
+            (Some(503), b"", "Retry"),
+            (Some(429), b"", "Retry"),
+            (None, b"connection refused", "Retry"),
+        ];
+        for (status, body, want) in cases {
+            let got = format!("{:?}", meaning(1, *status, body));
+            assert!(got.starts_with(want), "{status:?}: {got}");
+        }
+    }
+
+    fn client(urls: Vec<String>, attempts: u32) -> RegistryClient {
+        let retry = Retry {
+            attempts,
+            initial_ms: 50,
+            max_ms: 200,
+        };
+        RegistryClient::new(reqwest::Client::new(), urls, retry)
+    }
+
+    #[tokio::test]
+    async fn a_schema_is_fetched_once_and_an_unknown_id_is_the_records_problem() {
+        let reg =
+            crate::testkit::schema_registry::SchemaRegistry::start("127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+        let id = reg.register("orders-value", r#""string""#, "AVRO");
+        let c = client(vec![format!("{}/", reg.url())], 3);
+        for _ in 0..3 {
+            assert_eq!(c.schema(id).await.unwrap().schema, r#""string""#);
+        }
+        assert_eq!(reg.lookups_by_id(), 1, "fetched once, then from the cache");
+        match c.schema(99).await {
+            Err(FetchError::Unknown(why)) => assert!(why.contains("schema id 99"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A registry that is away is waited for, not skipped: the fetch succeeds once it
+    /// is back, and fails the job (Unavailable) only after every attempt.
+    #[tokio::test]
+    async fn a_registry_outage_is_retried_then_fails_the_job() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = free.local_addr().unwrap();
+        drop(free);
+        let url = format!("http://{addr}");
+        let c = client(vec![url.clone()], 2);
+        match c.schema(1).await {
+            Err(FetchError::Unavailable(why)) => assert!(why.contains("after 2 attempts"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let c = client(vec![url], 20);
+        let later = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let reg = crate::testkit::schema_registry::SchemaRegistry::start(addr)
+                .await
+                .unwrap();
+            reg.register("s", r#""long""#, "AVRO");
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(reg);
+        });
+        assert_eq!(c.schema(1).await.unwrap().schema, r#""long""#);
+        later.abort();
+    }
+}
