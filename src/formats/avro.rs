@@ -98,49 +98,25 @@ impl AvroDecoder {
             Schema::Uuid => string(out, r.str()?),
             Schema::Fixed(f) => base64(out, r.take(f.size)?),
             Schema::Enum(e) => {
-                let i = r.long()?;
-                let symbol = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| e.symbols.get(i))
-                    .ok_or_else(|| r.error(&format!("enum index {i} of {}", e.symbols.len())))?;
+                let symbol = r.index("enum", &e.symbols)?;
                 string(out, symbol);
             }
             Schema::Union(u) => {
-                let i = r.long()?;
-                let branch = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| u.variants().get(i))
-                    .ok_or_else(|| {
-                        r.error(&format!("union index {i} of {}", u.variants().len()))
-                    })?;
+                let branch = r.index("union", u.variants())?;
                 self.value(branch, r, out)?;
             }
             Schema::Array(a) => {
                 out.push(b'[');
-                let mut first = true;
-                while let Some(n) = r.block()? {
-                    for _ in 0..n {
-                        if !std::mem::take(&mut first) {
-                            out.push(b',');
-                        }
-                        self.value(&a.items, r, out)?;
-                    }
-                }
+                self.blocks(r, out, |d, r, out| d.value(&a.items, r, out))?;
                 out.push(b']');
             }
             Schema::Map(m) => {
                 out.push(b'{');
-                let mut first = true;
-                while let Some(n) = r.block()? {
-                    for _ in 0..n {
-                        if !std::mem::take(&mut first) {
-                            out.push(b',');
-                        }
-                        string(out, r.str()?);
-                        out.push(b':');
-                        self.value(&m.types, r, out)?;
-                    }
-                }
+                self.blocks(r, out, |d, r, out| {
+                    string(out, r.str()?);
+                    out.push(b':');
+                    d.value(&m.types, r, out)
+                })?;
                 out.push(b'}');
             }
             Schema::Record(rec) => {
@@ -197,6 +173,25 @@ impl AvroDecoder {
                     .get(name)
                     .ok_or_else(|| format!("the schema names {name:?} without defining it"))?;
                 self.value(named, r, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The items of an array or map, block by block, comma-separated; `item` writes one.
+    fn blocks(
+        &self,
+        r: &mut Reader,
+        out: &mut Vec<u8>,
+        item: impl Fn(&Self, &mut Reader, &mut Vec<u8>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut first = true;
+        while let Some(n) = r.block()? {
+            for _ in 0..n {
+                if !std::mem::take(&mut first) {
+                    out.push(b',');
+                }
+                item(self, r, out)?;
             }
         }
         Ok(())
@@ -294,6 +289,16 @@ impl<'a> Reader<'a> {
             super::confluent::zigzag_varint(&self.b[self.at..]).map_err(|e| self.error(&e))?;
         self.at = self.b.len() - rest.len();
         Ok(v)
+    }
+
+    /// The element of `of` that the next number indexes (an enum's symbol, a union's
+    /// branch), `what` naming it in the error.
+    fn index<'s, T>(&mut self, what: &str, of: &'s [T]) -> Result<&'s T, String> {
+        let i = self.long()?;
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| of.get(i))
+            .ok_or_else(|| self.error(&format!("{what} index {i} of {}", of.len())))
     }
 
     /// Length-prefixed bytes.

@@ -165,6 +165,14 @@ fn stored_of(body: &Value) -> Option<Stored> {
     })
 }
 
+fn no_subject(subject: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        40401,
+        format!("Subject '{subject}' not found."),
+    )
+}
+
 fn no_schema() -> Response {
     error(
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -197,11 +205,7 @@ async fn lookup(
     };
     let r = s.lock().expect("lock");
     let Some(versions) = r.subjects.get(&subject) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            40401,
-            format!("Subject '{subject}' not found."),
-        );
+        return no_subject(&subject);
     };
     for (i, &id) in versions.iter().enumerate() {
         if r.schemas[id as usize - 1] == stored {
@@ -233,11 +237,7 @@ async fn versions(State(s): State<Shared>, Path(subject): Path<String>) -> Respo
     let r = s.lock().expect("lock");
     match r.subjects.get(&subject) {
         Some(v) => Json((1..=v.len()).collect::<Vec<_>>()).into_response(),
-        None => error(
-            StatusCode::NOT_FOUND,
-            40401,
-            format!("Subject '{subject}' not found."),
-        ),
+        None => no_subject(&subject),
     }
 }
 
@@ -247,11 +247,7 @@ async fn version(
 ) -> Response {
     let r = s.lock().expect("lock");
     let Some(versions) = r.subjects.get(&subject) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            40401,
-            format!("Subject '{subject}' not found."),
-        );
+        return no_subject(&subject);
     };
     let n = match version.as_str() {
         "latest" | "-1" => versions.len(),
