@@ -100,7 +100,7 @@ fn main() {
     let time_json = || {
         let start = Instant::now();
         for j in &jsons {
-            lockgate::connectors::kafka::decode::validate_json(j).expect("valid JSON");
+            lockgate::formats::json::validate_json(j).expect("valid JSON");
         }
         start.elapsed().as_nanos() as f64 / RECORDS as f64
     };

@@ -663,6 +663,7 @@ fn build(
         parallelism: j.parallelism,
         max_parallelism: j.max_parallelism,
         checkpoint_timeout_ms: c.timeout_ms,
+        formats: registry.formats().clone(),
     };
     let checkpoint_dir = c.dir.clone();
     let mut b = Job::builder(&j.name)

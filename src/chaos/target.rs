@@ -50,6 +50,10 @@ pub struct Target {
     /// The job reads its topics' origin headers and drops replays of the upstream
     /// stage (`origin_headers = true`).
     pub origin_headers: bool,
+    /// How the job decodes its input's values and keys: the verifier decodes them the
+    /// same way.
+    pub format: crate::formats::FormatRef,
+    pub key_format: Option<crate::formats::FormatRef>,
 }
 
 impl Target {
@@ -101,6 +105,8 @@ impl Target {
             ),
         };
         Ok(Target {
+            format: k.format.clone(),
+            key_format: k.key_format.clone(),
             origin_headers: k.origin_headers,
             checkpoint_store: d.checkpoint_store.clone(),
             bootstrap_servers: k.bootstrap_servers,
@@ -167,6 +173,8 @@ impl Target {
             bootstrap_servers: upstream.bootstrap_servers.clone(),
             kafka_properties: upstream.kafka_properties.clone(),
             topics: upstream.topics.clone(),
+            format: upstream.format.clone(),
+            key_format: upstream.key_format.clone(),
             ..self.clone()
         })
     }

@@ -33,6 +33,8 @@ pub struct Input {
     pub value: Value,
     /// The record's headers (the last value of each name), as text.
     pub headers: BTreeMap<String, String>,
+    /// The payload as read, until [`read_inputs`] decodes it into `value`.
+    raw: Option<Vec<u8>>,
 }
 
 /// What verification found.
@@ -65,7 +67,47 @@ impl Verdict {
 
 /// Reads every record of the selected topics, from the beginning to the current end.
 pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
-    read_topics(t, &|name| t.selects(name))
+    let mut inputs = read_topics(t, &|name| t.selects(name))?;
+    decode(t, &mut inputs)?;
+    Ok(inputs)
+}
+
+/// Decodes the inputs' values and keys as the job does (`format`, `key_format`): a
+/// value that does not decode is `null`, as one that is not JSON. The job's own decode
+/// policy decides what becomes of those; the verifier compares what was indexed.
+fn decode(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
+    use crate::formats::{key_text, Decoded, Reader};
+    // Its own thread and runtime: the decoders may ask the Schema Registry, and the
+    // caller may run on a runtime already.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let mut values = Reader::new(t.format.clone());
+                let mut keys = t.key_format.clone().map(Reader::new);
+                for input in inputs.iter_mut() {
+                    if let Some(raw) = input.raw.take() {
+                        input.value = match rt.block_on(values.decode(&raw)) {
+                            Ok(Decoded::Unchanged) => serde_json::from_slice(&raw).ok(),
+                            Ok(Decoded::Replaced(v)) => serde_json::from_slice(&v).ok(),
+                            Err(_) => None,
+                        }
+                        .unwrap_or(Value::Null);
+                    }
+                    if let (Some(keys), Some(k)) = (keys.as_mut(), input.key.as_ref()) {
+                        if let Ok(Decoded::Replaced(v)) = rt.block_on(keys.decode(k)) {
+                            input.key = Some(key_text(v));
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .join()
+            .map_err(|_| "the input decoder panicked".to_string())?
+    })
 }
 
 /// The origins (topic, partition, offset) of the dead letters in `topic`, each once.
@@ -148,10 +190,7 @@ fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>,
         if m.offset() >= end {
             continue;
         }
-        let value = m
-            .payload()
-            .and_then(|p| serde_json::from_slice(p).ok())
-            .unwrap_or(Value::Null);
+        let value = Value::Null;
         let mut headers = BTreeMap::new();
         if let Some(h) = m.headers() {
             use rdkafka::message::Headers;
@@ -169,6 +208,7 @@ fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>,
             key: m.key().map(<[u8]>::to_vec),
             value,
             headers,
+            raw: m.payload().map(<[u8]>::to_vec),
         });
         if m.offset() + 1 >= end {
             done.insert(k, true);

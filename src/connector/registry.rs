@@ -34,6 +34,7 @@ pub struct Registry {
     sources: Vec<(&'static str, ParseSource)>,
     sinks: Vec<(&'static str, ParseSink)>,
     transforms: Vec<(&'static str, ParseTransform)>,
+    formats: crate::formats::Formats,
 }
 
 /// Deserializes a section's table; an error names the key relative to the section.
@@ -46,7 +47,7 @@ pub fn deserialize<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result
 }
 
 impl Registry {
-    /// A registry without connectors.
+    /// A registry without connectors (and with the built-in formats).
     pub fn empty() -> Registry {
         Registry::default()
     }
@@ -92,6 +93,22 @@ impl Registry {
             }),
         ));
         self
+    }
+
+    /// Adds (or replaces) the record format `name` (`format = "<name>"`,
+    /// `key_format = "<name>"` in a source section that reads formats).
+    pub fn with_format(
+        mut self,
+        name: &'static str,
+        build: crate::formats::catalog::Build,
+    ) -> Registry {
+        self.formats = self.formats.with(name, build);
+        self
+    }
+
+    /// The record formats a source section can name.
+    pub fn formats(&self) -> &crate::formats::Formats {
+        &self.formats
     }
 
     /// The names of the sources, in order.

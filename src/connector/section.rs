@@ -81,6 +81,9 @@ pub struct SectionContext {
     /// How long a checkpoint may take (`checkpoint.timeout_ms`): a sink's flush at
     /// the barrier has at most this long.
     pub checkpoint_timeout_ms: u64,
+    /// The formats a source section can name (`format`, `key_format`): the
+    /// registry's list.
+    pub formats: crate::formats::Formats,
 }
 
 impl SectionContext {

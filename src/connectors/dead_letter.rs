@@ -116,6 +116,8 @@ pub struct DeadLetter<'a> {
     pub id: Option<&'a str>,
     pub key: Option<&'a [u8]>,
     pub payload: &'a [u8],
+    /// The writer schema id of a framed record that could not be decoded.
+    pub schema_id: Option<u32>,
 }
 
 /// The configuration of a dead-letter producer: the properties that apply to a
@@ -207,6 +209,7 @@ impl DeadLetterWriter {
     pub async fn send(&self, topic: &str, letter: &DeadLetter<'_>) -> Result<(), String> {
         let partition = letter.origin.map(|o| o.1.to_string());
         let offset = letter.origin.map(|o| o.2.to_string());
+        let schema_id = letter.schema_id.map(|id| id.to_string());
         let mut headers = OwnedHeaders::new().insert(Header {
             key: "lockgate.error",
             value: Some(letter.error),
@@ -217,6 +220,7 @@ impl DeadLetterWriter {
             ("lockgate.offset", offset.as_deref()),
             ("lockgate.index", letter.index),
             ("lockgate.id", letter.id),
+            ("lockgate.schema.id", schema_id.as_deref()),
         ];
         for (key, value) in optional {
             if let Some(v) = value {

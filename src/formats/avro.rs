@@ -67,6 +67,43 @@ impl AvroDecoder {
         AvroDecoder::new(schema, temporal)
     }
 
+    /// A decoder of the schema in `json`, whose named types may be defined in the
+    /// `references` (schemas a registry lists as its references).
+    pub fn parse_with(
+        json: &str,
+        references: &[&str],
+        temporal: Temporal,
+    ) -> Result<AvroDecoder, String> {
+        if references.is_empty() {
+            return AvroDecoder::parse(json, temporal);
+        }
+        let (schema, others) = Schema::parse_str_with_list(json, references)
+            .map_err(|e| format!("not a valid Avro schema with its references: {e}"))?;
+        let mut all: Vec<&Schema> = others.iter().collect();
+        all.push(&schema);
+        let names = apache_avro::schema::ResolvedSchema::try_from(all)
+            .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
+            .get_names()
+            .iter()
+            .map(|(n, s)| (n.clone(), (*s).clone()))
+            .collect();
+        Ok(AvroDecoder {
+            schema,
+            names,
+            temporal,
+        })
+    }
+
+    /// The schema it decodes.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The named types it knows (its own and its references').
+    pub fn named(&self) -> impl Iterator<Item = &Schema> {
+        self.names.values()
+    }
+
     /// The JSON text of the value encoded in `datum`, which it must use whole.
     pub fn to_json(&self, datum: &[u8]) -> Result<Vec<u8>, String> {
         let mut out = Vec::with_capacity(datum.len() * 2 + 16);

@@ -56,19 +56,57 @@ pub enum Meaning {
     Retry(String),
 }
 
-/// The meaning of the registry's answer `status` / `body` to a request for schema `id`
-/// (`status` `None`: no answer).
-pub fn meaning(id: u32, status: Option<u16>, body: &[u8]) -> Meaning {
+/// What is asked of the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Lookup {
+    /// `GET /schemas/ids/{id}`: a framed value's writer schema.
+    Id(u32),
+    /// `GET /subjects/{subject}/versions/{version}`: a schema's reference.
+    Version { subject: String, version: u32 },
+}
+
+impl Lookup {
+    /// The request's URL under `base` (path segments escaped: reference subjects are
+    /// often file names such as `google/type/money.proto`).
+    fn url(&self, base: &str) -> Result<reqwest::Url, String> {
+        let mut url = reqwest::Url::parse(base).map_err(|e| format!("{base}: {e}"))?;
+        {
+            let mut path = url
+                .path_segments_mut()
+                .map_err(|_| format!("{base} cannot hold a path"))?;
+            path.pop_if_empty();
+            match self {
+                Lookup::Id(id) => path.extend(["schemas", "ids", &id.to_string()]),
+                Lookup::Version { subject, version } => {
+                    path.extend(["subjects", subject, "versions", &version.to_string()])
+                }
+            };
+        }
+        Ok(url)
+    }
+}
+
+impl std::fmt::Display for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lookup::Id(id) => write!(f, "schema id {id}"),
+            Lookup::Version { subject, version } => {
+                write!(f, "subject {subject:?} version {version}")
+            }
+        }
+    }
+}
+
+/// The meaning of the registry's answer `status` / `body` to `lookup` (`status`
+/// `None`: no answer).
+pub fn meaning(lookup: &Lookup, status: Option<u16>, body: &[u8]) -> Meaning {
     let text = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
     match status {
-        Some(200) => match parse(id, body) {
+        Some(200) => match parse(lookup, body) {
             Ok(s) => Meaning::Schema(s),
-            Err(e) => Meaning::Unknown(format!("schema id {id}: {e}")),
+            Err(e) => Meaning::Unknown(format!("{lookup}: {e}")),
         },
-        Some(404) => Meaning::Unknown(format!(
-            "schema id {id} is unknown to the registry: {}",
-            text()
-        )),
+        Some(404) => Meaning::Unknown(format!("{lookup} is unknown to the registry: {}", text())),
         Some(s @ (401 | 403)) => Meaning::Refused(format!(
             "the registry refused the credentials ({s}): {}",
             text()
@@ -78,10 +116,12 @@ pub fn meaning(id: u32, status: Option<u16>, body: &[u8]) -> Meaning {
     }
 }
 
-fn parse(id: u32, body: &[u8]) -> Result<RegisteredSchema, String> {
+fn parse(lookup: &Lookup, body: &[u8]) -> Result<RegisteredSchema, String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Answer {
+        #[serde(default)]
+        id: Option<u32>,
         schema: String,
         #[serde(default)]
         schema_type: Option<String>,
@@ -102,6 +142,10 @@ fn parse(id: u32, body: &[u8]) -> Result<RegisteredSchema, String> {
         Some("JSON") => SchemaType::Json,
         Some(other) => return Err(format!("schema type {other} is not one lockgate reads")),
     };
+    let id = match lookup {
+        Lookup::Id(id) => *id,
+        Lookup::Version { .. } => a.id.unwrap_or(0),
+    };
     Ok(RegisteredSchema {
         id,
         schema: a.schema,
@@ -113,6 +157,18 @@ fn parse(id: u32, body: &[u8]) -> Result<RegisteredSchema, String> {
             .collect(),
     })
 }
+
+/// A writer schema with every schema it references, directly or not, each under the
+/// name it is imported by, dependencies before what depends on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSchema {
+    pub schema: Arc<RegisteredSchema>,
+    pub references: Vec<(String, Arc<RegisteredSchema>)>,
+}
+
+/// How deep references may nest before the schema is refused (a cycle, or a registry
+/// gone wrong).
+const MAX_REFERENCE_DEPTH: usize = 32;
 
 /// How the client retries a registry that is away.
 #[derive(Debug, Clone, Copy)]
@@ -134,12 +190,23 @@ impl Default for Retry {
     }
 }
 
-/// Fetches schemas by id, each once.
+/// Fetches schemas by id (and their references by subject and version), each once.
 pub struct RegistryClient {
     http: reqwest::Client,
     urls: Vec<String>,
     retry: Retry,
-    cache: Mutex<HashMap<u32, Arc<RegisteredSchema>>>,
+    cache: Mutex<HashMap<Lookup, Arc<RegisteredSchema>>>,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl RegistryClient {
@@ -159,7 +226,54 @@ impl RegistryClient {
 
     /// The schema of `id`: from the cache, or from the registry (then cached).
     pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, FetchError> {
-        if let Some(s) = self.cache.lock().expect("lock").get(&id) {
+        self.get(&Lookup::Id(id)).await
+    }
+
+    /// The schema of `id` with the schemas it references (each fetched once).
+    pub async fn resolved(&self, id: u32) -> Result<ResolvedSchema, FetchError> {
+        let schema = self.schema(id).await?;
+        let mut references = Vec::new();
+        self.references(&schema, 0, &mut references)
+            .await
+            .map_err(|e| match e {
+                FetchError::Unknown(why) => FetchError::Unknown(format!("schema id {id}: {why}")),
+                other => other,
+            })?;
+        Ok(ResolvedSchema { schema, references })
+    }
+
+    /// Adds the references of `s` to `out`, each after its own references.
+    fn references<'a>(
+        &'a self,
+        s: &'a RegisteredSchema,
+        depth: usize,
+        out: &'a mut Vec<(String, Arc<RegisteredSchema>)>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), FetchError>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            for (name, subject, version) in &s.references {
+                if out.iter().any(|(n, _)| n == name) {
+                    continue;
+                }
+                if depth >= MAX_REFERENCE_DEPTH {
+                    return Err(FetchError::Unknown(format!(
+                        "references nest deeper than {MAX_REFERENCE_DEPTH} (a cycle?)"
+                    )));
+                }
+                let lookup = Lookup::Version {
+                    subject: subject.clone(),
+                    version: *version,
+                };
+                let r = self.get(&lookup).await?;
+                self.references(&r, depth + 1, out).await?;
+                out.push((name.clone(), r));
+            }
+            Ok(())
+        })
+    }
+
+    async fn get(&self, lookup: &Lookup) -> Result<Arc<RegisteredSchema>, FetchError> {
+        if let Some(s) = self.cache.lock().expect("lock").get(lookup) {
             return Ok(s.clone());
         }
         let mut last = String::from("no registry URL");
@@ -170,12 +284,11 @@ impl RegistryClient {
                 tokio::time::sleep(wait).await;
             }
             let url = &self.urls[attempt as usize % self.urls.len().max(1)];
-            let (status, body) = match self
-                .http
-                .get(format!("{url}/schemas/ids/{id}"))
-                .send()
-                .await
-            {
+            let request = match lookup.url(url) {
+                Ok(u) => self.http.get(u),
+                Err(e) => return Err(FetchError::Unavailable(e)),
+            };
+            let (status, body) = match request.send().await {
                 Ok(r) => {
                     let status = r.status().as_u16();
                     match r.bytes().await {
@@ -185,10 +298,13 @@ impl RegistryClient {
                 }
                 Err(e) => (None, e.to_string().into_bytes()),
             };
-            match meaning(id, status, &body) {
+            match meaning(lookup, status, &body) {
                 Meaning::Schema(s) => {
                     let s = Arc::new(s);
-                    self.cache.lock().expect("lock").insert(id, s.clone());
+                    self.cache
+                        .lock()
+                        .expect("lock")
+                        .insert(lookup.clone(), s.clone());
                     return Ok(s);
                 }
                 Meaning::Unknown(why) => return Err(FetchError::Unknown(why)),
@@ -199,13 +315,13 @@ impl RegistryClient {
                     )))
                 }
                 Meaning::Retry(why) => {
-                    tracing::warn!(registry = %redact_url(url), schema_id = id, attempt, error = %why, "the Schema Registry did not answer; retrying");
+                    tracing::warn!(registry = %redact_url(url), lookup = %lookup, attempt, error = %why, "the Schema Registry did not answer; retrying");
                     last = format!("{}: {why}", redact_url(url));
                 }
             }
         }
         Err(FetchError::Unavailable(format!(
-            "the Schema Registry did not answer for schema id {id} after {} attempts ({last})",
+            "the Schema Registry did not answer for {lookup} after {} attempts ({last})",
             self.retry.attempts.max(1)
         )))
     }
@@ -222,7 +338,7 @@ mod tests {
     fn what_each_answer_means() {
         let avro = br#"{"schema":"\"string\""}"#;
         assert_eq!(
-            meaning(7, Some(200), avro),
+            meaning(&Lookup::Id(7), Some(200), avro),
             Meaning::Schema(RegisteredSchema {
                 id: 7,
                 schema: "\"string\"".into(),
@@ -231,7 +347,7 @@ mod tests {
             })
         );
         let proto = br#"{"schema":"syntax = \"proto3\";","schemaType":"PROTOBUF","references":[{"name":"a.proto","subject":"a","version":2}]}"#;
-        match meaning(8, Some(200), proto) {
+        match meaning(&Lookup::Id(8), Some(200), proto) {
             Meaning::Schema(s) => {
                 assert_eq!(s.schema_type, SchemaType::Protobuf);
                 assert_eq!(s.references, vec![("a.proto".into(), "a".into(), 2)]);
@@ -254,7 +370,7 @@ mod tests {
             (None, b"connection refused", "Retry"),
         ];
         for (status, body, want) in cases {
-            let got = format!("{:?}", meaning(1, *status, body));
+            let got = format!("{:?}", meaning(&Lookup::Id(1), *status, body));
             assert!(got.starts_with(want), "{status:?}: {got}");
         }
     }

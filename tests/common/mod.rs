@@ -2,6 +2,7 @@
 //! and verifying what it committed.
 #![allow(dead_code)]
 
+pub mod confluent;
 pub mod es;
 pub mod kafka;
 pub mod telemetry;

@@ -193,6 +193,7 @@ impl BulkTarget for EsTarget {
                 .as_deref()
                 .or(action.body.as_deref())
                 .unwrap_or_default(),
+            schema_id: None,
         }
     }
 }

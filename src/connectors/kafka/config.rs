@@ -2,9 +2,15 @@
 //! section, its defaults (one place: [`KafkaSourceConfig::new`]), its validation.
 
 pub use super::topic_ids::RecreatedPolicy;
+use crate::formats::avro::Temporal;
+use crate::formats::plain::Plain;
+use crate::formats::registry_section::RegistrySection;
+use crate::formats::{FormatOptions, FormatRef, Output};
 use crate::secret::Properties;
 use regex::Regex;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A topic pattern that matches whole topic names only, as Java's `Pattern.matches`
 /// does for Flink's `topic-pattern`: every alternative of an alternation must match the
@@ -97,14 +103,6 @@ impl Startup {
     }
 }
 
-/// How record payloads are checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Text,
-    Bytes,
-}
-
 /// What happens to a record that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeErrorPolicy {
@@ -145,7 +143,11 @@ pub struct KafkaSourceConfig {
     pub partition_discovery_ms: u64,
     /// Stop at the end offsets captured at the first start.
     pub bounded: bool,
-    pub format: Format,
+    /// How record values are decoded (`format`): `json` by default.
+    pub format: FormatRef,
+    /// How record keys are decoded (`key_format`); `None`: keys are passed on as they
+    /// are.
+    pub key_format: Option<FormatRef>,
     pub on_decode_error: DecodeErrorPolicy,
     /// How long the first contact with the cluster may take before the job fails.
     pub connect_timeout_ms: u64,
@@ -184,7 +186,8 @@ impl KafkaSourceConfig {
             startup: Startup::Earliest,
             partition_discovery_ms: 5000,
             bounded: false,
-            format: Format::Json,
+            format: FormatRef::new(Plain(Output::Json)),
+            key_format: None,
             on_decode_error: DecodeErrorPolicy::Fail,
             connect_timeout_ms: 30_000,
             properties: Properties::default(),
@@ -219,6 +222,15 @@ pub struct KafkaSection {
     partition_discovery_ms: Option<u64>,
     bounded: Option<String>,
     format: Option<String>,
+    key_format: Option<String>,
+    schema_file: Option<PathBuf>,
+    reader_schema_file: Option<PathBuf>,
+    message: Option<String>,
+    key_schema_file: Option<PathBuf>,
+    key_reader_schema_file: Option<PathBuf>,
+    key_message: Option<String>,
+    temporal: Option<String>,
+    schema_registry: Option<RegistrySection>,
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
     origin_headers: Option<bool>,
@@ -250,9 +262,14 @@ impl KafkaSection {
         }
     }
 
-    /// The source's configuration (`group_id` defaults to `lockgate-<job name>`). An
+    /// The source's configuration (`group_id` defaults to `lockgate-<job name>`; paths
+    /// relative to the job file's directory; formats from the registry's list). An
     /// error is `(key, message)`, the key relative to the section.
-    pub fn config(&self, job_name: &str) -> Result<KafkaSourceConfig, (String, String)> {
+    pub fn config(
+        &self,
+        cx: &crate::connector::SectionContext,
+    ) -> Result<KafkaSourceConfig, (String, String)> {
+        let job_name = cx.job_name.as_str();
         use crate::connectors::at_key as at;
         let topics = match (&self.topics, &self.topic_pattern) {
             (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
@@ -286,18 +303,7 @@ impl KafkaSection {
                 )))
             }
         };
-        if let Some(f) = &self.format {
-            c.format = match f.as_str() {
-                "json" => Format::Json,
-                "text" => Format::Text,
-                "bytes" => Format::Bytes,
-                other => {
-                    return Err(at("format")(format!(
-                        "`{other}` is not one of json, text, bytes"
-                    )))
-                }
-            };
-        }
+        self.formats(cx, &mut c)?;
         if let Some(p) = &self.on_decode_error {
             c.on_decode_error = DecodeErrorPolicy::parse(p).map_err(at("on_decode_error"))?;
         }
@@ -316,6 +322,94 @@ impl KafkaSection {
     }
 }
 
+impl KafkaSection {
+    /// Builds `format` and `key_format` with their keys, through the Schema Registry
+    /// of `schema_registry` if there is one.
+    fn formats(
+        &self,
+        cx: &crate::connector::SectionContext,
+        c: &mut KafkaSourceConfig,
+    ) -> Result<(), (String, String)> {
+        use crate::connectors::at_key as at;
+        let temporal = match self.temporal.as_deref() {
+            None | Some("epoch-millis") => Temporal::EpochMillis,
+            Some("iso8601") => Temporal::Iso8601,
+            Some(other) => {
+                return Err(at("temporal")(format!(
+                    "`{other}` is not one of epoch-millis, iso8601"
+                )))
+            }
+        };
+        let registry = match &self.schema_registry {
+            Some(r) => {
+                let settings = r
+                    .settings(|p| cx.resolve(p))
+                    .map_err(|(k, m)| (format!("schema_registry.{k}"), m))?;
+                let client = settings
+                    .client()
+                    .map_err(|m| ("schema_registry".to_string(), m))?;
+                Some(Arc::new(client))
+            }
+            None => None,
+        };
+        let value = FormatOptions {
+            prefix: "",
+            registry: registry.clone(),
+            schema_file: self.schema_file.as_deref().map(|p| cx.resolve(p)),
+            reader_schema_file: self.reader_schema_file.as_deref().map(|p| cx.resolve(p)),
+            message: self.message.clone(),
+            temporal,
+        };
+        c.format = cx
+            .formats
+            .build("format", self.format.as_deref().unwrap_or("json"), &value)?;
+        let key = FormatOptions {
+            prefix: "key_",
+            registry,
+            schema_file: self.key_schema_file.as_deref().map(|p| cx.resolve(p)),
+            reader_schema_file: self
+                .key_reader_schema_file
+                .as_deref()
+                .map(|p| cx.resolve(p)),
+            message: self.key_message.clone(),
+            temporal,
+        };
+        c.key_format = match &self.key_format {
+            Some(name) => Some(cx.formats.build("key_format", name, &key)?),
+            None => {
+                for (given, k) in [
+                    (key.schema_file.is_some(), "key_schema_file"),
+                    (key.reader_schema_file.is_some(), "key_reader_schema_file"),
+                    (key.message.is_some(), "key_message"),
+                ] {
+                    if given {
+                        return Err(at(k)("applies to key_format, which is not given".into()));
+                    }
+                }
+                None
+            }
+        };
+        if registry_unused(&self.schema_registry, &c.format, &c.key_format) {
+            return Err(at("schema_registry")(format!(
+                "neither format ({}) nor key_format reads framed values from a Schema Registry",
+                c.format.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A `schema_registry` that no format asks: a mistake the user should hear of.
+fn registry_unused(
+    section: &Option<RegistrySection>,
+    format: &FormatRef,
+    key_format: &Option<FormatRef>,
+) -> bool {
+    section.is_some()
+        && format.registry().is_none()
+        && key_format.as_ref().is_none_or(|k| k.registry().is_none())
+}
+
 /// What a job keyed per partition (`job.co_partitioned`) needs instead of a source
 /// whose partitions do not hold every record of a key.
 pub const CO_PARTITIONED_FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
@@ -325,9 +419,9 @@ impl crate::connector::SourceSection for KafkaSection {
         self,
         cx: &crate::connector::SectionContext,
     ) -> Result<crate::connector::PreparedSource, crate::connector::KeyError> {
-        let cfg = self.config(&cx.job_name)?;
+        let cfg = self.config(cx)?;
         let facts = crate::connector::SourceFacts {
-            format: format!("{:?}", cfg.format).to_lowercase(),
+            format: cfg.format.output().name().to_string(),
             format_key: "source.kafka.format".into(),
             offsets_per_split: true,
             kafka: Some(self.cluster()),
@@ -352,13 +446,24 @@ impl crate::connector::SourceSection for KafkaSection {
 mod tests {
     use super::*;
 
+    fn cx(job: &str) -> crate::connector::SectionContext {
+        crate::connector::SectionContext {
+            job_name: job.into(),
+            base_dir: ".".into(),
+            parallelism: 1,
+            max_parallelism: 16,
+            checkpoint_timeout_ms: 60_000,
+            formats: crate::formats::Formats::builtin(),
+        }
+    }
+
     #[test]
     fn debug_hides_secret_properties() {
         let section: KafkaSection = toml::from_str(
             "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"sasl.password\" = \"kafka-pw\"\n\"sasl.username\" = \"writer\"",
         )
         .unwrap();
-        let config = section.config("j").unwrap();
+        let config = section.config(&cx("j")).unwrap();
         for shown in [format!("{section:?}"), format!("{config:?}")] {
             assert!(
                 shown.contains("writer") && !shown.contains("kafka-pw"),
@@ -420,7 +525,7 @@ mod tests {
         let section: KafkaSection =
             toml::from_str("bootstrap_servers = \"k:9092\"\ntopics = [\"orders\"]").unwrap();
         assert_eq!(
-            section.config("job").unwrap(),
+            section.config(&cx("job")).unwrap(),
             KafkaSourceConfig::new(
                 "k:9092",
                 TopicSelector::List(vec!["orders".into()]),
@@ -454,13 +559,13 @@ on_topic_recreated = "restart"
         want.startup = Startup::Latest;
         want.partition_discovery_ms = 7;
         want.bounded = true;
-        want.format = Format::Text;
+        want.format = FormatRef::new(Plain(Output::Text));
         want.on_decode_error = DecodeErrorPolicy::Skip;
         want.connect_timeout_ms = 9;
         want.on_topic_recreated = RecreatedPolicy::Restart;
         want.properties
             .insert("fetch.wait.max.ms".into(), "5".into());
-        assert_eq!(section.config("job").unwrap(), want);
+        assert_eq!(section.config(&cx("job")).unwrap(), want);
         for (bad, key) in [
             ("bootstrap_servers = \"k\"", "topics"),
             (
@@ -489,7 +594,7 @@ on_topic_recreated = "restart"
             ),
         ] {
             let s: KafkaSection = toml::from_str(bad).unwrap();
-            assert_eq!(s.config("job").unwrap_err().0, key, "{bad}");
+            assert_eq!(s.config(&cx("job")).unwrap_err().0, key, "{bad}");
         }
     }
 }

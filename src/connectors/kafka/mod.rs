@@ -3,7 +3,6 @@
 //! restart, and partitions discovered later starting at EARLIEST.
 
 pub mod config;
-pub mod decode;
 pub mod fetcher;
 pub mod metrics;
 pub mod properties;
@@ -15,9 +14,7 @@ pub mod start_position;
 pub mod topic_ids;
 pub mod upstream;
 
-pub use config::{
-    DecodeErrorPolicy, Format, KafkaSourceConfig, Startup, TopicPattern, TopicSelector,
-};
+pub use config::{DecodeErrorPolicy, KafkaSourceConfig, Startup, TopicPattern, TopicSelector};
 pub use source::KafkaSource;
 
 /// The source kind of the Kafka source in a job graph.

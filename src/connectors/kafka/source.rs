@@ -1,7 +1,6 @@
 //! The Kafka source subtask.
 
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
-use super::decode;
 use super::fetcher::{
     Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LiveEnds, LogContext, Run,
 };
@@ -13,6 +12,7 @@ use super::{Tp, KIND};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
+use crate::formats::{self, Decoded, Failure, Reader};
 use crate::record::{Batch, Origin, Record};
 use crate::telemetry::{PartitionGauges, Telemetry};
 
@@ -94,6 +94,10 @@ pub struct KafkaSource {
     /// every checkpoint, and compared with the cluster's at each discovery.
     ids: BTreeMap<String, TopicId>,
     metrics: Option<SourceMetrics>,
+    /// Decodes record values (`format`).
+    values: Reader,
+    /// Decodes record keys (`key_format`), if they are decoded.
+    keys: Option<Reader>,
 }
 
 /// The source subtask's metric handles, taken at open.
@@ -167,6 +171,8 @@ impl KafkaSource {
     /// A source subtask reading what `cfg` selects.
     pub fn new(cfg: Arc<KafkaSourceConfig>) -> KafkaSource {
         KafkaSource {
+            values: Reader::new(cfg.format.clone()),
+            keys: cfg.key_format.clone().map(Reader::new),
             cfg,
             name: String::new(),
             info: None,
@@ -458,6 +464,47 @@ impl KafkaSource {
                 .all(|(tp, next)| self.ends.get(tp).is_some_and(|end| next >= end))
     }
 
+    /// The key and value of record `f` as the job sees them: decoded by `key_format`
+    /// and `format` (a decoded key that is a JSON string becomes its text), or the
+    /// bytes as they are, without a copy, where the format only checks them.
+    async fn decode(
+        &mut self,
+        f: &Fetched,
+        bytes: &Bytes,
+        tombstone: bool,
+    ) -> std::result::Result<(Option<Bytes>, Bytes), Failure> {
+        let value = match &f.payload {
+            _ if tombstone => Bytes::new(),
+            None if self.cfg.format.output() == formats::Output::Bytes => Bytes::new(),
+            None => {
+                return Err(Failure::Record {
+                    why: "null payload (tombstone)".into(),
+                    schema_id: None,
+                })
+            }
+            Some(r) => match self.values.decode(&bytes[r.clone()]).await? {
+                Decoded::Unchanged => bytes.slice(r.clone()),
+                Decoded::Replaced(v) => Bytes::from(v),
+            },
+        };
+        let key = match (&f.key, self.keys.as_mut()) {
+            (None, _) => None,
+            (Some(r), None) => Some(bytes.slice(r.clone())),
+            (Some(r), Some(keys)) => Some(match keys.decode(&bytes[r.clone()]).await {
+                Ok(Decoded::Unchanged) => bytes.slice(r.clone()),
+                Ok(Decoded::Replaced(v)) => Bytes::from(formats::key_text(v)),
+                Err(Failure::Record { why, schema_id }) => {
+                    return Err(Failure::Record {
+                        why: format!("key: {why}"),
+                        schema_id,
+                    })
+                }
+                Err(e) => return Err(e),
+            }),
+        };
+        Ok((key, value))
+    }
+
     /// A record that cannot be decoded: fails the job, or is skipped or dead-lettered,
     /// as `on_decode_error` says. It is never passed on.
     async fn on_decode_error(
@@ -466,6 +513,7 @@ impl KafkaSource {
         f: &Fetched,
         bytes: &[u8],
         why: &str,
+        schema_id: Option<u32>,
     ) -> Result<()> {
         match &self.cfg.on_decode_error {
             DecodeErrorPolicy::Fail => Err(self.err(format!(
@@ -484,6 +532,7 @@ impl KafkaSource {
                     origin: Some((&run.topic, run.partition, f.offset)),
                     key: f.key.clone().map(|r| &bytes[r]),
                     payload: f.payload.clone().map_or(&[][..], |r| &bytes[r]),
+                    schema_id,
                     ..DeadLetter::default()
                 };
                 // The position only moves past the record once the broker acknowledged
@@ -869,7 +918,8 @@ impl Source for KafkaSource {
                         }
                         Ok(_) => {}
                         Err(why) => {
-                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why).await {
+                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why, None).await
+                            {
                                 self.marks.insert(tp, std::mem::take(marks));
                                 return Err(e);
                             }
@@ -879,27 +929,38 @@ impl Source for KafkaSource {
                     }
                 }
                 let tombstone = f.payload.is_none() && self.cfg.tombstones;
-                if tombstone {
-                    // Passed on as such: the sink's `on_null_value` says what it means.
-                } else if let Err(why) =
-                    decode::check(self.cfg.format, f.payload.clone().map(|r| &bytes[r]))
-                {
-                    if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why).await {
-                        if let Some(m) = marks.take() {
-                            self.marks.insert(tp, m);
+                let (key, value) = match self.decode(&f, &bytes, tombstone).await {
+                    Ok(kv) => kv,
+                    Err(failure) => {
+                        let failed = match failure {
+                            Failure::Record { why, schema_id } => {
+                                self.on_decode_error(&run, &f, &bytes, &why, schema_id)
+                                    .await
+                            }
+                            // Waited for with retries already: the job fails, and the
+                            // record is read again after the restart.
+                            Failure::Registry(why) => Err(self.err(format!(
+                                "record {}/{}@{} needs its writer schema: {why}",
+                                run.topic, run.partition, f.offset
+                            ))),
+                        };
+                        if let Err(e) = failed {
+                            if let Some(m) = marks.take() {
+                                self.marks.insert(tp, m);
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
+                        next = NextOffset::after(f.offset);
+                        continue;
                     }
-                    next = NextOffset::after(f.offset);
-                    continue;
-                }
+                };
                 next = NextOffset::after(f.offset);
                 read_bytes += f.key.as_ref().map_or(0, |r| r.len())
                     + f.payload.as_ref().map_or(0, |r| r.len());
                 out.push(Record {
-                    key: f.key.map(|r| bytes.slice(r)),
+                    key,
                     route_key: None,
-                    value: f.payload.map_or_else(Bytes::new, |r| bytes.slice(r)),
+                    value,
                     origin: Some(Origin {
                         stream: run.topic.clone(),
                         partition: run.partition,

@@ -353,6 +353,7 @@ pub fn section_context(base_dir: &Path) -> crate::connector::SectionContext {
         parallelism: 1,
         max_parallelism: 16,
         checkpoint_timeout_ms: 60_000,
+        formats: crate::formats::Formats::builtin(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Checking payloads against the configured format.
+//! The `json` format's check.
 //!
 //! The JSON check accepts exactly what `serde_json` parses into a `serde_json::Value`
 //! (RFC 8259 JSON text, UTF-8, escapes that name characters, at most [`MAX_DEPTH`]
@@ -10,20 +10,6 @@
 //! the text. Skipping checks neither the depth nor what a `\u` escape names (a lone
 //! surrogate), so a payload with a `\u` escape or more than [`MAX_DEPTH`] opening
 //! brackets is parsed in full.
-
-use super::config::Format;
-
-/// Checks that `payload` is a valid record of `format`; the error says why not.
-pub fn check(format: Format, payload: Option<&[u8]>) -> Result<(), String> {
-    match (format, payload) {
-        (Format::Bytes, _) => Ok(()),
-        (_, None) => Err("null payload (tombstone)".into()),
-        (Format::Text, Some(p)) => std::str::from_utf8(p)
-            .map(|_| ())
-            .map_err(|e| format!("not UTF-8: {e}")),
-        (Format::Json, Some(p)) => validate_json(p).map_err(|e| format!("not valid JSON: {e}")),
-    }
-}
 
 /// The deepest nesting of arrays and objects accepted: `serde_json`'s recursion limit
 /// (it refuses the 128th level).
@@ -87,16 +73,6 @@ impl Scan {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn formats() {
-        assert!(check(Format::Json, Some(b"{\"a\":1}")).is_ok());
-        assert!(check(Format::Json, Some(b"{\"a\":")).is_err());
-        assert!(check(Format::Json, None).is_err());
-        assert!(check(Format::Text, Some(&[0xff, 0xfe])).is_err());
-        assert!(check(Format::Bytes, Some(&[0xff])).is_ok());
-        assert!(check(Format::Bytes, None).is_ok());
-    }
 
     /// What the check must accept: what `serde_json` parses as a `Value` (UTF-8, the
     /// recursion limit), numbers judged by syntax alone.

@@ -1,0 +1,283 @@
+//! `[source.kafka.schema_registry]`: where the writer schemas of framed values come
+//! from, with the same credential and TLS keys as `[sink.elasticsearch]`:
+//!
+//! ```toml
+//! [source.kafka.schema_registry]
+//! url = "https://registry:8081"      # or urls = [...], tried in turn
+//! username = "lockgate"              # basic auth; password or password_file
+//! password = "${REGISTRY_PASSWORD}"
+//! # bearer_token = "..." or bearer_token_file = "..."
+//! # ca_cert = "ca.pem", tls_verify = "full" | "certificate" | "none"
+//! # request_timeout_ms = 10000
+//! ```
+//!
+//! Everything is checked, and every file read, when the job file is loaded: a mistake
+//! is an error that names its key. Secrets never reach a log line or an error.
+
+use super::registry::{RegistryClient, Retry, TIMEOUT};
+use crate::connectors::elasticsearch::connection::{parse_node, Auth, CaCert, TlsVerify};
+use crate::secret::{read_secret_file, Secret, UrlText};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The section as written in a job file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySection {
+    url: Option<UrlText>,
+    urls: Option<Vec<UrlText>>,
+    username: Option<String>,
+    password: Option<Secret>,
+    password_file: Option<PathBuf>,
+    bearer_token: Option<Secret>,
+    bearer_token_file: Option<PathBuf>,
+    ca_cert: Option<PathBuf>,
+    tls_verify: Option<String>,
+    request_timeout_ms: Option<u64>,
+}
+
+/// The checked settings: URLs without user info, credentials, TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrySettings {
+    pub urls: Vec<String>,
+    pub auth: Option<Auth>,
+    pub ca_cert: Option<CaCert>,
+    pub tls_verify: TlsVerify,
+    pub timeout: Duration,
+}
+
+impl RegistrySection {
+    /// The checked settings; relative paths are resolved by `resolve`. An error is
+    /// `(key, message)`, the key relative to the section.
+    pub fn settings(
+        &self,
+        resolve: impl Fn(&Path) -> PathBuf,
+    ) -> Result<RegistrySettings, (String, String)> {
+        let (given, key): (Vec<&UrlText>, &str) = match (&self.url, &self.urls) {
+            (Some(u), None) => (vec![u], "url"),
+            (None, Some(u)) if !u.is_empty() => (u.iter().collect(), "urls"),
+            (None, Some(_)) => return Err(("urls".into(), "at least one URL is needed".into())),
+            (None, None) => {
+                return Err((
+                    "url".into(),
+                    "the registry's address is required: url or urls".into(),
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(("url and urls".into(), "give url or urls, not both".into()))
+            }
+        };
+        let mut urls = Vec::with_capacity(given.len());
+        let mut from_urls: Option<(String, Secret)> = None;
+        for (i, u) in given.iter().enumerate() {
+            let name = if key == "urls" {
+                format!("urls[{i}]")
+            } else {
+                key.to_string()
+            };
+            let (url, info) = parse_node(&u.0).map_err(|m| (name.clone(), m))?;
+            if let Some(info) = info {
+                if from_urls.as_ref().is_some_and(|prev| *prev != info) {
+                    return Err((name, "the URLs carry different credentials".into()));
+                }
+                from_urls = Some(info);
+            }
+            urls.push(url.as_str().trim_end_matches('/').to_string());
+        }
+        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| match (value, file)
+        {
+            (Some(_), Some(_)) => Err((
+                format!("{key} and {key}_file"),
+                format!("give {key} or {key}_file, not both"),
+            )),
+            (Some(v), None) => Ok(Some(v.clone())),
+            (None, Some(f)) => read_secret_file(&resolve(f))
+                .map(Some)
+                .map_err(|m| (format!("{key}_file"), m)),
+            (None, None) => Ok(None),
+        };
+        let password = secret(&self.password, &self.password_file, "password")?;
+        let bearer = secret(&self.bearer_token, &self.bearer_token_file, "bearer_token")?;
+        let mut auth = match (&self.username, password, bearer) {
+            (None, None, None) => None,
+            (Some(u), Some(p), None) => Some(Auth::Basic {
+                username: u.clone(),
+                password: p,
+            }),
+            (Some(_), None, None) => {
+                return Err((
+                    "password".into(),
+                    "username needs a password (or password_file)".into(),
+                ))
+            }
+            (None, Some(_), None) => {
+                return Err(("username".into(), "password needs a username".into()))
+            }
+            (None, None, Some(t)) => Some(Auth::Bearer(t)),
+            _ => {
+                return Err((
+                    "username and bearer_token".into(),
+                    "give one way to authenticate: username + password, or bearer_token".into(),
+                ))
+            }
+        };
+        if let Some((username, password)) = from_urls {
+            if auth.is_some() {
+                return Err((
+                    key.into(),
+                    "credentials in a URL and in the section's keys: keep one".into(),
+                ));
+            }
+            auth = Some(Auth::Basic { username, password });
+        }
+        let tls_verify = match &self.tls_verify {
+            Some(v) => TlsVerify::parse(v).map_err(|m| ("tls_verify".to_string(), m))?,
+            None => TlsVerify::Full,
+        };
+        let ca_cert = match &self.ca_cert {
+            Some(p) => Some(CaCert::read(resolve(p)).map_err(|m| ("ca_cert".to_string(), m))?),
+            None => None,
+        };
+        if tls_verify == TlsVerify::Certificate && ca_cert.is_none() {
+            return Err((
+                "tls_verify".into(),
+                "\"certificate\" checks the chain up to ca_cert: give ca_cert".into(),
+            ));
+        }
+        let timeout = match self.request_timeout_ms {
+            Some(0) => return Err(("request_timeout_ms".into(), "must be positive".into())),
+            Some(ms) => Duration::from_millis(ms),
+            None => TIMEOUT,
+        };
+        Ok(RegistrySettings {
+            urls,
+            auth,
+            ca_cert,
+            tls_verify,
+            timeout,
+        })
+    }
+}
+
+impl RegistrySettings {
+    /// A client of the registry with these settings.
+    pub fn client(&self) -> Result<RegistryClient, String> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::ACCEPT,
+            reqwest::header::HeaderValue::from_static(
+                "application/vnd.schemaregistry.v1+json, application/json",
+            ),
+        );
+        if let Some(auth) = &self.auth {
+            let mut v = reqwest::header::HeaderValue::from_str(auth.header_value().expose())
+                .map_err(|_| "the credentials cannot be sent in a header".to_string())?;
+            v.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+        let mut b = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .connect_timeout(self.timeout)
+            .default_headers(headers);
+        let certs = |ca: &CaCert| {
+            reqwest::Certificate::from_pem_bundle(&ca.pem)
+                .map_err(|e| format!("{}: {e}", ca.path.display()))
+        };
+        match (&self.ca_cert, self.tls_verify) {
+            (_, TlsVerify::None) => {
+                tracing::warn!(
+                    "the Schema Registry's certificate is not checked (tls_verify = \"none\")"
+                );
+                b = b.danger_accept_invalid_certs(true);
+            }
+            (Some(ca), verify) => {
+                for c in certs(ca)? {
+                    b = b.add_root_certificate(c);
+                }
+                if verify == TlsVerify::Certificate {
+                    b = b.danger_accept_invalid_hostnames(true);
+                }
+            }
+            (None, _) => {}
+        }
+        let http = b.build().map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(RegistryClient::new(
+            http,
+            self.urls.clone(),
+            Retry::default(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(toml_text: &str) -> Result<RegistrySettings, (String, String)> {
+        let s: RegistrySection =
+            toml::from_str(toml_text).map_err(|e| ("".into(), e.to_string()))?;
+        s.settings(|p| p.to_path_buf())
+    }
+
+    #[test]
+    fn every_mistake_names_its_key() {
+        let cases = [
+            ("", "url"),
+            ("urls = []", "urls"),
+            ("url = \"a\"\nurls = [\"b\"]", "url and urls"),
+            ("url = \"ftp://r\"", "url"),
+            ("urls = [\"http://r\", \"nope\"]", "urls[1]"),
+            ("url = \"http://r\"\nusername = \"u\"", "password"),
+            ("url = \"http://r\"\npassword = \"p\"", "username"),
+            (
+                "url = \"http://r\"\npassword = \"p\"\npassword_file = \"f\"\nusername = \"u\"",
+                "password and password_file",
+            ),
+            (
+                "url = \"http://r\"\nbearer_token_file = \"/nonexistent/t\"",
+                "bearer_token_file",
+            ),
+            (
+                "url = \"http://r\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\"",
+                "username and bearer_token",
+            ),
+            ("url = \"http://u:p@r\"\nbearer_token = \"t\"", "url"),
+            ("url = \"http://r\"\ntls_verify = \"maybe\"", "tls_verify"),
+            (
+                "url = \"http://r\"\ntls_verify = \"certificate\"",
+                "tls_verify",
+            ),
+            (
+                "url = \"http://r\"\nca_cert = \"/nonexistent/ca.pem\"",
+                "ca_cert",
+            ),
+            (
+                "url = \"http://r\"\nrequest_timeout_ms = 0",
+                "request_timeout_ms",
+            ),
+        ];
+        for (text, key) in cases {
+            match settings(text) {
+                Err((k, _)) => assert_eq!(k, key, "{text}"),
+                Ok(s) => panic!("{text}: accepted as {s:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_keys_or_the_url_and_never_show() {
+        let s = settings("url = \"http://reader:s3cret@r:8081/\"").unwrap();
+        assert_eq!(s.urls, vec!["http://r:8081".to_string()]);
+        assert!(matches!(&s.auth, Some(Auth::Basic { username, .. }) if username == "reader"));
+        let s = settings("urls = [\"http://a\", \"http://b\"]\nbearer_token = \"tok3n\"").unwrap();
+        assert_eq!(s.urls.len(), 2);
+        let section: RegistrySection =
+            toml::from_str("url = \"http://u:s3cret@r\"\npassword = \"pw-9\"").unwrap();
+        for shown in [format!("{section:?}"), format!("{s:?}")] {
+            assert!(
+                !shown.contains("s3cret") && !shown.contains("pw-9") && !shown.contains("tok3n"),
+                "{shown}"
+            );
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Confluent's serializers as independent producers (`tests/confluent/produce.py` in a
+//! virtual environment with `tests/confluent/requirements.txt`), and the Schema
+//! Registry test server in its own process (so that a test can stop it).
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The Python of the environment with Confluent's serializers:
+/// `LOCKGATE_CONFLUENT_PYTHON`, or a virtual environment created once under the target
+/// directory from the pinned requirements.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("LOCKGATE_CONFLUENT_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let venv = tmp.join("confluent-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join("installed");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let lock = std::fs::File::create(tmp.join("confluent-venv.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    if ready.exists() {
+        return python;
+    }
+    let requirements =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/confluent/requirements.txt");
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap()
+        .success()
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "-r"])
+            .arg(&requirements)
+            .status()
+            .unwrap()
+            .success();
+    assert!(ok, "cannot install {} from PyPI (set LOCKGATE_CONFLUENT_PYTHON to a Python that has confluent-kafka)", requirements.display());
+    std::fs::write(&ready, b"").unwrap();
+    python
+}
+
+/// Runs `produce.py` with `args`; returns what it printed.
+pub fn script(args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/confluent/produce.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "produce.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Produces records `from..from+count` of `format` (value schema version 1) with
+/// Confluent's serializers, record i to partition i % `partitions`.
+pub fn produce(
+    bootstrap: &str,
+    registry: &str,
+    topic: &str,
+    format: &str,
+    from: usize,
+    count: usize,
+    partitions: i32,
+) {
+    let printed = script(&[
+        "--bootstrap",
+        bootstrap,
+        "--registry",
+        registry,
+        "--topic",
+        topic,
+        "--format",
+        format,
+        "--from",
+        &from.to_string(),
+        "--count",
+        &count.to_string(),
+        "--partitions",
+        &partitions.to_string(),
+    ]);
+    assert_eq!(printed, count.to_string());
+}
+
+/// `lockgate testkit schema-registry` in its own process.
+pub struct RegistryProcess {
+    child: Child,
+    pub url: String,
+}
+
+impl RegistryProcess {
+    /// Starts the registry on `listen` (port 0: a free one).
+    pub fn start_on(listen: &str) -> RegistryProcess {
+        let mut child = Command::new(super::bin())
+            .args(["testkit", "schema-registry", "--listen", listen])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().to_string();
+        assert!(url.starts_with("http://"), "registry printed {url:?}");
+        let start = Instant::now();
+        while reqwest::blocking::get(format!("{url}/subjects")).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "registry did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RegistryProcess { child, url }
+    }
+
+    /// Its `host:port`.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// How many schema lookups by id it answered.
+    pub fn lookups_by_id(&self) -> u64 {
+        let v: serde_json::Value = reqwest::blocking::get(format!("{}/_lockgate/stats", self.url))
+            .unwrap()
+            .json()
+            .unwrap();
+        v["lookups_by_id"].as_u64().unwrap()
+    }
+
+    /// Stops it: what it held is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RegistryProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,412 @@
+//! Schema Registry formats end to end: records written by Confluent's own serializers
+//! (`tests/confluent/produce.py`) through the test registry into the embedded Kafka,
+//! read by the real binary, and checked in the Elasticsearch index field by field; bad
+//! input under each decode policy; a registry outage in the middle of a run; and
+//! `lockgate chaos` over an Avro topic.
+
+mod common;
+
+use common::confluent::{self, RegistryProcess};
+use common::es::{free_port, Es};
+use common::kafka::{first_dead_letter, produce_raw, KafkaProcess};
+use common::{bin, run_config, tail, wait_timeout};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const STATUS: [&str; 3] = ["NEW", "PAID", "SHIPPED"];
+
+/// Record `i` as the documented mapping must index it (`produce.py`'s `order(i)`).
+fn expected(i: u64, version: u32) -> Value {
+    let mut v = json!({
+        "id": i,
+        "user": format!("user-{}", i % 7),
+        // The decimal's exact digits; compared as numbers here (the index parses
+        // them), and as text in the unit tests of the mapping.
+        "amount": (i * 137 + 5) as f64 / 100.0,
+        "ts": 1_700_000_000_000u64 + i * 1000,
+        "note": if i % 3 == 0 { Value::Null } else { json!(format!("note {i}")) },
+        "status": STATUS[(i % 3) as usize],
+        "address": {"city": "Lyon", "zip": 69000 + i % 10},
+        "tags": [format!("t{}", i % 2), "x"],
+        "attrs": {"n": i, "m": -(i as i64)},
+        "day": format!("2026-01-{:02}", 1 + i % 30),
+    });
+    if version == 2 {
+        v["coupon"] = json!(format!("c{i}"));
+    }
+    v
+}
+
+/// A `kafka (avro values and keys) -> elasticsearch` job, documents by key.
+fn job(dir: &Path, bootstrap: &str, registry: &str, es: &str, source_extra: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"avro-test\"\nparallelism = 2\n\n\
+         [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\n\
+         format = \"avro\"\nkey_format = \"avro\"\n{source_extra}\n\n\
+         [source.kafka.schema_registry]\nurl = \"{registry}\"\n\n\
+         [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nid = \"key\"\n\
+         bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\n"
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The documents of records `ids` are indexed as [`expected`] says, and the index
+/// holds `count` documents.
+fn assert_documents(
+    es: &Es,
+    ids: impl IntoIterator<Item = u64>,
+    count: u64,
+    version_of: impl Fn(u64) -> u32,
+) {
+    let names: Vec<String> = ids.into_iter().map(|i| format!("order-{i}")).collect();
+    let docs = es.get_many("orders", &names);
+    assert_eq!(docs.len(), names.len(), "documents by key");
+    for (id, source, _) in docs {
+        let i: u64 = id.strip_prefix("order-").unwrap().parse().unwrap();
+        let want = expected(i, version_of(i));
+        for (field, value) in want.as_object().unwrap() {
+            assert_eq!(&source[field], value, "{id}.{field}: {source}");
+        }
+        assert_eq!(source, want, "{id}: no other field");
+    }
+    assert_eq!(es.count("orders"), count);
+}
+
+#[test]
+fn avro_values_and_keys_written_by_confluents_serializers_are_indexed_field_by_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 3)]);
+    let registry = RegistryProcess::start_on("127.0.0.1:0");
+    confluent::produce(&kafka.bootstrap, &registry.url, "orders", "avro", 0, 600, 3);
+    let es = Es::testkit();
+    let config = job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &registry.url,
+        &es.url(),
+        "bounded = \"latest\"",
+    );
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    assert_documents(&es, 0..600, 600, |_| 1);
+    // The key's schema and the value's, each fetched once per subtask at most.
+    assert!(
+        registry.lookups_by_id() <= 4,
+        "{} lookups",
+        registry.lookups_by_id()
+    );
+}
+
+/// A fixed framed value: schema `id`, then `body`.
+fn framed(id: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![0];
+    v.extend_from_slice(&id.to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// The bad inputs of the error table, each after one good record: (payload, what the
+/// error must say, the schema id it must name).
+fn bad_inputs(good_id: u32) -> Vec<(Vec<u8>, &'static str, Option<u32>)> {
+    vec![
+        (b"{\"id\":1}".to_vec(), "magic byte 123", None),
+        (vec![0, 0, 1], "too short", None),
+        (framed(99, b"\x02"), "schema id 99 is unknown", Some(99)),
+        (framed(good_id, b"\x02"), "schema id", Some(good_id)),
+    ]
+}
+
+/// Produces one good record (through the serializers: it registers the schemas) to
+/// partition 0 and returns the value schema's id.
+fn one_good_record(kafka: &KafkaProcess, registry: &RegistryProcess) -> u32 {
+    confluent::produce(&kafka.bootstrap, &registry.url, "orders", "avro", 0, 1, 1);
+    let v: Value = reqwest::blocking::get(format!(
+        "{}/subjects/orders-value/versions/latest",
+        registry.url
+    ))
+    .unwrap()
+    .json()
+    .unwrap();
+    v["id"].as_u64().unwrap() as u32
+}
+
+#[test]
+fn each_bad_input_fails_the_job_naming_the_record_and_the_schema_id() {
+    for (n, (payload, says, id)) in bad_inputs(2).into_iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kafka = KafkaProcess::start(&[("orders", 1)]);
+        let registry = RegistryProcess::start_on("127.0.0.1:0");
+        let good = one_good_record(&kafka, &registry);
+        assert_eq!(good, 2, "the key schema registers first");
+        produce_raw(&kafka.bootstrap, "orders", 0, &[&payload]);
+        let es = Es::testkit();
+        let config = job(
+            tmp.path(),
+            &kafka.bootstrap,
+            &registry.url,
+            &es.url(),
+            "bounded = \"latest\"\non_decode_error = \"fail\"",
+        );
+        let (code, log) = run_config(&config);
+        assert_ne!(code, Some(0), "case {n}: {}", tail(&log, 20));
+        assert!(
+            log.contains("record orders/0@1 cannot be decoded") && log.contains(says),
+            "case {n} ({says}): {}",
+            tail(&log, 20)
+        );
+        if let Some(id) = id {
+            assert!(
+                log.contains(&format!("schema id {id}")),
+                "case {n}: {}",
+                tail(&log, 20)
+            );
+        }
+    }
+}
+
+#[test]
+fn each_bad_input_is_dead_lettered_with_its_original_bytes_and_schema_id() {
+    for (n, (payload, says, id)) in bad_inputs(2).into_iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kafka = KafkaProcess::start(&[("orders", 1), ("dlq", 1)]);
+        let registry = RegistryProcess::start_on("127.0.0.1:0");
+        one_good_record(&kafka, &registry);
+        produce_raw(&kafka.bootstrap, "orders", 0, &[&payload]);
+        confluent::produce(&kafka.bootstrap, &registry.url, "orders", "avro", 2, 1, 1);
+        let es = Es::testkit();
+        let config = job(
+            tmp.path(),
+            &kafka.bootstrap,
+            &registry.url,
+            &es.url(),
+            "bounded = \"latest\"\non_decode_error = \"dead-letter:dlq\"",
+        );
+        let (code, log) = run_config(&config);
+        assert_eq!(code, Some(0), "case {n}: {}", tail(&log, 20));
+        let (letter, headers) = first_dead_letter(&kafka.bootstrap, "dlq");
+        assert_eq!(letter, payload, "case {n}: the original bytes");
+        assert!(
+            headers["lockgate.error"].contains(says),
+            "case {n}: {headers:?}"
+        );
+        assert_eq!(headers["lockgate.offset"], "1", "case {n}");
+        assert_eq!(
+            headers.get("lockgate.schema.id"),
+            id.map(|i| i.to_string()).as_ref(),
+            "case {n}"
+        );
+        // The records around it are indexed.
+        assert_documents(&es, [0, 2], 2, |_| 1);
+    }
+}
+
+/// The registry stops for 10 s while the job needs a schema it has not fetched yet
+/// (version 2 of the value schema, first seen after the outage began): the job waits,
+/// nothing is skipped or dead-lettered, and the index is exact.
+#[test]
+fn a_registry_outage_mid_run_skips_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 2), ("dlq", 1)]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut registry = RegistryProcess::start_on(&listen);
+    confluent::produce(&kafka.bootstrap, &registry.url, "orders", "avro", 0, 300, 2);
+    // Version 2's records, serialized now (registering version 2), produced later.
+    let later = tmp.path().join("v2.hex");
+    let url = registry.url.clone();
+    confluent::script(&[
+        "--bootstrap",
+        &kafka.bootstrap,
+        "--registry",
+        &url,
+        "--topic",
+        "orders",
+        "--format",
+        "avro",
+        "--from",
+        "300",
+        "--count",
+        "300",
+        "--schema-version",
+        "2",
+        "--out",
+        later.to_str().unwrap(),
+    ]);
+    let es = Es::testkit();
+    let config = job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &url,
+        &es.url(),
+        "on_decode_error = \"dead-letter:dlq\"",
+    );
+    let log_path = tmp.path().join("run.log");
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("LOCKGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let wait_for = |n: u64, what: &str| {
+        let start = Instant::now();
+        while es.count("orders") < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{what}: {}",
+                tail(&log(), 30)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(300, "the first 300 documents");
+    registry.kill();
+    let outage = Instant::now();
+    for (i, line) in std::fs::read_to_string(&later).unwrap().lines().enumerate() {
+        let (k, v) = line.split_once('\t').unwrap();
+        let (k, v) = (hex(k), hex(v));
+        let partition = ((300 + i) % 2) as i32;
+        produce_keyed(&kafka.bootstrap, partition, &k, &v);
+    }
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed()));
+    assert_eq!(
+        es.count("orders"),
+        300,
+        "nothing of version 2 without its schema"
+    );
+    // The registry comes back empty: the same schemas, registered in the same order,
+    // get the same ids again.
+    let registry = RegistryProcess::start_on(&listen);
+    confluent::script(&[
+        "--bootstrap",
+        &kafka.bootstrap,
+        "--registry",
+        &registry.url,
+        "--topic",
+        "orders",
+        "--format",
+        "avro",
+        "--count",
+        "0",
+        "--register-only",
+    ]);
+    wait_for(600, "the 300 documents of version 2");
+    common::signal(&child, libc::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", tail(&log(), 30));
+    assert_documents(&es, 0..600, 600, |i| if i < 300 { 1 } else { 2 });
+    let text = log();
+    assert!(
+        text.contains("the Schema Registry did not answer; retrying"),
+        "{}",
+        tail(&text, 30)
+    );
+    assert!(!text.contains("skipping"), "{}", tail(&text, 30));
+    assert_eq!(
+        common::kafka::watermarks(&kafka.bootstrap, "dlq", 0)
+            .unwrap()
+            .1,
+        0,
+        "no dead letter"
+    );
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn produce_keyed(bootstrap: &str, partition: i32, key: &[u8], value: &[u8]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    p.send(
+        BaseRecord::to("orders")
+            .partition(partition)
+            .key(key)
+            .payload(value),
+    )
+    .unwrap();
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// `lockgate chaos` with 20 kills over an Avro topic: the verifier decodes the topic
+/// through the job's own format and finds every record indexed once, with its total.
+#[test]
+fn twenty_kills_over_an_avro_topic_are_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 8)]);
+    let registry = RegistryProcess::start_on("127.0.0.1:0");
+    confluent::produce(
+        &kafka.bootstrap,
+        &registry.url,
+        "orders",
+        "avro",
+        0,
+        100_000,
+        8,
+    );
+    let es = Es::testkit();
+    let text = format!(
+        "[job]\nname = \"avro-chaos\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\
+         format = \"avro\"\nkey_format = \"avro\"\n\n\
+         [source.kafka.schema_registry]\nurl = \"{}\"\n\n\
+         [[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/id\"\noutput = \"/total\"\n\n\
+         [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nid = \"coordinates\"\n\
+         bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n",
+        kafka.bootstrap,
+        registry.url,
+        es.url()
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    let report = tmp.path().join("report.json");
+    let mut child = Command::new(bin())
+        .args(["chaos", "--config"])
+        .arg(&config)
+        .arg("--report")
+        .arg(&report)
+        // Each subtask owns about 50 fetched batches; runs of at most 600 ms throttled
+        // to a batch per 300 ms read at most 40 of them before the 20th kill.
+        .args([
+            "--kills",
+            "20",
+            "--seed",
+            "27",
+            "--failpoints",
+            "source-batch=sleep(300)",
+        ])
+        .args(["--failpoint-runs", "20", "--kill-after-ms", "300..600"])
+        .stdout(std::fs::File::create(tmp.path().join("chaos.out")).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(900));
+    let out = std::fs::read_to_string(tmp.path().join("chaos.out")).unwrap();
+    let log = std::fs::read_to_string(config.with_extension("chaos.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{out}\n{}", tail(&log, 30));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["kills"], 20, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 100_000, "{out}");
+    for k in ["missing", "duplicated", "wrong"] {
+        assert_eq!(r["verdict"][k], 0, "{k}: {out}");
+    }
+    // The verifier compared decoded values: a document holds the Avro record's fields.
+    let any = es.get_many("orders", &["orders-0-0".into()]);
+    assert_eq!(any[0].1["address"]["city"], "Lyon", "{:?}", any);
+}
