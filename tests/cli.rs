@@ -96,6 +96,52 @@ fn librdkafka_properties_are_checked_at_load_exit_2_naming_file_and_key() {
 }
 
 #[test]
+fn schema_registry_settings_are_checked_at_load_exit_2_naming_file_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    let cfg = job.display().to_string();
+    for (source, key, says) in [
+        ("format = \"avro\"", "source.kafka.format", "schema_registry"),
+        (
+            "format = \"avro\"\n[source.kafka.schema_registry]\nurl = \"registry:8081\"",
+            "source.kafka.schema_registry.url",
+            "the scheme must be http or https",
+        ),
+        (
+            "format = \"avro\"\n[source.kafka.schema_registry]\nurl = \"http://r\"\npassword_file = \"missing\"\nusername = \"u\"",
+            "source.kafka.schema_registry.password_file",
+            "missing",
+        ),
+        (
+            "format = \"avro\"\nschema_file = \"order.avsc\"",
+            "source.kafka.schema_file",
+            "order.avsc",
+        ),
+        (
+            "format = \"parquet\"",
+            "source.kafka.format",
+            "json, text, bytes, avro, protobuf, json-schema",
+        ),
+    ] {
+        std::fs::write(
+            &job,
+            format!(
+                "[job]\nname = \"formats\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+                 [sink.file]\ndir = \"out\"\n\n\
+                 [source.kafka]\nbootstrap_servers = \"127.0.0.1:9\"\ntopics = [\"orders\"]\n{source}\n"
+            ),
+        )
+        .unwrap();
+        let (code, _, err) = lockgate(&["run", "--config", &cfg]);
+        assert_eq!(code, Some(2), "{key}: {err}");
+        assert!(
+            err.contains(&cfg) && err.contains(key) && err.contains(says),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[test]
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(20_000);

@@ -39,14 +39,17 @@ fn expected(i: u64, version: u32) -> Value {
     v
 }
 
-/// A `kafka (avro values and keys) -> elasticsearch` job, documents by key.
+/// Avro values and keys.
+const AVRO: &str = "format = \"avro\"\nkey_format = \"avro\"";
+
+/// A `kafka -> elasticsearch` job, documents by key, `source_extra` in the source.
 fn job(dir: &Path, bootstrap: &str, registry: &str, es: &str, source_extra: &str) -> PathBuf {
     let text = format!(
         "[job]\nname = \"avro-test\"\nparallelism = 2\n\n\
          [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
          [restart]\nstrategy = \"none\"\n\n\
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\n\
-         format = \"avro\"\nkey_format = \"avro\"\n{source_extra}\n\n\
+         {source_extra}\n\n\
          [source.kafka.schema_registry]\nurl = \"{registry}\"\n\n\
          [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"orders\"\nid = \"key\"\n\
          bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\n"
@@ -57,51 +60,82 @@ fn job(dir: &Path, bootstrap: &str, registry: &str, es: &str, source_extra: &str
     p
 }
 
-/// The documents of records `ids` are indexed as [`expected`] says, and the index
-/// holds `count` documents.
+/// The document id of record `i`: its key decoded (a string key is its text, a
+/// Protobuf key message its JSON).
+fn key_id(format: &str, i: u64) -> String {
+    match format {
+        "protobuf" => format!(r#"{{"id":"order-{i}"}}"#),
+        _ => format!("order-{i}"),
+    }
+}
+
+/// The documents of records `ids` (read with `format`) are indexed as [`expected`]
+/// says, and the index holds `count` documents.
 fn assert_documents(
     es: &Es,
+    format: &str,
     ids: impl IntoIterator<Item = u64>,
     count: u64,
     version_of: impl Fn(u64) -> u32,
 ) {
-    let names: Vec<String> = ids.into_iter().map(|i| format!("order-{i}")).collect();
-    let docs = es.get_many("orders", &names);
+    let ids: Vec<u64> = ids.into_iter().collect();
+    let names: Vec<String> = ids.iter().map(|i| key_id(format, *i)).collect();
+    let docs: std::collections::HashMap<String, Value> = es
+        .get_many("orders", &names)
+        .into_iter()
+        .map(|(id, source, _)| (id, source))
+        .collect();
     assert_eq!(docs.len(), names.len(), "documents by key");
-    for (id, source, _) in docs {
-        let i: u64 = id.strip_prefix("order-").unwrap().parse().unwrap();
-        let want = expected(i, version_of(i));
+    for (i, name) in ids.iter().zip(&names) {
+        let source = &docs[name];
+        let want = expected(*i, version_of(*i));
         for (field, value) in want.as_object().unwrap() {
-            assert_eq!(&source[field], value, "{id}.{field}: {source}");
+            assert_eq!(&source[field], value, "{format} {name}.{field}: {source}");
         }
-        assert_eq!(source, want, "{id}: no other field");
+        assert_eq!(source, &want, "{format} {name}: no other field");
     }
     assert_eq!(es.count("orders"), count);
 }
 
-#[test]
-fn avro_values_and_keys_written_by_confluents_serializers_are_indexed_field_by_field() {
+/// Values and keys written by Confluent's serializer of `format`, indexed by key.
+fn indexed_field_by_field(format: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 3)]);
     let registry = RegistryProcess::start_on("127.0.0.1:0");
-    confluent::produce(&kafka.bootstrap, &registry.url, "orders", "avro", 0, 600, 3);
+    confluent::produce(&kafka.bootstrap, &registry.url, "orders", format, 0, 600, 3);
     let es = Es::testkit();
     let config = job(
         tmp.path(),
         &kafka.bootstrap,
         &registry.url,
         &es.url(),
-        "bounded = \"latest\"",
+        &format!("bounded = \"latest\"\nformat = \"{format}\"\nkey_format = \"{format}\""),
     );
     let (code, log) = run_config(&config);
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
-    assert_documents(&es, 0..600, 600, |_| 1);
-    // The key's schema and the value's, each fetched once per subtask at most.
+    assert_documents(&es, format, 0..600, 600, |_| 1);
+    // The key's schema and the value's, each fetched once per subtask at most (two
+    // subtasks).
     assert!(
-        registry.lookups_by_id() <= 4,
-        "{} lookups",
+        registry.lookups_by_id() <= 2 * 2,
+        "{} lookups by id",
         registry.lookups_by_id()
     );
+}
+
+#[test]
+fn avro_values_and_keys_written_by_confluents_serializer_are_indexed_field_by_field() {
+    indexed_field_by_field("avro");
+}
+
+#[test]
+fn protobuf_values_and_keys_written_by_confluents_serializer_are_indexed_field_by_field() {
+    indexed_field_by_field("protobuf");
+}
+
+#[test]
+fn json_schema_values_and_keys_written_by_confluents_serializer_are_indexed_field_by_field() {
+    indexed_field_by_field("json-schema");
 }
 
 /// A fixed framed value: schema `id`, then `body`.
@@ -152,7 +186,7 @@ fn each_bad_input_fails_the_job_naming_the_record_and_the_schema_id() {
             &kafka.bootstrap,
             &registry.url,
             &es.url(),
-            "bounded = \"latest\"\non_decode_error = \"fail\"",
+            &format!("bounded = \"latest\"\non_decode_error = \"fail\"\n{AVRO}"),
         );
         let (code, log) = run_config(&config);
         assert_ne!(code, Some(0), "case {n}: {}", tail(&log, 20));
@@ -186,7 +220,7 @@ fn each_bad_input_is_dead_lettered_with_its_original_bytes_and_schema_id() {
             &kafka.bootstrap,
             &registry.url,
             &es.url(),
-            "bounded = \"latest\"\non_decode_error = \"dead-letter:dlq\"",
+            &format!("bounded = \"latest\"\non_decode_error = \"dead-letter:dlq\"\n{AVRO}"),
         );
         let (code, log) = run_config(&config);
         assert_eq!(code, Some(0), "case {n}: {}", tail(&log, 20));
@@ -203,7 +237,7 @@ fn each_bad_input_is_dead_lettered_with_its_original_bytes_and_schema_id() {
             "case {n}"
         );
         // The records around it are indexed.
-        assert_documents(&es, [0, 2], 2, |_| 1);
+        assert_documents(&es, "avro", [0, 2], 2, |_| 1);
     }
 }
 
@@ -245,7 +279,7 @@ fn a_registry_outage_mid_run_skips_nothing() {
         &kafka.bootstrap,
         &url,
         &es.url(),
-        "on_decode_error = \"dead-letter:dlq\"",
+        &format!("on_decode_error = \"dead-letter:dlq\"\n{AVRO}"),
     );
     let log_path = tmp.path().join("run.log");
     let mut child = Command::new(bin())
@@ -303,7 +337,7 @@ fn a_registry_outage_mid_run_skips_nothing() {
     common::signal(&child, libc::SIGTERM);
     let status = wait_timeout(&mut child, Duration::from_secs(60));
     assert!(status.success(), "{}", tail(&log(), 30));
-    assert_documents(&es, 0..600, 600, |i| if i < 300 { 1 } else { 2 });
+    assert_documents(&es, "avro", 0..600, 600, |i| if i < 300 { 1 } else { 2 });
     let text = log();
     assert!(
         text.contains("the Schema Registry did not answer; retrying"),

@@ -5,7 +5,9 @@
 
 use super::avro::Temporal;
 use super::avro_format::{AvroCodec, AvroFormat};
+use super::json_schema::JsonSchemaFormat;
 use super::plain::Plain;
+use super::protobuf::ProtobufFormat;
 use super::registry::RegistryClient;
 use super::{FormatRef, Output};
 use std::path::PathBuf;
@@ -89,13 +91,16 @@ impl Default for Formats {
 }
 
 impl Formats {
-    /// The formats lockgate ships: `json`, `text`, `bytes`, `avro`.
+    /// The formats lockgate ships: `json`, `text`, `bytes`, `avro`, `protobuf`,
+    /// `json-schema`.
     pub fn builtin() -> Formats {
         Formats { entries: vec![] }
             .with("json", plain(Output::Json))
             .with("text", plain(Output::Text))
             .with("bytes", plain(Output::Bytes))
             .with("avro", Arc::new(avro))
+            .with("protobuf", Arc::new(protobuf))
+            .with("json-schema", Arc::new(json_schema))
     }
 
     /// Adds (or replaces) the format `name`.
@@ -165,4 +170,50 @@ fn avro(o: &FormatOptions) -> Result<FormatRef, (String, String)> {
         }
     };
     Ok(FormatRef::new(format))
+}
+
+fn protobuf(o: &FormatOptions) -> Result<FormatRef, (String, String)> {
+    o.none_of("protobuf", &["reader_schema_file"])?;
+    let format = match (&o.registry, &o.schema_file) {
+        (Some(_), Some(_)) => {
+            return Err(o.err(
+                "schema_file",
+                "values read through a schema_registry carry their schema id: give schema_registry or schema_file, not both",
+            ))
+        }
+        (Some(r), None) => {
+            if o.message.is_some() {
+                return Err(o.err("message", "framed values name their message: message goes with schema_file"));
+            }
+            ProtobufFormat::framed(o.temporal, r.clone())
+        }
+        (None, Some(p)) => {
+            let message = o
+                .message
+                .as_deref()
+                .ok_or_else(|| o.err("message", "a schema_file needs the message its values are (`package.Message`)"))?;
+            ProtobufFormat::fixed(o.temporal, p, message).map_err(|(k, m)| o.err(k, m))?
+        }
+        (None, None) => {
+            return Err(o.err(
+                "format",
+                "the protobuf format needs a [schema_registry] (framed values) or a schema_file and message (unframed values)",
+            ))
+        }
+    };
+    Ok(FormatRef::new(format))
+}
+
+fn json_schema(o: &FormatOptions) -> Result<FormatRef, (String, String)> {
+    o.none_of(
+        "json-schema",
+        &["schema_file", "reader_schema_file", "message"],
+    )?;
+    match &o.registry {
+        Some(r) => Ok(FormatRef::new(JsonSchemaFormat::new(r.clone()))),
+        None => Err(o.err(
+            "format",
+            "the json-schema format reads values framed by a Schema Registry serializer: give a [schema_registry] (unframed JSON is format = \"json\")",
+        )),
+    }
 }

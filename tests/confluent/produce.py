@@ -5,7 +5,8 @@ so that lockgate's decoders are checked against an independent writer.
                [--from I] [--partitions P]
 
 Record i is the same in every format (see order() and the schemas below); its key is
-the string "order-<i>", serialized with the same format as the value. Prints the
+"order-<i>", serialized with the same format as the value (a string in Avro and JSON
+Schema, the message OrderKey {id} in Protobuf). Prints the
 number of records acknowledged.
 """
 
@@ -63,7 +64,119 @@ def order(i, version=1):
     }
 
 
+def protobuf_classes():
+    """Order (with its key, OrderKey) built from descriptors, as protoc would generate
+    it: Address in a file of its own (a schema reference the serializer registers),
+    the well-known and Confluent types imported (built in, not registered)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import timestamp_pb2, wrappers_pb2  # noqa: F401 (registers the files)
+    from google.type import date_pb2  # noqa: F401
+    from confluent_kafka.schema_registry.confluent.type import decimal_pb2  # noqa: F401
+
+    F = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.Default()
+    try:
+        return (message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.OrderKey")),
+                message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order")))
+    except KeyError:
+        pass
+    address = descriptor_pb2.FileDescriptorProto(name="shop/address.proto", package="shop", syntax="proto3")
+    a = address.message_type.add(name="Address")
+    a.field.add(name="city", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    a.field.add(name="zip", number=2, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    pool.Add(address)
+    order = descriptor_pb2.FileDescriptorProto(
+        name="shop/order.proto", package="shop", syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto",
+                    "google/type/date.proto", "confluent/type/decimal.proto", "shop/address.proto"])
+    k = order.message_type.add(name="OrderKey")
+    k.field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    o = order.message_type.add(name="Order")
+    status = o.enum_type.add(name="Status")
+    for n, name in enumerate(["NEW", "PAID", "SHIPPED"]):
+        status.value.add(name=name, number=n)
+    entry = o.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    fields = [
+        ("id", F.TYPE_INT64, None), ("user", F.TYPE_STRING, None),
+        ("amount", F.TYPE_MESSAGE, ".confluent.type.Decimal"),
+        ("ts", F.TYPE_MESSAGE, ".google.protobuf.Timestamp"),
+        ("note", F.TYPE_MESSAGE, ".google.protobuf.StringValue"),
+        ("status", F.TYPE_ENUM, ".shop.Order.Status"),
+        ("address", F.TYPE_MESSAGE, ".shop.Address"),
+        ("tags", F.TYPE_STRING, None),
+        ("attrs", F.TYPE_MESSAGE, ".shop.Order.AttrsEntry"),
+        ("day", F.TYPE_MESSAGE, ".google.type.Date"),
+    ]
+    for n, (name, t, type_name) in enumerate(fields, start=1):
+        repeated = name in ("tags", "attrs")
+        f = o.field.add(name=name, number=n, type=t,
+                        label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+        if type_name:
+            f.type_name = type_name
+    pool.Add(order)
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.OrderKey")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order")))
+
+
+def protobuf_order(cls, i):
+    from confluent_kafka.schema_registry.protobuf import decimal_to_protobuf
+    from google.type import date_pb2
+
+    d = order(i)
+    m = cls(id=i, user=d["user"], status=i % 3, tags=d["tags"])
+    m.amount.CopyFrom(decimal_to_protobuf(d["amount"], 2))
+    m.ts.FromMilliseconds(EPOCH_MS + i * 1000)
+    if d["note"] is not None:
+        m.note.value = d["note"]
+    m.address.city = "Lyon"
+    m.address.zip = d["address"]["zip"]
+    for k, v in d["attrs"].items():
+        m.attrs[k] = v
+    m.day.CopyFrom(date_pb2.Date(year=d["day"].year, month=d["day"].month, day=d["day"].day))
+    return m
+
+
+JSON_VALUE = """
+{"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+ "properties": {
+  "id": {"type": "integer"}, "user": {"type": "string"}, "amount": {"type": "number"},
+  "ts": {"type": "integer"}, "note": {"type": ["string", "null"]},
+  "status": {"enum": ["NEW", "PAID", "SHIPPED"]},
+  "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+  "tags": {"type": "array", "items": {"type": "string"}},
+  "attrs": {"type": "object", "additionalProperties": {"type": "integer"}},
+  "day": {"type": "string"}},
+ "required": ["id", "user", "amount", "ts", "status"]}
+"""
+
+
+def json_order(i):
+    d = order(i)
+    return d | {
+        "amount": float(d["amount"]),
+        "ts": EPOCH_MS + i * 1000,
+        "day": d["day"].isoformat(),
+    }
+
+
 def serializers(fmt, registry, version):
+    if fmt == "protobuf":
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+        key_cls, value_cls = protobuf_classes()
+        key = ProtobufSerializer(key_cls, registry, {"use.deprecated.format": False})
+        value = ProtobufSerializer(value_cls, registry, {"use.deprecated.format": False})
+        return (lambda k, ctx: key(key_cls(id=k), ctx),
+                lambda o, ctx: value(protobuf_order(value_cls, o["id"]), ctx))
+    if fmt == "json-schema":
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+        key = JSONSerializer('{"type": "string"}', registry)
+        value = JSONSerializer(JSON_VALUE, registry)
+        return key, lambda o, ctx: value(json_order(o["id"]), ctx)
     if fmt == "avro":
         from confluent_kafka.schema_registry.avro import AvroSerializer
 

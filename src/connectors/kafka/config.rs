@@ -521,6 +521,23 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_registry_section_builds_the_formats_that_read_framed_values() {
+        let section: KafkaSection = toml::from_str(
+            "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"\nkey_format = \"protobuf\"\ntemporal = \"iso8601\"\n[schema_registry]\nurls = [\"http://reader:s3cret@r1:8081\", \"http://r2:8081\"]",
+        )
+        .unwrap();
+        let c = section.config(&cx("job")).unwrap();
+        assert_eq!(c.format.name(), "avro");
+        assert_eq!(c.key_format.as_ref().map(|k| k.name()), Some("protobuf"));
+        assert!(
+            c.format.registry().is_some() && c.key_format.as_ref().unwrap().registry().is_some()
+        );
+        for shown in [format!("{section:?}"), format!("{c:?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+    }
+
+    #[test]
     fn the_job_file_defaults_are_the_rust_api_defaults() {
         let section: KafkaSection =
             toml::from_str("bootstrap_servers = \"k:9092\"\ntopics = [\"orders\"]").unwrap();
@@ -592,9 +609,60 @@ on_topic_recreated = "restart"
                 "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[properties]\n\"no.such.property\" = \"1\"",
                 "properties.\"no.such.property\"",
             ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"",
+                "format",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"json-schema\"",
+                "format",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nkey_format = \"protobuf\"",
+                "key_format",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"\nschema_file = \"/nonexistent/o.avsc\"",
+                "schema_file",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"protobuf\"\nschema_file = \"/nonexistent/o.proto\"",
+                "message",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"json\"\nschema_file = \"o.avsc\"",
+                "schema_file",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nkey_schema_file = \"k.avsc\"",
+                "key_schema_file",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\ntemporal = \"rfc\"",
+                "temporal",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\n[schema_registry]\nurl = \"http://r\"",
+                "schema_registry",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"\n[schema_registry]\nurl = \"r:8081\"",
+                "schema_registry.url",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"\nschema_file = \"o.avsc\"\n[schema_registry]\nurl = \"http://r\"",
+                "schema_file",
+            ),
+            (
+                "bootstrap_servers = \"k\"\ntopics = [\"a\"]\nformat = \"avro\"\n[schema_registry]\nurl = \"http://r\"\nusername = \"u\"",
+                "schema_registry.password",
+            ),
         ] {
             let s: KafkaSection = toml::from_str(bad).unwrap();
-            assert_eq!(s.config(&cx("job")).unwrap_err().0, key, "{bad}");
+            match s.config(&cx("job")) {
+                Err((k, m)) => assert_eq!(k, key, "{bad}: {m}"),
+                Ok(c) => panic!("{bad}: accepted as {c:?}"),
+            }
         }
     }
 }
