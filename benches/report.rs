@@ -10,6 +10,7 @@
 //! | `checkpoint_by_keys[keys = 10^6].p99_ms` | < 100 ms |
 //! | `recovery.recovery_ms_median` (10^6 keys) | < 1000 ms |
 //! | `demo_memory.peak_rss_mib_max` | < 100 MiB |
+//! | `avro.avro_to_json_ns_per_record`, `avro.source_ratio_avro_over_json` | reported (no target) |
 
 mod support;
 
@@ -37,6 +38,8 @@ fn main() {
     );
     step("recovery after SIGKILL with 10^6 keys");
     let recovery = support::recovery::measure(std::path::Path::new(support::bin()), 1_000_000, 5);
+    step("Avro against JSON, per record and through the Kafka source");
+    let avro = support::avro::measure();
 
     let p99_1m = by_keys
         .as_array()
@@ -63,6 +66,7 @@ fn main() {
             "checkpoint_by_keys": by_keys,
             "recovery": recovery,
             "demo_memory": memory,
+            "avro": avro,
         }))
         .expect("JSON")
     );

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each benchmark uses part of it
 
 pub mod ack_server;
+pub mod avro;
 pub mod checkpoints;
 pub mod end_to_end;
 pub mod recovery;

@@ -93,6 +93,7 @@ fn process_cpu() -> Duration {
 
 /// What the discarding sinks of one job saw.
 struct Progress {
+    total: u64,
     count: AtomicU64,
     first: OnceLock<Instant>,
     last: OnceLock<Instant>,
@@ -109,7 +110,7 @@ impl Sink for Discard {
         let now = Instant::now();
         self.0.first.get_or_init(|| now);
         let n = batch.len() as u64;
-        if self.0.count.fetch_add(n, Ordering::Relaxed) + n == TOTAL {
+        if self.0.count.fetch_add(n, Ordering::Relaxed) + n == self.0.total {
             self.0.last.get_or_init(|| now);
         }
         Ok(())
@@ -285,16 +286,28 @@ fn raw(bootstrap: &str, parallelism: u16) -> Measured {
 }
 
 fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16) -> Measured {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cfg = KafkaSourceConfig::new(
+    let cfg = KafkaSourceConfig::new(
         bootstrap,
         TopicSelector::List(vec![TOPIC.into()]),
         "bench-lockgate",
     );
+    run_source(cfg, rt, parallelism, TOTAL)
+}
+
+/// Runs a job of the Kafka source of `cfg` (made bounded, without discovery) into a
+/// discarding sink, and checks that `total` records reached it.
+fn run_source(
+    mut cfg: KafkaSourceConfig,
+    rt: &tokio::runtime::Runtime,
+    parallelism: u16,
+    total: u64,
+) -> Measured {
+    let tmp = tempfile::tempdir().expect("tempdir");
     cfg.bounded = true;
     cfg.partition_discovery_ms = 0;
     let cfg = Arc::new(cfg);
     let progress = Arc::new(Progress {
+        total,
         count: AtomicU64::new(0),
         first: OnceLock::new(),
         last: OnceLock::new(),
@@ -316,7 +329,7 @@ fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16)
     let cpu = process_cpu() - cpu;
     assert_eq!(
         progress.count.load(Ordering::Relaxed),
-        TOTAL,
+        total,
         "every record reached the sink"
     );
     let at = |t: &OnceLock<Instant>| *t.get().expect("records") - start;
@@ -326,6 +339,18 @@ fn lockgate_job(bootstrap: &str, rt: &tokio::runtime::Runtime, parallelism: u16)
         end,
         cpu,
     }
+}
+
+/// Records per second of the Kafka source of `cfg` into a discarding sink, from the
+/// first record at the sink to the last (`total` records), at `parallelism`.
+pub fn source_rate(
+    cfg: KafkaSourceConfig,
+    rt: &tokio::runtime::Runtime,
+    parallelism: u16,
+    total: u64,
+) -> f64 {
+    let m = run_source(cfg, rt, parallelism, total);
+    total as f64 / (m.last - m.first).as_secs_f64()
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
