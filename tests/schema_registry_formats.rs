@@ -305,12 +305,21 @@ fn a_registry_outage_mid_run_skips_nothing() {
     wait_for(300, "the first 300 documents");
     registry.kill();
     let outage = Instant::now();
-    for (i, line) in std::fs::read_to_string(&later).unwrap().lines().enumerate() {
-        let (k, v) = line.split_once('\t').unwrap();
-        let (k, v) = (hex(k), hex(v));
-        let partition = ((300 + i) % 2) as i32;
-        produce_keyed(&kafka.bootstrap, partition, &k, &v);
-    }
+    let records: Vec<(i32, Vec<u8>, Vec<u8>)> = std::fs::read_to_string(&later)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let (k, v) = line.split_once('\t').unwrap();
+            (((300 + i) % 2) as i32, hex(k), hex(v))
+        })
+        .collect();
+    produce_keyed(&kafka.bootstrap, &records);
+    assert!(
+        outage.elapsed() < Duration::from_secs(10),
+        "producing took {:?}",
+        outage.elapsed()
+    );
     std::thread::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed()));
     assert_eq!(
         es.count("orders"),
@@ -361,19 +370,22 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn produce_keyed(bootstrap: &str, partition: i32, key: &[u8], value: &[u8]) {
+/// Produces `(partition, key, value)` records to `orders`, in order.
+fn produce_keyed(bootstrap: &str, records: &[(i32, Vec<u8>, Vec<u8>)]) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .unwrap();
-    p.send(
-        BaseRecord::to("orders")
-            .partition(partition)
-            .key(key)
-            .payload(value),
-    )
-    .unwrap();
+    for (partition, key, value) in records {
+        p.send(
+            BaseRecord::to("orders")
+                .partition(*partition)
+                .key(key)
+                .payload(value),
+        )
+        .unwrap();
+    }
     p.flush(Duration::from_secs(30)).unwrap();
 }
 

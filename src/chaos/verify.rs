@@ -76,7 +76,7 @@ pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
 /// value that does not decode is `null`, as one that is not JSON. The job's own decode
 /// policy decides what becomes of those; the verifier compares what was indexed.
 fn decode(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
-    use crate::formats::{key_text, Decoded, Reader};
+    use crate::formats::{key_text, Decoded, Failure, Output, Reader};
     // Its own thread and runtime: the decoders may ask the Schema Registry, and the
     // caller may run on a runtime already.
     std::thread::scope(|scope| {
@@ -89,17 +89,28 @@ fn decode(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
                 let mut values = Reader::new(t.format.clone());
                 let mut keys = t.key_format.clone().map(Reader::new);
                 for input in inputs.iter_mut() {
+                    // A registry that does not answer makes the verdict unknown, not
+                    // a record that cannot be decoded.
+                    let away = |why: String| format!("decoding the inputs: {why}");
                     if let Some(raw) = input.raw.take() {
                         input.value = match rt.block_on(values.decode(&raw)) {
                             Ok(Decoded::Unchanged) => serde_json::from_slice(&raw).ok(),
                             Ok(Decoded::Replaced(v)) => serde_json::from_slice(&v).ok(),
-                            Err(_) => None,
+                            Err(Failure::Registry(why)) => return Err(away(why)),
+                            Err(Failure::Record { .. }) => None,
                         }
                         .unwrap_or(Value::Null);
                     }
                     if let (Some(keys), Some(k)) = (keys.as_mut(), input.key.as_ref()) {
-                        if let Ok(Decoded::Replaced(v)) = rt.block_on(keys.decode(k)) {
-                            input.key = Some(key_text(v));
+                        let json = t
+                            .key_format
+                            .as_ref()
+                            .is_some_and(|f| f.output() == Output::Json);
+                        match rt.block_on(keys.decode(k)) {
+                            Ok(Decoded::Replaced(v)) => input.key = Some(key_text(v)),
+                            Ok(Decoded::Unchanged) if json => input.key = Some(key_text(k.clone())),
+                            Err(Failure::Registry(why)) => return Err(away(why)),
+                            _ => {}
                         }
                     }
                 }

@@ -20,7 +20,7 @@
 //! A value that does not match its schema (a truncated body, a union index out of range,
 //! a string that is not UTF-8, bytes left over) is an error that says what and where.
 
-use super::json_out::{base64, decimal, float, number, string};
+use super::json_out::{base64, decimal, float, float32, number, string};
 use apache_avro::schema::{Name, Schema};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -41,7 +41,43 @@ pub struct AvroDecoder {
     schema: Schema,
     /// The named types of the schema, for `Ref`s.
     names: HashMap<Name, Schema>,
+    /// The schemas its named types come from: its references', then its own.
+    roots: Vec<Schema>,
     temporal: Temporal,
+}
+
+/// The deepest nesting of values decoded (records, arrays, maps, unions): a recursive
+/// schema lets a few bytes per level nest without end, and the JSON written must stay
+/// within what the `json` format accepts.
+pub const MAX_DEPTH: u32 = super::json::MAX_DEPTH;
+
+/// The logical type a `fixed(16)` uuid is parsed with, so that its size is kept (the
+/// parser would otherwise read it as a string uuid).
+const FIXED_UUID: &str = "lockgate-fixed-uuid";
+
+/// `json` with each `fixed` uuid's logical type renamed to [`FIXED_UUID`].
+fn keep_fixed_uuids(json: &str) -> Result<std::borrow::Cow<'_, str>, String> {
+    if !json.contains("uuid") {
+        return Ok(std::borrow::Cow::Borrowed(json));
+    }
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if o.get("type").and_then(|t| t.as_str()) == Some("fixed")
+                    && o.get("logicalType").and_then(|t| t.as_str()) == Some("uuid")
+                {
+                    o.insert("logicalType".into(), FIXED_UUID.into());
+                }
+                o.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not a valid Avro schema: {e}"))?;
+    walk(&mut v);
+    Ok(std::borrow::Cow::Owned(v.to_string()))
 }
 
 impl AvroDecoder {
@@ -54,6 +90,7 @@ impl AvroDecoder {
             .map(|(n, s)| (n.clone(), (*s).clone()))
             .collect();
         Ok(AvroDecoder {
+            roots: vec![schema.clone()],
             schema,
             names,
             temporal,
@@ -62,8 +99,9 @@ impl AvroDecoder {
 
     /// A decoder of the schema in `json` (an `.avsc` file, a registry's answer).
     pub fn parse(json: &str, temporal: Temporal) -> Result<AvroDecoder, String> {
+        let json = keep_fixed_uuids(json)?;
         let schema =
-            Schema::parse_str(json).map_err(|e| format!("not a valid Avro schema: {e}"))?;
+            Schema::parse_str(&json).map_err(|e| format!("not a valid Avro schema: {e}"))?;
         AvroDecoder::new(schema, temporal)
     }
 
@@ -77,11 +115,15 @@ impl AvroDecoder {
         if references.is_empty() {
             return AvroDecoder::parse(json, temporal);
         }
-        let (schema, others) = Schema::parse_str_with_list(json, references)
+        let json = keep_fixed_uuids(json)?;
+        let references = references
+            .iter()
+            .map(|r| keep_fixed_uuids(r).map(|c| c.into_owned()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (schema, mut roots) = Schema::parse_str_with_list(&json, &references)
             .map_err(|e| format!("not a valid Avro schema with its references: {e}"))?;
-        let mut all: Vec<&Schema> = others.iter().collect();
-        all.push(&schema);
-        let names = apache_avro::schema::ResolvedSchema::try_from(all)
+        roots.push(schema.clone());
+        let names = apache_avro::schema::ResolvedSchema::try_from(roots.iter().collect::<Vec<_>>())
             .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
             .get_names()
             .iter()
@@ -90,6 +132,7 @@ impl AvroDecoder {
         Ok(AvroDecoder {
             schema,
             names,
+            roots,
             temporal,
         })
     }
@@ -99,15 +142,20 @@ impl AvroDecoder {
         &self.schema
     }
 
-    /// The named types it knows (its own and its references').
-    pub fn named(&self) -> impl Iterator<Item = &Schema> {
-        self.names.values()
+    /// The schemas its named types come from (its references', then its own): what
+    /// resolving its values to a reader schema needs.
+    pub fn roots(&self) -> impl Iterator<Item = &Schema> {
+        self.roots.iter()
     }
 
     /// The JSON text of the value encoded in `datum`, which it must use whole.
     pub fn to_json(&self, datum: &[u8]) -> Result<Vec<u8>, String> {
         let mut out = Vec::with_capacity(datum.len() * 2 + 16);
-        let mut r = Reader { b: datum, at: 0 };
+        let mut r = Reader {
+            b: datum,
+            at: 0,
+            depth: 0,
+        };
         self.value(&self.schema, &mut r, &mut out)?;
         if r.at != datum.len() {
             return Err(format!(
@@ -120,6 +168,26 @@ impl AvroDecoder {
     }
 
     fn value(&self, schema: &Schema, r: &mut Reader, out: &mut Vec<u8>) -> Result<(), String> {
+        // What nests in the JSON nests here; a union or a named reference between two
+        // levels adds a call, not a level.
+        let nests = matches!(
+            schema,
+            Schema::Record(_) | Schema::Array(_) | Schema::Map(_)
+        );
+        if nests {
+            r.depth += 1;
+            if r.depth > MAX_DEPTH {
+                return Err(r.error(&format!("values nest deeper than {MAX_DEPTH}")));
+            }
+        }
+        self.inner(schema, r, out)?;
+        if nests {
+            r.depth -= 1;
+        }
+        Ok(())
+    }
+
+    fn inner(&self, schema: &Schema, r: &mut Reader, out: &mut Vec<u8>) -> Result<(), String> {
         match schema {
             Schema::Null => out.extend_from_slice(b"null"),
             Schema::Boolean => match r.byte()? {
@@ -128,11 +196,20 @@ impl AvroDecoder {
                 b => return Err(r.error(&format!("boolean byte {b}"))),
             },
             Schema::Int | Schema::Long => number(out, r.long()?),
-            Schema::Float => float(out, f64::from(f32::from_le_bytes(r.array::<4>()?))),
+            Schema::Float => float32(out, f32::from_le_bytes(r.array::<4>()?)),
             Schema::Double => float(out, f64::from_le_bytes(r.array::<8>()?)),
             Schema::Bytes => base64(out, r.bytes()?),
             Schema::String => string(out, r.str()?),
             Schema::Uuid => string(out, r.str()?),
+            Schema::Fixed(f)
+                if f.attributes.get("logicalType").and_then(|t| t.as_str()) == Some(FIXED_UUID) =>
+            {
+                let b: [u8; 16] = r
+                    .take(f.size)?
+                    .try_into()
+                    .map_err(|_| r.error("a uuid of other than 16 bytes"))?;
+                string(out, &uuid_text(&b));
+            }
             Schema::Fixed(f) => base64(out, r.take(f.size)?),
             Schema::Enum(e) => {
                 let symbol = r.index("enum", &e.symbols)?;
@@ -173,7 +250,7 @@ impl AvroDecoder {
                     Schema::Fixed(f) => r.take(f.size)?,
                     _ => r.bytes()?,
                 };
-                decimal(out, unscaled, d.scale);
+                decimal(out, unscaled, d.scale).map_err(|e| r.error(&e))?;
             }
             Schema::Date => {
                 let days = r.long()?;
@@ -247,17 +324,15 @@ impl AvroDecoder {
         match self.temporal {
             Temporal::EpochMillis => number(out, n.div_euclid(per_ms)),
             Temporal::Iso8601 => {
-                let nanos = i128::from(n) * i128::from(unit_ns);
-                let t = i64::try_from(nanos)
-                    .ok()
-                    .map(chrono::DateTime::from_timestamp_nanos)
-                    .ok_or_else(|| r.error(&format!("timestamp {n} out of range")))?;
-                let digits = match unit_ns {
-                    1_000_000 => "%.3f",
-                    1_000 => "%.6f",
-                    _ => "%.9f",
+                // By unit, so that milliseconds and microseconds reach years that
+                // nanoseconds in an i64 do not (9999-12-31 as a "never" sentinel).
+                let (t, format) = match unit_ns {
+                    1_000_000 => (chrono::DateTime::from_timestamp_millis(n), ISO_MILLIS),
+                    1_000 => (chrono::DateTime::from_timestamp_micros(n), ISO_MICROS),
+                    _ => (Some(chrono::DateTime::from_timestamp_nanos(n)), ISO_NANOS),
                 };
-                let text = t.format(&format!("%Y-%m-%dT%H:%M:%S{digits}")).to_string();
+                let t = t.ok_or_else(|| r.error(&format!("timestamp {n} out of range")))?;
+                let text = t.format(format).to_string();
                 string(out, &if utc { text + "Z" } else { text });
             }
         }
@@ -281,10 +356,33 @@ impl AvroDecoder {
     }
 }
 
+/// RFC 3339 without the offset, with the unit's fractional digits.
+const ISO_MILLIS: &str = "%Y-%m-%dT%H:%M:%S%.3f";
+const ISO_MICROS: &str = "%Y-%m-%dT%H:%M:%S%.6f";
+const ISO_NANOS: &str = "%Y-%m-%dT%H:%M:%S%.9f";
+
+/// How many more items than bytes left a block may count (items of no bytes).
+const MAX_EMPTY_ITEMS: u64 = 1 << 20;
+
 /// Where the decoder is in a datum.
 struct Reader<'a> {
     b: &'a [u8],
     at: usize,
+    /// How deep the value being read nests.
+    depth: u32,
+}
+
+/// The canonical text of a uuid's 16 bytes.
+fn uuid_text(b: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h(0..4),
+        h(4..6),
+        h(6..8),
+        h(8..10),
+        h(10..16)
+    )
 }
 
 impl<'a> Reader<'a> {
@@ -353,15 +451,24 @@ impl<'a> Reader<'a> {
 
     /// The item count of the next block of an array or map; `None` at its end. A
     /// negative count is followed by the block's size in bytes, which is not needed.
+    /// The item count of the next block (`None`: the end). Items may take no bytes
+    /// (`null`, an empty record), so a count is not bounded by what is left: it may
+    /// exceed it by [`MAX_EMPTY_ITEMS`] at most, which keeps a forged count from
+    /// writing without end.
     fn block(&mut self) -> Result<Option<u64>, String> {
-        match self.long()? {
-            0 => Ok(None),
+        let n = match self.long()? {
+            0 => return Ok(None),
             n if n < 0 => {
                 self.long()?;
-                Ok(Some(n.unsigned_abs()))
+                n.unsigned_abs()
             }
-            n => Ok(Some(n as u64)),
+            n => n as u64,
+        };
+        let left = (self.b.len() - self.at) as u64;
+        if n > left + MAX_EMPTY_ITEMS {
+            return Err(self.error(&format!("a block of {n} items in {left} bytes")));
         }
+        Ok(Some(n))
     }
 }
 
@@ -381,7 +488,7 @@ mod tests {
 
     fn decimal_text(unscaled: &[u8], scale: usize) -> String {
         let mut out = Vec::new();
-        decimal(&mut out, unscaled, scale);
+        decimal(&mut out, unscaled, scale).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -560,5 +667,85 @@ mod tests {
             assert!(e.contains(want), "{datum:?}: {e}");
         }
         assert!(AvroDecoder::parse("{\"type\": \"nope\"}", Temporal::EpochMillis).is_err());
+    }
+
+    /// Inputs a writer could forge: each is a record error, never a crash, a stall or
+    /// unbounded memory.
+    #[test]
+    fn forged_values_are_errors_not_crashes() {
+        // A recursive schema, a few bytes per level.
+        let d = AvroDecoder::parse(
+            r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
+            Temporal::EpochMillis,
+        )
+        .unwrap();
+        let mut deep = vec![2u8; 100_000];
+        deep.push(0);
+        let e = d.to_json(&deep).unwrap_err();
+        assert!(e.contains("nest deeper"), "{e}");
+        let mut shallow = vec![2u8; 100];
+        shallow.push(0);
+        assert!(d.to_json(&shallow).is_ok());
+        // A block count of i64::MAX items of no bytes.
+        let d = AvroDecoder::parse(r#"{"type":"array","items":"null"}"#, Temporal::EpochMillis)
+            .unwrap();
+        let mut huge = vec![0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        huge.push(0);
+        let e = d.to_json(&huge).unwrap_err();
+        assert!(e.contains("items in"), "{e}");
+        // Nulls that take no bytes are still read, up to a bound.
+        assert_eq!(d.to_json(&[6, 0]).unwrap(), b"[null,null,null]");
+        // A decimal of a megabyte.
+        let d = AvroDecoder::parse(
+            r#"{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}"#,
+            Temporal::EpochMillis,
+        )
+        .unwrap();
+        let mut big = vec![0x80, 0x80, 0x80, 0x01]; // length 2^21, zigzag
+        big.extend(vec![1u8; 1 << 20]);
+        assert!(d.to_json(&big).unwrap_err().contains("decimal"));
+    }
+
+    #[test]
+    fn a_fixed_uuid_is_its_text_and_timestamps_reach_year_9999() {
+        let d = AvroDecoder::parse(
+            r#"{"type":"fixed","name":"Id","size":16,"logicalType":"uuid"}"#,
+            Temporal::EpochMillis,
+        )
+        .unwrap();
+        let bytes: Vec<u8> = (0u8..16).collect();
+        assert_eq!(
+            d.to_json(&bytes).unwrap(),
+            br#""00010203-0405-0607-0809-0a0b0c0d0e0f""#
+        );
+        let d = AvroDecoder::parse(
+            r#"{"type":"string","logicalType":"uuid"}"#,
+            Temporal::EpochMillis,
+        )
+        .unwrap();
+        let text = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
+        let mut datum = vec![(text.len() * 2) as u8];
+        datum.extend_from_slice(text.as_bytes());
+        assert_eq!(d.to_json(&datum).unwrap(), format!("\"{text}\"").as_bytes());
+        // 9999-12-31T23:59:59.999 in milliseconds and microseconds.
+        let never = decode(
+            r#"{"type":"long","logicalType":"timestamp-millis"}"#,
+            Value::TimestampMillis(253_402_300_799_999),
+            Temporal::Iso8601,
+        );
+        assert_eq!(never, json!("9999-12-31T23:59:59.999Z"));
+        let never = decode(
+            r#"{"type":"long","logicalType":"timestamp-micros"}"#,
+            Value::TimestampMicros(253_402_300_799_999_999),
+            Temporal::Iso8601,
+        );
+        assert_eq!(never, json!("9999-12-31T23:59:59.999999Z"));
+    }
+
+    #[test]
+    fn a_float_is_written_with_its_own_shortest_digits() {
+        let d = AvroDecoder::parse(r#""float""#, Temporal::EpochMillis).unwrap();
+        assert_eq!(d.to_json(&0.1f32.to_le_bytes()).unwrap(), b"0.1");
+        assert_eq!(d.to_json(&f32::NAN.to_le_bytes()).unwrap(), br#""NaN""#);
     }
 }

@@ -11,7 +11,6 @@ use super::avro::{AvroDecoder, Temporal};
 use super::registry::{RegistryClient, ResolvedSchema, SchemaType};
 use super::schemas::{Codec, SchemaDecoder};
 use super::{Decoder, Format, Output};
-use apache_avro::schema::Schema;
 use std::sync::Arc;
 
 /// How Avro schemas compile and values decode.
@@ -65,13 +64,15 @@ impl Codec for AvroCodec {
         let Some(reader) = &self.reader else {
             return writer.decoder.to_json(body);
         };
+        // First the writer's own decoding: it bounds the nesting and every count, which
+        // the library's decoder below does not.
+        writer.decoder.to_json(body)?;
         // Resolution goes through Avro values: decode with the writer schema, resolve,
         // encode with the reader schema, then write JSON by the same rules as without.
         let mut rest = body;
-        let named: Vec<&Schema> = writer.decoder.named().collect();
         let value = apache_avro::from_avro_datum_schemata(
             writer.decoder.schema(),
-            named,
+            writer.decoder.roots().collect(),
             &mut rest,
             Some(reader.schema()),
         )
@@ -142,12 +143,15 @@ mod tests {
     use super::*;
     use crate::formats::registry::RegisteredSchema;
     use crate::formats::{DecodeError, Decoded};
+    use apache_avro::schema::Schema;
 
     const V1: &str = r#"{"type":"record","name":"Order","fields":[
         {"name":"id","type":"long"},
+        {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
         {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}}]}"#;
     const V2: &str = r#"{"type":"record","name":"Order","fields":[
         {"name":"id","type":"long"},
+        {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
         {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
         {"name":"note","type":["null","string"],"default":null}]}"#;
 
@@ -160,6 +164,7 @@ mod tests {
         use apache_avro::types::Value;
         let mut fields = vec![
             ("id".to_string(), Value::Long(id)),
+            ("status".to_string(), Value::Enum(1, "PAID".into())),
             (
                 "amount".to_string(),
                 Value::Decimal(apache_avro::Decimal::from(cents.to_be_bytes().to_vec())),
@@ -193,7 +198,9 @@ mod tests {
         let mut d = f.decoder();
         assert_eq!(
             d.decode(&encode(V1, order(7, 509461, None))),
-            Ok(Decoded::Replaced(br#"{"id":7,"amount":5094.61}"#.to_vec()))
+            Ok(Decoded::Replaced(
+                br#"{"id":7,"status":"PAID","amount":5094.61}"#.to_vec()
+            ))
         );
     }
 
@@ -209,13 +216,13 @@ mod tests {
             codec
                 .decode(&w1, &encode(V1, order(1, 150, None)), true)
                 .unwrap(),
-            br#"{"id":1,"amount":1.50,"note":null}"#
+            br#"{"id":1,"status":"PAID","amount":1.50,"note":null}"#
         );
         assert_eq!(
             codec
                 .decode(&w2, &encode(V2, order(2, 5, Some("gift"))), true)
                 .unwrap(),
-            br#"{"id":2,"amount":0.05,"note":"gift"}"#
+            br#"{"id":2,"status":"PAID","amount":0.05,"note":"gift"}"#
         );
         // A reader that needs a field the writer lacks, without a default: refused.
         let strict = AvroCodec::new(
@@ -228,6 +235,34 @@ mod tests {
             .decode(&w1, &encode(V1, order(1, 150, None)), true)
             .unwrap_err();
         assert!(e.contains("reader schema"), "{e}");
+    }
+
+    /// A named type defined in a reference (another subject's schema), as Confluent's
+    /// serializers register schemas that share types.
+    #[test]
+    fn a_writer_schema_may_use_the_named_types_of_its_references() {
+        let address = r#"{"type":"record","name":"Address","namespace":"shop","fields":[{"name":"city","type":"string"}]}"#;
+        let order = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"to","type":"shop.Address"}]}"#;
+        let mut s = resolved(order);
+        s.references = vec![(
+            "shop.Address".into(),
+            Arc::new(RegisteredSchema {
+                id: 2,
+                schema: address.into(),
+                schema_type: SchemaType::Avro,
+                references: vec![],
+            }),
+        )];
+        let codec = AvroCodec::new(Temporal::EpochMillis, None).unwrap();
+        let w = codec.compile(&s).unwrap();
+        // id 3 (zigzag 6), city "Lyon".
+        let body = [6, 8, b'L', b'y', b'o', b'n'];
+        assert_eq!(
+            codec.decode(&w, &body, true).unwrap(),
+            br#"{"id":3,"to":{"city":"Lyon"}}"#
+        );
+        // Without the reference, the name is undefined: the schema does not compile.
+        assert!(codec.compile(&resolved(order)).is_err());
     }
 
     #[test]
@@ -245,7 +280,9 @@ mod tests {
         d.learn(5, Ok(&resolved(V1)));
         assert_eq!(
             d.decode(&framed),
-            Ok(Decoded::Replaced(br#"{"id":7,"amount":0.01}"#.to_vec()))
+            Ok(Decoded::Replaced(
+                br#"{"id":7,"status":"PAID","amount":0.01}"#.to_vec()
+            ))
         );
     }
 }

@@ -25,6 +25,16 @@ pub(crate) fn float(out: &mut Vec<u8>, f: f64) {
     }
 }
 
+/// A 32-bit float, written with the shortest digits that read back as it (`0.1`, not
+/// the `0.10000000149011612` of its widening to 64 bits).
+pub(crate) fn float32(out: &mut Vec<u8>, f: f32) {
+    if f.is_finite() {
+        let _ = serde_json::to_writer(&mut *out, &f);
+    } else {
+        float(out, f64::from(f));
+    }
+}
+
 /// A JSON string.
 pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
@@ -41,9 +51,21 @@ pub(crate) fn base64(out: &mut Vec<u8>, b: &[u8]) {
     out.push(b'"');
 }
 
+/// The longest unscaled value of a decimal, in bytes (about 154 digits), and its
+/// largest scale: a record cannot make the conversion (quadratic in the length) or the
+/// leading zeros (linear in the scale) cost more.
+pub(crate) const MAX_DECIMAL_BYTES: usize = 64;
+pub(crate) const MAX_DECIMAL_SCALE: usize = 1000;
+
 /// A decimal of a big-endian two's-complement unscaled value and `scale`: its exact
 /// digits, the point `scale` digits from the right.
-pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) {
+pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) -> Result<(), String> {
+    if unscaled.len() > MAX_DECIMAL_BYTES || scale > MAX_DECIMAL_SCALE {
+        return Err(format!(
+            "a decimal of {} bytes with scale {scale} (at most {MAX_DECIMAL_BYTES} bytes and scale {MAX_DECIMAL_SCALE})",
+            unscaled.len()
+        ));
+    }
     let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);
     // The magnitude, big-endian.
     let mut mag: Vec<u8> = if negative {
@@ -85,4 +107,5 @@ pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) {
         out.push(b'.');
         out.extend_from_slice(&digits[point..]);
     }
+    Ok(())
 }

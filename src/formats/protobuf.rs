@@ -27,7 +27,7 @@
 
 use super::avro::Temporal;
 use super::confluent;
-use super::json_out::{base64, decimal, float, number, string};
+use super::json_out::{base64, decimal, float, float32, number, string};
 use super::registry::{RegistryClient, ResolvedSchema, SchemaType};
 use super::schemas::{Codec, SchemaDecoder};
 use super::{Decoder, Format, Output};
@@ -44,19 +44,85 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Files that schemas import without registering them as references.
+/// Files that schemas import without registering them as references (Confluent's
+/// serializers skip `confluent/`, `google/protobuf/` and `google/type/` imports): the
+/// `google/type` files as Google publishes them, and Confluent's.
 const BUILT_IN: &[(&str, &str)] = &[
     (
         "confluent/type/decimal.proto",
-        "syntax = \"proto3\";\npackage confluent.type;\nmessage Decimal {\n  bytes value = 1;\n  uint32 precision = 2;\n  int32 scale = 3;\n}\n",
+        include_str!("proto/confluent/type/decimal.proto"),
     ),
     (
         "confluent/meta.proto",
-        "syntax = \"proto3\";\npackage confluent;\nimport \"google/protobuf/descriptor.proto\";\nmessage Meta {\n  string doc = 1;\n  map<string, string> params = 2;\n  repeated string tags = 3;\n}\nextend google.protobuf.FileOptions { Meta file_meta = 1088; }\nextend google.protobuf.MessageOptions { Meta message_meta = 1088; }\nextend google.protobuf.FieldOptions { Meta field_meta = 1088; }\nextend google.protobuf.EnumOptions { Meta enum_meta = 1088; }\nextend google.protobuf.EnumValueOptions { Meta enum_value_meta = 1088; }\n",
+        include_str!("proto/confluent/meta.proto"),
+    ),
+    (
+        "google/type/calendar_period.proto",
+        include_str!("proto/google/type/calendar_period.proto"),
+    ),
+    (
+        "google/type/color.proto",
+        include_str!("proto/google/type/color.proto"),
     ),
     (
         "google/type/date.proto",
-        "syntax = \"proto3\";\npackage google.type;\nmessage Date {\n  int32 year = 1;\n  int32 month = 2;\n  int32 day = 3;\n}\n",
+        include_str!("proto/google/type/date.proto"),
+    ),
+    (
+        "google/type/datetime.proto",
+        include_str!("proto/google/type/datetime.proto"),
+    ),
+    (
+        "google/type/dayofweek.proto",
+        include_str!("proto/google/type/dayofweek.proto"),
+    ),
+    (
+        "google/type/decimal.proto",
+        include_str!("proto/google/type/decimal.proto"),
+    ),
+    (
+        "google/type/expr.proto",
+        include_str!("proto/google/type/expr.proto"),
+    ),
+    (
+        "google/type/fraction.proto",
+        include_str!("proto/google/type/fraction.proto"),
+    ),
+    (
+        "google/type/interval.proto",
+        include_str!("proto/google/type/interval.proto"),
+    ),
+    (
+        "google/type/latlng.proto",
+        include_str!("proto/google/type/latlng.proto"),
+    ),
+    (
+        "google/type/localized_text.proto",
+        include_str!("proto/google/type/localized_text.proto"),
+    ),
+    (
+        "google/type/money.proto",
+        include_str!("proto/google/type/money.proto"),
+    ),
+    (
+        "google/type/month.proto",
+        include_str!("proto/google/type/month.proto"),
+    ),
+    (
+        "google/type/phone_number.proto",
+        include_str!("proto/google/type/phone_number.proto"),
+    ),
+    (
+        "google/type/postal_address.proto",
+        include_str!("proto/google/type/postal_address.proto"),
+    ),
+    (
+        "google/type/quaternion.proto",
+        include_str!("proto/google/type/quaternion.proto"),
+    ),
+    (
+        "google/type/timeofday.proto",
+        include_str!("proto/google/type/timeofday.proto"),
     ),
 ];
 
@@ -131,17 +197,24 @@ impl ProtoSchema {
             .get_file_by_name(&self.file)
             .ok_or_else(|| format!("the schema's file {} is gone", self.file))?;
         let (first, rest) = indexes.split_first().ok_or("an empty message-index path")?;
+        // Confluent's indexes count the messages a .proto declares: the entry types
+        // that map fields get are not among them.
         let mut m = file
             .messages()
+            .filter(|m| !m.is_map_entry())
             .nth(*first as usize)
             .ok_or_else(|| format!("message index {first}: the schema has no such message"))?;
         for i in rest {
-            let child = m.child_messages().nth(*i as usize).ok_or_else(|| {
-                format!(
-                    "message index {i} within {}: no such message",
-                    m.full_name()
-                )
-            })?;
+            let child = m
+                .child_messages()
+                .filter(|c| !c.is_map_entry())
+                .nth(*i as usize)
+                .ok_or_else(|| {
+                    format!(
+                        "message index {i} within {}: no such message",
+                        m.full_name()
+                    )
+                })?;
             m = child;
         }
         Ok(m)
@@ -258,7 +331,11 @@ impl Writer {
                     Some(Value::I32(v)) => v,
                     _ => 0,
                 };
-                string(out, &format!("{:04}-{:02}-{:02}", get(1), get(2), get(3)));
+                match (get(1), get(2), get(3)) {
+                    // An empty Date names no day.
+                    (0, 0, 0) => out.extend_from_slice(b"null"),
+                    (y, m, d) => string(out, &format!("{y:04}-{m:02}-{d:02}")),
+                }
                 return Ok(());
             }
             "confluent.type.Decimal" => {
@@ -266,8 +343,7 @@ impl Writer {
                 let scale = desc.get_field(3).map(|f| m.get_field(&f).into_owned());
                 match (value, scale) {
                     (Some(Value::Bytes(b)), Some(Value::I32(s))) if s >= 0 => {
-                        decimal(out, &b, s as usize);
-                        return Ok(());
+                        return decimal(out, &b, s as usize);
                     }
                     _ => return Err("a confluent.type.Decimal with a negative scale".into()),
                 }
@@ -362,7 +438,7 @@ impl Writer {
             Value::U64(n) => {
                 let _ = write!(out, "{n}");
             }
-            Value::F32(x) => float(out, f64::from(*x)),
+            Value::F32(x) => float32(out, *x),
             Value::F64(x) => float(out, *x),
             Value::String(s) => string(out, s),
             Value::Bytes(b) => base64(out, b),
@@ -692,5 +768,67 @@ message Order {
         let e = ProtobufFormat::fixed(Temporal::EpochMillis, &dir.path().join("no.proto"), "a.B")
             .unwrap_err();
         assert_eq!(e.0, "schema_file");
+    }
+
+    /// Confluent's message indexes count declared messages: the entry type of a map
+    /// field before a nested message does not shift its index.
+    #[test]
+    fn message_indexes_do_not_count_map_entries() {
+        let text = "syntax = \"proto3\";\npackage p;\nmessage Outer {\n  map<string, string> tags = 1;\n  message Inner { string a = 1; }\n}\n";
+        let schema = ResolvedSchema {
+            schema: Arc::new(RegisteredSchema {
+                id: 1,
+                schema: text.into(),
+                schema_type: SchemaType::Protobuf,
+                references: vec![],
+            }),
+            references: vec![],
+        };
+        let codec = ProtobufCodec {
+            temporal: Temporal::EpochMillis,
+        };
+        let compiled = codec.compile(&schema).unwrap();
+        let mut inner =
+            DynamicMessage::new(compiled.pool.get_message_by_name("p.Outer.Inner").unwrap());
+        inner.set_field_by_name("a", Value::String("x".into()));
+        // [0, 0]: Outer's first declared message.
+        let mut body = vec![4, 0, 0];
+        body.extend(inner.encode_to_vec());
+        assert_eq!(
+            codec.decode(&compiled, &body, true).unwrap(),
+            br#"{"a":"x"}"#
+        );
+    }
+
+    /// Every built-in file compiles, so a schema that imports any of them does.
+    #[test]
+    fn every_built_in_import_compiles() {
+        let imports: String = BUILT_IN
+            .iter()
+            .map(|(name, _)| format!("import \"{name}\";\n"))
+            .collect();
+        let text = format!("syntax = \"proto3\";\npackage p;\n{imports}message M {{ google.type.Money price = 1; google.type.Date day = 2; }}\n");
+        let (pool, file) = compile("m.proto", &text, HashMap::new()).unwrap();
+        assert!(pool.get_file_by_name(&file).is_some());
+        assert!(pool.get_message_by_name("google.type.LatLng").is_some());
+        let codec = ProtobufCodec {
+            temporal: Temporal::EpochMillis,
+        };
+        let compiled = ProtoSchema {
+            fixed: pool.get_message_by_name("p.M"),
+            pool,
+            file,
+        };
+        // An empty day is null, not "0000-00-00".
+        let mut m = DynamicMessage::new(compiled.pool.get_message_by_name("p.M").unwrap());
+        let day = DynamicMessage::new(
+            compiled
+                .pool
+                .get_message_by_name("google.type.Date")
+                .unwrap(),
+        );
+        m.set_field_by_name("day", Value::Message(day));
+        let json = codec.decode(&compiled, &m.encode_to_vec(), false).unwrap();
+        assert_eq!(json, br#"{"price":null,"day":null}"#);
     }
 }

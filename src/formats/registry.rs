@@ -82,6 +82,11 @@ impl Lookup {
                 }
             };
         }
+        // A reference names a version that a later soft delete does not take from the
+        // schemas that use it.
+        if matches!(self, Lookup::Version { .. }) {
+            url.query_pairs_mut().append_pair("deleted", "true");
+        }
         Ok(url)
     }
 }
@@ -103,10 +108,17 @@ pub fn meaning(lookup: &Lookup, status: Option<u16>, body: &[u8]) -> Meaning {
     let text = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
     match status {
         Some(200) => match parse(lookup, body) {
-            Ok(s) => Meaning::Schema(s),
-            Err(e) => Meaning::Unknown(format!("{lookup}: {e}")),
+            Ok(Parsed::Schema(s)) => Meaning::Schema(s),
+            Ok(Parsed::Unreadable(e)) => Meaning::Unknown(format!("{lookup}: {e}")),
+            // A 200 that is not a registry's answer comes from something in front of it
+            // (a proxy's maintenance page): the registry is away, not the schema.
+            Err(e) => Meaning::Retry(format!("the answer is not a registry's: {e}: {}", text())),
         },
-        Some(404) => Meaning::Unknown(format!("{lookup} is unknown to the registry: {}", text())),
+        // Only the registry's own "not found" codes are the schema's: a 404 from a
+        // wrong path or a proxy while the registry moves is the registry being away.
+        Some(404) if registry_error_code(body).is_some_and(|c| NOT_FOUND.contains(&c)) => {
+            Meaning::Unknown(format!("{lookup} is unknown to the registry: {}", text()))
+        }
         Some(s @ (401 | 403)) => Meaning::Refused(format!(
             "the registry refused the credentials ({s}): {}",
             text()
@@ -116,7 +128,26 @@ pub fn meaning(lookup: &Lookup, status: Option<u16>, body: &[u8]) -> Meaning {
     }
 }
 
-fn parse(lookup: &Lookup, body: &[u8]) -> Result<RegisteredSchema, String> {
+/// The registry's error codes that say a schema, subject or version does not exist
+/// (40403 schema, 40401 subject, 40402 version).
+const NOT_FOUND: [u64; 3] = [40401, 40402, 40403];
+
+/// The `error_code` of a registry's error answer.
+fn registry_error_code(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("error_code")?
+        .as_u64()
+}
+
+/// A registry's answer with a schema: one lockgate reads, or one it cannot (of a type
+/// it does not know).
+enum Parsed {
+    Schema(RegisteredSchema),
+    Unreadable(String),
+}
+
+fn parse(lookup: &Lookup, body: &[u8]) -> Result<Parsed, String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Answer {
@@ -140,13 +171,17 @@ fn parse(lookup: &Lookup, body: &[u8]) -> Result<RegisteredSchema, String> {
         None | Some("AVRO") => SchemaType::Avro,
         Some("PROTOBUF") => SchemaType::Protobuf,
         Some("JSON") => SchemaType::Json,
-        Some(other) => return Err(format!("schema type {other} is not one lockgate reads")),
+        Some(other) => {
+            return Ok(Parsed::Unreadable(format!(
+                "schema type {other} is not one lockgate reads"
+            )))
+        }
     };
     let id = match lookup {
         Lookup::Id(id) => *id,
         Lookup::Version { .. } => a.id.unwrap_or(0),
     };
-    Ok(RegisteredSchema {
+    Ok(Parsed::Schema(RegisteredSchema {
         id,
         schema: a.schema,
         schema_type,
@@ -155,7 +190,7 @@ fn parse(lookup: &Lookup, body: &[u8]) -> Result<RegisteredSchema, String> {
             .into_iter()
             .map(|r| (r.name, r.subject, r.version))
             .collect(),
-    })
+    }))
 }
 
 /// A writer schema with every schema it references, directly or not, each under the
@@ -171,21 +206,23 @@ pub struct ResolvedSchema {
 const MAX_REFERENCE_DEPTH: usize = 32;
 
 /// How the client retries a registry that is away.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
-    /// Attempts over all URLs before the job fails.
-    pub attempts: u32,
+    /// How long one lookup may go on retrying, over all URLs, before the job fails:
+    /// the subtask waits meanwhile, so it should end well within a checkpoint's
+    /// timeout.
+    pub timeout: Duration,
     pub initial_ms: u64,
     pub max_ms: u64,
 }
 
 impl Default for Retry {
-    /// About a minute of retries (10 attempts, 200 ms doubling to 10 s).
+    /// 30 s of retries, 200 ms doubling to 5 s apart.
     fn default() -> Retry {
         Retry {
-            attempts: 10,
+            timeout: Duration::from_secs(30),
             initial_ms: 200,
-            max_ms: 10_000,
+            max_ms: 5_000,
         }
     }
 }
@@ -277,13 +314,19 @@ impl RegistryClient {
             return Ok(s.clone());
         }
         let mut last = String::from("no registry URL");
-        for attempt in 0..self.retry.attempts.max(1) {
+        let started = tokio::time::Instant::now();
+        let mut attempt: u32 = 0;
+        loop {
             if attempt > 0 {
                 let jitter = rand::thread_rng().gen::<f64>();
                 let wait = backoff(attempt, self.retry.initial_ms, self.retry.max_ms, jitter);
+                if started.elapsed() + wait >= self.retry.timeout {
+                    break;
+                }
                 tokio::time::sleep(wait).await;
             }
-            let url = &self.urls[attempt as usize % self.urls.len().max(1)];
+            attempt += 1;
+            let url = &self.urls[(attempt as usize - 1) % self.urls.len().max(1)];
             let request = match lookup.url(url) {
                 Ok(u) => self.http.get(u),
                 Err(e) => return Err(FetchError::Unavailable(e)),
@@ -293,10 +336,10 @@ impl RegistryClient {
                     let status = r.status().as_u16();
                     match r.bytes().await {
                         Ok(b) => (Some(status), b.to_vec()),
-                        Err(e) => (None, e.to_string().into_bytes()),
+                        Err(e) => (None, with_causes(&e).into_bytes()),
                     }
                 }
-                Err(e) => (None, e.to_string().into_bytes()),
+                Err(e) => (None, with_causes(&e).into_bytes()),
             };
             match meaning(lookup, status, &body) {
                 Meaning::Schema(s) => {
@@ -321,10 +364,23 @@ impl RegistryClient {
             }
         }
         Err(FetchError::Unavailable(format!(
-            "the Schema Registry did not answer for {lookup} after {} attempts ({last})",
-            self.retry.attempts.max(1)
+            "the Schema Registry did not answer for {lookup} in {} s, {attempt} attempts ({last})",
+            self.retry.timeout.as_secs()
         )))
     }
+}
+
+/// An error with its causes (`error sending request: connection refused`): reqwest
+/// names only the step that failed.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The default request timeout of a registry client.
@@ -356,7 +412,14 @@ mod tests {
         }
         let cases: &[(Option<u16>, &[u8], &str)] = &[
             (Some(404), br#"{"error_code":40403}"#, "Unknown"),
-            (Some(200), b"<html>", "Unknown"),
+            (
+                Some(404),
+                br#"{"error_code":40401,"message":"Subject not found"}"#,
+                "Unknown",
+            ),
+            (Some(404), b"<html>Not Found</html>", "Retry"),
+            (Some(404), br#"{"error_code":404}"#, "Retry"),
+            (Some(200), b"<html>", "Retry"),
             (
                 Some(200),
                 br#"{"schema":"x","schemaType":"XML"}"#,
@@ -375,9 +438,9 @@ mod tests {
         }
     }
 
-    fn client(urls: Vec<String>, attempts: u32) -> RegistryClient {
+    fn client(urls: Vec<String>, timeout_ms: u64) -> RegistryClient {
         let retry = Retry {
-            attempts,
+            timeout: Duration::from_millis(timeout_ms),
             initial_ms: 50,
             max_ms: 200,
         };
@@ -391,7 +454,7 @@ mod tests {
                 .await
                 .unwrap();
         let id = reg.register("orders-value", r#""string""#, "AVRO");
-        let c = client(vec![format!("{}/", reg.url())], 3);
+        let c = client(vec![format!("{}/", reg.url())], 1_000);
         for _ in 0..3 {
             assert_eq!(c.schema(id).await.unwrap().schema, r#""string""#);
         }
@@ -403,19 +466,27 @@ mod tests {
     }
 
     /// A registry that is away is waited for, not skipped: the fetch succeeds once it
-    /// is back, and fails the job (Unavailable) only after every attempt.
+    /// is back, and fails the job (Unavailable) only when the retry time is over.
     #[tokio::test]
     async fn a_registry_outage_is_retried_then_fails_the_job() {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = free.local_addr().unwrap();
         drop(free);
         let url = format!("http://{addr}");
-        let c = client(vec![url.clone()], 2);
+        let c = client(vec![url.clone()], 300);
+        let started = std::time::Instant::now();
         match c.schema(1).await {
-            Err(FetchError::Unavailable(why)) => assert!(why.contains("after 2 attempts"), "{why}"),
+            Err(FetchError::Unavailable(why)) => {
+                assert!(why.contains("did not answer for schema id 1"), "{why}")
+            }
             other => panic!("{other:?}"),
         }
-        let c = client(vec![url], 20);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let c = client(vec![url], 20_000);
         let later = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(400)).await;
             let reg = crate::testkit::schema_registry::SchemaRegistry::start(addr)

@@ -8,7 +8,8 @@
 //! password = "${REGISTRY_PASSWORD}"
 //! # bearer_token = "..." or bearer_token_file = "..."
 //! # ca_cert = "ca.pem", tls_verify = "full" | "certificate" | "none"
-//! # request_timeout_ms = 10000
+//! # request_timeout_ms = 10000      # one request
+//! # retry_timeout_ms = 30000        # retrying a registry that does not answer, then the job fails
 //! ```
 //!
 //! Everything is checked, and every file read, when the job file is loaded: a mistake
@@ -34,6 +35,7 @@ pub struct RegistrySection {
     ca_cert: Option<PathBuf>,
     tls_verify: Option<String>,
     request_timeout_ms: Option<u64>,
+    retry_timeout_ms: Option<u64>,
 }
 
 /// The checked settings: URLs without user info, credentials, TLS.
@@ -43,15 +45,19 @@ pub struct RegistrySettings {
     pub auth: Option<Auth>,
     pub ca_cert: Option<CaCert>,
     pub tls_verify: TlsVerify,
+    /// One request's timeout.
     pub timeout: Duration,
+    pub retry: Retry,
 }
 
 impl RegistrySection {
-    /// The checked settings; relative paths are resolved by `resolve`. An error is
-    /// `(key, message)`, the key relative to the section.
+    /// The checked settings; relative paths are resolved by `resolve`. A lookup retries
+    /// for less than `checkpoint_timeout` (the subtask waits for it, and a checkpoint
+    /// with it). An error is `(key, message)`, the key relative to the section.
     pub fn settings(
         &self,
         resolve: impl Fn(&Path) -> PathBuf,
+        checkpoint_timeout: Duration,
     ) -> Result<RegistrySettings, (String, String)> {
         let (given, key): (Vec<&UrlText>, &str) = match (&self.url, &self.urls) {
             (Some(u), None) => (vec![u], "url"),
@@ -149,19 +155,37 @@ impl RegistrySection {
             Some(ms) => Duration::from_millis(ms),
             None => TIMEOUT,
         };
+        let retry_timeout = match self.retry_timeout_ms {
+            Some(0) => return Err(("retry_timeout_ms".into(), "must be positive".into())),
+            Some(ms) if Duration::from_millis(ms) >= checkpoint_timeout => {
+                return Err((
+                    "retry_timeout_ms".into(),
+                    format!(
+                        "{ms} ms is not less than checkpoint.timeout_ms ({} ms): a checkpoint waits for a lookup, and would be declined first",
+                        checkpoint_timeout.as_millis()
+                    ),
+                ))
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => Retry::default().timeout.min(checkpoint_timeout / 2),
+        };
         Ok(RegistrySettings {
             urls,
             auth,
             ca_cert,
             tls_verify,
-            timeout,
+            timeout: timeout.min(retry_timeout),
+            retry: Retry {
+                timeout: retry_timeout,
+                ..Retry::default()
+            },
         })
     }
 }
 
 impl RegistrySettings {
-    /// A client of the registry with these settings.
-    pub fn client(&self) -> Result<RegistryClient, String> {
+    /// A client of the registry with these settings. An error is `(key, message)`.
+    pub fn client(&self) -> Result<RegistryClient, (String, String)> {
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(
             reqwest::header::ACCEPT,
@@ -170,8 +194,17 @@ impl RegistrySettings {
             ),
         );
         if let Some(auth) = &self.auth {
+            let key = match auth {
+                Auth::Bearer(_) => "bearer_token",
+                _ => "password",
+            };
             let mut v = reqwest::header::HeaderValue::from_str(auth.header_value().expose())
-                .map_err(|_| "the credentials cannot be sent in a header".to_string())?;
+                .map_err(|_| {
+                    (
+                        key.to_string(),
+                        "holds characters an HTTP header cannot carry".to_string(),
+                    )
+                })?;
             v.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, v);
         }
@@ -181,7 +214,7 @@ impl RegistrySettings {
             .default_headers(headers);
         let certs = |ca: &CaCert| {
             reqwest::Certificate::from_pem_bundle(&ca.pem)
-                .map_err(|e| format!("{}: {e}", ca.path.display()))
+                .map_err(|e| ("ca_cert".to_string(), format!("{}: {e}", ca.path.display())))
         };
         match (&self.ca_cert, self.tls_verify) {
             (_, TlsVerify::None) => {
@@ -200,12 +233,10 @@ impl RegistrySettings {
             }
             (None, _) => {}
         }
-        let http = b.build().map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(RegistryClient::new(
-            http,
-            self.urls.clone(),
-            Retry::default(),
-        ))
+        let http = b
+            .build()
+            .map_err(|e| (String::new(), format!("HTTP client: {e}")))?;
+        Ok(RegistryClient::new(http, self.urls.clone(), self.retry))
     }
 }
 
@@ -216,7 +247,7 @@ mod tests {
     fn settings(toml_text: &str) -> Result<RegistrySettings, (String, String)> {
         let s: RegistrySection =
             toml::from_str(toml_text).map_err(|e| ("".into(), e.to_string()))?;
-        s.settings(|p| p.to_path_buf())
+        s.settings(|p| p.to_path_buf(), Duration::from_secs(60))
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::registry::{ResolvedSchema, SchemaType};
 use super::{DecodeError, Decoded, Decoder};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// One kind of schema: how it compiles, and how a body decodes to JSON with it.
 pub trait Codec: Send + Sync + 'static {
@@ -36,10 +37,16 @@ pub struct SchemaDecoder<C: Codec> {
     /// Writer schemas by id, compiled; or why the schema of that id cannot be used
     /// (it does not compile, or is of another type): the same for every record.
     by_id: HashMap<u32, Result<Arc<C::Compiled>, String>>,
-    /// An id the registry said it does not know, for the one record that asked: not
-    /// kept, so that a schema registered later is fetched then.
-    unknown: Option<(u32, String)>,
+    /// Ids the registry said it does not know, with why and when: asked again only
+    /// after [`UNKNOWN_TTL`], so that a run of such records does not cost a request
+    /// each, while a schema registered later is still found.
+    unknown: HashMap<u32, (String, Instant)>,
+    unknown_ttl: Duration,
 }
+
+/// How long an id the registry does not know is taken as unknown before it is asked
+/// again.
+pub const UNKNOWN_TTL: Duration = Duration::from_secs(30);
 
 impl<C: Codec> SchemaDecoder<C> {
     /// A decoder of framed values, whose schemas come from the registry.
@@ -48,7 +55,8 @@ impl<C: Codec> SchemaDecoder<C> {
             codec,
             fixed: None,
             by_id: HashMap::new(),
-            unknown: None,
+            unknown: HashMap::new(),
+            unknown_ttl: UNKNOWN_TTL,
         }
     }
 
@@ -83,9 +91,9 @@ impl<C: Codec> Decoder for SchemaDecoder<C> {
                 .map(Decoded::Replaced)
                 .map_err(record),
             Some(Err(why)) => Err(record(why.clone())),
-            None => match self.unknown.take() {
-                Some((u, why)) if u == id => Err(DecodeError::Record {
-                    why,
+            None => match self.unknown.get(&id) {
+                Some((why, at)) if at.elapsed() < self.unknown_ttl => Err(DecodeError::Record {
+                    why: why.clone(),
                     schema_id: Some(id),
                 }),
                 _ => Err(DecodeError::NeedSchema(id)),
@@ -104,6 +112,7 @@ impl<C: Codec> Decoder for SchemaDecoder<C> {
                 self.by_id.insert(id, Err(why));
             }
             Ok(s) => {
+                self.unknown.remove(&id);
                 let compiled = self
                     .codec
                     .compile(s)
@@ -114,7 +123,9 @@ impl<C: Codec> Decoder for SchemaDecoder<C> {
                 }
                 self.by_id.insert(id, compiled);
             }
-            Err(why) => self.unknown = Some((id, why)),
+            Err(why) => {
+                self.unknown.insert(id, (why, Instant::now()));
+            }
         }
     }
 }
@@ -204,17 +215,25 @@ mod tests {
                 "{bad:?}"
             );
         }
-        // Unknown to the registry: this record's error, and asked again next time.
+        // Unknown to the registry: the records' error for a while, then asked again.
         assert_eq!(d.decode(&frame(9, b"ab")), Err(DecodeError::NeedSchema(9)));
         d.learn(9, Err("schema id 9 is unknown to the registry".into()));
-        assert!(matches!(
-            d.decode(&frame(9, b"ab")),
-            Err(DecodeError::Record {
-                schema_id: Some(9),
-                ..
-            })
-        ));
+        for _ in 0..3 {
+            assert!(matches!(
+                d.decode(&frame(9, b"ab")),
+                Err(DecodeError::Record {
+                    schema_id: Some(9),
+                    ..
+                })
+            ));
+        }
+        d.unknown_ttl = Duration::ZERO;
         assert_eq!(d.decode(&frame(9, b"ab")), Err(DecodeError::NeedSchema(9)));
+        d.learn(9, Ok(&resolved(9, "a", SchemaType::Avro)));
+        assert_eq!(
+            d.decode(&frame(9, b"ab")),
+            Ok(Decoded::Replaced(b"b".to_vec()))
+        );
         // A schema that does not compile, or of another type: kept, never refetched.
         d.learn(10, Ok(&resolved(10, "bad", SchemaType::Avro)));
         d.learn(11, Ok(&resolved(11, "ab", SchemaType::Protobuf)));

@@ -342,12 +342,15 @@ impl KafkaSection {
         };
         let registry = match &self.schema_registry {
             Some(r) => {
+                let prefixed = |(k, m): (String, String)| match k.as_str() {
+                    "" => ("schema_registry".to_string(), m),
+                    _ => (format!("schema_registry.{k}"), m),
+                };
+                let checkpoint_timeout = std::time::Duration::from_millis(cx.checkpoint_timeout_ms);
                 let settings = r
-                    .settings(|p| cx.resolve(p))
-                    .map_err(|(k, m)| (format!("schema_registry.{k}"), m))?;
-                let client = settings
-                    .client()
-                    .map_err(|m| ("schema_registry".to_string(), m))?;
+                    .settings(|p| cx.resolve(p), checkpoint_timeout)
+                    .map_err(prefixed)?;
+                let client = settings.client().map_err(prefixed)?;
                 Some(Arc::new(client))
             }
             None => None,

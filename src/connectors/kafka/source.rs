@@ -98,6 +98,8 @@ pub struct KafkaSource {
     values: Reader,
     /// Decodes record keys (`key_format`), if they are decoded.
     keys: Option<Reader>,
+    /// `key_format` gives JSON as it is (`json`).
+    key_is_json: bool,
 }
 
 /// The source subtask's metric handles, taken at open.
@@ -173,6 +175,10 @@ impl KafkaSource {
         KafkaSource {
             values: Reader::new(cfg.format.clone()),
             keys: cfg.key_format.clone().map(Reader::new),
+            key_is_json: cfg
+                .key_format
+                .as_ref()
+                .is_some_and(|f| f.output() == formats::Output::Json),
             cfg,
             name: String::new(),
             info: None,
@@ -491,6 +497,12 @@ impl KafkaSource {
             (None, _) => None,
             (Some(r), None) => Some(bytes.slice(r.clone())),
             (Some(r), Some(keys)) => Some(match keys.decode(&bytes[r.clone()]).await {
+                // A JSON key that is a string stands for its text, as decoded ones do.
+                Ok(Decoded::Unchanged)
+                    if self.key_is_json && bytes[r.clone()].first() == Some(&b'"') =>
+                {
+                    Bytes::from(formats::key_text(bytes[r.clone()].to_vec()))
+                }
                 Ok(Decoded::Unchanged) => bytes.slice(r.clone()),
                 Ok(Decoded::Replaced(v)) => Bytes::from(formats::key_text(v)),
                 Err(Failure::Record { why, schema_id }) => {
