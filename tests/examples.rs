@@ -2,8 +2,8 @@
 //! and the README's "your first job" walk-through, executed by a shell with `lockgate`
 //! on the PATH, from a copy of the repository's `examples/jobs` (so that `data/` lands
 //! in a temporary directory). The only change to a command is the port of a test server
-//! (9092 / 9200 become free ports, and the job reads them from LOCKGATE_KAFKA /
-//! LOCKGATE_ES, as the job files document).
+//! (9092 / 9200 / 8081 become free ports, and the job reads them from LOCKGATE_KAFKA /
+//! LOCKGATE_ES / LOCKGATE_REGISTRY, as the job files document).
 
 mod common;
 
@@ -88,16 +88,18 @@ fn every_example_job_file_runs_as_its_comment_says() {
             "{name} documents the command that runs it: {commands:?}"
         );
         let dir = workdir();
-        let (kafka, es) = (free_port(), free_port());
+        let (kafka, es, registry) = (free_port(), free_port(), free_port());
         let env = [
             ("LOCKGATE_KAFKA", format!("127.0.0.1:{kafka}")),
             ("LOCKGATE_ES", format!("http://127.0.0.1:{es}")),
+            ("LOCKGATE_REGISTRY", format!("http://127.0.0.1:{registry}")),
         ];
         let mut servers = Background(Vec::new());
         for cmd in &commands {
             let line = cmd
                 .replace("--port 9092", &format!("--port {kafka}"))
-                .replace("127.0.0.1:9200", &format!("127.0.0.1:{es}"));
+                .replace("127.0.0.1:9200", &format!("127.0.0.1:{es}"))
+                .replace("127.0.0.1:8081", &format!("127.0.0.1:{registry}"));
             if let Some(line) = line.strip_suffix('&') {
                 // A server: ready once it printed its address.
                 let mut child = shell(dir.path(), line.trim(), &env)

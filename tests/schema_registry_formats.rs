@@ -138,6 +138,37 @@ fn json_schema_values_and_keys_written_by_confluents_serializer_are_indexed_fiel
     indexed_field_by_field("json-schema");
 }
 
+/// `key_format = "json"`: a key that is a JSON string is its text, as a decoded one
+/// is; any other JSON key is its JSON.
+#[test]
+fn a_json_key_that_is_a_string_is_the_document_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let records: Vec<(i32, Vec<u8>, Vec<u8>)> = [
+        (br#""order-1""#.to_vec(), br#"{"n":1}"#.to_vec()),
+        (br#"{"a":2}"#.to_vec(), br#"{"n":2}"#.to_vec()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (0, k, v))
+    .collect();
+    produce_keyed(&kafka.bootstrap, &records);
+    let es = Es::testkit();
+    let text = format!(
+        "[job]\nname = \"json-keys\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\nkey_format = \"json\"\n\n\
+         [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nid = \"key\"\n",
+        kafka.bootstrap,
+        es.url()
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 20));
+    let docs = es.get_many("orders", &["order-1".into(), r#"{"a":2}"#.into()]);
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    assert_eq!(es.count("orders"), 2);
+}
+
 /// A fixed framed value: schema `id`, then `body`.
 fn framed(id: u32, body: &[u8]) -> Vec<u8> {
     let mut v = vec![0];

@@ -195,6 +195,11 @@ enum TestkitCommand {
         /// a user's orders are in every partition (for a repartition stage).
         #[arg(long)]
         orders_keyed_by_order: bool,
+        /// Write the sample orders as Confluent-framed Avro (key a string, value an
+        /// Order record with a decimal amount), their schemas registered at this
+        /// Schema Registry (`lockgate testkit schema-registry`).
+        #[arg(long, value_name = "URL")]
+        orders_avro_registry: Option<String>,
     },
 }
 
@@ -336,6 +341,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             port,
             orders,
             orders_keyed_by_order,
+            orders_avro_registry,
         }) => {
             let key = if orders_keyed_by_order {
                 crate::testkit::kafka::OrderKey::Order
@@ -347,7 +353,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
                 &topics,
                 bootstrap_file.as_deref(),
                 port,
-                (&orders, key),
+                (&orders, key, orders_avro_registry.as_deref()),
             )
         }
         Command::Testkit(TestkitCommand::Es {

@@ -2,7 +2,8 @@
 
 use super::{EXIT_FAILURE, EXIT_USAGE};
 use crate::testkit::kafka::{
-    bootstrap_proxy, parse_topic, produce_orders_keyed, EmbeddedKafka, OrderKey,
+    bootstrap_proxy, parse_topic, produce_orders_avro, produce_orders_keyed, EmbeddedKafka,
+    OrderKey,
 };
 use std::io::BufRead;
 use std::path::Path;
@@ -15,13 +16,14 @@ use std::path::Path;
 ///
 /// With `port`, the cluster is also reachable at `127.0.0.1:PORT` (a bootstrap proxy),
 /// and the printed bootstrap list is that address. `orders` (`TOPIC:COUNT`) produces
-/// sample orders, keyed as `key` says, before the cluster is announced.
+/// sample orders, keyed as `key` says, before the cluster is announced: JSON, or with
+/// `avro_registry` Confluent-framed Avro whose schemas are registered there.
 pub fn kafka(
     brokers: i32,
     topics: &[String],
     bootstrap_file: Option<&Path>,
     port: Option<u16>,
-    (orders, key): (&[String], OrderKey),
+    (orders, key, avro_registry): (&[String], OrderKey, Option<&str>),
 ) -> i32 {
     let mut parsed = Vec::new();
     for t in topics {
@@ -55,7 +57,13 @@ pub fn kafka(
         }
     };
     for (topic, n) in &samples {
-        if let Err(e) = produce_orders_keyed(cluster.bootstrap_servers(), topic, 0, *n, 1000, key) {
+        let produced = match avro_registry {
+            None => produce_orders_keyed(cluster.bootstrap_servers(), topic, 0, *n, 1000, key),
+            Some(r) => {
+                produce_orders_avro(cluster.bootstrap_servers(), topic, (0, *n, 1000), key, r)
+            }
+        };
+        if let Err(e) = produced {
             eprintln!("error: producing sample orders to {topic}: {e}");
             return EXIT_FAILURE;
         }

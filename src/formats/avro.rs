@@ -46,7 +46,7 @@ pub struct AvroDecoder {
     temporal: Temporal,
 }
 
-/// The deepest nesting of values decoded (records, arrays, maps, unions): a recursive
+/// The deepest nesting of the JSON written (records, arrays, maps, durations): a recursive
 /// schema lets a few bytes per level nest without end, and the JSON written must stay
 /// within what the `json` format accepts.
 pub const MAX_DEPTH: u32 = super::json::MAX_DEPTH;
@@ -63,8 +63,10 @@ fn keep_fixed_uuids(json: &str) -> Result<std::borrow::Cow<'_, str>, String> {
     fn walk(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(o) => {
+                // Other sizes keep their plain fixed reading, as the spec says.
                 if o.get("type").and_then(|t| t.as_str()) == Some("fixed")
                     && o.get("logicalType").and_then(|t| t.as_str()) == Some("uuid")
+                    && o.get("size").and_then(|n| n.as_u64()) == Some(16)
                 {
                     o.insert("logicalType".into(), FIXED_UUID.into());
                 }
@@ -155,6 +157,7 @@ impl AvroDecoder {
             b: datum,
             at: 0,
             depth: 0,
+            items: datum.len() as u64 + MAX_EMPTY_ITEMS,
         };
         self.value(&self.schema, &mut r, &mut out)?;
         if r.at != datum.len() {
@@ -361,7 +364,8 @@ const ISO_MILLIS: &str = "%Y-%m-%dT%H:%M:%S%.3f";
 const ISO_MICROS: &str = "%Y-%m-%dT%H:%M:%S%.6f";
 const ISO_NANOS: &str = "%Y-%m-%dT%H:%M:%S%.9f";
 
-/// How many more items than bytes left a block may count (items of no bytes).
+/// How many more array and map items than bytes a datum may count (items of no
+/// bytes): a million `null`s, about 5 MiB of JSON.
 const MAX_EMPTY_ITEMS: u64 = 1 << 20;
 
 /// Where the decoder is in a datum.
@@ -370,6 +374,8 @@ struct Reader<'a> {
     at: usize,
     /// How deep the value being read nests.
     depth: u32,
+    /// How many more array and map items the datum may count.
+    items: u64,
 }
 
 /// The canonical text of a uuid's 16 bytes.
@@ -451,10 +457,10 @@ impl<'a> Reader<'a> {
 
     /// The item count of the next block of an array or map; `None` at its end. A
     /// negative count is followed by the block's size in bytes, which is not needed.
-    /// The item count of the next block (`None`: the end). Items may take no bytes
-    /// (`null`, an empty record), so a count is not bounded by what is left: it may
-    /// exceed it by [`MAX_EMPTY_ITEMS`] at most, which keeps a forged count from
-    /// writing without end.
+    /// Items may take no bytes (`null`, an empty record), so counts are not bounded by
+    /// what is left: all the blocks of a datum together may count [`MAX_EMPTY_ITEMS`]
+    /// more items than it has bytes, which keeps forged counts from writing without
+    /// end.
     fn block(&mut self) -> Result<Option<u64>, String> {
         let n = match self.long()? {
             0 => return Ok(None),
@@ -464,9 +470,14 @@ impl<'a> Reader<'a> {
             }
             n => n as u64,
         };
-        let left = (self.b.len() - self.at) as u64;
-        if n > left + MAX_EMPTY_ITEMS {
-            return Err(self.error(&format!("a block of {n} items in {left} bytes")));
+        match self.items.checked_sub(n) {
+            Some(rest) => self.items = rest,
+            None => {
+                return Err(self.error(&format!(
+                    "{n} more items than the {}-byte datum can hold",
+                    self.b.len()
+                )))
+            }
         }
         Ok(Some(n))
     }
@@ -683,18 +694,32 @@ mod tests {
         deep.push(0);
         let e = d.to_json(&deep).unwrap_err();
         assert!(e.contains("nest deeper"), "{e}");
-        let mut shallow = vec![2u8; 100];
-        shallow.push(0);
-        assert!(d.to_json(&shallow).is_ok());
+        // The deepest JSON the json format accepts is written; one level more is not.
+        let nested = |levels: usize| {
+            let mut b = vec![2u8; levels - 1];
+            b.push(0);
+            b
+        };
+        assert!(d.to_json(&nested(MAX_DEPTH as usize)).is_ok());
+        assert!(d.to_json(&nested(MAX_DEPTH as usize + 1)).is_err());
         // A block count of i64::MAX items of no bytes.
         let d = AvroDecoder::parse(r#"{"type":"array","items":"null"}"#, Temporal::EpochMillis)
             .unwrap();
         let mut huge = vec![0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
         huge.push(0);
         let e = d.to_json(&huge).unwrap_err();
-        assert!(e.contains("items in"), "{e}");
-        // Nulls that take no bytes are still read, up to a bound.
+        assert!(e.contains("more items than"), "{e}");
+        // Nulls that take no bytes are still read, up to a bound over all the blocks
+        // of the datum, not per block.
         assert_eq!(d.to_json(&[6, 0]).unwrap(), b"[null,null,null]");
+        let block = [0x80, 0x80, 0x40]; // 2^19 items, zigzag
+        let mut blocks: Vec<u8> = block.repeat(2);
+        blocks.push(0);
+        assert!(d.to_json(&blocks).is_ok(), "2^20 items in all");
+        let mut blocks: Vec<u8> = block.repeat(4);
+        blocks.push(0);
+        let e = d.to_json(&blocks).unwrap_err();
+        assert!(e.contains("more items than"), "{e}");
         // A decimal of a megabyte.
         let d = AvroDecoder::parse(
             r#"{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}"#,

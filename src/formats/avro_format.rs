@@ -263,6 +263,19 @@ mod tests {
         );
         // Without the reference, the name is undefined: the schema does not compile.
         assert!(codec.compile(&resolved(order)).is_err());
+        // Resolved to a reader schema that defines the type itself and adds a field.
+        let reader = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"to","type":{"type":"record","name":"Address","fields":[{"name":"city","type":"string"}]}},{"name":"n","type":"int","default":4}]}"#;
+        let codec = AvroCodec::new(Temporal::EpochMillis, Some(reader)).unwrap();
+        let w = codec.compile(&s).unwrap();
+        assert_eq!(
+            codec.decode(&w, &body, true).unwrap(),
+            br#"{"id":3,"to":{"city":"Lyon"},"n":4}"#
+        );
+        // A forged body is refused before the library's decoder sees it.
+        let e = codec
+            .decode(&w, &[6, 0x80, 0x80, 0x80, 0x80, 0x10], true)
+            .unwrap_err();
+        assert!(e.contains("bytes wanted"), "{e}");
     }
 
     #[test]

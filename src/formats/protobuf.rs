@@ -13,14 +13,14 @@
 //! | `google.protobuf.Duration` | `"1.5s"` (Protobuf's JSON form) |
 //! | wrappers (`Int64Value`, `StringValue`, ...) | the wrapped value |
 //! | `Struct`, `Value`, `ListValue` | the JSON they hold |
-//! | `google.type.Date` | `YYYY-MM-DD` |
+//! | `google.type.Date` | `YYYY-MM-DD` (`YYYY`, `YYYY-MM` or `--MM-DD` when partial; `null` when empty) |
 //! | `confluent.type.Decimal` | a number with exactly its digits and scale |
 //!
 //! With a Schema Registry, a value's frame names its writer schema and, by message
 //! indexes, the message of that schema's file it holds. The schema is a `.proto` text
 //! (as Confluent's registry serves it) or a base64 `FileDescriptorProto` (as some
-//! serializers register it); its references are the files it imports, and the
-//! well-known files (`google/protobuf/*`, `google/type/date.proto`,
+//! serializers register it); its references are the files it imports, and the files
+//! Confluent's serializers do not register (`google/protobuf/*`, `google/type/*`,
 //! `confluent/type/decimal.proto`, `confluent/meta.proto`) are built in. Without a
 //! registry, `schema_file` (a `.proto` whose imports resolve beside it) and `message`
 //! name the message of every unframed value.
@@ -261,10 +261,7 @@ impl Codec for ProtobufCodec {
         let m = DynamicMessage::decode(message.clone(), body)
             .map_err(|e| format!("not a {} message: {e}", message.full_name()))?;
         let mut out = Vec::with_capacity(body.len() * 2 + 16);
-        Writer {
-            temporal: self.temporal,
-        }
-        .message(&m, &mut out)?;
+        Writer::new(self.temporal).message(&m, &mut out)?;
         Ok(out)
     }
 }
@@ -272,10 +269,40 @@ impl Codec for ProtobufCodec {
 /// Writes messages as JSON by the module's table.
 struct Writer {
     temporal: Temporal,
+    /// How deep the JSON being written nests.
+    depth: std::cell::Cell<u32>,
 }
 
 impl Writer {
+    fn new(temporal: Temporal) -> Writer {
+        Writer {
+            temporal,
+            depth: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Runs `write` one JSON level deeper; past [`super::json::MAX_DEPTH`] levels
+    /// (a recursive message nests two per message with a repeated field) it is the
+    /// record's error.
+    fn nested(&self, write: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+        let depth = self.depth.get() + 1;
+        if depth > super::json::MAX_DEPTH {
+            return Err(format!(
+                "the message nests deeper than {}",
+                super::json::MAX_DEPTH
+            ));
+        }
+        self.depth.set(depth);
+        let written = write();
+        self.depth.set(depth - 1);
+        written
+    }
+
     fn message(&self, m: &DynamicMessage, out: &mut Vec<u8>) -> Result<(), String> {
+        self.nested(|| self.message_fields(m, out))
+    }
+
+    fn message_fields(&self, m: &DynamicMessage, out: &mut Vec<u8>) -> Result<(), String> {
         let desc = m.descriptor();
         match desc.full_name() {
             "google.protobuf.Timestamp" => return self.timestamp(m, out),
@@ -331,9 +358,12 @@ impl Writer {
                     Some(Value::I32(v)) => v,
                     _ => 0,
                 };
+                // A Date may leave out its year, or its month and day.
                 match (get(1), get(2), get(3)) {
-                    // An empty Date names no day.
                     (0, 0, 0) => out.extend_from_slice(b"null"),
+                    (y, 0, _) => string(out, &format!("{y:04}")),
+                    (y, m, 0) => string(out, &format!("{y:04}-{m:02}")),
+                    (0, m, d) => string(out, &format!("--{m:02}-{d:02}")),
                     (y, m, d) => string(out, &format!("{y:04}-{m:02}-{d:02}")),
                 }
                 return Ok(());
@@ -394,7 +424,7 @@ impl Writer {
     /// The value `v` of field `f` (a list, a map, or one value).
     fn value(&self, f: &FieldDescriptor, v: &Value, out: &mut Vec<u8>) -> Result<(), String> {
         match v {
-            Value::List(items) => {
+            Value::List(items) => self.nested(|| {
                 out.push(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
@@ -403,8 +433,9 @@ impl Writer {
                     self.single(&f.kind(), item, out)?;
                 }
                 out.push(b']');
-            }
-            Value::Map(entries) => {
+                Ok(())
+            })?,
+            Value::Map(entries) => self.nested(|| {
                 let value_kind = match f.kind() {
                     Kind::Message(entry) => entry.map_entry_value_field().kind(),
                     _ => return Err(format!("map field {} without an entry type", f.name())),
@@ -422,7 +453,8 @@ impl Writer {
                     self.single(&value_kind, v, out)?;
                 }
                 out.push(b'}');
-            }
+                Ok(())
+            })?,
             v => self.single(&f.kind(), v, out)?,
         }
         Ok(())
@@ -808,6 +840,30 @@ message Order {
             .map(|(name, _)| format!("import \"{name}\";\n"))
             .collect();
         let text = format!("syntax = \"proto3\";\npackage p;\n{imports}message M {{ google.type.Money price = 1; google.type.Date day = 2; }}\n");
+        let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+        for want in [
+            "confluent/type/decimal.proto",
+            "confluent/meta.proto",
+            "google/type/calendar_period.proto",
+            "google/type/color.proto",
+            "google/type/date.proto",
+            "google/type/datetime.proto",
+            "google/type/dayofweek.proto",
+            "google/type/decimal.proto",
+            "google/type/expr.proto",
+            "google/type/fraction.proto",
+            "google/type/interval.proto",
+            "google/type/latlng.proto",
+            "google/type/localized_text.proto",
+            "google/type/money.proto",
+            "google/type/month.proto",
+            "google/type/phone_number.proto",
+            "google/type/postal_address.proto",
+            "google/type/quaternion.proto",
+            "google/type/timeofday.proto",
+        ] {
+            assert!(names.contains(&want), "{want} is not built in");
+        }
         let (pool, file) = compile("m.proto", &text, HashMap::new()).unwrap();
         assert!(pool.get_file_by_name(&file).is_some());
         assert!(pool.get_message_by_name("google.type.LatLng").is_some());
@@ -830,5 +886,60 @@ message Order {
         m.set_field_by_name("day", Value::Message(day));
         let json = codec.decode(&compiled, &m.encode_to_vec(), false).unwrap();
         assert_eq!(json, br#"{"price":null,"day":null}"#);
+    }
+
+    fn fixed(text: &str, message: &str) -> (ProtobufCodec, ProtoSchema) {
+        let (pool, file) = compile("t.proto", text, HashMap::new()).unwrap();
+        let schema = ProtoSchema {
+            fixed: pool.get_message_by_name(message),
+            pool,
+            file,
+        };
+        let codec = ProtobufCodec {
+            temporal: Temporal::EpochMillis,
+        };
+        (codec, schema)
+    }
+
+    #[test]
+    fn floats_partial_dates_and_deep_messages() {
+        let (codec, schema) = fixed(
+            "syntax = \"proto3\";\npackage p;\nimport \"google/type/date.proto\";\nmessage M { float f = 1; google.type.Date d = 2; repeated M c = 3; }\n",
+            "p.M",
+        );
+        let desc = schema.fixed.clone().unwrap();
+        let date = |y, m, d| {
+            let mut v =
+                DynamicMessage::new(schema.pool.get_message_by_name("google.type.Date").unwrap());
+            v.set_field_by_name("year", Value::I32(y));
+            v.set_field_by_name("month", Value::I32(m));
+            v.set_field_by_name("day", Value::I32(d));
+            Value::Message(v)
+        };
+        for (d, want) in [
+            (date(2026, 5, 0), r#""2026-05""#),
+            (date(2026, 0, 0), r#""2026""#),
+            (date(0, 5, 17), r#""--05-17""#),
+        ] {
+            let mut m = DynamicMessage::new(desc.clone());
+            m.set_field_by_name("f", Value::F32(0.1));
+            m.set_field_by_name("d", d);
+            let json = String::from_utf8(codec.decode(&schema, &m.encode_to_vec(), false).unwrap())
+                .unwrap();
+            assert_eq!(json, format!(r#"{{"f":0.1,"d":{want},"c":[]}}"#));
+        }
+        // Each level of M is an object and an array: 63 levels fit, 64 do not.
+        let deep = |levels: usize| {
+            let mut m = DynamicMessage::new(desc.clone());
+            for _ in 1..levels {
+                let mut parent = DynamicMessage::new(desc.clone());
+                parent.set_field_by_name("c", Value::List(vec![Value::Message(m)]));
+                m = parent;
+            }
+            m.encode_to_vec()
+        };
+        assert!(codec.decode(&schema, &deep(63), false).is_ok());
+        let e = codec.decode(&schema, &deep(64), false).unwrap_err();
+        assert!(e.contains("nests deeper"), "{e}");
     }
 }

@@ -1,12 +1,15 @@
 //! A Schema Registry client: the writer schema of a framed value, fetched by id once
 //! (`GET /schemas/ids/{id}`) and kept for the life of the client.
 //!
-//! What an answer means is a plain function ([`meaning`]): 200 is the schema; 404 says
-//! the id is unknown to the registry, which is the record's problem (its decode policy
-//! decides); 401 and 403 say the credentials are refused, which no retry cures;
-//! anything else, and no answer at all, is the registry being away: retried with
-//! backoff over every URL, and only then a failure of the job (whose restart strategy
-//! applies). A registry outage therefore never skips or dead-letters a record.
+//! What an answer means is a plain function ([`meaning`]): 200 with a registry's
+//! answer is the schema; 404 with the registry's own not-found code (40403, or
+//! 40401/40402 for a reference) says the schema is unknown, which is the record's
+//! problem (its decode policy decides); 401 and 403 say the credentials are refused,
+//! which no retry cures; anything else (no answer, 5xx, a 404 or a 200 page from
+//! something in front of the registry) is the registry being away: retried with backoff
+//! over every URL until the lookup's time is up, and only then a failure of the job
+//! (whose restart strategy applies). A registry outage therefore never skips or
+//! dead-letters a record.
 
 use crate::connector::kit::bulk::backoff;
 use crate::secret::redact_url;
@@ -37,7 +40,8 @@ pub enum SchemaType {
 /// Why a schema could not be had.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetchError {
-    /// The registry does not know the id (or answered something that is not a schema):
+    /// The registry says it does not know the schema (or serves one of a type lockgate
+    /// does not read):
     /// the record follows `on_decode_error`.
     Unknown(String),
     /// The registry could not be asked (unreachable, 5xx, refused credentials) after
@@ -232,6 +236,8 @@ pub struct RegistryClient {
     http: reqwest::Client,
     urls: Vec<String>,
     retry: Retry,
+    /// One request's timeout (within what is left of the lookup's time).
+    request_timeout: Duration,
     cache: Mutex<HashMap<Lookup, Arc<RegisteredSchema>>>,
 }
 
@@ -257,20 +263,30 @@ impl RegistryClient {
                 .map(|u| u.trim_end_matches('/').to_string())
                 .collect(),
             retry,
+            request_timeout: TIMEOUT,
             cache: Mutex::default(),
         }
     }
 
+    /// The same client with requests that time out after `timeout`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> RegistryClient {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// The schema of `id`: from the cache, or from the registry (then cached).
     pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, FetchError> {
-        self.get(&Lookup::Id(id)).await
+        let deadline = tokio::time::Instant::now() + self.retry.timeout;
+        self.get(&Lookup::Id(id), deadline).await
     }
 
     /// The schema of `id` with the schemas it references (each fetched once).
+    /// The whole lookup, references included, retries within one `Retry::timeout`.
     pub async fn resolved(&self, id: u32) -> Result<ResolvedSchema, FetchError> {
-        let schema = self.schema(id).await?;
+        let deadline = tokio::time::Instant::now() + self.retry.timeout;
+        let schema = self.get(&Lookup::Id(id), deadline).await?;
         let mut references = Vec::new();
-        self.references(&schema, 0, &mut references)
+        self.references(&schema, 0, deadline, &mut references)
             .await
             .map_err(|e| match e {
                 FetchError::Unknown(why) => FetchError::Unknown(format!("schema id {id}: {why}")),
@@ -284,6 +300,7 @@ impl RegistryClient {
         &'a self,
         s: &'a RegisteredSchema,
         depth: usize,
+        deadline: tokio::time::Instant,
         out: &'a mut Vec<(String, Arc<RegisteredSchema>)>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), FetchError>> + Send + 'a>>
     {
@@ -301,34 +318,42 @@ impl RegistryClient {
                     subject: subject.clone(),
                     version: *version,
                 };
-                let r = self.get(&lookup).await?;
-                self.references(&r, depth + 1, out).await?;
+                let r = self.get(&lookup, deadline).await?;
+                self.references(&r, depth + 1, deadline, out).await?;
                 out.push((name.clone(), r));
             }
             Ok(())
         })
     }
 
-    async fn get(&self, lookup: &Lookup) -> Result<Arc<RegisteredSchema>, FetchError> {
+    /// `lookup` from the cache or the registry, retrying until `deadline`; no request
+    /// runs past it.
+    async fn get(
+        &self,
+        lookup: &Lookup,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<RegisteredSchema>, FetchError> {
         if let Some(s) = self.cache.lock().expect("lock").get(lookup) {
             return Ok(s.clone());
         }
         let mut last = String::from("no registry URL");
-        let started = tokio::time::Instant::now();
         let mut attempt: u32 = 0;
         loop {
             if attempt > 0 {
                 let jitter = rand::thread_rng().gen::<f64>();
                 let wait = backoff(attempt, self.retry.initial_ms, self.retry.max_ms, jitter);
-                if started.elapsed() + wait >= self.retry.timeout {
+                if tokio::time::Instant::now() + wait >= deadline {
                     break;
                 }
                 tokio::time::sleep(wait).await;
             }
+            let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) else {
+                break;
+            };
             attempt += 1;
             let url = &self.urls[(attempt as usize - 1) % self.urls.len().max(1)];
             let request = match lookup.url(url) {
-                Ok(u) => self.http.get(u),
+                Ok(u) => self.http.get(u).timeout(left.min(self.request_timeout)),
                 Err(e) => return Err(FetchError::Unavailable(e)),
             };
             let (status, body) = match request.send().await {
@@ -364,8 +389,8 @@ impl RegistryClient {
             }
         }
         Err(FetchError::Unavailable(format!(
-            "the Schema Registry did not answer for {lookup} in {} s, {attempt} attempts ({last})",
-            self.retry.timeout.as_secs()
+            "the Schema Registry did not answer for {lookup} within {} ms, {attempt} attempts ({last})",
+            self.retry.timeout.as_millis()
         )))
     }
 }
@@ -436,6 +461,27 @@ mod tests {
             let got = format!("{:?}", meaning(&Lookup::Id(1), *status, body));
             assert!(got.starts_with(want), "{status:?}: {got}");
         }
+        // A reference's answer names its own id.
+        let reference = Lookup::Version {
+            subject: "shop/address.proto".into(),
+            version: 3,
+        };
+        match meaning(
+            &reference,
+            Some(200),
+            br#"{"subject":"shop/address.proto","version":3,"id":12,"schema":"x","schemaType":"PROTOBUF"}"#,
+        ) {
+            Meaning::Schema(s) => assert_eq!((s.id, s.schema_type), (12, SchemaType::Protobuf)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            reference.url("http://r:8081/base").unwrap().as_str(),
+            "http://r:8081/base/subjects/shop%2Faddress.proto/versions/3?deleted=true"
+        );
+        assert_eq!(
+            Lookup::Id(7).url("http://r:8081/").unwrap().as_str(),
+            "http://r:8081/schemas/ids/7"
+        );
     }
 
     fn client(urls: Vec<String>, timeout_ms: u64) -> RegistryClient {

@@ -9,7 +9,8 @@
 //! # bearer_token = "..." or bearer_token_file = "..."
 //! # ca_cert = "ca.pem", tls_verify = "full" | "certificate" | "none"
 //! # request_timeout_ms = 10000      # one request
-//! # retry_timeout_ms = 30000        # retrying a registry that does not answer, then the job fails
+//! # retry_timeout_ms = 15000        # retrying a registry that does not answer, then the job fails
+//!                                   # (default: 30 s or a quarter of checkpoint.timeout_ms; less than half of it)
 //! ```
 //!
 //! Everything is checked, and every file read, when the job file is loaded: a mistake
@@ -155,19 +156,22 @@ impl RegistrySection {
             Some(ms) => Duration::from_millis(ms),
             None => TIMEOUT,
         };
+        // A record may wait for its key's schema and then its value's: both lookups
+        // together must end before a checkpoint that waits for them is declined.
+        let most = checkpoint_timeout / 2;
         let retry_timeout = match self.retry_timeout_ms {
             Some(0) => return Err(("retry_timeout_ms".into(), "must be positive".into())),
-            Some(ms) if Duration::from_millis(ms) >= checkpoint_timeout => {
+            Some(ms) if Duration::from_millis(ms) >= most => {
                 return Err((
                     "retry_timeout_ms".into(),
                     format!(
-                        "{ms} ms is not less than checkpoint.timeout_ms ({} ms): a checkpoint waits for a lookup, and would be declined first",
+                        "{ms} ms is not less than half of checkpoint.timeout_ms ({} ms): a record waits for its key's schema and its value's, and a checkpoint waits with it",
                         checkpoint_timeout.as_millis()
                     ),
                 ))
             }
             Some(ms) => Duration::from_millis(ms),
-            None => Retry::default().timeout.min(checkpoint_timeout / 2),
+            None => Retry::default().timeout.min(checkpoint_timeout / 4),
         };
         Ok(RegistrySettings {
             urls,
@@ -236,7 +240,8 @@ impl RegistrySettings {
         let http = b
             .build()
             .map_err(|e| (String::new(), format!("HTTP client: {e}")))?;
-        Ok(RegistryClient::new(http, self.urls.clone(), self.retry))
+        Ok(RegistryClient::new(http, self.urls.clone(), self.retry)
+            .with_request_timeout(self.timeout))
     }
 }
 
@@ -293,6 +298,34 @@ mod tests {
                 Ok(s) => panic!("{text}: accepted as {s:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_retry_time_fits_in_a_checkpoint() {
+        let s = settings("url = \"http://r\"").unwrap();
+        assert_eq!(
+            s.retry.timeout,
+            Duration::from_secs(15),
+            "a quarter of 60 s"
+        );
+        let s =
+            settings("url = \"http://r\"\nretry_timeout_ms = 29999\nrequest_timeout_ms = 40000")
+                .unwrap();
+        assert_eq!(s.retry.timeout, Duration::from_millis(29_999));
+        assert_eq!(
+            s.timeout,
+            Duration::from_millis(29_999),
+            "a request within the retry time"
+        );
+        let long: RegistrySection = toml::from_str("url = \"http://r\"").unwrap();
+        let s = long
+            .settings(|p| p.to_path_buf(), Duration::from_secs(600))
+            .unwrap();
+        assert_eq!(
+            s.retry.timeout,
+            Duration::from_secs(30),
+            "at most 30 s by default"
+        );
     }
 
     #[test]

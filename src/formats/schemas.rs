@@ -124,6 +124,9 @@ impl<C: Codec> Decoder for SchemaDecoder<C> {
                 self.by_id.insert(id, compiled);
             }
             Err(why) => {
+                // Forged ids must not make the map grow for good.
+                let ttl = self.unknown_ttl;
+                self.unknown.retain(|_, (_, at)| at.elapsed() < ttl);
                 self.unknown.insert(id, (why, Instant::now()));
             }
         }

@@ -250,6 +250,100 @@ pub fn produce_orders_keyed(
     p.flush(Duration::from_secs(60)).map_err(|e| e.to_string())
 }
 
+/// The Avro schema of the sample orders of [`produce_orders_avro`].
+pub const ORDER_AVRO_SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"lockgate.sample","fields":[{"name":"order","type":"long"},{"name":"user","type":"string"},{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},{"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+/// [`produce_orders_keyed`] as Confluent's Avro serializer writes them: the schemas
+/// registered at the Schema Registry at `registry` (subjects `<topic>-key`, a string,
+/// and `<topic>-value`, [`ORDER_AVRO_SCHEMA`]), each key and value framed with its
+/// schema's id. Order `i`: `{"order": i, "user": "user-NNNN", "amount": <decimal with 2
+/// digits>, "ts": <ms>}`.
+pub fn produce_orders_avro(
+    bootstrap: &str,
+    topic: &str,
+    (from, count, users): (u64, u64, u64),
+    key: OrderKey,
+    registry: &str,
+) -> Result<(), String> {
+    use apache_avro::types::Value;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::Duration;
+    let http = reqwest::blocking::Client::new();
+    let register = |subject: String, schema: &str| -> Result<u32, String> {
+        let url = format!(
+            "{}/subjects/{subject}/versions",
+            registry.trim_end_matches('/')
+        );
+        let answer: serde_json::Value = http
+            .post(&url)
+            .json(&serde_json::json!({ "schema": schema }))
+            .send()
+            .and_then(|r| r.error_for_status())
+            .and_then(|r| r.json())
+            .map_err(|e| format!("registering {subject}: {e}"))?;
+        answer["id"]
+            .as_u64()
+            .map(|id| id as u32)
+            .ok_or_else(|| format!("registering {subject}: the answer {answer} has no id"))
+    };
+    let key_id = register(format!("{topic}-key"), r#""string""#)?;
+    let value_id = register(format!("{topic}-value"), ORDER_AVRO_SCHEMA)?;
+    let schema = apache_avro::Schema::parse_str(ORDER_AVRO_SCHEMA).map_err(|e| e.to_string())?;
+    let framed = |id: u32, datum: Vec<u8>| {
+        let mut v = vec![0];
+        v.extend_from_slice(&id.to_be_bytes());
+        v.extend(datum);
+        v
+    };
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .map_err(|e| e.to_string())?;
+    for i in from..from + count {
+        let user = format!("user-{:04}", (i * 7919) % users.max(1));
+        let cents = (1 + (i * 31) % 500) as i64 * 100 + (i % 100) as i64;
+        let value = Value::Record(vec![
+            ("order".into(), Value::Long(i as i64)),
+            ("user".into(), Value::String(user.clone())),
+            (
+                "amount".into(),
+                Value::Decimal(apache_avro::Decimal::from(cents.to_be_bytes().to_vec())),
+            ),
+            (
+                "ts".into(),
+                Value::TimestampMillis(1_700_000_000_000 + i as i64 * 1000),
+            ),
+        ]);
+        let body = framed(
+            value_id,
+            apache_avro::to_avro_datum(&schema, value).map_err(|e| e.to_string())?,
+        );
+        let k = match key {
+            OrderKey::User => user,
+            OrderKey::Order => format!("order-{i}"),
+        };
+        // An Avro string: its zigzag length, then its bytes.
+        let mut datum = Vec::with_capacity(k.len() + 2);
+        let mut n = (k.len() as u64) << 1;
+        while n >= 0x80 {
+            datum.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        datum.push(n as u8);
+        datum.extend_from_slice(k.as_bytes());
+        let k = framed(key_id, datum);
+        while p
+            .send(BaseRecord::to(topic).key(&k).payload(&body))
+            .is_err()
+        {
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(60)).map_err(|e| e.to_string())
+}
+
 /// Listens on a fixed loopback port and forwards every connection to `target` (a mock
 /// broker), so that a job file can name a fixed bootstrap address: Kafka clients only
 /// bootstrap through it, then connect to the brokers the metadata names.
