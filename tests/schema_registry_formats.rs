@@ -169,6 +169,53 @@ fn a_json_key_that_is_a_string_is_the_document_id() {
     assert_eq!(es.count("orders"), 2);
 }
 
+/// Without a registry, `schema_file` decodes unframed Avro values (and a reader schema
+/// gives them a field the writer lacks); `temporal = "iso8601"` writes RFC 3339.
+#[test]
+fn a_schema_file_decodes_unframed_avro_without_a_registry() {
+    use apache_avro::types::Value as Avro;
+    let tmp = tempfile::tempdir().unwrap();
+    let writer = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+    let reader = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"region","type":"string","default":"eu"}]}"#;
+    std::fs::write(tmp.path().join("order.avsc"), writer).unwrap();
+    std::fs::write(tmp.path().join("order-v2.avsc"), reader).unwrap();
+    let schema = apache_avro::Schema::parse_str(writer).unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let records: Vec<(i32, Vec<u8>, Vec<u8>)> = (0..3i64)
+        .map(|i| {
+            let value = Avro::Record(vec![
+                ("id".into(), Avro::Long(i)),
+                ("at".into(), Avro::TimestampMillis(1_700_000_000_000 + i)),
+            ]);
+            let datum = apache_avro::to_avro_datum(&schema, value).unwrap();
+            (0, format!("k{i}").into_bytes(), datum)
+        })
+        .collect();
+    produce_keyed(&kafka.bootstrap, &records);
+    let es = Es::testkit();
+    let text = format!(
+        "[job]\nname = \"avro-file\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\
+         format = \"avro\"\nschema_file = \"order.avsc\"\nreader_schema_file = \"order-v2.avsc\"\ntemporal = \"iso8601\"\n\n\
+         [sink.elasticsearch]\nurl = \"{}\"\nindex = \"orders\"\nid = \"key\"\n",
+        kafka.bootstrap,
+        es.url()
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 20));
+    let docs = es.get_many("orders", &["k0".into(), "k2".into()]);
+    assert_eq!(
+        docs.iter().map(|d| d.1.clone()).collect::<Vec<_>>(),
+        vec![
+            json!({"id": 0, "at": "2023-11-14T22:13:20.000Z", "region": "eu"}),
+            json!({"id": 2, "at": "2023-11-14T22:13:20.002Z", "region": "eu"}),
+        ]
+    );
+    assert_eq!(es.count("orders"), 3);
+}
+
 /// A fixed framed value: schema `id`, then `body`.
 fn framed(id: u32, body: &[u8]) -> Vec<u8> {
     let mut v = vec![0];
