@@ -73,5 +73,6 @@ pub mod secret;
 pub mod telemetry;
 #[cfg(feature = "harness")]
 pub mod testkit;
+pub mod transforms;
 
 pub use lockgate_state as state;

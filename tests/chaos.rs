@@ -6,7 +6,7 @@ mod common;
 
 use common::es::Es;
 use common::kafka::KafkaProcess;
-use common::{bin, wait_timeout};
+use common::{bin, chaos, wait_timeout};
 use rand::SeedableRng;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -57,34 +57,6 @@ fn co_partitioned(config: &Path) {
 
 const UPSERT_BY_USER: &str = "id = \"field:/user\"\noperation = \"upsert\"";
 const COORDINATES: &str = "id = \"coordinates\"";
-
-/// Runs `lockgate chaos` and returns its exit code, stdout and JSON report.
-fn chaos(config: &Path, args: &[&str]) -> (Option<i32>, String, Value) {
-    let report = config.with_file_name("report.json");
-    let mut child = Command::new(bin())
-        .arg("chaos")
-        .arg("--config")
-        .arg(config)
-        .arg("--report")
-        .arg(&report)
-        .args(args)
-        .stdout(std::fs::File::create(config.with_file_name("chaos.out")).unwrap())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let status = wait_timeout(&mut child, Duration::from_secs(600));
-    let mut out = std::fs::read_to_string(config.with_file_name("chaos.out")).unwrap();
-    if status.code() != Some(0) {
-        // The runs' own log says why.
-        let log = std::fs::read_to_string(config.with_extension("chaos.log")).unwrap_or_default();
-        out.push_str(&format!("\n--- job log ---\n{}", common::tail(&log, 40)));
-    }
-    let r = std::fs::read_to_string(&report)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    (status.code(), out, r)
-}
 
 fn assert_exact(code: Option<i32>, out: &str, r: &Value) {
     assert_eq!(code, Some(0), "{out}");

@@ -141,6 +141,50 @@ fn schema_registry_settings_are_checked_at_load_exit_2_naming_file_and_key() {
     }
 }
 
+/// The TOML block of the README between `<!-- name -->` and `<!-- /name -->`.
+fn readme_block(name: &str) -> String {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    readme
+        .split(&format!("<!-- {name} -->"))
+        .nth(1)
+        .and_then(|b| b.split(&format!("<!-- /{name} -->")).next())
+        .and_then(|b| b.trim().strip_prefix("```toml"))
+        .and_then(|b| b.strip_suffix("```"))
+        .unwrap_or_else(|| panic!("the README's {name} block"))
+        .to_string()
+}
+
+#[test]
+fn the_readmes_schema_registry_and_transforms_examples_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n{}\n",
+            // The one thing a reader supplies: the password's variable.
+            readme_block("registry-example").replace("${REGISTRY_PASSWORD}", "s3cret")
+        ),
+    )
+    .unwrap();
+    lockgate::config::load(&job).unwrap_or_else(|e| panic!("the registry example: {e}"));
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+             [source.kafka]\nbootstrap_servers = \"127.0.0.1:9\"\ntopics = [\"orders\"]\n\n{}\n\
+             [sink.file]\ndir = \"out\"\n",
+            readme_block("transforms-example")
+        ),
+    )
+    .unwrap();
+    let graph =
+        lockgate::config::load(&job).unwrap_or_else(|e| panic!("the transforms example: {e}"));
+    drop(graph);
+}
+
 #[test]
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();

@@ -499,32 +499,24 @@ fn twenty_kills_over_an_avro_topic_are_exactly_once() {
     );
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, text).unwrap();
-    let report = tmp.path().join("report.json");
-    let mut child = Command::new(bin())
-        .args(["chaos", "--config"])
-        .arg(&config)
-        .arg("--report")
-        .arg(&report)
-        // Each subtask owns about 50 fetched batches; runs of at most 600 ms throttled
-        // to a batch per 300 ms read at most 40 of them before the 20th kill.
-        .args([
+    // Each subtask owns about 50 fetched batches; runs of at most 600 ms throttled to
+    // a batch per 300 ms read at most 40 of them before the 20th kill.
+    let (code, out, r) = common::chaos(
+        &config,
+        &[
             "--kills",
             "20",
             "--seed",
             "27",
             "--failpoints",
             "source-batch=sleep(300)",
-        ])
-        .args(["--failpoint-runs", "20", "--kill-after-ms", "300..600"])
-        .stdout(std::fs::File::create(tmp.path().join("chaos.out")).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let status = wait_timeout(&mut child, Duration::from_secs(900));
-    let out = std::fs::read_to_string(tmp.path().join("chaos.out")).unwrap();
-    let log = std::fs::read_to_string(config.with_extension("chaos.log")).unwrap_or_default();
-    assert_eq!(status.code(), Some(0), "{out}\n{}", tail(&log, 30));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            "--failpoint-runs",
+            "20",
+            "--kill-after-ms",
+            "300..600",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
     assert_eq!(r["kills"], 20, "{out}");
     assert_eq!(r["verdict"]["inputs"], 100_000, "{out}");
     for k in ["missing", "duplicated", "wrong"] {

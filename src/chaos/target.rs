@@ -54,6 +54,9 @@ pub struct Target {
     /// same way.
     pub format: crate::formats::FormatRef,
     pub key_format: Option<crate::formats::FormatRef>,
+    /// The job's record transforms (before its `rolling_sum`, if any), in order: the
+    /// verifier applies them to the inputs as the job does.
+    pub transforms: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)>,
 }
 
 impl Target {
@@ -104,7 +107,28 @@ impl Target {
                     .into(),
             ),
         };
+        let mut transforms = Vec::new();
+        let mut after_sum = false;
+        for (kind, config) in &d.transforms {
+            match config.downcast_ref::<crate::transforms::Applied>() {
+                Some(_) if after_sum => {
+                    return Err(format!(
+                        "the chaos harness verifies transforms before rolling_sum; `{kind}` comes after it"
+                    ))
+                }
+                Some(a) => transforms.push((kind.clone(), a.0.clone())),
+                None if config.downcast_ref::<(String, String, String)>().is_some() => {
+                    after_sum = true
+                }
+                None => {
+                    return Err(format!(
+                        "the chaos harness cannot verify the transform `{kind}`"
+                    ))
+                }
+            }
+        }
         Ok(Target {
+            transforms,
             format: k.format.clone(),
             key_format: k.key_format.clone(),
             origin_headers: k.origin_headers,

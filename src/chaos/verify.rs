@@ -35,6 +35,8 @@ pub struct Input {
     pub headers: BTreeMap<String, String>,
     /// The payload as read, until [`read_inputs`] decodes it into `value`.
     raw: Option<Vec<u8>>,
+    /// The record's timestamp, in milliseconds since the epoch.
+    pub timestamp: Option<i64>,
 }
 
 /// What verification found.
@@ -69,7 +71,39 @@ impl Verdict {
 pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
     let mut inputs = read_topics(t, &|name| t.selects(name))?;
     decode(t, &mut inputs)?;
+    transform(t, &mut inputs)?;
     Ok(inputs)
+}
+
+/// Applies the job's transforms to the decoded inputs, as the job does: what the sink
+/// received is what is compared.
+fn transform(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
+    if t.transforms.is_empty() {
+        return Ok(());
+    }
+    for input in inputs.iter_mut() {
+        let mut parts = crate::transforms::Parts {
+            value: std::mem::take(&mut input.value),
+            key: input.key.take(),
+        };
+        let meta = crate::transforms::Meta {
+            topic: Some(&input.topic),
+            partition: Some(input.partition),
+            offset: Some(input.offset),
+            timestamp: input.timestamp,
+        };
+        for (kind, smt) in &t.transforms {
+            smt.apply(&mut parts, &meta).map_err(|e| {
+                format!(
+                    "input {}/{}@{}: {kind}: {e} (the job would have failed on it)",
+                    input.topic, input.partition, input.offset
+                )
+            })?;
+        }
+        input.value = parts.value;
+        input.key = parts.key;
+    }
+    Ok(())
 }
 
 /// Decodes the inputs' values and keys as the job does (`format`, `key_format`): a
@@ -220,6 +254,7 @@ fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>,
             value,
             headers,
             raw: m.payload().map(<[u8]>::to_vec),
+            timestamp: m.timestamp().to_millis(),
         });
         if m.offset() + 1 >= end {
             done.insert(k, true);

@@ -3,6 +3,7 @@
 //! A new connector is a folder under `connectors/` and one line here.
 
 use crate::connector::Registry;
+use crate::transforms::{fields, set_key, time, SmtConfig as _, SmtSection};
 
 /// Every built-in source, transform and sink, in the order messages list them.
 pub fn builtin() -> Registry {
@@ -12,6 +13,14 @@ pub fn builtin() -> Registry {
         .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
             crate::operators::rolling_sum::KIND,
         )
+        .with_transform::<SmtSection<fields::InsertField>>(fields::InsertField::KIND)
+        .with_transform::<SmtSection<fields::ReplaceField>>(fields::ReplaceField::KIND)
+        .with_transform::<SmtSection<fields::ExtractField>>(fields::ExtractField::KIND)
+        .with_transform::<SmtSection<set_key::SetKey>>(set_key::SetKey::KIND)
+        .with_transform::<SmtSection<fields::Cast>>(fields::Cast::KIND)
+        .with_transform::<SmtSection<time::TimestampConverter>>(time::TimestampConverter::KIND)
+        .with_transform::<SmtSection<fields::Flatten>>(fields::Flatten::KIND)
+        .with_transform::<SmtSection<fields::MaskField>>(fields::MaskField::KIND)
         .with_sink::<super::file_sink::FileSection>(super::file_sink::KIND)
         .with_sink::<super::elasticsearch::config::EsSection>(super::elasticsearch::config::KIND)
         .with_sink::<super::kafka::sink_config::KafkaSinkSection>(super::kafka::sink::KIND)

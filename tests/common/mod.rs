@@ -264,3 +264,31 @@ pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Runs `lockgate chaos` and returns its exit code, stdout and JSON report.
+pub fn chaos(config: &Path, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+    let report = config.with_file_name("report.json");
+    let mut child = Command::new(bin())
+        .arg("chaos")
+        .arg("--config")
+        .arg(config)
+        .arg("--report")
+        .arg(&report)
+        .args(args)
+        .stdout(std::fs::File::create(config.with_file_name("chaos.out")).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(900));
+    let mut out = std::fs::read_to_string(config.with_file_name("chaos.out")).unwrap();
+    if status.code() != Some(0) {
+        // The runs' own log says why.
+        let log = std::fs::read_to_string(config.with_extension("chaos.log")).unwrap_or_default();
+        out.push_str(&format!("\n--- job log ---\n{}", tail(&log, 40)));
+    }
+    let r = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status.code(), out, r)
+}
