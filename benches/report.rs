@@ -11,6 +11,7 @@
 //! | `recovery.recovery_ms_median` (10^6 keys) | < 1000 ms |
 //! | `demo_memory.peak_rss_mib_max` | < 100 MiB |
 //! | `avro.avro_to_json_ns_per_record`, `avro.source_ratio_avro_over_json` | reported (no target) |
+//! | `transforms.chain_ns_per_record` (`insert_field`, `replace_field`, `cast`) | reported (no target) |
 
 mod support;
 
@@ -40,6 +41,8 @@ fn main() {
     let recovery = support::recovery::measure(std::path::Path::new(support::bin()), 1_000_000, 5);
     step("Avro against JSON, per record and through the Kafka source");
     let avro = support::avro::measure();
+    step("a chain of three transforms against the JSON check");
+    let transforms = support::transforms::measure();
 
     let p99_1m = by_keys
         .as_array()
@@ -67,6 +70,7 @@ fn main() {
             "recovery": recovery,
             "demo_memory": memory,
             "avro": avro,
+            "transforms": transforms,
         }))
         .expect("JSON")
     );

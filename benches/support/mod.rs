@@ -9,6 +9,7 @@ pub mod end_to_end;
 pub mod recovery;
 pub mod sink;
 pub mod source;
+pub mod transforms;
 
 use std::io::BufRead;
 use std::path::Path;
