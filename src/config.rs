@@ -693,10 +693,23 @@ fn build(
     let mut transforms = Vec::new();
     let mut steps = Vec::new();
     let transform_count = parsed_transforms.len();
+    // Consecutive record transforms run as one step that parses each record once.
+    let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
         let prepared = parsed(&cx, i).map_err(at(&key))?;
-        steps.extend(prepared.steps);
+        match prepared.config.downcast_ref::<crate::transforms::Applied>() {
+            Some(a) => chain.push((kind.clone(), a.0.clone())),
+            None => {
+                if !chain.is_empty() {
+                    steps.push(crate::transforms::chain_step(std::mem::take(&mut chain)));
+                }
+                steps.extend(prepared.steps);
+            }
+        }
         transforms.push((kind, prepared.config));
+    }
+    if !chain.is_empty() {
+        steps.push(crate::transforms::chain_step(chain));
     }
     let (sink_name, sink) = exactly_one(sinks, "sink", &sink_names, &err)?;
     let sink_cx = SinkContext {

@@ -105,19 +105,7 @@ pub struct SmtSection<T>(pub T);
 impl<T: SmtConfig> TransformSection for SmtSection<T> {
     fn prepare(self, cx: &SectionContext, _index: usize) -> Result<PreparedTransform, KeyError> {
         let smt = self.0.build(cx)?;
-        let factory_smt = smt.clone();
-        let step = Step::Operator {
-            kind: T::KIND.to_string(),
-            factory: Arc::new(move |_| {
-                let smt = factory_smt.clone();
-                Box::new(FnOperator(
-                    move |r: Record, out: &mut crate::record::Batch| {
-                        out.push(transform(&*smt, T::KIND, r)?);
-                        Ok(())
-                    },
-                ))
-            }),
-        };
+        let step = chain_step(vec![(T::KIND.to_string(), smt.clone())]);
         Ok(PreparedTransform {
             steps: vec![step],
             config: Arc::new(Applied(smt)),
@@ -129,20 +117,56 @@ impl<T: SmtConfig> TransformSection for SmtSection<T> {
 /// themselves (the chaos harness's verifier).
 pub struct Applied(pub Arc<dyn Smt>);
 
-/// Applies `smt` (named `kind`) to `record`.
-pub fn transform(smt: &dyn Smt, kind: &str, mut record: Record) -> crate::error::Result<Record> {
+/// Applies `smt` (named `kind`) alone to `record`.
+pub fn transform(smt: &Arc<dyn Smt>, kind: &str, record: Record) -> crate::error::Result<Record> {
+    transform_all(&[(kind.to_string(), smt.clone())], record)
+}
+
+/// Applies each transform of `chain` (named by its kind), in order, to `record`: the
+/// value is parsed once and written once, however long the chain.
+pub fn transform_all(
+    chain: &[(String, Arc<dyn Smt>)],
+    mut record: Record,
+) -> crate::error::Result<Record> {
     let what = || crate::operators::rolling_sum::describe(&record);
+    let first = chain.first().map_or("transform", |(k, _)| k.as_str());
     let value: Value = serde_json::from_slice(&record.value)
-        .map_err(|e| JobError::Other(format!("{}: {kind}: not valid JSON: {e}", what())))?;
+        .map_err(|e| JobError::Other(format!("{}: {first}: not valid JSON: {e}", what())))?;
     let mut parts = Parts {
         value,
         key: record.key.as_ref().map(|k| k.to_vec()),
     };
-    smt.apply(&mut parts, &Meta::of(&record))
-        .map_err(|e| JobError::Other(format!("{}: {kind}: {e}", what())))?;
+    let meta = Meta::of(&record);
+    for (kind, smt) in chain {
+        smt.apply(&mut parts, &meta)
+            .map_err(|e| JobError::Other(format!("{}: {kind}: {e}", what())))?;
+    }
     record.value = serde_json::to_vec(&parts.value)
         .expect("a JSON value serializes")
         .into();
     record.key = parts.key.map(Into::into);
     Ok(record)
+}
+
+/// One stateless step that applies a chain of transforms (consecutive `[[transform]]`
+/// sections), parsing each record once: what a job runs for them.
+pub fn chain_step(chain: Vec<(String, Arc<dyn Smt>)>) -> Step {
+    let kind = chain
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    let chain = Arc::new(chain);
+    Step::Operator {
+        kind,
+        factory: Arc::new(move |_| {
+            let chain = chain.clone();
+            Box::new(FnOperator(
+                move |r: Record, out: &mut crate::record::Batch| {
+                    out.push(transform_all(&chain, r)?);
+                    Ok(())
+                },
+            ))
+        }),
+    }
 }
