@@ -51,6 +51,27 @@ impl fmt::Debug for UrlText {
     }
 }
 
+/// A secret given inline (`key`) or in a file (`key_file`, resolved by `resolve`), or
+/// none; both at once is an error. An error is `(key, message)`, naming the key given.
+pub fn secret_or_file(
+    value: &Option<Secret>,
+    file: &Option<std::path::PathBuf>,
+    key: &str,
+    resolve: impl Fn(&Path) -> std::path::PathBuf,
+) -> Result<Option<Secret>, (String, String)> {
+    match (value, file) {
+        (Some(_), Some(_)) => Err((
+            format!("{key} and {key}_file"),
+            format!("give {key} or {key}_file, not both"),
+        )),
+        (Some(v), None) => Ok(Some(v.clone())),
+        (None, Some(f)) => read_secret_file(&resolve(f))
+            .map(Some)
+            .map_err(|m| (format!("{key}_file"), m)),
+        (None, None) => Ok(None),
+    }
+}
+
 /// Reads a secret from a file (a mounted Kubernetes secret, for example): the whole
 /// content, without its trailing newline (`\n` or `\r\n`). An empty secret is an error,
 /// as is an unreadable file; the error names the file, never its content.

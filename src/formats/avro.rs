@@ -51,6 +51,18 @@ pub struct AvroDecoder {
 /// within what the `json` format accepts.
 pub const MAX_DEPTH: u32 = super::json::MAX_DEPTH;
 
+/// The named types defined in `roots` (a schema and the schemas it references).
+fn named_types(roots: &[Schema]) -> Result<HashMap<Name, Schema>, String> {
+    Ok(
+        apache_avro::schema::ResolvedSchema::try_from(roots.iter().collect::<Vec<_>>())
+            .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
+            .get_names()
+            .iter()
+            .map(|(n, s)| (n.clone(), (*s).clone()))
+            .collect(),
+    )
+}
+
 /// The logical type a `fixed(16)` uuid is parsed with, so that its size is kept (the
 /// parser would otherwise read it as a string uuid).
 const FIXED_UUID: &str = "lockgate-fixed-uuid";
@@ -85,12 +97,7 @@ fn keep_fixed_uuids(json: &str) -> Result<std::borrow::Cow<'_, str>, String> {
 impl AvroDecoder {
     /// A decoder of values written with `schema` (its named types resolved).
     pub fn new(schema: Schema, temporal: Temporal) -> Result<AvroDecoder, String> {
-        let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
-            .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
-            .get_names()
-            .iter()
-            .map(|(n, s)| (n.clone(), (*s).clone()))
-            .collect();
+        let names = named_types(std::slice::from_ref(&schema))?;
         Ok(AvroDecoder {
             roots: vec![schema.clone()],
             schema,
@@ -125,12 +132,7 @@ impl AvroDecoder {
         let (schema, mut roots) = Schema::parse_str_with_list(&json, &references)
             .map_err(|e| format!("not a valid Avro schema with its references: {e}"))?;
         roots.push(schema.clone());
-        let names = apache_avro::schema::ResolvedSchema::try_from(roots.iter().collect::<Vec<_>>())
-            .map_err(|e| format!("the schema's named types do not resolve: {e}"))?
-            .get_names()
-            .iter()
-            .map(|(n, s)| (n.clone(), (*s).clone()))
-            .collect();
+        let names = named_types(&roots)?;
         Ok(AvroDecoder {
             schema,
             names,

@@ -18,7 +18,7 @@
 
 use super::registry::{RegistryClient, Retry, TIMEOUT};
 use crate::connectors::elasticsearch::connection::{parse_node, Auth, CaCert, TlsVerify};
-use crate::secret::{read_secret_file, Secret, UrlText};
+use crate::secret::{Secret, UrlText};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -91,17 +91,8 @@ impl RegistrySection {
             }
             urls.push(url.as_str().trim_end_matches('/').to_string());
         }
-        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| match (value, file)
-        {
-            (Some(_), Some(_)) => Err((
-                format!("{key} and {key}_file"),
-                format!("give {key} or {key}_file, not both"),
-            )),
-            (Some(v), None) => Ok(Some(v.clone())),
-            (None, Some(f)) => read_secret_file(&resolve(f))
-                .map(Some)
-                .map_err(|m| (format!("{key}_file"), m)),
-            (None, None) => Ok(None),
+        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| {
+            crate::secret::secret_or_file(value, file, key, &resolve)
         };
         let password = secret(&self.password, &self.password_file, "password")?;
         let bearer = secret(&self.bearer_token, &self.bearer_token_file, "bearer_token")?;

@@ -8,7 +8,7 @@
 //! configuration error naming its key, not a failure at the first request.
 
 use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
-use crate::secret::{read_secret_file, Secret, UrlText};
+use crate::secret::{Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -393,17 +393,8 @@ impl EsSection {
             }
             stripped.push(url.as_str().trim_end_matches('/').to_string());
         }
-        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| match (value, file)
-        {
-            (Some(_), Some(_)) => Err((
-                format!("{key} and {key}_file"),
-                format!("give {key} or {key}_file, not both"),
-            )),
-            (Some(v), None) => Ok(Some(v.clone())),
-            (None, Some(f)) => read_secret_file(&resolve(f))
-                .map(Some)
-                .map_err(|m| (format!("{key}_file"), m)),
-            (None, None) => Ok(None),
+        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| {
+            crate::secret::secret_or_file(value, file, key, resolve)
         };
         let password = secret(&self.password, &self.password_file, "password")?;
         let api_key = secret(&self.api_key, &self.api_key_file, "api_key")?;
