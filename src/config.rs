@@ -664,6 +664,7 @@ fn build(
         max_parallelism: j.max_parallelism,
         checkpoint_timeout_ms: c.timeout_ms,
         formats: registry.formats().clone(),
+        source_kafka: None,
     };
     let checkpoint_dir = c.dir.clone();
     let mut b = Job::builder(&j.name)
@@ -690,18 +691,32 @@ fn build(
     // the source is built last, once it knows what the sink reads.
     let (source_name, source) = exactly_one(sources, "source", &source_names, &err)?;
     let source = source(&cx).map_err(at(&format!("source.{source_name}")))?;
+    // The transforms dead-letter to the source's cluster.
+    let cx = SectionContext {
+        source_kafka: source.facts.kafka.clone(),
+        ..cx
+    };
     let mut transforms = Vec::new();
     let mut steps = Vec::new();
     let transform_count = parsed_transforms.len();
+    let mut stateful = Vec::new();
+    let mut reads_headers = false;
     // Consecutive record transforms run as one step that parses each record once.
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
         let prepared = parsed(&cx, i).map_err(at(&key))?;
         match prepared.config.downcast_ref::<crate::transforms::Applied>() {
-            Some(a) => chain.push((kind.clone(), a.0.clone())),
+            Some(a) => {
+                reads_headers |= a.0.reads_headers();
+                chain.push((kind.clone(), a.0.clone()))
+            }
             None => {
+                stateful.push(kind.clone());
                 if !chain.is_empty() {
-                    steps.push(crate::transforms::chain_step(std::mem::take(&mut chain)));
+                    steps.push(crate::transforms::chain_step(
+                        std::mem::take(&mut chain),
+                        cx.source_kafka.clone(),
+                    ));
                 }
                 steps.extend(prepared.steps);
             }
@@ -709,18 +724,23 @@ fn build(
         transforms.push((kind, prepared.config));
     }
     if !chain.is_empty() {
-        steps.push(crate::transforms::chain_step(chain));
+        steps.push(crate::transforms::chain_step(
+            chain,
+            cx.source_kafka.clone(),
+        ));
     }
     let (sink_name, sink) = exactly_one(sinks, "sink", &sink_names, &err)?;
     let sink_cx = SinkContext {
         section: &cx,
         source: &source.facts,
         transforms: transform_count,
+        stateful_transforms: stateful,
     };
     let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
     let not_split_keyed = source.facts.not_split_keyed.clone();
     let source_spec = (source.build)(SourceWiring {
         tombstones: sink.reads_tombstones,
+        headers: reads_headers,
     });
     let graph = b
         .source_spec(source_spec)
@@ -1093,6 +1113,32 @@ dir = "out"
         let e = parse_err(&two);
         assert_eq!(e.key, "sink", "{e}");
         assert!(e.message.contains("found file, kafka"), "{e}");
+    }
+
+    #[test]
+    fn tombstones_pass_record_transforms_but_not_a_rolling_sum() {
+        let text = kafka_job_head("\"t\"")
+            + "[sink.elasticsearch]\nurl = \"http://es:9200\"\nindex = \"i\"\nid = \"key\"\non_null_value = \"delete\"\n";
+        let smt = text.clone() + "[[transform]]\ntype = \"replace_field\"\nexclude = [\"x\"]\n";
+        parse(&smt, Path::new("/jobs/job.toml")).unwrap();
+        let sum =
+            text + "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\n";
+        let e = parse_err(&sum);
+        assert_eq!(e.key, "sink.elasticsearch.on_null_value", "{e}");
+        assert!(e.message.contains("rolling_sum"), "{e}");
+    }
+
+    #[test]
+    fn a_jq_dead_letter_needs_a_kafka_source() {
+        let jq = "[[transform]]\ntype = \"jq\"\nfilter = \".\"\non_error = \"dead-letter:dlq\"\n";
+        let kafka = kafka_job_head("\"t\"") + jq + "[sink.file]\ndir = \"out\"\n";
+        parse(&kafka, Path::new("/jobs/job.toml")).unwrap();
+        let sequence = GOOD.replace(
+            "[[transform]]\ntype = \"rolling_sum\"",
+            &format!("{jq}\n[[transform]]\ntype = \"rolling_sum\""),
+        );
+        let e = parse_err(&sequence);
+        assert_eq!(e.key, "transform[0].on_error", "{e}");
     }
 
     #[test]

@@ -36,10 +36,37 @@ pub struct Record {
     /// CreateTime or LogAppendTime); date patterns of an Elasticsearch index use it.
     pub timestamp: Option<i64>,
     /// The source record had no value at all (a Kafka tombstone), which is not the
-    /// same as an empty one. Only sinks that say what a tombstone means receive these
-    /// (`on_null_value` of the Elasticsearch sink).
+    /// same as an empty one. A sink says what a tombstone means (`on_null_value` of
+    /// the Elasticsearch sink); sources skip them for sinks that do not.
     pub tombstone: bool,
+    /// What the record asks of the sink: write it, or delete what its key or id
+    /// names. A delete's value, if it has one, is the image before the delete (a
+    /// Debezium `before`), which the sink may read the document id from.
+    pub op: Op,
+    /// The source record's headers, when a step of the job reads them (the Kafka
+    /// source reads them only then: they cost a copy per record).
+    pub headers: Option<Arc<Headers>>,
+    /// Which output of its source record this is, when a transform makes several of
+    /// one (a `jq` program): 0 for the first (and for most records). Ids made of
+    /// coordinates append it when it is not 0, so that each output is its own
+    /// document, the same one on a replay.
+    pub output: u32,
 }
+
+/// What a record asks of the sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    /// Write the record (index, create or update, as the sink is configured).
+    #[default]
+    Upsert,
+    /// Delete the document, row or key the record identifies: the Elasticsearch sink
+    /// deletes by id, the Kafka sink writes a tombstone, the file sink a delete line.
+    Delete,
+}
+
+/// A record's headers in their order, names with their values (`None`: a header
+/// without a value). Names may repeat, as in Kafka.
+pub type Headers = Vec<(String, Option<Bytes>)>;
 
 impl Record {
     /// A record with only a value (a `Vec<u8>` becomes [`Bytes`] without a copy).
@@ -59,6 +86,22 @@ impl Record {
             + self.value.len()
             + self.key.as_ref().map_or(0, Bytes::len)
             + self.route_key.as_ref().map_or(0, Vec::len)
+            + self.headers.as_ref().map_or(0, |h| {
+                h.iter()
+                    .map(|(n, v)| n.len() + v.as_ref().map_or(0, Bytes::len))
+                    .sum()
+            })
+    }
+
+    /// The last value of header `name`, if the record has the header (`Some(None)`:
+    /// it has it without a value).
+    pub fn header(&self, name: &str) -> Option<Option<&Bytes>> {
+        self.headers
+            .as_ref()?
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_ref())
     }
 }
 

@@ -176,7 +176,12 @@ fn the_readmes_schema_registry_and_transforms_examples_load() {
             "[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
              [source.kafka]\nbootstrap_servers = \"127.0.0.1:9\"\ntopics = [\"orders\"]\n\n{}\n\
              [sink.file]\ndir = \"out\"\n",
-            readme_block("transforms-example")
+            [
+                readme_block("transforms-example"),
+                readme_block("filter-example"),
+                readme_block("jq-example")
+            ]
+            .join("\n")
         ),
     )
     .unwrap();

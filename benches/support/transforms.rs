@@ -74,7 +74,9 @@ pub fn measure() -> serde_json::Value {
         for r in &records {
             let mut r = r.clone();
             for (kind, smt) in &chain {
-                r = transform(smt, kind, r).expect("transformed");
+                let mut out = Vec::with_capacity(1);
+                transform(smt, kind, r, &mut out).expect("transformed");
+                r = out.pop().expect("one record");
             }
             bytes += r.value.len();
         }
@@ -85,10 +87,9 @@ pub fn measure() -> serde_json::Value {
         let start = Instant::now();
         let mut bytes = 0;
         for r in &records {
-            bytes += transform_all(&chain, r.clone())
-                .expect("transformed")
-                .value
-                .len();
+            let mut out = Vec::with_capacity(1);
+            transform_all(&chain, r.clone(), &mut out).expect("transformed");
+            bytes += out[0].value.len();
         }
         std::hint::black_box(bytes);
         start.elapsed().as_nanos() as f64 / RECORDS as f64

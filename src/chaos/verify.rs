@@ -37,6 +37,9 @@ pub struct Input {
     raw: Option<Vec<u8>>,
     /// The record's timestamp, in milliseconds since the epoch.
     pub timestamp: Option<i64>,
+    /// Which output of its record this is, when the job's transforms make several
+    /// (see [`crate::record::Record::output`]).
+    pub output: u32,
 }
 
 /// What verification found.
@@ -71,39 +74,58 @@ impl Verdict {
 pub fn read_inputs(t: &Target) -> Result<Vec<Input>, String> {
     let mut inputs = read_topics(t, &|name| t.selects(name))?;
     decode(t, &mut inputs)?;
-    transform(t, &mut inputs)?;
-    Ok(inputs)
+    transform(t, inputs)
 }
 
 /// Applies the job's transforms to the decoded inputs, as the job does: what the sink
-/// received is what is compared.
-fn transform(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
+/// received is what is compared. An input the transforms drop (a filter, a jq program
+/// without output, a record `on_error` skips or dead-letters) is expected nowhere; one
+/// they make several of is expected as each, numbered as the job numbers them.
+fn transform(t: &Target, inputs: Vec<Input>) -> Result<Vec<Input>, String> {
+    use crate::transforms::{apply_chain, Meta, OnError, Parts};
     if t.transforms.is_empty() {
-        return Ok(());
+        return Ok(inputs);
     }
-    for input in inputs.iter_mut() {
-        let mut parts = crate::transforms::Parts {
-            value: std::mem::take(&mut input.value),
+    let mut expanded = Vec::with_capacity(inputs.len());
+    let mut outs = Vec::with_capacity(1);
+    for mut input in inputs {
+        let headers: crate::record::Headers = input
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(bytes::Bytes::from(v.clone().into_bytes()))))
+            .collect();
+        let parts = Parts {
             key: input.key.take(),
+            ..Parts::of_value(std::mem::take(&mut input.value))
         };
-        let meta = crate::transforms::Meta {
+        let meta = Meta {
             topic: Some(&input.topic),
             partition: Some(input.partition),
             offset: Some(input.offset),
             timestamp: input.timestamp,
+            headers: Some(&headers),
         };
-        for (kind, smt) in &t.transforms {
-            smt.apply(&mut parts, &meta).map_err(|e| {
-                format!(
-                    "input {}/{}@{}: {kind}: {e} (the job would have failed on it)",
-                    input.topic, input.partition, input.offset
-                )
-            })?;
+        if let Err(e) = apply_chain(&t.transforms, parts, &meta, &mut outs) {
+            match t.transforms[e.step].1.on_error() {
+                OnError::Fail => {
+                    return Err(format!(
+                        "input {}/{}@{}: {} (the job would have failed on it)",
+                        input.topic, input.partition, input.offset, e.message
+                    ))
+                }
+                OnError::Skip | OnError::DeadLetter(_) => continue,
+            }
         }
-        input.value = parts.value;
-        input.key = parts.key;
+        for (i, out) in outs.drain(..).enumerate() {
+            expanded.push(Input {
+                value: out.value,
+                key: out.key,
+                output: i as u32,
+                ..input.clone()
+            });
+        }
     }
-    Ok(())
+    Ok(expanded)
 }
 
 /// Decodes the inputs' values and keys as the job does (`format`, `key_format`): a
@@ -255,6 +277,7 @@ fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>,
             headers,
             raw: m.payload().map(<[u8]>::to_vec),
             timestamp: m.timestamp().to_millis(),
+            output: 0,
         });
         if m.offset() + 1 >= end {
             done.insert(k, true);
@@ -512,7 +535,10 @@ fn verify_index(t: &Target, e: &EsTarget, inputs: &[Input]) -> Result<Verdict, S
         IdStrategy::Coordinates => {
             let ids: Vec<String> = inputs
                 .iter()
-                .map(|r| format!("{}-{}-{}", r.topic, r.partition, r.offset))
+                .map(|r| match r.output {
+                    0 => format!("{}-{}-{}", r.topic, r.partition, r.offset),
+                    n => format!("{}-{}-{}-{n}", r.topic, r.partition, r.offset),
+                })
                 .collect();
             let docs = mget(e, &ids)?;
             verdict.expected_documents = ids.len() as u64 - verdict.dead_lettered;

@@ -84,6 +84,9 @@ pub struct SectionContext {
     /// The formats a source section can name (`format`, `key_format`): the
     /// registry's list.
     pub formats: crate::formats::Formats,
+    /// The Kafka cluster the source reads, for the transforms' dead letters (set once
+    /// the source is prepared).
+    pub source_kafka: Option<KafkaCluster>,
 }
 
 impl SectionContext {
@@ -147,6 +150,9 @@ pub struct SourceWiring {
     /// The sink says what a tombstone (a record without a value) means: tombstones
     /// reach it as records instead of being skipped.
     pub tombstones: bool,
+    /// A step of the job reads the records' headers: the source gives each record
+    /// its headers ([`crate::record::Record::headers`]).
+    pub headers: bool,
 }
 
 /// A resolved configuration kept for tools that reason about a job (the chaos
@@ -173,6 +179,9 @@ pub struct SinkContext<'a> {
     pub source: &'a SourceFacts,
     /// How many `[[transform]]` sections come before the sink.
     pub transforms: usize,
+    /// The kinds of those that keep state per key (`rolling_sum`): they read every
+    /// record's value, and take no tombstones.
+    pub stateful_transforms: Vec<String>,
 }
 
 /// A validated sink section.

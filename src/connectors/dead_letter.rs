@@ -42,6 +42,8 @@ pub enum Reason {
     /// The source could not decode the record (`decode`).
     #[default]
     Decode,
+    /// A transform of the job failed on the record (`transform`).
+    Transform,
     /// The document does not fit the index mapping: a mapper or document parsing
     /// error, or a field strict mapping does not allow (`mapping`).
     Mapping,
@@ -60,8 +62,9 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in label order of [`Reason::label`].
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Decode,
+        Reason::Transform,
         Reason::Mapping,
         Reason::InvalidDocument,
         Reason::VersionConflict,
@@ -70,13 +73,15 @@ impl Reason {
         Reason::Rejected,
     ];
 
-    /// The reasons of the Elasticsearch sink's letters: every one but `decode`.
-    pub const REFUSALS: &[Reason] = Reason::ALL.split_at(1).1;
+    /// The reasons of the Elasticsearch sink's letters: every one but `decode` and
+    /// `transform`.
+    pub const REFUSALS: &[Reason] = Reason::ALL.split_at(2).1;
 
     /// The `reason` label.
     pub fn label(self) -> &'static str {
         match self {
             Reason::Decode => "decode",
+            Reason::Transform => "transform",
             Reason::Mapping => "mapping",
             Reason::InvalidDocument => "invalid_document",
             Reason::VersionConflict => "version_conflict",

@@ -25,7 +25,7 @@
 use crate::connector::kit::{TwoPhaseSink, TwoPhaseWriter};
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
-use crate::record::Batch;
+use crate::record::{Batch, Record};
 use async_trait::async_trait;
 use lockgate_state::durable;
 use lockgate_state::CheckpointId;
@@ -97,6 +97,30 @@ pub enum PartName {
     Pending { subtask: u16, id: CheckpointId },
     /// `.inprogress-<subtask>-<n>`
     InProgress { subtask: u16 },
+}
+
+/// The line a delete (or a tombstone) is written as:
+/// `{"lockgate.delete":{"key":K,"before":V}}`, where `K` is the record's key as text
+/// (base64 in `{"base64": ...}` when it is not UTF-8) or null, and `V` the image before
+/// the delete or null.
+pub fn delete_line(r: &Record) -> Vec<u8> {
+    use base64::Engine;
+    use serde_json::{json, Value};
+    let key = match r.key.as_deref().map(std::str::from_utf8) {
+        None => Value::Null,
+        Some(Ok(k)) => Value::String(k.to_string()),
+        Some(Err(_)) => json!({
+            "base64": base64::engine::general_purpose::STANDARD.encode(r.key.as_deref().unwrap_or_default())
+        }),
+    };
+    let before = if r.tombstone {
+        Value::Null
+    } else {
+        serde_json::from_slice(&r.value)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()))
+    };
+    serde_json::to_vec(&json!({ "lockgate.delete": { "key": key, "before": before } }))
+        .expect("a JSON value serializes")
 }
 
 /// Parses a file name of the sink's directory.
@@ -384,7 +408,12 @@ impl TwoPhaseWriter for FileWriter {
         }
         let (path, w) = self.current.as_mut().expect("opened above");
         for r in batch {
-            w.write_all(&r.value)
+            let line = if r.tombstone || r.op == crate::record::Op::Delete {
+                std::borrow::Cow::Owned(delete_line(r))
+            } else {
+                std::borrow::Cow::Borrowed(&r.value[..])
+            };
+            w.write_all(&line)
                 .and_then(|_| w.write_all(b"\n"))
                 .map_err(|e| {
                     JobError::task(&self.name, format!("write {}: {e}", path.display()))
@@ -468,6 +497,32 @@ impl TwoPhaseWriter for FileWriter {
 mod tests {
     use super::*;
     use crate::connector::{Sink, SinkRestore};
+
+    #[test]
+    fn a_delete_is_a_line_naming_its_key_and_image() {
+        use crate::record::Op;
+        let line = |r: Record| String::from_utf8(delete_line(&r)).unwrap();
+        let delete = Record {
+            key: Some(b"u-1".to_vec().into()),
+            value: br#"{"id":1}"#.to_vec().into(),
+            op: Op::Delete,
+            ..Record::default()
+        };
+        assert_eq!(
+            line(delete.clone()),
+            r#"{"lockgate.delete":{"before":{"id":1},"key":"u-1"}}"#
+        );
+        let tombstone = Record {
+            key: Some(vec![0xff, 0x00].into()),
+            value: Default::default(),
+            tombstone: true,
+            ..Record::default()
+        };
+        assert_eq!(
+            line(tombstone),
+            r#"{"lockgate.delete":{"before":null,"key":{"base64":"/wA="}}}"#
+        );
+    }
 
     #[test]
     fn names_parse() {

@@ -139,6 +139,17 @@ impl KeyedFunction for RollingSum {
         state: &mut KeyedState<'_>,
         out: &mut Batch,
     ) -> Result<()> {
+        if record.tombstone || record.op == crate::record::Op::Delete {
+            return Err(JobError::Other(format!(
+                "{}: rolling_sum sums values written, and this record is a {}",
+                describe(&record),
+                if record.op == crate::record::Op::Delete {
+                    "delete (drop deletes before it)"
+                } else {
+                    "tombstone"
+                }
+            )));
+        }
         let mut doc: Value = serde_json::from_slice(&record.value).map_err(|e| {
             JobError::Other(format!("{} is not valid JSON: {e}", describe(&record)))
         })?;

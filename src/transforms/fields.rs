@@ -436,7 +436,7 @@ mod tests {
         let smt = c
             .build(&cx())
             .map_err(|e| format!("{}: {}", e.key, e.message))?;
-        let mut parts = Parts { value, key: None };
+        let mut parts = Parts::of_value(value);
         smt.apply(&mut parts, meta)?;
         Ok(parts.value)
     }
@@ -447,6 +447,7 @@ mod tests {
             partition: Some(2),
             offset: Some(42),
             timestamp: Some(1_700_000_000_123),
+            headers: None,
         }
     }
 

@@ -19,14 +19,15 @@
 //! `errors.tolerance = none` does.
 
 pub mod fields;
+pub mod filter;
+pub mod jq;
 pub mod set_key;
 pub mod time;
 
-use crate::connector::{
-    FnOperator, KeyError, PreparedTransform, SectionContext, Step, TransformSection,
-};
+use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::JobError;
-use crate::record::Record;
+use crate::record::{Batch, Headers, Op, Record};
+use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -38,6 +39,8 @@ pub struct Meta<'a> {
     pub offset: Option<i64>,
     /// Milliseconds since the epoch.
     pub timestamp: Option<i64>,
+    /// The record's headers, when the job reads them.
+    pub headers: Option<&'a Headers>,
 }
 
 impl<'a> Meta<'a> {
@@ -48,22 +51,123 @@ impl<'a> Meta<'a> {
             partition: record.origin.as_ref().map(|o| o.partition),
             offset: record.origin.as_ref().map(|o| o.offset),
             timestamp: record.timestamp,
+            headers: record.headers.as_deref(),
         }
     }
 }
 
-/// A record's value and key as a transform changes them.
+/// A record's value, key and operation as a transform changes them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parts {
+    /// The value (`null` for a tombstone).
     pub value: Value,
     /// The key's bytes (a string key is its text).
     pub key: Option<Vec<u8>>,
+    /// The record has no value (a Kafka tombstone): transforms of the value pass it
+    /// unchanged.
+    pub tombstone: bool,
+    pub op: Op,
+}
+
+impl Parts {
+    /// An upsert of `value` without a key.
+    pub fn of_value(value: Value) -> Parts {
+        Parts {
+            value,
+            key: None,
+            tombstone: false,
+            op: Op::Upsert,
+        }
+    }
 }
 
 /// One transform: a pure function of a record's parts and metadata. An error says
 /// why the record cannot be transformed.
 pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
+    /// Changes the record (a transform of the value changes the value alone: the key,
+    /// the operation and the headers travel with it).
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String>;
+
+    /// Whether it reads the record's headers ([`Meta::headers`]): the source copies
+    /// them only for a job with such a transform.
+    fn reads_headers(&self) -> bool {
+        false
+    }
+
+    /// What a record it fails on becomes: the job fails (the default, as Kafka
+    /// Connect's `errors.tolerance = none`), or the record is skipped or dead-lettered.
+    fn on_error(&self) -> &OnError {
+        &FAIL
+    }
+
+    /// The records that follow from `parts`, into `out`: by default `parts` after
+    /// [`Smt::apply`], and a tombstone unchanged (it has no value to change). A
+    /// transform that drops records, makes several, or reads tombstones overrides it.
+    fn expand(&self, mut parts: Parts, meta: &Meta, out: &mut Vec<Parts>) -> Result<(), String> {
+        if !parts.tombstone {
+            self.apply(&mut parts, meta)?;
+        }
+        out.push(parts);
+        Ok(())
+    }
+}
+
+/// What a record a transform fails on becomes: `fail`, `skip` or
+/// `dead-letter:<topic>` (the policy of the source's `on_decode_error`).
+pub type OnError = crate::connectors::kafka::config::DecodeErrorPolicy;
+
+static FAIL: OnError = OnError::Fail;
+
+/// The `on_error` key of a transform's section (absent: `fail`).
+pub(crate) fn on_error(key: Option<&str>, cx: &SectionContext) -> Result<OnError, KeyError> {
+    let policy = match key {
+        None => OnError::Fail,
+        Some(s) => OnError::parse(s).map_err(|e| KeyError::new("on_error", e))?,
+    };
+    if matches!(policy, OnError::DeadLetter(_)) && cx.source_kafka.is_none() {
+        return Err(KeyError::new(
+            "on_error",
+            "dead letters go to the source's Kafka cluster, and this source has none: use fail or skip",
+        ));
+    }
+    Ok(policy)
+}
+
+/// A chain of transforms, each named by its kind.
+pub type Chain = [(String, Arc<dyn Smt>)];
+
+/// Where a chain failed: the position of the transform and its message (naming it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepError {
+    pub step: usize,
+    pub message: String,
+}
+
+/// Applies each transform of `chain` in order to `first`, leaving the records that
+/// follow in `out` (none: dropped). An error names the transform.
+pub fn apply_chain(
+    chain: &Chain,
+    first: Parts,
+    meta: &Meta,
+    out: &mut Vec<Parts>,
+) -> Result<(), StepError> {
+    out.clear();
+    out.push(first);
+    for (step, (kind, smt)) in chain.iter().enumerate() {
+        let named = |e: String| StepError {
+            step,
+            message: format!("{kind}: {e}"),
+        };
+        if let [_] = out.as_slice() {
+            let p = out.pop().expect("one record");
+            smt.expand(p, meta, out).map_err(named)?;
+        } else {
+            for p in std::mem::take(out) {
+                smt.expand(p, meta, out).map_err(named)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The value of `v` as an object, or why a transform named `name` needs one.
@@ -105,7 +209,10 @@ pub struct SmtSection<T>(pub T);
 impl<T: SmtConfig> TransformSection for SmtSection<T> {
     fn prepare(self, cx: &SectionContext, _index: usize) -> Result<PreparedTransform, KeyError> {
         let smt = self.0.build(cx)?;
-        let step = chain_step(vec![(T::KIND.to_string(), smt.clone())]);
+        let step = chain_step(
+            vec![(T::KIND.to_string(), smt.clone())],
+            cx.source_kafka.clone(),
+        );
         Ok(PreparedTransform {
             steps: vec![step],
             config: Arc::new(Applied(smt)),
@@ -117,40 +224,184 @@ impl<T: SmtConfig> TransformSection for SmtSection<T> {
 /// themselves (the chaos harness's verifier).
 pub struct Applied(pub Arc<dyn Smt>);
 
-/// Applies `smt` (named `kind`) alone to `record`.
-pub fn transform(smt: &Arc<dyn Smt>, kind: &str, record: Record) -> crate::error::Result<Record> {
-    transform_all(&[(kind.to_string(), smt.clone())], record)
+/// Applies `smt` (named `kind`) alone to `record`, adding what follows to `out`.
+pub fn transform(
+    smt: &Arc<dyn Smt>,
+    kind: &str,
+    record: Record,
+    out: &mut Batch,
+) -> crate::error::Result<()> {
+    transform_all(&[(kind.to_string(), smt.clone())], record, out)
 }
 
-/// Applies each transform of `chain` (named by its kind), in order, to `record`: the
-/// value is parsed once and written once, however long the chain.
-pub fn transform_all(
-    chain: &[(String, Arc<dyn Smt>)],
-    mut record: Record,
-) -> crate::error::Result<Record> {
-    let what = || crate::operators::rolling_sum::describe(&record);
-    let first = chain.first().map_or("transform", |(k, _)| k.as_str());
-    let value: Value = serde_json::from_slice(&record.value)
-        .map_err(|e| JobError::Other(format!("{}: {first}: not valid JSON: {e}", what())))?;
-    let mut parts = Parts {
+/// Applies each transform of `chain` (named by its kind), in order, to `record`,
+/// adding the records that follow to `out`: the value is parsed once and written
+/// once, however long the chain. The records keep the source record's origin,
+/// timestamp and headers; the outputs after the first of one record (a `jq` program
+/// with several) are numbered ([`Record::output`]), so that ids made of coordinates
+/// stay unique. Any error fails, whatever the transforms' `on_error`.
+pub fn transform_all(chain: &Chain, record: Record, out: &mut Batch) -> crate::error::Result<()> {
+    run_chain(chain, record, out, &mut Vec::new()).map_err(|failed| {
+        let (e, record) = *failed;
+        JobError::Other(format!("{}: {}", describe(&record), e.message))
+    })
+}
+
+/// [`transform_all`], handing back the record with the error; `scratch` is reused
+/// between records.
+fn run_chain(
+    chain: &Chain,
+    record: Record,
+    out: &mut Batch,
+    scratch: &mut Vec<Parts>,
+) -> Result<(), Box<(StepError, Record)>> {
+    let value = if record.tombstone {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&record.value) {
+            Ok(v) => v,
+            Err(e) => {
+                let first = chain.first().map_or("transform", |(k, _)| k.as_str());
+                let e = StepError {
+                    step: 0,
+                    message: format!("{first}: not valid JSON: {e}"),
+                };
+                return Err(Box::new((e, record)));
+            }
+        }
+    };
+    let parts = Parts {
         value,
         key: record.key.as_ref().map(|k| k.to_vec()),
+        tombstone: record.tombstone,
+        op: record.op,
     };
-    let meta = Meta::of(&record);
-    for (kind, smt) in chain {
-        smt.apply(&mut parts, &meta)
-            .map_err(|e| JobError::Other(format!("{}: {kind}: {e}", what())))?;
+    if let Err(e) = apply_chain(chain, parts, &Meta::of(&record), scratch) {
+        return Err(Box::new((e, record)));
     }
-    record.value = serde_json::to_vec(&parts.value)
-        .expect("a JSON value serializes")
-        .into();
-    record.key = parts.key.map(Into::into);
-    Ok(record)
+    out.reserve(scratch.len());
+    for (i, p) in scratch.drain(..).enumerate() {
+        out.push(Record {
+            key: p.key.map(Into::into),
+            route_key: record.route_key.clone(),
+            value: if p.tombstone {
+                Bytes::new()
+            } else {
+                serde_json::to_vec(&p.value)
+                    .expect("a JSON value serializes")
+                    .into()
+            },
+            origin: record.origin.clone(),
+            timestamp: record.timestamp,
+            tombstone: p.tombstone,
+            op: p.op,
+            headers: record.headers.clone(),
+            output: record.output + i as u32,
+        });
+    }
+    Ok(())
+}
+
+fn describe(record: &Record) -> String {
+    crate::operators::rolling_sum::describe(record)
+}
+
+/// The operator of a chain: each record through [`run_chain`], and one that fails
+/// as the failing transform's `on_error` says.
+struct ChainOperator {
+    chain: Arc<Vec<(String, Arc<dyn Smt>)>>,
+    kafka: Option<crate::connector::KafkaCluster>,
+    letters: Option<crate::connectors::dead_letter::DeadLetterWriter>,
+    skipped: u64,
+    scratch: Vec<Parts>,
+    name: String,
+}
+
+impl ChainOperator {
+    fn failed(&mut self, e: StepError, record: Record) -> crate::error::Result<()> {
+        let why = format!("{}: {}", describe(&record), e.message);
+        let chain = self.chain.clone();
+        match chain[e.step].1.on_error() {
+            OnError::Fail => Err(JobError::Other(why)),
+            OnError::Skip => {
+                self.skipped += 1;
+                if self.skipped.is_power_of_two() {
+                    tracing::warn!(task = %self.name, error = %why, skipped = self.skipped, "skipping records a transform fails on (on_error = \"skip\")");
+                }
+                Ok(())
+            }
+            OnError::DeadLetter(topic) => {
+                let writer = self
+                    .letters
+                    .as_ref()
+                    .ok_or_else(|| JobError::Other(format!("{why}: no dead-letter writer")))?;
+                let letter = crate::connectors::dead_letter::DeadLetter {
+                    error: &why,
+                    reason: crate::connectors::dead_letter::Reason::Transform,
+                    origin: record
+                        .origin
+                        .as_ref()
+                        .map(|o| (&*o.stream, o.partition, o.offset)),
+                    key: record.key.as_deref(),
+                    payload: &record.value,
+                    ..Default::default()
+                };
+                // Waited for: a letter is in its topic before the record counts as
+                // handled (and before the next barrier passes this operator).
+                let handle = tokio::runtime::Handle::current();
+                tokio::task::block_in_place(|| handle.block_on(writer.send(topic, &letter)))
+                    .map_err(JobError::Other)
+            }
+        }
+    }
+}
+
+impl crate::connector::Operator for ChainOperator {
+    fn open(&mut self, ctx: &crate::connector::OperatorContext) -> crate::error::Result<()> {
+        self.name = format!("{}[{}]", ctx.uid, ctx.info.index);
+        let letters = self
+            .chain
+            .iter()
+            .any(|(_, s)| matches!(s.on_error(), OnError::DeadLetter(_)));
+        if letters && self.letters.is_none() {
+            let k = self.kafka.as_ref().ok_or_else(|| {
+                JobError::Other("a transform dead-letters, and the job has no Kafka cluster".into())
+            })?;
+            let writer = crate::connectors::dead_letter::DeadLetterWriter::new(
+                &k.bootstrap_servers,
+                &k.properties,
+            )
+            .map_err(JobError::Other)?
+            .counted(
+                ctx.info.telemetry.metrics(),
+                &ctx.uid,
+                ctx.info.index,
+                &[crate::connectors::dead_letter::Reason::Transform],
+            );
+            self.letters = Some(writer);
+        }
+        Ok(())
+    }
+
+    fn process(&mut self, batch: Batch, out: &mut Batch) -> crate::error::Result<()> {
+        for r in batch {
+            if let Err(failed) = run_chain(&self.chain, r, out, &mut self.scratch) {
+                self.scratch.clear();
+                let (e, record) = *failed;
+                self.failed(e, record)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One stateless step that applies a chain of transforms (consecutive `[[transform]]`
-/// sections), parsing each record once: what a job runs for them.
-pub fn chain_step(chain: Vec<(String, Arc<dyn Smt>)>) -> Step {
+/// sections), parsing each record once: what a job runs for them. `kafka` is where
+/// records a transform dead-letters go (the source's cluster).
+pub fn chain_step(
+    chain: Vec<(String, Arc<dyn Smt>)>,
+    kafka: Option<crate::connector::KafkaCluster>,
+) -> Step {
     let kind = chain
         .iter()
         .map(|(k, _)| k.as_str())
@@ -160,13 +411,14 @@ pub fn chain_step(chain: Vec<(String, Arc<dyn Smt>)>) -> Step {
     Step::Operator {
         kind,
         factory: Arc::new(move |_| {
-            let chain = chain.clone();
-            Box::new(FnOperator(
-                move |r: Record, out: &mut crate::record::Batch| {
-                    out.push(transform_all(&chain, r)?);
-                    Ok(())
-                },
-            ))
+            Box::new(ChainOperator {
+                chain: chain.clone(),
+                kafka: kafka.clone(),
+                letters: None,
+                skipped: 0,
+                scratch: Vec::with_capacity(1),
+                name: String::new(),
+            })
         }),
     }
 }

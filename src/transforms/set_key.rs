@@ -85,8 +85,8 @@ mod tests {
             .build(&cx)
             .map_err(|e| format!("{}: {}", e.key, e.message))?;
         let mut parts = Parts {
-            value,
             key: Some(b"old".to_vec()),
+            ..Parts::of_value(value)
         };
         smt.apply(&mut parts, &Meta::default())?;
         Ok(parts.key.map(|k| String::from_utf8(k).unwrap()))

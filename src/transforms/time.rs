@@ -151,10 +151,7 @@ mod tests {
             from: from.map(|f| TimeFormat::parse(f).unwrap()),
             to: TimeFormat::parse(to).unwrap(),
         };
-        let mut parts = Parts {
-            value: json!({ "t": v }),
-            key: None,
-        };
+        let mut parts = Parts::of_value(json!({ "t": v }));
         smt.apply(&mut parts, &Meta::default())?;
         Ok(parts.value["t"].clone())
     }

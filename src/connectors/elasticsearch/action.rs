@@ -5,7 +5,7 @@ use super::config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
 use super::encode::{action_line, Body, Encoder, Id};
 use super::index_name::IndexTemplate;
 use crate::error::{JobError, Result};
-use crate::record::{Origin, Record};
+use crate::record::{Op, Origin, Record};
 use tracing::warn;
 
 /// A bulk operation type.
@@ -204,10 +204,10 @@ impl ConfigActionBuilder {
         }
     }
 
-    /// Promises that no two records reaching the sink share an origin, and that
-    /// nothing else writes to the sink's documents through it: true of a job file,
-    /// whose source reads each offset once per run and whose transforms emit one
-    /// record per input. An action whose id is its record's coordinates then names a
+    /// Promises that no two records reaching the sink share an origin and output
+    /// number ([`Record::output`]), and that nothing else writes to the sink's
+    /// documents through it: true of a job file, whose source reads each offset once
+    /// per run and whose transforms number the outputs of one input. An action whose id is its record's coordinates then names a
     /// document no other action of the sink's life names, and skips the batcher's
     /// per-document bookkeeping. Not for a job whose operators may emit several
     /// records of one input (a `flat_map`), or for a builder that wraps this one and
@@ -272,17 +272,46 @@ impl ConfigActionBuilder {
                 }
                 None
             }
-            Some(NullValue::Delete) => {
-                let id = match document_id(&self.id, record, None) {
-                    Ok(id) => id,
-                    Err(why) => return Ok(Err(why)),
-                };
-                match self.index.render(record.timestamp, None) {
-                    Ok(index) => Some(BulkAction::delete(&index, id)),
-                    Err(why) => return Ok(Err(why)),
-                }
-            }
+            Some(NullValue::Delete) => match self.delete(record) {
+                Ok(a) => Some(a),
+                Err(why) => return Ok(Err(why)),
+            },
         }))
+    }
+
+    /// The action of a delete: the document its id names, read from the value (the
+    /// image before the delete) when it has one, else from the key (`id = "field:/p"`
+    /// reads the pointer from a JSON key, as a Debezium key `{"id": 7}`).
+    fn delete(&self, record: &Record) -> std::result::Result<BulkAction, String> {
+        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
+        let doc = if needs_doc && !record.tombstone {
+            Some(
+                serde_json::from_slice::<serde_json::Value>(&record.value)
+                    .map_err(|e| format!("the record is not JSON: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let id = match (&self.id, &doc) {
+            (IdStrategy::Coordinates, _) => {
+                return Err(
+                    "a delete names its document by key or field, not by its own coordinates (id = \"coordinates\")"
+                        .into(),
+                )
+            }
+            (IdStrategy::Field(ptr), None) => {
+                let key = record.key.as_ref().ok_or_else(|| {
+                    format!("a delete without a value takes id field {ptr} from its key, and it has none")
+                })?;
+                let key: serde_json::Value = serde_json::from_slice(key).map_err(|_| {
+                    format!("a delete without a value takes id field {ptr} from its key, which is not JSON")
+                })?;
+                field_id(ptr, Some(&key))?
+            }
+            _ => document_id(&self.id, record, doc.as_ref())?,
+        };
+        let index = self.index.render(record.timestamp, doc.as_ref())?;
+        Ok(BulkAction::delete(&index, id))
     }
 }
 
@@ -304,7 +333,10 @@ pub fn document_id(
         IdStrategy::Coordinates => record
             .origin
             .as_ref()
-            .map(|o| format!("{}-{}-{}", o.stream, o.partition, o.offset))
+            .map(|o| match record.output {
+                0 => format!("{}-{}-{}", o.stream, o.partition, o.offset),
+                n => format!("{}-{}-{}-{n}", o.stream, o.partition, o.offset),
+            })
             .ok_or_else(|| "id = \"coordinates\" needs a record origin".to_string()),
         IdStrategy::Key => {
             let k = record
@@ -324,17 +356,22 @@ pub fn document_id(
                     &parsed
                 }
             };
-            match v.pointer(ptr) {
-                Some(serde_json::Value::String(s)) => Ok(s.clone()),
-                Some(n @ serde_json::Value::Number(_)) => Ok(n.to_string()),
-                other => Err(format!(
-                    "id field {ptr} is {}",
-                    other.map_or("missing".to_string(), |v| format!(
-                        "not a string or number: {v}"
-                    ))
-                )),
-            }
+            field_id(ptr, Some(v))
         }
+    }
+}
+
+/// The id that field `ptr` of `doc` gives: a string's text or a number's digits.
+fn field_id(ptr: &str, doc: Option<&serde_json::Value>) -> std::result::Result<String, String> {
+    match doc.and_then(|d| d.pointer(ptr)) {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(n @ serde_json::Value::Number(_)) => Ok(n.to_string()),
+        other => Err(format!(
+            "id field {ptr} is {}",
+            other.map_or("missing".to_string(), |v| format!(
+                "not a string or number: {v}"
+            ))
+        )),
     }
 }
 
@@ -344,7 +381,7 @@ impl ConfigActionBuilder {
     /// returns false, having written nothing, for anything else, which
     /// [`ActionBuilder::build`] then makes. Both write the same lines.
     pub(crate) fn encode_direct(&self, record: &Record, out: &mut Encoder) -> bool {
-        if record.tombstone {
+        if record.tombstone || record.op == Op::Delete || record.output != 0 {
             return false;
         }
         let Some(index) = self.index.fixed() else {
@@ -397,7 +434,9 @@ impl ActionBuilder for ConfigActionBuilder {
     }
 
     fn build(&mut self, record: &Record, out: &mut Vec<BulkAction>) -> Result<()> {
-        let made = if record.tombstone {
+        let made = if record.op == Op::Delete {
+            self.delete(record)
+        } else if record.tombstone {
             match self.tombstone(record)? {
                 Ok(None) => return Ok(()),
                 Ok(Some(a)) => Ok(a),
@@ -609,6 +648,92 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("on_null_value is not set"));
+    }
+
+    #[test]
+    fn a_delete_deletes_the_document_its_image_or_key_names() {
+        let build = |id: IdStrategy, r: &Record| {
+            let cfg = EsSinkConfig {
+                id,
+                ..EsSinkConfig::new("http://x", "idx")
+            };
+            let mut out = Vec::new();
+            ConfigActionBuilder::new(&cfg).build(r, &mut out).unwrap();
+            let a = out.pop().unwrap();
+            match a.invalid {
+                Some(why) => Err(why),
+                None => {
+                    let mut bytes = Vec::new();
+                    a.encode(&mut bytes);
+                    Ok(String::from_utf8(bytes).unwrap())
+                }
+            }
+        };
+        let field = || IdStrategy::Field("/id".into());
+        // The image before the delete names the document, and is not written.
+        let with_image = Record {
+            value: br#"{"id":7,"name":"x"}"#.to_vec().into(),
+            op: Op::Delete,
+            ..rec()
+        };
+        let delete_7 = "{\"delete\":{\"_index\":\"idx\",\"_id\":\"7\"}}\n";
+        assert_eq!(build(field(), &with_image).unwrap(), delete_7);
+        // Without one, the key does: a JSON key through the field's pointer.
+        let keyed = Record {
+            key: Some(br#"{"id":7}"#.to_vec().into()),
+            value: Default::default(),
+            tombstone: true,
+            op: Op::Delete,
+            ..rec()
+        };
+        assert_eq!(build(field(), &keyed).unwrap(), delete_7);
+        assert_eq!(
+            build(IdStrategy::Key, &keyed).unwrap(),
+            "{\"delete\":{\"_index\":\"idx\",\"_id\":\"{\\\"id\\\":7}\"}}\n"
+        );
+        let plain_key = Record {
+            key: Some(b"7".to_vec().into()),
+            ..keyed.clone()
+        };
+        assert_eq!(build(IdStrategy::Key, &plain_key).unwrap(), delete_7);
+        let e = build(
+            field(),
+            &Record {
+                key: Some(b"u-7".to_vec().into()),
+                ..keyed.clone()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("not JSON"), "{e}");
+        let e = build(
+            field(),
+            &Record {
+                key: None,
+                ..keyed.clone()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("has none"), "{e}");
+        // A delete's own coordinates name no document it could mean.
+        let e = build(IdStrategy::Coordinates, &with_image).unwrap_err();
+        assert!(e.contains("coordinates"), "{e}");
+        // A delete needs no on_null_value, and takes the direct path never.
+        let cfg = EsSinkConfig {
+            id: field(),
+            ..EsSinkConfig::new("http://x", "idx")
+        };
+        assert!(!ConfigActionBuilder::new(&cfg).encode_direct(&with_image, &mut Encoder::default()));
+    }
+
+    #[test]
+    fn the_outputs_of_one_record_have_ids_of_their_own() {
+        let second = Record { output: 2, ..rec() };
+        assert_eq!(
+            document_id(&IdStrategy::Coordinates, &second, None).unwrap(),
+            "orders-2-41-2"
+        );
+        let cfg = EsSinkConfig::new("http://x", "idx");
+        assert!(!ConfigActionBuilder::new(&cfg).encode_direct(&second, &mut Encoder::default()));
     }
 
     #[test]

@@ -185,10 +185,10 @@ impl EsSinkConfig {
         let template = super::index_name::IndexTemplate::parse(&self.index)
             .map_err(|e| ("index".to_string(), e))?;
         if self.on_null_value == Some(NullValue::Delete) {
-            if self.id != IdStrategy::Key {
+            if self.id == IdStrategy::Coordinates {
                 return Err((
                     "on_null_value".into(),
-                    "on_null_value = \"delete\" deletes the document with the record's key: it needs id = \"key\"".into(),
+                    "on_null_value = \"delete\" deletes the document the record's key names: it needs id = \"key\" (or \"field:/p\", read from a JSON key)".into(),
                 ));
             }
             if template.reads_fields() {
@@ -527,7 +527,8 @@ impl EsSection {
         let spec = SinkSpec::new(KIND, move |_| {
             Box::new(EsSink::new(
                 c.clone(),
-                // A job file's transforms emit one record per input.
+                // A job file's records differ in origin or output number (a jq
+                // program's outputs of one input).
                 Box::new(ConfigActionBuilder::new(&c).origins_unique()),
                 handler.clone(),
             ))
@@ -547,13 +548,15 @@ impl crate::connector::SinkSection for EsSection {
         cx: &crate::connector::SinkContext<'_>,
     ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
         use crate::connector::KeyError;
-        // Tombstones travel as records only to a sink that says what they mean, and
-        // only straight from the source: a transform would have to say it too.
-        if self.reads_tombstones() && cx.source.tombstones && cx.transforms > 0 {
-            return Err(KeyError::new(
-                "on_null_value",
-                "tombstones reach the sink only from the source directly: remove on_null_value, or the [[transform]] sections",
-            ));
+        // Tombstones pass record transforms unchanged; a keyed one sums values, and a
+        // record without a value has none.
+        if let Some(kind) = cx.stateful_transforms.first() {
+            if self.reads_tombstones() && cx.source.tombstones {
+                return Err(KeyError::new(
+                    "on_null_value",
+                    format!("tombstones cannot pass the {kind} transform, which reads every record's value: remove on_null_value, or the {kind} section"),
+                ));
+            }
         }
         // Elasticsearch takes JSON objects: a text or bytes record would reach it as
         // is, and no transform of the job file makes JSON of it.

@@ -162,6 +162,11 @@ pub struct KafkaSourceConfig {
     ///
     /// [`Record::tombstone`]: crate::record::Record::tombstone
     pub tombstones: bool,
+    /// Each record carries its headers ([`Record::headers`]): set when a step of the
+    /// job reads them (they cost a copy per record).
+    ///
+    /// [`Record::headers`]: crate::record::Record::headers
+    pub headers: bool,
     /// The topics were written by a lockgate Kafka sink (a repartition stage): each
     /// record's origin headers are read, and a record the job has already applied (a
     /// replay of the upstream stage) is dropped. See [`super::upstream`].
@@ -192,6 +197,7 @@ impl KafkaSourceConfig {
             connect_timeout_ms: 30_000,
             properties: Properties::default(),
             tombstones: false,
+            headers: false,
             origin_headers: false,
             on_topic_recreated: RecreatedPolicy::Fail,
         }
@@ -439,6 +445,7 @@ impl crate::connector::SourceSection for KafkaSection {
             build: Box::new(move |wiring| {
                 let mut cfg = cfg;
                 cfg.tombstones = wiring.tombstones;
+                cfg.headers = wiring.headers;
                 super::KafkaSource::spec(std::sync::Arc::new(cfg))
             }),
         })
@@ -457,6 +464,7 @@ mod tests {
             max_parallelism: 16,
             checkpoint_timeout_ms: 60_000,
             formats: crate::formats::Formats::builtin(),
+            source_kafka: None,
         }
     }
 

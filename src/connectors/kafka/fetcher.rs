@@ -164,6 +164,21 @@ pub struct FetchedBatch {
     /// With origin headers read: each record's [`ORIGIN_HEADERS`] values, in the
     /// buffer, one entry per record. Empty otherwise.
     pub headers: Vec<OriginHeaders>,
+    /// With all headers read: each record's headers (name and value), in the buffer,
+    /// one entry per record. Empty otherwise.
+    pub all_headers: Vec<Vec<HeaderAt>>,
+}
+
+/// Where one header's name and value (None: no value) are in its batch's buffer.
+pub type HeaderAt = (Range<usize>, Option<Range<usize>>);
+
+/// Which headers the poll thread copies with each record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderCopy {
+    /// The repartition stage's [`ORIGIN_HEADERS`].
+    pub origin: bool,
+    /// Every header, for the steps of a job that read them.
+    pub all: bool,
 }
 
 /// Where the values of a record's origin headers ([`ORIGIN_HEADERS`]) are in its
@@ -200,15 +215,15 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Starts polling `consumer` on a dedicated thread; with `origin_headers`, each
-    /// batch also carries its records' [`ORIGIN_HEADERS`].
-    pub fn start(consumer: Arc<KafkaConsumer>, name: String, origin_headers: bool) -> Fetcher {
+    /// Starts polling `consumer` on a dedicated thread; each batch also carries the
+    /// headers `copy` names.
+    pub fn start(consumer: Arc<KafkaConsumer>, name: String, copy: HeaderCopy) -> Fetcher {
         let (tx, rx) = mpsc::channel(QUEUED);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()
             .name(format!("kafka-{name}"))
-            .spawn(move || poll_loop(&consumer, &tx, &flag, origin_headers))
+            .spawn(move || poll_loop(&consumer, &tx, &flag, copy))
             .expect("spawn the Kafka poll thread");
         Fetcher { rx, stop }
     }
@@ -239,8 +254,8 @@ struct BatchBuilder {
     /// The bytes of the previous batch: the next buffer is reserved at that size, so
     /// that a batch fits in one allocation while record sizes stay alike.
     reserve: usize,
-    /// Copy each record's origin headers too.
-    origin_headers: bool,
+    /// The headers copied with each record.
+    copied: HeaderCopy,
 }
 
 /// How many records the next batch call may take into a batch that holds `records`
@@ -256,12 +271,12 @@ pub fn take_at_most(records: usize, bytes: usize, largest: usize) -> usize {
 const MIN_RESERVE: usize = 16 << 10;
 
 impl BatchBuilder {
-    fn new(origin_headers: bool) -> BatchBuilder {
+    fn new(copy: HeaderCopy) -> BatchBuilder {
         BatchBuilder {
             batch: FetchedBatch::default(),
             largest: None,
             reserve: MIN_RESERVE,
-            origin_headers,
+            copied: copy,
         }
     }
 
@@ -313,9 +328,17 @@ impl BatchBuilder {
         let start = self.batch.bytes.len();
         let key = self.copy(m.key());
         let payload = self.copy(m.payload());
-        if self.origin_headers {
+        if self.copied.origin {
             let h = ORIGIN_HEADERS.map(|name| self.copy(m.header(name)));
             self.batch.headers.push(h);
+        }
+        if self.copied.all {
+            let mut all = Vec::new();
+            m.each_header(|name, value| {
+                let name = self.copy(Some(name)).expect("a name");
+                all.push((name, self.copy(value)));
+            });
+            self.batch.all_headers.push(all);
         }
         let size = self.batch.bytes.len() - start;
         self.largest = Some(self.largest.map_or(size, |l| l.max(size)));
@@ -337,10 +360,10 @@ fn poll_loop(
     consumer: &KafkaConsumer,
     tx: &mpsc::Sender<Handover>,
     stop: &AtomicBool,
-    origin_headers: bool,
+    copy: HeaderCopy,
 ) {
     let mut queues = Queues::new(consumer, BATCH);
-    let mut batch = BatchBuilder::new(origin_headers);
+    let mut batch = BatchBuilder::new(copy);
     let mut transient = 0u64;
     let mut transient_error = |e: KafkaError| {
         // Broker and transport errors are retried by librdkafka.

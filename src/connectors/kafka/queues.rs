@@ -126,15 +126,44 @@ impl Polled<'_> {
         unsafe { bytes(self.m.payload as *const u8, self.m.len) }
     }
 
-    /// The value of the last header named `name`, if the message has one.
-    pub fn header(&self, name: &CStr) -> Option<&[u8]> {
+    /// The message's headers, if it has any.
+    fn headers(&self) -> Option<*mut rd::rd_kafka_headers_t> {
         let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
         // SAFETY: the message is live; librdkafka parses its headers once and keeps
         // them with the message, returning a borrowed handle.
         let err = unsafe { rd::rd_kafka_message_headers(self.m, &mut headers) };
-        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
-            return None;
+        (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !headers.is_null())
+            .then_some(headers)
+    }
+
+    /// Calls `f` with each header's name and value (`None`: no value), in order.
+    pub fn each_header(&self, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
+        let Some(headers) = self.headers() else {
+            return;
+        };
+        for idx in 0.. {
+            let mut name: *const std::ffi::c_char = std::ptr::null();
+            let mut value: *const std::ffi::c_void = std::ptr::null();
+            let mut size = 0usize;
+            // SAFETY: `headers` belongs to the live message; librdkafka returns
+            // pointers into it, valid while the message lives, or an error past the
+            // last header.
+            let err = unsafe {
+                rd::rd_kafka_header_get_all(headers, idx, &mut name, &mut value, &mut size)
+            };
+            if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+                return;
+            }
+            // SAFETY: as above; a name is NUL-terminated.
+            let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+            // SAFETY: as above; a null value (a header without one) is None.
+            f(name, unsafe { bytes(value as *const u8, size) });
         }
+    }
+
+    /// The value of the last header named `name`, if the message has one.
+    pub fn header(&self, name: &CStr) -> Option<&[u8]> {
+        let headers = self.headers()?;
         let mut value: *const std::ffi::c_void = std::ptr::null();
         let mut size = 0usize;
         // SAFETY: `headers` belongs to the live message and `name` is NUL-terminated;

@@ -190,8 +190,11 @@ impl KafkaSink {
             let mut record = BaseRecord::to(&self.cfg.topic)
                 .partition(key_partition(key, self.partitions))
                 .key(key)
-                .payload(&r.value[..])
                 .headers(headers);
+            // A delete (or a tombstone) is written as a tombstone: no value at all.
+            if !(r.tombstone || r.op == crate::record::Op::Delete) {
+                record = record.payload(&r.value[..]);
+            }
             if let Some(ts) = r.timestamp {
                 record = record.timestamp(ts);
             }
@@ -348,7 +351,14 @@ impl Sink for KafkaSink {
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
         self.failure()?;
         for r in &batch {
-            match message_key(&r.value, &self.cfg.key) {
+            // A delete becomes a tombstone of its key: read from the image before the
+            // delete when it has one, else the record's own key.
+            let key = match (&r.key, r.tombstone) {
+                (Some(k), true) => Ok(k.to_vec()),
+                (None, true) => Err("a record without a value has no key to write".into()),
+                _ => message_key(&r.value, &self.cfg.key),
+            };
+            match key {
                 Ok(key) => self.send(r, &key).await?,
                 Err(why) => {
                     let why = format!("{}: {why}", crate::operators::rolling_sum::describe(r));

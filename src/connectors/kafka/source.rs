@@ -2,7 +2,7 @@
 
 use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::fetcher::{
-    Fetched, FetchedBatch, Fetcher, Handover, KafkaConsumer, LiveEnds, LogContext, Run,
+    Fetched, FetchedBatch, Fetcher, Handover, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
 };
 use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
@@ -830,7 +830,10 @@ impl Source for KafkaSource {
         self.fetcher = Some(Fetcher::start(
             consumer.clone(),
             self.name.clone(),
-            cfg.origin_headers,
+            HeaderCopy {
+                origin: cfg.origin_headers,
+                all: cfg.headers,
+            },
         ));
         if cfg.partition_discovery_ms > 0 {
             let (tx, rx) = mpsc::channel(1);
@@ -883,15 +886,18 @@ impl Source for KafkaSource {
             records,
             runs,
             headers,
+            all_headers,
         } = batch;
         // Records hold slices of the batch's buffer: it is shared from here on.
         let bytes = Bytes::from(bytes);
         out.reserve(records.len());
-        // Each record with its origin headers, when they are read.
+        // Each record with its origin headers and its headers, when they are read.
         let mut headers = headers.into_iter();
+        let mut all_headers = all_headers.into_iter();
         let mut records = records.into_iter().map(|f| {
             let h = headers.next();
-            (f, h)
+            let all = all_headers.next();
+            (f, h, all)
         });
         let mut read_bytes = 0usize;
         let replayed_before = self.replayed;
@@ -910,7 +916,7 @@ impl Source for KafkaSource {
                 .cfg
                 .origin_headers
                 .then(|| self.marks.remove(&tp).unwrap_or_default());
-            for (f, h) in run_records {
+            for (f, h, all) in run_records {
                 if f.offset < next.0 {
                     continue; // already emitted (a re-fetch)
                 }
@@ -980,6 +986,20 @@ impl Source for KafkaSource {
                     }),
                     timestamp: f.timestamp,
                     tombstone,
+                    op: crate::record::Op::Upsert,
+                    output: 0,
+                    headers: all.map(|all| {
+                        std::sync::Arc::new(
+                            all.into_iter()
+                                .map(|(name, value)| {
+                                    (
+                                        String::from_utf8_lossy(&bytes[name]).into_owned(),
+                                        value.map(|v| bytes.slice(v)),
+                                    )
+                                })
+                                .collect(),
+                        )
+                    }),
                 });
             }
             if let Some(g) = self.metrics.as_ref().and_then(|m| m.partitions.get(&tp)) {

@@ -354,6 +354,7 @@ pub fn section_context(base_dir: &Path) -> crate::connector::SectionContext {
         max_parallelism: 16,
         checkpoint_timeout_ms: 60_000,
         formats: crate::formats::Formats::builtin(),
+        source_kafka: None,
     }
 }
 
@@ -393,6 +394,7 @@ pub fn sink_from_section(
         section: &cx,
         source: &facts,
         transforms: 0,
+        stateful_transforms: Vec::new(),
     };
     let prepared = registry
         .prepare_sink(name, table(text)?, &sink_cx)
