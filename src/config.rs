@@ -701,6 +701,7 @@ fn build(
     let transform_count = parsed_transforms.len();
     let mut stateful = Vec::new();
     let mut reads_headers = false;
+    let mut reads_tombstones = false;
     // Consecutive record transforms run as one step that parses each record once.
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
@@ -708,6 +709,7 @@ fn build(
         match prepared.config.downcast_ref::<crate::transforms::Applied>() {
             Some(a) => {
                 reads_headers |= a.0.reads_headers();
+                reads_tombstones |= a.0.reads_tombstones();
                 chain.push((kind.clone(), a.0.clone()))
             }
             None => {
@@ -739,7 +741,7 @@ fn build(
     let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
     let not_split_keyed = source.facts.not_split_keyed.clone();
     let source_spec = (source.build)(SourceWiring {
-        tombstones: sink.reads_tombstones,
+        tombstones: sink.reads_tombstones || reads_tombstones,
         headers: reads_headers,
     });
     let graph = b

@@ -92,17 +92,6 @@ impl Record {
                     .sum()
             })
     }
-
-    /// The last value of header `name`, if the record has the header (`Some(None)`:
-    /// it has it without a value).
-    pub fn header(&self, name: &str) -> Option<Option<&Bytes>> {
-        self.headers
-            .as_ref()?
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_ref())
-    }
 }
 
 /// Records travel in batches: one channel message carries many records.

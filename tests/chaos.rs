@@ -963,7 +963,7 @@ fn members_co_partitioned_with_coalescing_and_dead_letters_are_exact() {
     let t = lockgate::chaos::Target::from_job_file(&config).unwrap();
     let inputs = lockgate::chaos::verify::read_inputs(&t).unwrap();
     let letters = lockgate::chaos::verify::dead_lettered(&t, "orders-dlq").unwrap();
-    for r in &inputs {
+    for r in &inputs.records {
         if letters.contains(&(r.topic.clone(), r.partition, r.offset)) {
             assert!(
                 r.value["order"].is_string(),

@@ -84,20 +84,16 @@ fn a_stack_of_transforms_shapes_every_document() {
     }
 }
 
-#[test]
-fn a_stack_of_transforms_under_chaos_is_exactly_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let kafka = KafkaProcess::start(&[("orders", 4)]);
-    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 40_000, USERS).unwrap();
-    let es = Es::testkit();
-    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), "coordinates");
+/// Runs `lockgate chaos` with 5 kills (seeded by `seed`) and asserts an exact verdict
+/// over `expected` documents.
+fn chaos_is_exact(config: &Path, seed: &str, expected: u64) {
     let (code, out, r) = common::chaos(
-        &config,
+        config,
         &[
             "--kills",
             "5",
             "--seed",
-            "11",
+            seed,
             "--failpoints",
             "source-batch=sleep(200)",
             "--failpoint-runs",
@@ -107,11 +103,21 @@ fn a_stack_of_transforms_under_chaos_is_exactly_once() {
         ],
     );
     assert_eq!(code, Some(0), "{out}");
-    assert_eq!(r["verdict"]["inputs"], 40_000, "{out}");
+    assert_eq!(r["verdict"]["inputs"], expected, "{out}");
     for k in ["missing", "duplicated", "wrong"] {
         assert_eq!(r["verdict"][k], 0, "{k}: {out}");
     }
     assert!(r["kills"].as_u64().unwrap() >= 1, "{out}");
+}
+
+#[test]
+fn a_stack_of_transforms_under_chaos_is_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 4)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 40_000, USERS).unwrap();
+    let es = Es::testkit();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), "coordinates");
+    chaos_is_exact(&config, "11", 40_000);
 }
 
 /// Produces `(key, value, headers)` records to partition 0 of `topic`; a `None` value
@@ -158,7 +164,13 @@ fn dead_letters(bootstrap: &str, topic: &str) -> Vec<(String, String)> {
         .unwrap();
     c.assign(&tpl).unwrap();
     let mut out = Vec::new();
+    let start = std::time::Instant::now();
     while (out.len() as i64) < high {
+        assert!(
+            start.elapsed() < common::wait::DEADLINE,
+            "{} of {high} letters read from {topic}",
+            out.len()
+        );
         if let Some(m) = c.poll(std::time::Duration::from_millis(200)) {
             let h = common::kafka::headers_of(&m.unwrap());
             out.push((h["lockgate.offset"].clone(), h["lockgate.error"].clone()));
@@ -273,43 +285,32 @@ fn jq_outputs_become_documents_of_their_own_and_failures_dead_letters() {
 fn jq_outputs_under_chaos_are_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 1), ("orders-dlq", 1)]);
-    // Enough records for the kills to land mid-run.
+    // Enough records for the kills to land mid-run; every thousandth one the program
+    // fails on.
     let records: Vec<_> = (0..20_000)
         .map(|i| {
-            let value =
-                json!({"order": i, "lines": [{"sku": "a", "qty": i}, {"sku": "b", "qty": 1}]});
+            let lines = if i % 1000 == 999 {
+                json!("broken")
+            } else {
+                json!([{"sku": "a", "qty": i}, {"sku": "b", "qty": 1}])
+            };
+            let value = json!({"order": i, "lines": lines});
             (format!("o-{i}"), Some(value.to_string()), vec![])
         })
         .collect();
     produce(&kafka.bootstrap, "orders", &records);
     let es = Es::testkit();
+    // The sink's dead letters share the program's topic, which the verifier reads.
     let sink = format!(
-        "url = \"{}\"\nindex = \"lines\"\nid = \"coordinates\"",
+        "url = \"{}\"\nindex = \"lines\"\nid = \"coordinates\"\non_item_error = \"dead-letter:orders-dlq\"",
         es.url()
     );
     let config = job_with(tmp.path(), &kafka.bootstrap, "orders", LINES, &sink);
-    let (code, out, r) = common::chaos(
-        &config,
-        &[
-            "--kills",
-            "5",
-            "--seed",
-            "7",
-            "--failpoints",
-            "source-batch=sleep(200)",
-            "--failpoint-runs",
-            "5",
-            "--kill-after-ms",
-            "300..700",
-        ],
-    );
-    assert_eq!(code, Some(0), "{out}");
-    // Two documents of each record, each verified by its own id.
-    assert_eq!(r["verdict"]["inputs"], 40_000, "{out}");
-    for k in ["missing", "duplicated", "wrong"] {
-        assert_eq!(r["verdict"][k], 0, "{k}: {out}");
-    }
-    assert!(r["kills"].as_u64().unwrap() >= 1, "{out}");
+    // Two documents of each record, each verified by its own id; none of the 20 the
+    // program dead-letters.
+    chaos_is_exact(&config, "7", 2 * (20_000 - 20));
+    let letters = dead_letters(&kafka.bootstrap, "orders-dlq");
+    assert!(letters.len() >= 20, "{}", letters.len());
 }
 
 #[test]
@@ -378,4 +379,38 @@ fn a_jq_program_that_does_not_compile_is_a_configuration_error() {
         "{log}"
     );
     assert!(log.contains("job.toml"), "names the file: {log}");
+}
+
+#[test]
+fn a_filter_drops_tombstones_the_sink_does_not_read() {
+    // Kafka Connect's usual pair: Filter with RecordIsTombstone. Without it, a
+    // tombstone is a record the source cannot decode (the job would fail on it).
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("users", 1)]);
+    let mut records: Vec<_> = (0..20)
+        .map(|i| (format!("u-{i}"), Some(json!({"n": i}).to_string()), vec![]))
+        .collect();
+    records.extend((0..5).map(|i| (format!("u-{i}"), None, vec![])));
+    produce(&kafka.bootstrap, "users", &records);
+    let es = Es::testkit();
+    let sink = format!("url = \"{}\"\nindex = \"users\"\nid = \"key\"", es.url());
+    let filter = "[[transform]]\ntype = \"filter\"\nis_tombstone = true\n";
+    let config = job_with(tmp.path(), &kafka.bootstrap, "users", filter, &sink);
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    assert_eq!(es.count("users"), 20);
+    let without = job_with(
+        &tmp.path().join("without"),
+        &kafka.bootstrap,
+        "users",
+        "",
+        &sink,
+    );
+    let (code, log) = run_config(&without);
+    assert_eq!(
+        code,
+        Some(1),
+        "a tombstone fails the job without the filter: {log}"
+    );
+    assert!(log.contains("tombstone"), "{log}");
 }

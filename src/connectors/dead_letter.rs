@@ -125,6 +125,24 @@ pub struct DeadLetter<'a> {
     pub schema_id: Option<u32>,
 }
 
+impl<'a> DeadLetter<'a> {
+    /// The letter of a record of the job (its key, value and origin) that failed
+    /// with `error`.
+    pub fn of(record: &'a crate::record::Record, error: &'a str, reason: Reason) -> DeadLetter<'a> {
+        DeadLetter {
+            error,
+            reason,
+            origin: record
+                .origin
+                .as_ref()
+                .map(|o| (&*o.stream, o.partition, o.offset)),
+            key: record.key.as_deref(),
+            payload: &record.value,
+            ..DeadLetter::default()
+        }
+    }
+}
+
 /// The configuration of a dead-letter producer: the properties that apply to a
 /// producer, then lockgate's own, which win.
 fn producer_config<'a>(

@@ -49,15 +49,15 @@ impl Predicate {
             // A tombstone has no value for a condition to read: it does not match.
             Predicate::Condition(_) if parts.tombstone => false,
             Predicate::Condition(p) => {
+                // The first output decides; the rest are not computed.
                 let mut first = None;
                 let limits = Limits {
                     work: 100_000,
-                    outputs: usize::MAX,
+                    outputs: 1,
                 };
                 p.run(&parts.value, &meta_value(parts, meta), limits, |v| {
-                    if first.is_none() {
-                        first = Some(v);
-                    }
+                    first = Some(v);
+                    std::ops::ControlFlow::Break(())
                 })?;
                 match first {
                     Some(v) => {
@@ -126,6 +126,10 @@ impl Smt for Filter {
             out.push(parts);
         }
         Ok(())
+    }
+
+    fn reads_tombstones(&self) -> bool {
+        matches!(self.predicate, Predicate::IsTombstone(_))
     }
 
     fn reads_headers(&self) -> bool {
@@ -211,6 +215,9 @@ mod tests {
             .expand(Parts::of_value(json!({})), &m, &mut out)
             .unwrap_err();
         assert!(e.contains("no output"), "{e}");
+        // The first output decides, and the ones after it are never computed.
+        let f = filter(r#"condition = "true, repeat(1)""#).unwrap();
+        assert!(!kept(&f, Parts::of_value(json!({})), &m));
     }
 
     #[test]

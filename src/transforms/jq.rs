@@ -19,6 +19,7 @@ use jaq_json::Val;
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::Cell;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 type Data = data::JustLut<Val>;
@@ -197,13 +198,14 @@ impl Program {
     }
 
     /// Runs the program on `input` with `$meta` = `meta`, passing each output to
-    /// `out`; an error (the program's, or a limit's) ends the run.
+    /// `out` until it says to stop (the rest are never computed); an error (the
+    /// program's, or a limit's) ends the run.
     pub fn run(
         &self,
         input: &Value,
         meta: &Value,
         limits: Limits,
-        mut out: impl FnMut(Value),
+        mut out: impl FnMut(Value) -> ControlFlow<()>,
     ) -> Result<(), String> {
         let input = Val::deserialize(input).map_err(|e| format!("the value: {e}"))?;
         let meta = Val::deserialize(meta).map_err(|e| format!("$meta: {e}"))?;
@@ -219,8 +221,11 @@ impl Program {
                     limits.outputs
                 ));
             }
-            out(serde_json::from_str(&v.to_string())
-                .map_err(|e| format!("an output is not JSON ({v}): {e}"))?);
+            let v = serde_json::from_str(&v.to_string())
+                .map_err(|e| format!("an output is not JSON ({v}): {e}"))?;
+            if out(v).is_break() {
+                break;
+            }
         }
         Ok(())
     }
@@ -460,7 +465,8 @@ impl Smt for Jq {
                 key: parts.key.clone(),
                 tombstone: false,
                 op: parts.op,
-            })
+            });
+            ControlFlow::Continue(())
         })
     }
 
@@ -489,7 +495,10 @@ mod tests {
                 work: 10_000,
                 outputs: 100,
             },
-            |v| outs.push(v),
+            |v| {
+                outs.push(v);
+                ControlFlow::Continue(())
+            },
         )?;
         Ok(outs)
     }
@@ -574,7 +583,10 @@ mod tests {
                     work: 10_000,
                     outputs: 10,
                 },
-                |v| outs.push(v),
+                |v| {
+                    outs.push(v);
+                    ControlFlow::Continue(())
+                },
             )
             .unwrap();
             assert_eq!(outs, vec![json!(6000)]);

@@ -94,6 +94,12 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// Whether it reads tombstones (`filter` with `is_tombstone`): the source then
+    /// passes them on even to a sink that does not say what they mean.
+    fn reads_tombstones(&self) -> bool {
+        false
+    }
+
     /// What a record it fails on becomes: the job fails (the default, as Kafka
     /// Connect's `errors.tolerance = none`), or the record is skipped or dead-lettered.
     fn on_error(&self) -> &OnError {
@@ -335,17 +341,11 @@ impl ChainOperator {
                     .letters
                     .as_ref()
                     .ok_or_else(|| JobError::Other(format!("{why}: no dead-letter writer")))?;
-                let letter = crate::connectors::dead_letter::DeadLetter {
-                    error: &why,
-                    reason: crate::connectors::dead_letter::Reason::Transform,
-                    origin: record
-                        .origin
-                        .as_ref()
-                        .map(|o| (&*o.stream, o.partition, o.offset)),
-                    key: record.key.as_deref(),
-                    payload: &record.value,
-                    ..Default::default()
-                };
+                let letter = crate::connectors::dead_letter::DeadLetter::of(
+                    &record,
+                    &why,
+                    crate::connectors::dead_letter::Reason::Transform,
+                );
                 // Waited for: a letter is in its topic before the record counts as
                 // handled (and before the next barrier passes this operator).
                 let handle = tokio::runtime::Handle::current();

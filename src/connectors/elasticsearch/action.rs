@@ -217,17 +217,20 @@ impl ConfigActionBuilder {
         self
     }
 
+    /// The record parsed, when its id or index reads its fields and it has a value.
+    fn doc(&self, record: &Record) -> std::result::Result<Option<serde_json::Value>, String> {
+        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
+        if !needs_doc || record.tombstone {
+            return Ok(None);
+        }
+        serde_json::from_slice(&record.value)
+            .map(Some)
+            .map_err(|e| format!("the record is not JSON: {e}"))
+    }
+
     /// The action of a record with a value; the error says why there can be none.
     fn action(&self, record: &Record) -> std::result::Result<BulkAction, String> {
-        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
-        let doc = if needs_doc {
-            Some(
-                serde_json::from_slice::<serde_json::Value>(&record.value)
-                    .map_err(|e| format!("the record is not JSON: {e}"))?,
-            )
-        } else {
-            None
-        };
+        let doc = self.doc(record)?;
         let id = document_id(&self.id, record, doc.as_ref())?;
         let index = self.index.render(record.timestamp, doc.as_ref())?;
         Ok(match self.operation {
@@ -283,15 +286,7 @@ impl ConfigActionBuilder {
     /// image before the delete) when it has one, else from the key (`id = "field:/p"`
     /// reads the pointer from a JSON key, as a Debezium key `{"id": 7}`).
     fn delete(&self, record: &Record) -> std::result::Result<BulkAction, String> {
-        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
-        let doc = if needs_doc && !record.tombstone {
-            Some(
-                serde_json::from_slice::<serde_json::Value>(&record.value)
-                    .map_err(|e| format!("the record is not JSON: {e}"))?,
-            )
-        } else {
-            None
-        };
+        let doc = self.doc(record)?;
         let id = match (&self.id, &doc) {
             (IdStrategy::Coordinates, _) => {
                 return Err(

@@ -224,17 +224,7 @@ impl KafkaSink {
             InvalidPolicy::Fail => Err(self.err(why)),
             InvalidPolicy::DeadLetter(topic) => {
                 let writer = self.dead_letter.as_ref().expect("created in open");
-                let letter = DeadLetter {
-                    error: why,
-                    reason: Reason::InvalidDocument,
-                    origin: r
-                        .origin
-                        .as_ref()
-                        .map(|o| (&*o.stream, o.partition, o.offset)),
-                    key: r.key.as_deref(),
-                    payload: &r.value,
-                    ..DeadLetter::default()
-                };
+                let letter = DeadLetter::of(r, why, Reason::InvalidDocument);
                 writer.send(topic, &letter).await.map_err(|e| self.err(e))
             }
         }
