@@ -702,6 +702,10 @@ fn build(
     let mut stateful = Vec::new();
     let mut reads_headers = false;
     let mut reads_tombstones = false;
+    // The first transform that makes several records of one, and whether one came in an
+    // earlier step: output numbers restart in each step, so only one step may number.
+    let mut several: Option<String> = None;
+    let mut several_before = false;
     // Consecutive record transforms run as one step that parses each record once.
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
@@ -710,9 +714,23 @@ fn build(
             Some(a) => {
                 reads_headers |= a.0.reads_headers();
                 reads_tombstones |= a.0.reads_tombstones();
+                if a.0.several() {
+                    if several_before {
+                        return Err(err(
+                            &key,
+                            format!(
+                                "a second transform that makes several records of one, after {} and a {} between them: put them next to each other",
+                                several.as_deref().unwrap_or("one"),
+                                stateful.last().map_or("step", String::as_str)
+                            ),
+                        ));
+                    }
+                    several.get_or_insert_with(|| key.clone());
+                }
                 chain.push((kind.clone(), a.0.clone()))
             }
             None => {
+                several_before |= several.is_some();
                 stateful.push(kind.clone());
                 if !chain.is_empty() {
                     steps.push(crate::transforms::chain_step(
@@ -737,6 +755,7 @@ fn build(
         source: &source.facts,
         transforms: transform_count,
         stateful_transforms: stateful,
+        several_outputs: several.is_some(),
     };
     let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
     let not_split_keyed = source.facts.not_split_keyed.clone();
@@ -1141,6 +1160,23 @@ dir = "out"
         );
         let e = parse_err(&sequence);
         assert_eq!(e.key, "transform[0].on_error", "{e}");
+    }
+
+    #[test]
+    fn records_numbered_twice_or_versioned_by_a_shared_offset_are_refused() {
+        let head = kafka_job_head("\"t\"");
+        let jq = "[[transform]]\ntype = \"jq\"\nfilter = \".[]\"\n";
+        let sum = "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\n";
+        let es = "[sink.elasticsearch]\nurl = \"http://es:9200\"\nindex = \"i\"\n";
+        // Two programs side by side number their outputs together.
+        parse(&format!("{head}{jq}{jq}{es}"), Path::new("/jobs/job.toml")).unwrap();
+        let e = parse_err(&format!("{head}{jq}{sum}{jq}{es}"));
+        assert_eq!(e.key, "transform[2]", "{e}");
+        let versioned = format!("{head}{jq}{es}versioning = \"external\"\nid = \"key\"\n");
+        let e = parse_err(&versioned);
+        assert_eq!(e.key, "sink.elasticsearch.versioning", "{e}");
+        let one = versioned.replace(".[]\"\n", ".[]\"\nmax_outputs = 1\n");
+        parse(&one, Path::new("/jobs/job.toml")).unwrap();
     }
 
     #[test]

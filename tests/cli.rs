@@ -179,7 +179,8 @@ fn the_readmes_schema_registry_and_transforms_examples_load() {
             [
                 readme_block("transforms-example"),
                 readme_block("filter-example"),
-                readme_block("jq-example")
+                readme_block("jq-example"),
+                readme_block("debezium-example")
             ]
             .join("\n")
         ),

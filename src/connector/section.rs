@@ -182,6 +182,9 @@ pub struct SinkContext<'a> {
     /// The kinds of those that keep state per key (`rolling_sum`): they read every
     /// record's value, and take no tombstones.
     pub stateful_transforms: Vec<String>,
+    /// A transform before the sink may make several records of one (`jq`): they share
+    /// the input's key and coordinates, told apart by [`crate::record::Record::output`].
+    pub several_outputs: bool,
 }
 
 /// A validated sink section.

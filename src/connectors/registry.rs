@@ -3,7 +3,7 @@
 //! A new connector is a folder under `connectors/` and one line here.
 
 use crate::connector::Registry;
-use crate::transforms::{fields, filter, jq, set_key, time, SmtConfig as _, SmtSection};
+use crate::transforms::{debezium, fields, filter, jq, set_key, time, SmtConfig as _, SmtSection};
 
 /// Every built-in source, transform and sink, in the order messages list them.
 pub fn builtin() -> Registry {
@@ -23,6 +23,7 @@ pub fn builtin() -> Registry {
         .with_transform::<SmtSection<fields::MaskField>>(fields::MaskField::KIND)
         .with_transform::<SmtSection<filter::FilterConfig>>(filter::FilterConfig::KIND)
         .with_transform::<SmtSection<jq::JqConfig>>(jq::JqConfig::KIND)
+        .with_transform::<SmtSection<debezium::DebeziumConfig>>(debezium::DebeziumConfig::KIND)
         .with_sink::<super::file_sink::FileSection>(super::file_sink::KIND)
         .with_sink::<super::elasticsearch::config::EsSection>(super::elasticsearch::config::KIND)
         .with_sink::<super::kafka::sink_config::KafkaSinkSection>(super::kafka::sink::KIND)

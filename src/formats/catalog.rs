@@ -31,6 +31,9 @@ pub struct FormatOptions {
     pub message: Option<String>,
     /// `temporal`: how times are written.
     pub temporal: Temporal,
+    /// `connect_envelope` / `key_connect_envelope` (`json`): values are Kafka
+    /// Connect's `{"schema", "payload"}` envelopes, unwrapped.
+    pub connect_envelope: bool,
 }
 
 impl FormatOptions {
@@ -122,6 +125,12 @@ impl Formats {
         name: &str,
         options: &FormatOptions,
     ) -> Result<FormatRef, (String, String)> {
+        if options.connect_envelope && name != "json" {
+            return Err(options.err(
+                "connect_envelope",
+                format!("applies to format = \"json\", not {name:?}"),
+            ));
+        }
         match self.entries.iter().find(|(n, _)| *n == name) {
             Some((_, build)) => build(options),
             None => Err((
@@ -138,6 +147,11 @@ fn plain(output: Output) -> Build {
             output.name(),
             &["schema_file", "reader_schema_file", "message"],
         )?;
+        if o.connect_envelope && output == Output::Json {
+            return Ok(FormatRef::new(super::connect_json::ConnectJson {
+                temporal: o.temporal,
+            }));
+        }
         Ok(FormatRef::new(Plain(output)))
     })
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// | `condition = "jq"` | | for which the jq program's first output is true |
 ///
 /// A `condition` that fails on a record (or gives no output) fails the job naming
-/// the record; so does a header predicate on a source that has no headers.
+/// the record; so does `has_header` on a source whose records have no headers.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterConfig {
@@ -44,7 +44,9 @@ impl Predicate {
             Predicate::TopicMatches(re) => meta.topic.is_some_and(|t| re.is_match(t)),
             Predicate::HasHeader(name) => meta
                 .headers
-                .is_some_and(|h| h.iter().any(|(n, _)| n == name)),
+                .ok_or("has_header: the source gives its records no headers")?
+                .iter()
+                .any(|(n, _)| n == name),
             Predicate::IsTombstone(want) => parts.tombstone == *want,
             // A tombstone has no value for a condition to read: it does not match.
             Predicate::Condition(_) if parts.tombstone => false,
@@ -190,7 +192,10 @@ mod tests {
         assert!(f.reads_headers());
         let v = || Parts::of_value(json!({}));
         assert!(!kept(&f, v(), &meta("t", Some(&headers))));
-        assert!(kept(&f, v(), &meta("t", None)));
+        assert!(kept(&f, v(), &meta("t", Some(&Vec::new()))));
+        let mut out = Vec::new();
+        let e = f.expand(v(), &meta("t", None), &mut out).unwrap_err();
+        assert!(e.contains("no headers"), "{e}");
         let f = filter("is_tombstone = true").unwrap();
         let tomb = Parts {
             tombstone: true,

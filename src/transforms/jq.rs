@@ -27,6 +27,9 @@ type Data = data::JustLut<Val>;
 thread_local! {
     /// What is left of the running program's budget, on this thread.
     static FUEL: Cell<u64> = const { Cell::new(0) };
+    /// The running program spent its budget (a `try` may have caught the error: the
+    /// record fails all the same).
+    static EXHAUSTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The native `_tick`: passes its input on, or fails once the budget is spent.
@@ -37,10 +40,32 @@ fn tick(cv: jaq_core::Cv<'_, Data>) -> jaq_core::ValXs<'_, Val> {
         left
     });
     Box::new(std::iter::once(if left == 0 {
+        EXHAUSTED.with(|e| e.set(true));
         Err(Exn::from(Error::str(WORK_LIMIT)))
     } else {
         Ok(cv.1)
     }))
+}
+
+/// The builtins a job's program cannot call: they would stop the process (`halt`,
+/// `halt_error`), read its environment or other inputs (`env`, `input`, `inputs`), or
+/// give another result on a replay or another machine (`now`, `localtime`,
+/// `strflocaltime`), which breaks exactly-once.
+const REFUSED: &[&str] = &[
+    "halt",
+    "env",
+    "input",
+    "inputs",
+    "now",
+    "localtime",
+    "strflocaltime",
+];
+
+/// What a refused builtin does.
+fn refused(_: jaq_core::Cv<'_, Data>) -> jaq_core::ValXs<'_, Val> {
+    Box::new(std::iter::once(Err(Exn::from(Error::str(
+        "this builtin is not available to a job (halt, env, input, now, localtime: they stop the process, read outside the record, or differ on a replay)",
+    )))))
 }
 
 const WORK_LIMIT: &str = "the work limit (work_limit) is exhausted";
@@ -131,6 +156,13 @@ impl Program {
             })
             .chain(jaq_std::funs())
             .chain(jaq_json::funs())
+            .map(|f| {
+                if REFUSED.contains(&f.0) {
+                    native::run::<Data>((f.0, f.1, refused))
+                } else {
+                    f
+                }
+            })
             .chain([native::run::<Data>(("_tick", native::v(0), tick))]);
         let arena = Arena::default();
         let modules = Loader::new(defs)
@@ -165,13 +197,17 @@ impl Program {
                 }
                 why.join("; ")
             })?;
-        if let Some(term) = jaq_core::load::parse(code, |p| p.term()) {
-            if let Some(name) = recursive_def(&term) {
-                return Err(format!(
-                    "definition `{name}` at {} calls itself, which the work limit cannot bound: use repeat, recurse, while or until",
-                    at(code, name)
-                ));
-            }
+        // What loaded but is not one term (a module header, an import) would pass
+        // the check below unseen: refused.
+        let term = jaq_core::load::parse(code, |p| p.term()).ok_or_else(|| {
+            "a job's program is definitions and a filter, without module headers or imports"
+                .to_string()
+        })?;
+        if let Some(name) = recursive_def(&term) {
+            return Err(format!(
+                "definition `{name}` at {} calls itself, which the work limit cannot bound: use repeat, recurse, while or until",
+                at(code, name)
+            ));
         }
         let filter = Compiler::default()
             .with_funs(funs)
@@ -210,10 +246,20 @@ impl Program {
         let input = Val::deserialize(input).map_err(|e| format!("the value: {e}"))?;
         let meta = Val::deserialize(meta).map_err(|e| format!("$meta: {e}"))?;
         FUEL.with(|f| f.set(limits.work));
+        EXHAUSTED.with(|e| e.set(false));
+        let exhausted = || EXHAUSTED.with(Cell::get);
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([meta]));
         let mut n = 0usize;
         for output in self.filter.id.run((ctx, input)) {
-            let v = jaq_core::unwrap_valr(output).map_err(|e| format!("{e}"))?;
+            // A halt cannot come (its builtins are refused); were one to, it is the
+            // record's error, never the end of the process.
+            let v = output.map_err(|e| match e.get_err() {
+                Ok(e) => e.to_string(),
+                Err(_) => "the program halted".to_string(),
+            })?;
+            if exhausted() {
+                return Err(WORK_LIMIT.into());
+            }
             n += 1;
             if n > limits.outputs {
                 return Err(format!(
@@ -226,6 +272,9 @@ impl Program {
             if out(v).is_break() {
                 break;
             }
+        }
+        if exhausted() {
+            return Err(WORK_LIMIT.into());
         }
         Ok(())
     }
@@ -474,6 +523,10 @@ impl Smt for Jq {
         true
     }
 
+    fn several(&self) -> bool {
+        self.limits.outputs > 1
+    }
+
     fn on_error(&self) -> &DecodeErrorPolicy {
         &self.on_error
     }
@@ -544,6 +597,8 @@ mod tests {
         assert!(e.contains("`f`") && e.contains("calls itself"), "{e}");
         let e = Program::compile("def g(x): def h: g(x); h; g(1)").unwrap_err();
         assert!(e.contains("`g`") && e.contains("calls itself"), "{e}");
+        let e = Program::compile("module {}; def f: f; f").unwrap_err();
+        assert!(e.contains("module headers"), "{e}");
         // A definition that calls another one is fine.
         Program::compile("def f: 1; def g: f + 1; g").unwrap();
     }
@@ -558,6 +613,15 @@ mod tests {
             "0 | until(. < 0; . + 1)",
             "[0 | while(true; . + 1)]",
             "[limit(1e9; repeat(1))]",
+        ] {
+            let e = run(code, json!(0)).unwrap_err();
+            assert!(e.contains("work limit"), "{code}: {e}");
+        }
+        // A caught limit fails the record all the same.
+        for code in [
+            "try [repeat(1)] catch 0",
+            "[range(1e9)]? // 0",
+            "first(range(9)), (try last(range(1e9)) catch 1)",
         ] {
             let e = run(code, json!(0)).unwrap_err();
             assert!(e.contains("work limit"), "{code}: {e}");
@@ -591,6 +655,29 @@ mod tests {
             .unwrap();
             assert_eq!(outs, vec![json!(6000)]);
         }
+    }
+
+    #[test]
+    fn builtins_that_stop_the_process_or_differ_on_a_replay_are_refused() {
+        for code in [
+            "halt",
+            "halt_error",
+            "\"x\" | halt_error(1)",
+            "env",
+            "now",
+            "localtime",
+        ] {
+            let e = run(code, json!(0)).unwrap_err();
+            assert!(e.contains("not available to a job"), "{code}: {e}");
+        }
+        // Other inputs are not even defined.
+        let e = run("input", json!(0)).unwrap_err();
+        assert!(e.contains("undefined filter `input`"), "{e}");
+        // Time functions over the record's own values stay.
+        assert_eq!(
+            run("0 | todate", json!(0)).unwrap(),
+            vec![json!("1970-01-01T00:00:00Z")]
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! not cast) fails the job naming the record and the transform, as Kafka Connect's
 //! `errors.tolerance = none` does.
 
+pub mod debezium;
 pub mod fields;
 pub mod filter;
 pub mod jq;
@@ -91,6 +92,11 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
     /// Whether it reads the record's headers ([`Meta::headers`]): the source copies
     /// them only for a job with such a transform.
     fn reads_headers(&self) -> bool {
+        false
+    }
+
+    /// Whether it may make several records of one (a `jq` program).
+    fn several(&self) -> bool {
         false
     }
 

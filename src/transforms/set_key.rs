@@ -48,6 +48,21 @@ impl SmtConfig for SetKey {
 }
 
 impl Smt for Key {
+    /// A tombstone has no value to take its key from (Kafka Connect's `ValueToKey`
+    /// fails on one too); passed on, it would delete the document its old key names,
+    /// not the one its writes went to.
+    fn expand(&self, mut parts: Parts, meta: &Meta, out: &mut Vec<Parts>) -> Result<(), String> {
+        if parts.tombstone {
+            return Err(
+                "a tombstone has no value to take the key from: drop tombstones before set_key (filter with is_tombstone = true)"
+                    .into(),
+            );
+        }
+        self.apply(&mut parts, meta)?;
+        out.push(parts);
+        Ok(())
+    }
+
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
         if !parts.value.is_object() {
             return Err(format!(
@@ -117,5 +132,24 @@ mod tests {
         assert!(key("field = \"a\"\nfields = [\"b\"]", v.clone()).is_err());
         assert!(key("", v).is_err());
         assert!(key("field = \"a\"", json!("x")).is_err());
+    }
+
+    #[test]
+    fn a_tombstone_has_no_value_to_key_by() {
+        let c: SetKey = toml::from_str("field = \"/id\"").unwrap();
+        let smt = c
+            .build(&crate::testkit::conformance::section_context(
+                std::path::Path::new("."),
+            ))
+            .unwrap();
+        let tomb = Parts {
+            key: Some(b"old".to_vec()),
+            tombstone: true,
+            ..Parts::of_value(Value::Null)
+        };
+        let e = smt
+            .expand(tomb, &Meta::default(), &mut Vec::new())
+            .unwrap_err();
+        assert!(e.contains("tombstone"), "{e}");
     }
 }

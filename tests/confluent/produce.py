@@ -3,6 +3,7 @@ so that lockgate's decoders are checked against an independent writer.
 
     produce.py --bootstrap B --registry URL --topic T --format avro --count N
                [--from I] [--partitions P]
+    produce.py --bootstrap B --registry URL --topic T --format avro --changes FILE
 
 Record i is the same in every format (see order() and the schemas below); its key is
 "order-<i>", serialized with the same format as the value (a string in Avro and JSON
@@ -187,13 +188,87 @@ def serializers(fmt, registry, version):
     raise SystemExit(f"unknown format {fmt}")
 
 
+# Debezium's Avro change events of a `products` table (as its Avro converter writes
+# them): the envelope, and the key of the primary key.
+DEBEZIUM_VALUE = """
+{"type": "record", "name": "Envelope", "namespace": "dbserver1.inventory.products",
+ "fields": [
+  {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+     {"name": "id", "type": "long"},
+     {"name": "name", "type": "string"},
+     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2,
+                                "connect.name": "org.apache.kafka.connect.data.Decimal"}},
+     {"name": "note", "type": ["null", "string"], "default": null}]}], "default": null},
+  {"name": "after", "type": ["null", "Value"], "default": null},
+  {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+     "fields": [{"name": "connector", "type": "string"}, {"name": "table", "type": "string"},
+                {"name": "lsn", "type": ["null", "long"], "default": null}, {"name": "ts_ms", "type": "long"}]}},
+  {"name": "op", "type": "string"},
+  {"name": "ts_ms", "type": ["null", "long"], "default": null}
+ ]}
+"""
+
+DEBEZIUM_KEY = """
+{"type": "record", "name": "Key", "namespace": "dbserver1.inventory.products",
+ "fields": [{"name": "id", "type": "long"}]}
+"""
+
+
+def produce_changes(args, registry):
+    """Produces the change events of --changes (one JSON object per line: partition,
+    key, value; a null value is Debezium's tombstone), prices as decimals."""
+    import json
+
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    def row(r):
+        if r is None:
+            return None
+        return dict(r, price=decimal.Decimal(r["price"]))
+
+    value_ser = AvroSerializer(registry, DEBEZIUM_VALUE,
+                               lambda e, ctx: dict(e, before=row(e["before"]), after=row(e["after"])))
+    key_ser = AvroSerializer(registry, DEBEZIUM_KEY)
+    key_ctx = SerializationContext(args.topic, MessageField.KEY)
+    value_ctx = SerializationContext(args.topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": 5})
+    acked = []
+
+    def delivered(err, msg):
+        if err is not None:
+            raise SystemExit(f"delivery failed: {err}")
+        acked.append(msg.offset())
+
+    count = 0
+    with open(args.changes) as f:
+        for line in f:
+            c = json.loads(line)
+            key = key_ser(c["key"], key_ctx)
+            value = None if c["value"] is None else value_ser(c["value"], value_ctx)
+            while True:
+                try:
+                    producer.produce(args.topic, key=key, value=value,
+                                     partition=c["partition"], on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+            count += 1
+    producer.flush(60)
+    if len(acked) != count:
+        raise SystemExit(f"{len(acked)} of {count} acknowledged")
+    print(count)
+    return 0
+
+
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("--bootstrap", required=True)
     a.add_argument("--registry", required=True)
     a.add_argument("--topic", required=True)
     a.add_argument("--format", required=True)
-    a.add_argument("--count", type=int, required=True)
+    a.add_argument("--count", type=int)
+    a.add_argument("--changes", help="produce these Debezium change events (format avro)")
     a.add_argument("--from", dest="start", type=int, default=0)
     a.add_argument("--partitions", type=int, default=1)
     a.add_argument("--schema-version", type=int, default=1)
@@ -203,6 +278,10 @@ def main():
     args = a.parse_args()
 
     registry = SchemaRegistryClient({"url": args.registry})
+    if args.changes:
+        return produce_changes(args, registry)
+    if args.count is None:
+        raise SystemExit("--count is required")
     key_ctx = SerializationContext(args.topic, MessageField.KEY)
     value_ctx = SerializationContext(args.topic, MessageField.VALUE)
     if args.register_only:

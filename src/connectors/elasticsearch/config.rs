@@ -558,6 +558,14 @@ impl crate::connector::SinkSection for EsSection {
                 ));
             }
         }
+        // Several records of one input share its offset: as versions, all but the
+        // first would be refused as already written.
+        if cx.several_outputs && self.versioning.as_deref() == Some("external") {
+            return Err(KeyError::new(
+                "versioning",
+                "versioning = \"external\" uses the Kafka offset, which the records a jq program makes of one input share: remove versioning, or give the program one output (max_outputs = 1)",
+            ));
+        }
         // Elasticsearch takes JSON objects: a text or bytes record would reach it as
         // is, and no transform of the job file makes JSON of it.
         if cx.source.format != "json" {

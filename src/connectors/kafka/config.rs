@@ -236,6 +236,10 @@ pub struct KafkaSection {
     key_reader_schema_file: Option<PathBuf>,
     key_message: Option<String>,
     temporal: Option<String>,
+    #[serde(default)]
+    connect_envelope: bool,
+    #[serde(default)]
+    key_connect_envelope: bool,
     schema_registry: Option<RegistrySection>,
     on_decode_error: Option<String>,
     connect_timeout_ms: Option<u64>,
@@ -368,6 +372,7 @@ impl KafkaSection {
             reader_schema_file: self.reader_schema_file.as_deref().map(|p| cx.resolve(p)),
             message: self.message.clone(),
             temporal,
+            connect_envelope: self.connect_envelope,
         };
         c.format = cx
             .formats
@@ -382,6 +387,7 @@ impl KafkaSection {
                 .map(|p| cx.resolve(p)),
             message: self.key_message.clone(),
             temporal,
+            connect_envelope: self.key_connect_envelope,
         };
         c.key_format = match &self.key_format {
             Some(name) => Some(cx.formats.build("key_format", name, &key)?),
@@ -390,6 +396,7 @@ impl KafkaSection {
                     (key.schema_file.is_some(), "key_schema_file"),
                     (key.reader_schema_file.is_some(), "key_reader_schema_file"),
                     (key.message.is_some(), "key_message"),
+                    (key.connect_envelope, "key_connect_envelope"),
                 ] {
                     if given {
                         return Err(at(k)("applies to key_format, which is not given".into()));

@@ -395,6 +395,7 @@ pub fn sink_from_section(
         source: &facts,
         transforms: 0,
         stateful_transforms: Vec::new(),
+        several_outputs: false,
     };
     let prepared = registry
         .prepare_sink(name, table(text)?, &sink_cx)
