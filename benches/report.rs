@@ -12,6 +12,8 @@
 //! | `demo_memory.peak_rss_mib_max` | < 100 MiB |
 //! | `avro.avro_to_json_ns_per_record`, `avro.source_ratio_avro_over_json` | reported (no target) |
 //! | `transforms.chain_ns_per_record` (`insert_field`, `replace_field`, `cast`) | reported (no target) |
+//! | `transforms.cdc_chain_ns_per_record` (`debezium`, `replace_field`, `insert_field`), `transforms.jq_ns_per_record` | reported (no target) |
+//! | `transforms.end_to_end.ratio_chain_over_none` (the CDC chain against no transform) | reported (no target) |
 
 mod support;
 
@@ -41,7 +43,7 @@ fn main() {
     let recovery = support::recovery::measure(std::path::Path::new(support::bin()), 1_000_000, 5);
     step("Avro against JSON, per record and through the Kafka source");
     let avro = support::avro::measure();
-    step("a chain of three transforms against the JSON check");
+    step("transforms against the JSON check, and the CDC chain end to end");
     let transforms = support::transforms::measure();
 
     let p99_1m = by_keys

@@ -1,5 +1,6 @@
-//! The cost of a chain of three transforms per record (see `support::transforms`).
-//! Printed as JSON. `cargo bench --bench transform_chain` (a few seconds).
+//! The cost of transforms per record and of the CDC chain end to end (see
+//! `support::transforms`). Printed as JSON. `cargo bench --bench transform_chain`
+//! (about a minute).
 
 mod support;
 
