@@ -1119,7 +1119,7 @@ dir = "out"
     }
 
     #[test]
-    fn a_kafka_sink_job_is_a_repartition_stage_without_transforms() {
+    fn a_kafka_sink_job_is_a_repartition_stage_without_reordering_transforms() {
         let text = &(kafka_job_head("\"orders\"")
             + "[sink.kafka]\ntopic = \"orders-by-user\"\nkey = \"/user\"\n");
         let job = parse(text, Path::new("/jobs/job.toml")).unwrap();
@@ -1128,6 +1128,18 @@ dir = "out"
             + "[[transform]]\ntype = \"rolling_sum\"\nkey = \"/user\"\nfield = \"/amount\"\n";
         let e = parse_err(&with_sum);
         assert_eq!(e.key, "sink.kafka", "{e}");
+        // Record transforms keep the order; several records of one input would share
+        // its coordinates.
+        let with_smt = text.to_string() + "[[transform]]\ntype = \"debezium\"\n";
+        parse(&with_smt, Path::new("/jobs/job.toml")).unwrap();
+        let with_jq = text.to_string() + "[[transform]]\ntype = \"jq\"\nfilter = \".[]\"\n";
+        let e = parse_err(&with_jq);
+        assert_eq!(e.key, "sink.kafka", "{e}");
+        parse(
+            &with_jq.replace(".[]\"\n", ".[]\"\nmax_outputs = 1\n"),
+            Path::new("/jobs/job.toml"),
+        )
+        .unwrap();
         let e = parse_err(&text.replace("key = \"/user\"", "key = \"user\""));
         assert_eq!(e.key, "sink.kafka.key", "{e}");
         let two = text.to_string() + "[sink.file]\ndir = \"out\"\n";

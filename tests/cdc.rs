@@ -389,3 +389,83 @@ fn debezium_changes_under_chaos_leave_the_tables_final_state() {
     // The verifier's expectation is the table, independently.
     assert_table(&es, rows, &table);
 }
+
+#[test]
+fn debezium_changes_into_a_kafka_topic_are_rows_and_tombstones() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[(TOPIC, PARTITIONS as i32), ("products", 2)]);
+    let (changes, table) = history(ROWS, 2_000, 5);
+    produce(&kafka.bootstrap, &changes, plain_json);
+    let text = format!(
+        "[job]\nname = \"cdc-topic\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"{TOPIC}\"]\nbounded = \"latest\"\n\n\
+         [[transform]]\ntype = \"debezium\"\n\n\
+         [sink.kafka]\ntopic = \"products\"\nkey = \"/id\"\n",
+        kafka.bootstrap
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    // What a compacted topic would keep: the last message of each key.
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("group.id", "reader")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    c.subscribe(&["products"]).unwrap();
+    let mut last: BTreeMap<i64, Option<Value>> = BTreeMap::new();
+    let (mut eof, start) = (0, std::time::Instant::now());
+    while eof < 2 {
+        assert!(start.elapsed() < common::wait::DEADLINE, "reading products");
+        match c.poll(std::time::Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let key: i64 = std::str::from_utf8(m.key().unwrap())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let value = m.payload().map(|p| serde_json::from_slice(p).unwrap());
+                last.insert(key, value);
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => eof += 1,
+            Some(Err(e)) => panic!("{e}"),
+            None => {}
+        }
+    }
+    let deleted = changes.iter().filter(|c| c.op == "d").count();
+    assert!(deleted > 0);
+    for (id, value) in &last {
+        match (table.get(id), value) {
+            (Some(row), Some(v)) => assert_eq!(*v, document(row), "row {id}"),
+            (None, None) => {} // deleted: its last message is a tombstone
+            (row, v) => panic!("row {id}: the table has {row:?}, the topic's last message {v:?}"),
+        }
+    }
+    assert_eq!(
+        last.values().filter(|v| v.is_some()).count(),
+        table.len(),
+        "every row of the table, as its key's last message"
+    );
+    // The harness does not apply an upstream stage's transforms: it says so instead of
+    // verifying against untransformed inputs.
+    let downstream = tmp.path().join("down.toml");
+    std::fs::write(
+        &downstream,
+        format!(
+            "[job]\nname = \"rows\"\n[checkpoint]\ndir = \"down\"\n\
+             [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"products\"]\norigin_headers = true\n\
+             [sink.elasticsearch]\nurl = \"http://127.0.0.1:9\"\nindex = \"rows\"\nid = \"field:/id\"\n",
+            kafka.bootstrap
+        ),
+    )
+    .unwrap();
+    let up = lockgate::chaos::Target::from_job_file(&config).unwrap();
+    let down = lockgate::chaos::Target::from_job_file(&downstream).unwrap();
+    let e = down.through(&up).unwrap_err();
+    assert!(e.contains("transforms its records (debezium)"), "{e}");
+}

@@ -282,6 +282,48 @@ fn jq_outputs_become_documents_of_their_own_and_failures_dead_letters() {
 }
 
 #[test]
+fn a_record_jq_fails_on_is_skipped_or_fails_the_job_as_on_error_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    order_lines(&kafka.bootstrap);
+    let es = Es::testkit();
+    let run = |policy: &str, index: &str| {
+        let sink = format!(
+            "url = \"{}\"\nindex = \"{index}\"\nid = \"coordinates\"",
+            es.url()
+        );
+        let transforms = LINES.replace("dead-letter:orders-dlq", policy);
+        run_config(&job_with(
+            &tmp.path().join(index),
+            &kafka.bootstrap,
+            "orders",
+            &transforms,
+            &sink,
+        ))
+    };
+    // skip: every other record is indexed, the two the program fails on are not.
+    let (code, log) = run("skip", "skipped");
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    let kept = (0..ORDER_LINES)
+        .filter(|i| i % 10 != 3 && *i != 17 && *i != 88)
+        .count();
+    assert_eq!(es.count("skipped"), 2 * kept as u64);
+    assert!(
+        log.contains("on_error = \"skip\""),
+        "the skip is logged: {}",
+        tail(&log, 30)
+    );
+    // fail: the job stops at the first, naming the record and the transform.
+    let (code, log) = run("fail", "failed");
+    assert_eq!(code, Some(1), "{}", tail(&log, 30));
+    assert!(
+        log.contains("orders/0@17") && log.contains("jq: "),
+        "{}",
+        tail(&log, 30)
+    );
+}
+
+#[test]
 fn jq_outputs_under_chaos_are_exactly_once() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 1), ("orders-dlq", 1)]);

@@ -193,6 +193,11 @@ impl Target {
                 "this job reads `{topic}` without origin_headers = true: replays of the upstream stage would be applied twice"
             ));
         }
+        if let Some((kind, _)) = upstream.transforms.first() {
+            return Err(format!(
+                "the --upstream job transforms its records ({kind}): the harness verifies a repartition stage that writes them as it reads them"
+            ));
+        }
         Ok(Target {
             bootstrap_servers: upstream.bootstrap_servers.clone(),
             kafka_properties: upstream.kafka_properties.clone(),

@@ -3,7 +3,9 @@
 //! Each record is written to one topic, keyed by the value at a JSON pointer of its
 //! payload (so Kafka's partitioner puts every record of a key in one partition), with
 //! its payload unchanged and its origin coordinates in the headers `lockgate.topic`,
-//! `lockgate.partition` and `lockgate.offset`. The producer is idempotent
+//! `lockgate.partition` and `lockgate.offset`. A delete (a `debezium` transform's) is
+//! written as a tombstone of its key, read from the image before the delete (or the
+//! record's own key when it has none), so that a compacted topic forgets the row. The producer is idempotent
 //! (`enable.idempotence = true`, `acks = all`), so each partition receives the records
 //! of one run in the order they were sent, without gaps or duplicates of its own.
 //!

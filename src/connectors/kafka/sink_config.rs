@@ -200,9 +200,17 @@ impl crate::connector::SinkSection for KafkaSinkSection {
         // The records of a source partition must reach the topic through one producer,
         // in the order they were read: the downstream stage's deduplication relies on
         // it. A keyed stage in between would spread them over several.
-        if cx.transforms > 0 {
+        // Record transforms run in the source's task, in order, one record out for one
+        // in (or none): the order holds. A keyed one, or several records of one input
+        // (which share its coordinates, and so the downstream marks), would not.
+        if let Some(kind) = cx.stateful_transforms.first() {
+            return Err(crate::connector::KeyError::section(format!(
+                "a repartition stage writes records in the order it reads them, and {kind} reorders them by key: put it into the job that reads the topic (with origin_headers = true)"
+            )));
+        }
+        if cx.several_outputs {
             return Err(crate::connector::KeyError::section(
-                "a repartition stage writes records as it reads them: remove the [[transform]] sections and put them into the job that reads the topic (with origin_headers = true)",
+                "a repartition stage marks each record by its source coordinates, which the records a jq program makes of one input share: give the program one output (max_outputs = 1), or put it into the job that reads the topic",
             ));
         }
         let cfg = std::sync::Arc::new(
