@@ -10,7 +10,7 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub enum Output {
     /// An Elasticsearch index.
-    Elasticsearch(EsTarget),
+    Elasticsearch(Box<EsTarget>),
     /// The exactly-once file sink's directory: its committed `part-*` files.
     Files(std::path::PathBuf),
     /// A Kafka topic (`[sink.kafka]`): a repartition stage, verified through the job
@@ -29,6 +29,9 @@ pub struct EsTarget {
     /// The dead-letter topic of `on_item_error`, if any: the inputs it names were
     /// refused, and are verified to be in no document.
     pub dead_letters: Option<String>,
+    /// `on_null_value = "delete"`: a tombstone deletes the document its key names
+    /// (otherwise a tombstone writes nothing).
+    pub tombstones_delete: bool,
 }
 
 /// The verifiable shape of a `kafka -> [rolling_sum] -> elasticsearch | file` job.
@@ -94,12 +97,14 @@ impl Target {
                     }
                     _ => None,
                 };
-                Output::Elasticsearch(EsTarget {
+                Output::Elasticsearch(Box::new(EsTarget {
                     es: e.connection,
                     index: e.index,
                     id: e.id,
                     dead_letters,
-                })
+                    tombstones_delete: e.on_null_value
+                        == Some(crate::connectors::elasticsearch::config::NullValue::Delete),
+                }))
             }
             (None, Some(dir), None) => Output::Files(dir),
             (None, None, None) => return Err(
@@ -170,20 +175,16 @@ impl Target {
                 "this job does not read `{topic}`, the topic the --upstream job writes"
             ));
         }
-        if let Output::Elasticsearch(EsTarget {
-            dead_letters: Some(dl),
-            ..
-        }) = &self.output
-        {
+        let es = match &self.output {
+            Output::Elasticsearch(e) => Some(&**e),
+            _ => None,
+        };
+        if let Some(dl) = es.and_then(|e| e.dead_letters.as_ref()) {
             return Err(format!(
                 "this job dead-letters into `{dl}` records whose origin is `{topic}`, not the records the --upstream job read: verify dead letters without a repartition stage"
             ));
         }
-        if let Output::Elasticsearch(EsTarget {
-            id: IdStrategy::Coordinates,
-            ..
-        }) = &self.output
-        {
+        if es.is_some_and(|e| e.id == IdStrategy::Coordinates) {
             return Err(format!(
                 "this job's documents are named by the coordinates in `{topic}`, not by those of the records the --upstream job read: verify a repartitioned job by key or field ids"
             ));
@@ -191,6 +192,11 @@ impl Target {
         if !self.origin_headers {
             return Err(format!(
                 "this job reads `{topic}` without origin_headers = true: replays of the upstream stage would be applied twice"
+            ));
+        }
+        if es.is_some_and(|e| e.id == IdStrategy::Key) && self.rolling_sum.is_none() {
+            return Err(format!(
+                "this job's documents are named by the keys the --upstream job wrote into `{topic}`, not by those of the records it read: verify a repartitioned job by field ids"
             ));
         }
         if let Some((kind, _)) = upstream.transforms.first() {

@@ -66,8 +66,15 @@ fn convert(
                 _ => None,
             }
             .ok_or_else(|| at("a Decimal without parameters.scale".into()))?;
-            let Value::String(b64) = &payload else {
-                return Err(at(format!("a Decimal is base64 text, not {payload}")));
+            let b64 = match &payload {
+                Value::String(b64) => b64,
+                // `decimal.format = NUMERIC`: already the number.
+                Value::Number(_) => return Ok(payload),
+                _ => {
+                    return Err(at(format!(
+                        "a Decimal is base64 text or a number, not {payload}"
+                    )))
+                }
             };
             use base64::Engine;
             let unscaled = base64::engine::general_purpose::STANDARD
@@ -247,9 +254,14 @@ mod tests {
             );
             assert_eq!(v.unwrap(), want, "{b64}");
         }
+        // decimal.format = NUMERIC writes the number itself.
+        assert_eq!(
+            convert(&decimal_schema("2"), json!(12.5), Temporal::EpochMillis, "").unwrap(),
+            json!(12.5)
+        );
         let e = convert(
             &decimal_schema("2"),
-            json!(3),
+            json!(true),
             Temporal::EpochMillis,
             "total",
         )

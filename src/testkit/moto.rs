@@ -64,6 +64,11 @@ impl MotoServer {
     /// Starts moto on a free loopback port and waits until it answers.
     pub fn start() -> Result<MotoServer, String> {
         let bin = moto_binary()?;
+        // One start at a time in this process: two servers started at once on the same
+        // released port would both see the winner answer, and the loser's caller would
+        // use the other's server, which goes away with its test.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = String::new();
         // The free port is found by binding port 0 and releasing it: another process
         // may take it in between, so a server that exits at once is started again.
@@ -89,7 +94,10 @@ impl MotoServer {
                     last = format!("moto_server exited with {status}");
                     break;
                 }
-                if reqwest::blocking::get(format!("{endpoint}/")).is_ok() {
+                // The answer must be our server's: it is still running.
+                if reqwest::blocking::get(format!("{endpoint}/")).is_ok()
+                    && matches!(child.try_wait(), Ok(None))
+                {
                     return Ok(MotoServer {
                         child,
                         stdin,

@@ -47,7 +47,11 @@ impl Predicate {
                 .ok_or("has_header: the source gives its records no headers")?
                 .iter()
                 .any(|(n, _)| n == name),
-            Predicate::IsTombstone(want) => parts.tombstone == *want,
+            // A Kafka tombstone; a delete without a value (a debezium delete of its
+            // key) is a delete, which a filter of tombstones must not drop.
+            Predicate::IsTombstone(want) => {
+                (parts.tombstone && parts.op == crate::record::Op::Upsert) == *want
+            }
             // A tombstone has no value for a condition to read: it does not match.
             Predicate::Condition(_) if parts.tombstone => false,
             Predicate::Condition(p) => {
@@ -201,7 +205,15 @@ mod tests {
             tombstone: true,
             ..Parts::of_value(serde_json::Value::Null)
         };
-        assert!(!kept(&f, tomb, &meta("t", None)));
+        assert!(!kept(&f, tomb.clone(), &meta("t", None)));
+        let delete = Parts {
+            op: crate::record::Op::Delete,
+            ..tomb
+        };
+        assert!(
+            kept(&f, delete, &meta("t", None)),
+            "a delete is not a tombstone"
+        );
         assert!(kept(&f, v(), &meta("t", None)));
     }
 

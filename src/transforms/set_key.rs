@@ -48,17 +48,27 @@ impl SmtConfig for SetKey {
 }
 
 impl Smt for Key {
-    /// A tombstone has no value to take its key from (Kafka Connect's `ValueToKey`
-    /// fails on one too); passed on, it would delete the document its old key names,
-    /// not the one its writes went to.
+    /// A record without a value (a tombstone, a delete of its key) takes its key from
+    /// the fields of its key when that is a JSON object (Debezium's `{"id": 7}`), so
+    /// that it names the document its writes went to; with any other key it fails, as
+    /// Kafka Connect's `ValueToKey` fails on a tombstone (passed on unchanged, it would
+    /// delete under its old key).
     fn expand(&self, mut parts: Parts, meta: &Meta, out: &mut Vec<Parts>) -> Result<(), String> {
         if parts.tombstone {
-            return Err(
-                "a tombstone has no value to take the key from: drop tombstones before set_key (filter with is_tombstone = true)"
-                    .into(),
-            );
+            let key = parts
+                .key
+                .as_deref()
+                .and_then(|k| serde_json::from_slice::<Value>(k).ok())
+                .filter(Value::is_object)
+                .ok_or(
+                    "a record without a value whose key is not a JSON object has nothing to take the key from: drop tombstones before set_key (filter with is_tombstone = true)",
+                )?;
+            let mut from_key = Parts::of_value(key);
+            self.apply(&mut from_key, meta)?;
+            parts.key = from_key.key;
+        } else {
+            self.apply(&mut parts, meta)?;
         }
-        self.apply(&mut parts, meta)?;
         out.push(parts);
         Ok(())
     }
@@ -135,7 +145,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tombstone_has_no_value_to_key_by() {
+    fn a_record_without_a_value_is_keyed_from_its_json_key() {
         let c: SetKey = toml::from_str("field = \"/id\"").unwrap();
         let smt = c
             .build(&crate::testkit::conformance::section_context(
@@ -148,8 +158,17 @@ mod tests {
             ..Parts::of_value(Value::Null)
         };
         let e = smt
-            .expand(tomb, &Meta::default(), &mut Vec::new())
+            .expand(tomb.clone(), &Meta::default(), &mut Vec::new())
             .unwrap_err();
-        assert!(e.contains("tombstone"), "{e}");
+        assert!(e.contains("not a JSON object"), "{e}");
+        // A JSON key (Debezium's) gives the fields instead.
+        let keyed = Parts {
+            key: Some(br#"{"id":7}"#.to_vec()),
+            ..tomb
+        };
+        let mut out = Vec::new();
+        smt.expand(keyed, &Meta::default(), &mut out).unwrap();
+        assert_eq!(out[0].key.as_deref(), Some(&b"7"[..]));
+        assert!(out[0].tombstone);
     }
 }

@@ -99,8 +99,12 @@ impl Es {
     /// osmem-server on a free loopback port.
     pub fn osmem() -> Es {
         let bin = osmem_binary();
+        // One start at a time: two servers started at once on the same released port
+        // would both see the winner answer, and one test would use the other's server.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let port = free_port();
-        let child = Command::new(bin)
+        let mut child = Command::new(bin)
             .args(["--addr", &format!("127.0.0.1:{port}"), "--no-stdin-watch"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -113,6 +117,10 @@ impl Es {
             assert!(
                 start.elapsed() < super::wait::DEADLINE,
                 "osmem-server did not start"
+            );
+            assert!(
+                matches!(child.try_wait(), Ok(None)),
+                "osmem-server exited (port {port} taken meanwhile?)"
             );
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -345,8 +345,11 @@ impl Sink for KafkaSink {
         for r in &batch {
             // A delete becomes a tombstone of its key: read from the image before the
             // delete when it has one, else the record's own key.
+            // (a JSON key through the same pointer, as Debezium's `{"id": 7}`, so that
+            // the tombstone has the key its rows were written with).
             let key = match (&r.key, r.tombstone) {
-                (Some(k), true) => Ok(k.to_vec()),
+                (Some(k), true) => message_key(k, &self.cfg.key)
+                    .map_err(|e| format!("a record without a value is keyed by its key: {e}")),
                 (None, true) => Err("a record without a value has no key to write".into()),
                 _ => message_key(&r.value, &self.cfg.key),
             };
