@@ -281,6 +281,46 @@ fn external_versions_from_two_partitions_of_one_document_fail_before_a_newer_wri
     assert_eq!(doc(&es, "versions", "k"), Some(serde_json::json!({"n": 1})));
 }
 
+#[test]
+fn topic_indices_from_a_topic_pattern_job_over_two_topics() {
+    let kafka = KafkaProcess::start(&[("events", 1), ("Events-EU", 2)]);
+    let es = Es::testkit();
+    let v = |n: i32| Some(format!("{{\"n\":{n}}}"));
+    produce(
+        &kafka.bootstrap,
+        "events",
+        &[(0, "a", v(1), DAY_1), (0, "b", v(2), DAY_1)],
+    );
+    produce(
+        &kafka.bootstrap,
+        "Events-EU",
+        &[(0, "c", v(3), DAY_2), (1, "d", v(4), DAY_2)],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let job = write_job(
+        tmp.path(),
+        &kafka.bootstrap,
+        &es.url(),
+        "index = \"{topic}-{yyyy.MM}\"\nid = \"key\"\ntopic_to_index = { \"events\" = \"events-v2\" }",
+    );
+    // Both topics, through a pattern.
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("topics = [\"events\"]", "topic_pattern = \"(?i)events.*\"");
+    std::fs::write(&job, text).unwrap();
+    let (code, log) = run(&job);
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    // Renamed by topic_to_index; lower-cased, as Kafka Connect names an index.
+    assert_eq!(doc(&es, "events-v2-2026.03", "a").unwrap()["n"], 1);
+    assert_eq!(doc(&es, "events-v2-2026.03", "b").unwrap()["n"], 2);
+    assert_eq!(doc(&es, "events-eu-2026.03", "c").unwrap()["n"], 3);
+    assert_eq!(doc(&es, "events-eu-2026.03", "d").unwrap()["n"], 4);
+    assert_eq!(
+        es.count("events-v2-2026.03") + es.count("events-eu-2026.03"),
+        4
+    );
+}
+
 fn load_error(sink_extra: &str) -> Output {
     let tmp = tempfile::tempdir().unwrap();
     // Nothing listens at these addresses: the job must fail at load, before connecting.
@@ -319,6 +359,21 @@ fn invalid_index_and_tombstone_settings_are_refused_at_load_naming_the_key() {
             "index = \"e\"\nid = \"key\"\non_null_value = \"purge\"",
             "sink.elasticsearch.on_null_value",
             "not one of delete, skip, fail",
+        ),
+        (
+            "index = \"e\"\ntopic_to_index = { \"events\" = \"v2\" }",
+            "sink.elasticsearch.topic_to_index",
+            "has no {topic}",
+        ),
+        (
+            "index = \"{topic}\"\ntopic_to_index = { \"events\" = \"V2\" }",
+            "sink.elasticsearch.topic_to_index.\"events\"",
+            "lower case",
+        ),
+        (
+            "index = \"{topics}\"",
+            "sink.elasticsearch.index",
+            "not understood",
         ),
     ];
     for (extra, key, why) in cases {

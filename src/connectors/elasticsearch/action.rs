@@ -194,6 +194,10 @@ impl ConfigActionBuilder {
     pub fn new(cfg: &EsSinkConfig) -> ConfigActionBuilder {
         ConfigActionBuilder {
             index: IndexTemplate::parse(&cfg.index)
+                .and_then(|t| {
+                    t.with_topics(cfg.topic_to_index.clone())
+                        .map_err(|(topic, e)| format!("topic_to_index {topic}: {e}"))
+                })
                 .unwrap_or_else(|e| panic!("index {e} (validate the configuration first)")),
             id: cfg.id.clone(),
             operation: cfg.operation,
@@ -232,7 +236,8 @@ impl ConfigActionBuilder {
     fn action(&self, record: &Record) -> std::result::Result<BulkAction, String> {
         let doc = self.doc(record)?;
         let id = document_id(&self.id, record, doc.as_ref())?;
-        let index = self.index.render(record.timestamp, doc.as_ref())?;
+        let origin = record.origin.as_ref().map(|o| (&*o.stream, o.partition));
+        let index = self.index.render(record.timestamp, origin, doc.as_ref())?;
         Ok(match self.operation {
             // The bulk processor checks the body, which is the record: one that is not
             // one JSON object follows `on_item_error`.
@@ -305,7 +310,8 @@ impl ConfigActionBuilder {
             }
             _ => document_id(&self.id, record, doc.as_ref())?,
         };
-        let index = self.index.render(record.timestamp, doc.as_ref())?;
+        let origin = record.origin.as_ref().map(|o| (&*o.stream, o.partition));
+        let index = self.index.render(record.timestamp, origin, doc.as_ref())?;
         Ok(BulkAction::delete(&index, id))
     }
 }

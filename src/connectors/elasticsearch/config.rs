@@ -107,9 +107,11 @@ impl NullValue {
 pub struct EsSinkConfig {
     /// The nodes and how to reach them (credentials, TLS, compression, headers).
     pub connection: EsConnection,
-    /// The index: a name, or a template with `{yyyy.MM.dd}` date patterns and
-    /// `{/json/pointer}` fields ([`super::index_name`]).
+    /// The index: a name, or a template with `{yyyy.MM.dd}` date patterns,
+    /// `{/json/pointer}` fields, `{topic}` and `{partition}` ([`super::index_name`]).
     pub index: String,
+    /// What `{topic}` stands for, by topic (`topic_to_index`).
+    pub topic_to_index: BTreeMap<String, String>,
     pub id: IdStrategy,
     pub operation: Operation,
     pub versioning: Versioning,
@@ -171,6 +173,7 @@ impl EsSinkConfig {
             coalesce: true,
             on_null_value: None,
             buffer_max_bytes: 64 * 1024 * 1024,
+            topic_to_index: BTreeMap::new(),
         }
     }
 
@@ -184,6 +187,18 @@ impl EsSinkConfig {
         }
         let template = super::index_name::IndexTemplate::parse(&self.index)
             .map_err(|e| ("index".to_string(), e))?;
+        if !self.topic_to_index.is_empty() && !template.reads_origin() {
+            return Err((
+                "topic_to_index".into(),
+                format!(
+                    "renames what {{topic}} stands for, and index = {:?} has no {{topic}}",
+                    self.index
+                ),
+            ));
+        }
+        let template = template
+            .with_topics(self.topic_to_index.clone())
+            .map_err(|(topic, e)| (format!("topic_to_index.{topic:?}"), e))?;
         if self.on_null_value == Some(NullValue::Delete) {
             if self.id == IdStrategy::Coordinates {
                 return Err((
@@ -244,6 +259,7 @@ pub struct EsSection {
     compression: Option<String>,
     headers: Option<BTreeMap<String, Secret>>,
     pub index: String,
+    topic_to_index: Option<BTreeMap<String, String>>,
     id: Option<String>,
     operation: Option<String>,
     versioning: Option<String>,
@@ -291,6 +307,7 @@ impl EsSection {
         use crate::connectors::at_key as at;
         let mut c = EsSinkConfig::new(String::new(), self.index.clone());
         c.connection = self.connection(&ctx.base_dir)?;
+        c.topic_to_index = self.topic_to_index.clone().unwrap_or_default();
         if let Some(id) = &self.id {
             c.id = IdStrategy::parse(id).map_err(at("id"))?;
         }

@@ -1,7 +1,9 @@
 //! Which index a record goes to: the configured `index`, with `{yyyy.MM.dd}`-style date
-//! patterns (from the record's timestamp, in UTC) and `{/json/pointer}` fields from the
+//! patterns (from the record's timestamp, in UTC), `{/json/pointer}` fields from the
 //! record (as Logstash's `%{+YYYY.MM.dd}`, Vector's templates and Flink's `{ts|yyyy}`
-//! offer), checked against Elasticsearch's rules for index names.
+//! offer), and the record's `{topic}` (lower-cased, as Kafka Connect names an index
+//! after a topic, or renamed by `topic_to_index`) and `{partition}`, checked against
+//! Elasticsearch's rules for index names.
 //!
 //! A template is parsed and checked once, when the job file is loaded; what a record
 //! fills in is checked again for each record, so that a field value that makes an
@@ -14,6 +16,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexTemplate {
     parts: Vec<Part>,
+    /// What `{topic}` stands for, for the topics named (`topic_to_index`).
+    topics: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +25,8 @@ enum Part {
     Literal(String),
     Date(Vec<DateToken>),
     Field(String),
+    Topic,
+    Partition,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,6 +72,10 @@ impl IndexTemplate {
                     }
                     parts.push(if inner.starts_with('/') {
                         Part::Field(inner.to_string())
+                    } else if inner == "topic" {
+                        Part::Topic
+                    } else if inner == "partition" {
+                        Part::Partition
                     } else {
                         Part::Date(date_tokens(inner).map_err(|e| format!("`{text}`: {e}"))?)
                     });
@@ -73,12 +83,35 @@ impl IndexTemplate {
                 }
             }
         }
-        let t = IndexTemplate { parts };
+        let t = IndexTemplate {
+            parts,
+            topics: Default::default(),
+        };
         // The placeholders filled with plain values: what remains wrong is the
         // template's own text (upper case, a forbidden character, a bad start).
-        let sample = t.fill(0, &mut |_| Ok("x".to_string()))?;
+        let sample = t.fill(0, Some(("x", 0)), &mut |_| Ok("x".to_string()))?;
         check_index_name(&sample).map_err(|e| format!("`{text}`: {e}"))?;
         Ok(t)
+    }
+
+    /// `{topic}` stands for `index` for each `topic` of `topics` (Kafka Connect's
+    /// `topic.to.external.resource.mapping`); each name must be a valid index name.
+    pub fn with_topics(
+        mut self,
+        topics: std::collections::BTreeMap<String, String>,
+    ) -> Result<IndexTemplate, (String, String)> {
+        for (topic, index) in &topics {
+            check_index_name(index).map_err(|e| (topic.clone(), format!("`{index}`: {e}")))?;
+        }
+        self.topics = topics;
+        Ok(self)
+    }
+
+    /// Whether the record's topic or partition is needed (`{topic}`, `{partition}`).
+    pub fn reads_origin(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Topic | Part::Partition))
     }
 
     /// The name, if the template has no placeholder.
@@ -99,10 +132,16 @@ impl IndexTemplate {
         self.parts.iter().any(|p| matches!(p, Part::Date(_)))
     }
 
-    /// The index of a record with this `timestamp` (ms since the epoch) and document
-    /// (parsed only if [`reads_fields`](Self::reads_fields)). The error says what is
-    /// missing or why the name is invalid.
-    pub fn render(&self, timestamp: Option<i64>, doc: Option<&Value>) -> Result<String, String> {
+    /// The index of a record with this `timestamp` (ms since the epoch), `origin`
+    /// (topic and partition) and document (parsed only if
+    /// [`reads_fields`](Self::reads_fields)). The error says what is missing or why the
+    /// name is invalid.
+    pub fn render(
+        &self,
+        timestamp: Option<i64>,
+        origin: Option<(&str, i32)>,
+        doc: Option<&Value>,
+    ) -> Result<String, String> {
         if let Some(f) = self.fixed() {
             return Ok(f.to_string());
         }
@@ -112,8 +151,15 @@ impl IndexTemplate {
             }
             (_, t) => t.unwrap_or(0),
         };
+        if self.reads_origin() && origin.is_none() {
+            return Err(
+                "the record has no topic and partition for the index's {topic} or {partition}"
+                    .into(),
+            );
+        }
         let name = self.fill(
             ts,
+            origin,
             &mut |pointer| match doc.and_then(|d| d.pointer(pointer)) {
                 Some(Value::String(s)) => Ok(s.clone()),
                 Some(n @ Value::Number(_)) => Ok(n.to_string()),
@@ -131,12 +177,21 @@ impl IndexTemplate {
     fn fill(
         &self,
         timestamp: i64,
+        origin: Option<(&str, i32)>,
         field: &mut dyn FnMut(&str) -> Result<String, String>,
     ) -> Result<String, String> {
         let mut out = String::new();
         for p in &self.parts {
             match p {
                 Part::Literal(s) => out.push_str(s),
+                Part::Topic => {
+                    let topic = origin.map_or("", |o| o.0);
+                    match self.topics.get(topic) {
+                        Some(index) => out.push_str(index),
+                        None => out.push_str(&topic.to_lowercase()),
+                    }
+                }
+                Part::Partition => out.push_str(&origin.map_or(0, |o| o.1).to_string()),
                 Part::Field(pointer) => out.push_str(&field(pointer)?),
                 Part::Date(tokens) => {
                     let t = DateTime::<Utc>::from_timestamp_millis(timestamp)
@@ -254,10 +309,13 @@ mod tests {
             ("t-{/missing}", Err("index field /missing is missing")),
             ("t-{/obj}", Err("not a string or number")),
             ("t-{/Up}", Err("must be lower case")),
+            // Kafka Connect's rule: the topic, lower-cased.
+            ("{topic}", Ok("orders.eu")),
+            ("{topic}-{partition}-{yyyy}", Ok("orders.eu-3-2026")),
         ];
         for (text, want) in cases {
             let t = IndexTemplate::parse(text).unwrap();
-            match (t.render(Some(TS), Some(&doc)), want) {
+            match (t.render(Some(TS), Some(("Orders.EU", 3)), Some(&doc)), want) {
                 (Ok(g), Ok(w)) => assert_eq!(&g, w, "{text}"),
                 (Err(e), Err(w)) => assert!(e.contains(w), "{text}: {e}"),
                 (g, w) => panic!("{text}: got {g:?}, want {w:?}"),
@@ -269,18 +327,52 @@ mod tests {
     fn a_date_pattern_needs_a_timestamp_and_a_fixed_name_needs_nothing() {
         let t = IndexTemplate::parse("o-{yyyy}").unwrap();
         assert!(t.reads_timestamp() && !t.reads_fields());
-        assert!(t.render(None, None).unwrap_err().contains("no timestamp"));
+        assert!(t
+            .render(None, None, None)
+            .unwrap_err()
+            .contains("no timestamp"));
         let fixed = IndexTemplate::parse("orders").unwrap();
         assert_eq!(fixed.fixed(), Some("orders"));
-        assert_eq!(fixed.render(None, None).unwrap(), "orders");
+        assert_eq!(fixed.render(None, None, None).unwrap(), "orders");
         // Before 1970 too: the epoch is not a lower bound.
         assert_eq!(
             IndexTemplate::parse("o-{yyyy.MM.dd}")
                 .unwrap()
-                .render(Some(-86_400_000), None)
+                .render(Some(-86_400_000), None, None)
                 .unwrap(),
             "o-1969.12.31"
         );
+    }
+
+    #[test]
+    fn topic_to_index_renames_what_topic_stands_for() {
+        let topics = [("orders".to_string(), "orders-v2".to_string())].into();
+        let t = IndexTemplate::parse("{topic}-{yyyy}")
+            .unwrap()
+            .with_topics(topics)
+            .unwrap();
+        assert!(t.reads_origin() && t.fixed().is_none());
+        assert_eq!(
+            t.render(Some(TS), Some(("orders", 0)), None).unwrap(),
+            "orders-v2-2026"
+        );
+        assert_eq!(
+            t.render(Some(TS), Some(("Refunds", 0)), None).unwrap(),
+            "refunds-2026"
+        );
+        // A topic that makes no valid name follows on_item_error, by record.
+        let e = t
+            .render(Some(TS), Some(("_internal", 0)), None)
+            .unwrap_err();
+        assert!(e.contains("cannot start with `_`"), "{e}");
+        let e = t.render(Some(TS), None, None).unwrap_err();
+        assert!(e.contains("no topic"), "{e}");
+        let bad = [("orders".to_string(), "Orders".to_string())].into();
+        let (key, e) = IndexTemplate::parse("{topic}")
+            .unwrap()
+            .with_topics(bad)
+            .unwrap_err();
+        assert!(key == "orders" && e.contains("lower case"), "{key}: {e}");
     }
 
     #[test]
