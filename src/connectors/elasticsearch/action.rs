@@ -4,6 +4,7 @@
 use super::config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
 use super::encode::{action_line, Body, Encoder, Id};
 use super::index_name::IndexTemplate;
+use super::params::{text_of, with_timestamp, ActionParams, PipelineTemplate, TimestampSource};
 use crate::error::{JobError, Result};
 use crate::record::{Op, Origin, Record};
 use tracing::warn;
@@ -47,6 +48,8 @@ pub struct BulkAction {
     /// such an action never goes into a request, it follows the failure handler
     /// (`on_item_error`) as a document Elasticsearch refused would.
     pub invalid: Option<String>,
+    /// Routing, ingest pipeline and `require_alias`.
+    pub params: ActionParams,
 }
 
 impl BulkAction {
@@ -61,6 +64,7 @@ impl BulkAction {
             origin: None,
             record: None,
             invalid: None,
+            params: ActionParams::default(),
         }
     }
 
@@ -88,6 +92,7 @@ impl BulkAction {
             origin: None,
             record: None,
             invalid: None,
+            params: ActionParams::default(),
         }
     }
 
@@ -99,6 +104,7 @@ impl BulkAction {
             &self.index,
             self.id.as_deref().map(Id::Str),
             self.version,
+            &self.params,
         );
         if let Some(b) = &self.body {
             out.extend_from_slice(b);
@@ -184,6 +190,12 @@ pub struct ConfigActionBuilder {
     /// No two records reaching the sink share an origin (see
     /// [`ConfigActionBuilder::origins_unique`]).
     pub origins_unique: bool,
+    pub pipeline: Option<PipelineTemplate>,
+    /// A JSON pointer to each action's routing value.
+    pub routing: Option<String>,
+    pub require_alias: bool,
+    /// The index is a data stream: every document gets an `@timestamp` from here.
+    pub data_stream: Option<TimestampSource>,
 }
 
 impl ConfigActionBuilder {
@@ -205,7 +217,42 @@ impl ConfigActionBuilder {
             on_null_value: cfg.on_null_value,
             skipped_tombstones: 0,
             origins_unique: false,
+            pipeline: cfg.pipeline.as_deref().map(|p| {
+                PipelineTemplate::parse(p)
+                    .unwrap_or_else(|e| panic!("pipeline {e} (validate the configuration first)"))
+            }),
+            routing: cfg.routing.clone(),
+            require_alias: cfg.require_alias,
+            data_stream: cfg.data_stream.as_ref().map(|_| cfg.timestamp.clone()),
         }
+    }
+
+    /// Whether actions carry more than an index, an id and a version.
+    fn has_params(&self) -> bool {
+        self.pipeline.is_some()
+            || self.routing.is_some()
+            || self.require_alias
+            || self.data_stream.is_some()
+    }
+
+    /// The parameters of an action of `op` on the document whose fields `source` holds
+    /// (its value, or for a delete without one its JSON key).
+    fn params(
+        &self,
+        op: OpType,
+        source: Option<&serde_json::Value>,
+    ) -> std::result::Result<ActionParams, String> {
+        Ok(ActionParams {
+            routing: match &self.routing {
+                Some(ptr) => Some(text_of("routing", ptr, source)?),
+                None => None,
+            },
+            pipeline: match (&self.pipeline, op) {
+                (Some(p), OpType::Index | OpType::Create) => Some(p.render(source)?),
+                _ => None,
+            },
+            require_alias: self.require_alias && op != OpType::Delete,
+        })
     }
 
     /// Promises that no two records reaching the sink share an origin and output
@@ -223,7 +270,13 @@ impl ConfigActionBuilder {
 
     /// The record parsed, when its id or index reads its fields and it has a value.
     fn doc(&self, record: &Record) -> std::result::Result<Option<serde_json::Value>, String> {
-        let needs_doc = self.index.reads_fields() || matches!(self.id, IdStrategy::Field(_));
+        let needs_doc = self.index.reads_fields()
+            || matches!(self.id, IdStrategy::Field(_))
+            || self.routing.is_some()
+            || self
+                .pipeline
+                .as_ref()
+                .is_some_and(PipelineTemplate::reads_fields);
         if !needs_doc || record.tombstone {
             return Ok(None);
         }
@@ -238,14 +291,20 @@ impl ConfigActionBuilder {
         let id = document_id(&self.id, record, doc.as_ref())?;
         let origin = record.origin.as_ref().map(|o| (&*o.stream, o.partition));
         let index = self.index.render(record.timestamp, origin, doc.as_ref())?;
-        Ok(match self.operation {
+        let mut action = match self.operation {
             // The bulk processor checks the body, which is the record: one that is not
             // one JSON object follows `on_item_error`.
             Operation::Index => BulkAction::index(&index, Some(id), record.value.to_vec()),
-            Operation::Create => BulkAction {
-                op: OpType::Create,
-                ..BulkAction::index(&index, Some(id), record.value.to_vec())
-            },
+            Operation::Create => {
+                let body = match &self.data_stream {
+                    Some(ts) => with_timestamp(&record.value, ts, record.timestamp)?,
+                    None => record.value.to_vec(),
+                };
+                BulkAction {
+                    op: OpType::Create,
+                    ..BulkAction::index(&index, Some(id), body)
+                }
+            }
             // An upsert embeds the record in its body, where a crafted record could add
             // keys (a script) that still make one JSON object: it is checked here.
             Operation::Upsert => {
@@ -253,7 +312,9 @@ impl ConfigActionBuilder {
                 let doc = framed.as_deref().unwrap_or(&record.value);
                 BulkAction::upsert(&index, id, doc)
             }
-        })
+        };
+        action.params = self.params(action.op, doc.as_ref())?;
+        Ok(action)
     }
 
     /// The action of a tombstone, if any.
@@ -291,6 +352,9 @@ impl ConfigActionBuilder {
     /// image before the delete) when it has one, else from the key (`id = "field:/p"`
     /// reads the pointer from a JSON key, as a Debezium key `{"id": 7}`).
     fn delete(&self, record: &Record) -> std::result::Result<BulkAction, String> {
+        if self.data_stream.is_some() {
+            return Err("a data stream takes no deletes".into());
+        }
         let doc = self.doc(record)?;
         let id = match (&self.id, &doc) {
             (IdStrategy::Coordinates, _) => {
@@ -300,11 +364,8 @@ impl ConfigActionBuilder {
                 )
             }
             (IdStrategy::Field(ptr), None) => {
-                let key = record.key.as_ref().ok_or_else(|| {
-                    format!("a delete without a value takes id field {ptr} from its key, and it has none")
-                })?;
-                let key: serde_json::Value = serde_json::from_slice(key).map_err(|_| {
-                    format!("a delete without a value takes id field {ptr} from its key, which is not JSON")
+                let key = json_key(record).map_err(|why| {
+                    format!("a delete without a value takes id field {ptr} from its key, {why}")
                 })?;
                 field_id(ptr, Some(&key))?
             }
@@ -312,8 +373,24 @@ impl ConfigActionBuilder {
         };
         let origin = record.origin.as_ref().map(|o| (&*o.stream, o.partition));
         let index = self.index.render(record.timestamp, origin, doc.as_ref())?;
-        Ok(BulkAction::delete(&index, id))
+        let mut action = BulkAction::delete(&index, id);
+        // Without the image before the delete, the document's routing is read from
+        // its key, as its id is.
+        let key_doc = match (&self.routing, &doc) {
+            (Some(ptr), None) => Some(json_key(record).map_err(|why| {
+                format!("a delete without a value takes routing field {ptr} from its key, {why}")
+            })?),
+            _ => None,
+        };
+        action.params = self.params(OpType::Delete, doc.as_ref().or(key_doc.as_ref()))?;
+        Ok(action)
     }
+}
+
+/// The record's key parsed as JSON; the error ends a sentence about it.
+fn json_key(record: &Record) -> std::result::Result<serde_json::Value, &'static str> {
+    let key = record.key.as_ref().ok_or("and it has none")?;
+    serde_json::from_slice(key).map_err(|_| "which is not JSON")
 }
 
 fn describe_record(record: &Record) -> String {
@@ -382,7 +459,7 @@ impl ConfigActionBuilder {
     /// returns false, having written nothing, for anything else, which
     /// [`ActionBuilder::build`] then makes. Both write the same lines.
     pub(crate) fn encode_direct(&self, record: &Record, out: &mut Encoder) -> bool {
-        if record.tombstone || record.op == Op::Delete || record.output != 0 {
+        if record.tombstone || record.op == Op::Delete || record.output != 0 || self.has_params() {
             return false;
         }
         let Some(index) = self.index.fixed() else {
@@ -464,6 +541,7 @@ impl ActionBuilder for ConfigActionBuilder {
                     "{} cannot be written to Elasticsearch: {why}",
                     describe_record(record)
                 )),
+                params: ActionParams::default(),
             },
         };
         if self.versioning == Versioning::External && action.invalid.is_none() {
@@ -487,6 +565,7 @@ impl ActionBuilder for ConfigActionBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connectors::elasticsearch::params::DataStream;
     use std::sync::Arc;
 
     fn rec() -> Record {
@@ -724,6 +803,229 @@ mod tests {
             ..EsSinkConfig::new("http://x", "idx")
         };
         assert!(!ConfigActionBuilder::new(&cfg).encode_direct(&with_image, &mut Encoder::default()));
+    }
+
+    /// The encoded lines of what `cfg` makes of `r`, or why it makes nothing.
+    fn lines(cfg: &EsSinkConfig, r: &Record) -> std::result::Result<String, String> {
+        let mut out = Vec::new();
+        ConfigActionBuilder::new(cfg).build(r, &mut out).unwrap();
+        let a = out.pop().unwrap();
+        match a.invalid {
+            Some(why) => Err(why),
+            None => {
+                let mut bytes = Vec::new();
+                a.encode(&mut bytes);
+                Ok(String::from_utf8(bytes).unwrap())
+            }
+        }
+    }
+
+    #[test]
+    fn every_action_of_a_document_carries_its_routing() {
+        let cfg = EsSinkConfig {
+            id: IdStrategy::Field("/id".into()),
+            operation: Operation::Upsert,
+            routing: Some("/tenant".into()),
+            require_alias: true,
+            on_null_value: Some(NullValue::Delete),
+            ..EsSinkConfig::new("http://x", "idx")
+        };
+        let upsert = Record {
+            value: br#"{"id":7,"tenant":"t1"}"#.to_vec().into(),
+            ..rec()
+        };
+        assert_eq!(
+            lines(&cfg, &upsert).unwrap(),
+            "{\"update\":{\"_index\":\"idx\",\"_id\":\"7\",\"routing\":\"t1\",\"require_alias\":true}}\n{\"doc\":{\"id\":7,\"tenant\":\"t1\"},\"doc_as_upsert\":true}\n"
+        );
+        // A delete without a value reads its routing from its JSON key, as its id.
+        let delete = Record {
+            key: Some(br#"{"id":7,"tenant":"t1"}"#.to_vec().into()),
+            value: Default::default(),
+            tombstone: true,
+            ..rec()
+        };
+        assert_eq!(
+            lines(&cfg, &delete).unwrap(),
+            "{\"delete\":{\"_index\":\"idx\",\"_id\":\"7\",\"routing\":\"t1\"}}\n"
+        );
+        let with_image = Record {
+            op: Op::Delete,
+            ..upsert.clone()
+        };
+        assert_eq!(lines(&cfg, &with_image), lines(&cfg, &delete));
+        let unrouted = Record {
+            value: br#"{"id":7}"#.to_vec().into(),
+            ..rec()
+        };
+        let why = lines(&cfg, &unrouted).unwrap_err();
+        assert!(
+            why.contains("routing field /tenant is missing") && why.contains("orders/2@41"),
+            "{why}"
+        );
+        let by_key = EsSinkConfig {
+            id: IdStrategy::Key,
+            ..cfg.clone()
+        };
+        let plain_key = Record {
+            key: Some(b"u-7".to_vec().into()),
+            ..delete.clone()
+        };
+        let e = lines(&by_key, &plain_key).unwrap_err();
+        assert!(
+            e.contains("routing field /tenant from its key, which is not JSON"),
+            "{e}"
+        );
+        let e = lines(&cfg, &plain_key).unwrap_err();
+        assert!(e.contains("which is not JSON"), "{e}");
+        // The routing is part of the document's key, so that the batcher orders the
+        // writes of one document, and only those.
+        let mut enc = Encoder::default();
+        ConfigActionBuilder::new(&cfg)
+            .encode(&upsert, &mut enc)
+            .unwrap();
+        let batch = enc.take_batch();
+        let crate::connector::kit::bulk::Added::Encoded(e) = &batch.actions[0] else {
+            panic!("encoded")
+        };
+        let key = e.doc.as_ref().unwrap().as_bytes().to_vec();
+        assert_eq!(
+            String::from_utf8(key).unwrap(),
+            "\"_index\":\"idx\",\"_id\":\"7\",\"routing\":\"t1\""
+        );
+        assert_eq!(e.item.full_action().params.routing.as_deref(), Some("t1"));
+        assert!(e.item.full_action().params.require_alias);
+    }
+
+    #[test]
+    fn a_pipeline_goes_with_index_and_create_actions() {
+        let cfg = EsSinkConfig {
+            pipeline: Some("enrich-{/user}".into()),
+            ..EsSinkConfig::new("http://x", "idx")
+        };
+        assert_eq!(
+            lines(&cfg, &rec()).unwrap(),
+            "{\"index\":{\"_index\":\"idx\",\"_id\":\"orders-2-41\",\"pipeline\":\"enrich-u7\"}}\n{\"user\":\"u7\",\"n\":3}\n"
+        );
+        let e = lines(
+            &cfg,
+            &Record {
+                value: br#"{"n":3}"#.to_vec().into(),
+                ..rec()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("pipeline field /user is missing"), "{e}");
+        assert!(!ConfigActionBuilder::new(&cfg).encode_direct(&rec(), &mut Encoder::default()));
+        let upsert = EsSinkConfig {
+            operation: Operation::Upsert,
+            ..cfg.clone()
+        };
+        assert!(upsert
+            .validate()
+            .unwrap_err()
+            .1
+            .contains("no ingest pipeline on an update"));
+    }
+
+    #[test]
+    fn a_data_stream_gets_creates_with_a_timestamp_and_no_deletes() {
+        let cfg = EsSinkConfig {
+            operation: Operation::Create,
+            data_stream: Some(DataStream {
+                kind: "logs".into(),
+                dataset: "orders".into(),
+                namespace: "prod".into(),
+            }),
+            ..EsSinkConfig::new("http://x", "logs-orders-prod")
+        };
+        cfg.validate().unwrap();
+        let r = Record {
+            timestamp: Some(1_772_874_302_123),
+            ..rec()
+        };
+        assert_eq!(
+            lines(&cfg, &r).unwrap(),
+            "{\"create\":{\"_index\":\"logs-orders-prod\",\"_id\":\"orders-2-41\"}}\n{\"@timestamp\":\"2026-03-07T09:05:02.123Z\",\"n\":3,\"user\":\"u7\"}\n"
+        );
+        let from_field = EsSinkConfig {
+            timestamp: TimestampSource::Field("/n".into()),
+            ..cfg.clone()
+        };
+        assert!(lines(&from_field, &r).unwrap().contains("\"@timestamp\":3"));
+        let e = lines(
+            &cfg,
+            &Record {
+                timestamp: None,
+                ..rec()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("no timestamp"), "{e}");
+        let e = lines(
+            &cfg,
+            &Record {
+                op: Op::Delete,
+                ..r.clone()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("a data stream takes no deletes"), "{e}");
+        for (bad, key) in [
+            (
+                EsSinkConfig {
+                    operation: Operation::Upsert,
+                    ..cfg.clone()
+                },
+                "operation",
+            ),
+            (
+                EsSinkConfig {
+                    operation: Operation::Index,
+                    ..cfg.clone()
+                },
+                "operation",
+            ),
+            (
+                EsSinkConfig {
+                    id: IdStrategy::Key,
+                    on_null_value: Some(NullValue::Delete),
+                    ..cfg.clone()
+                },
+                "on_null_value",
+            ),
+            (
+                EsSinkConfig {
+                    versioning: Versioning::External,
+                    ..cfg.clone()
+                },
+                "versioning",
+            ),
+            (
+                EsSinkConfig {
+                    require_alias: true,
+                    ..cfg.clone()
+                },
+                "require_alias",
+            ),
+            (
+                EsSinkConfig {
+                    routing: Some("/t".into()),
+                    ..cfg.clone()
+                },
+                "routing",
+            ),
+            (
+                EsSinkConfig {
+                    data_stream: None,
+                    timestamp: TimestampSource::Field("/ts".into()),
+                    ..cfg.clone()
+                },
+                "timestamp_field",
+            ),
+        ] {
+            assert_eq!(bad.validate().unwrap_err().0, key);
+        }
     }
 
     #[test]

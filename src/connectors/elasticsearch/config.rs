@@ -8,6 +8,7 @@
 //! configuration error naming its key, not a failure at the first request.
 
 use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
+pub use super::params::{DataStream, TimestampSource};
 use crate::secret::{Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -145,6 +146,31 @@ pub struct EsSinkConfig {
     /// The most bytes of actions the sink holds (buffered, in flight, awaiting a retry)
     /// before it stops taking records; one batch larger than this still passes alone.
     pub buffer_max_bytes: usize,
+    /// The ingest pipeline of each index or create action: a name, or a template with
+    /// `{/pointer}` fields ([`super::params::PipelineTemplate`]).
+    pub pipeline: Option<String>,
+    /// A JSON pointer to the routing value of each action (`routing`).
+    pub routing: Option<String>,
+    /// Every write names an alias; a missing one fails the item instead of creating
+    /// an index (Elasticsearch's `require_alias`).
+    pub require_alias: bool,
+    /// Write to this data stream (`index` is then its name, and every action a
+    /// `create` with an `@timestamp`).
+    pub data_stream: Option<DataStream>,
+    /// Where a data stream document's `@timestamp` comes from.
+    pub timestamp: TimestampSource,
+    /// An index template put at open unless the cluster already has this one
+    /// (`index_template_file`).
+    pub index_template: Option<IndexTemplateFile>,
+}
+
+/// An index template read from `index_template_file`, put as `_index_template/<name>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexTemplateFile {
+    /// The template's name (`index_template_name`, else the file's stem).
+    pub name: String,
+    /// The template as the file gives it (a JSON object with `index_patterns`).
+    pub body: serde_json::Value,
 }
 
 impl EsSinkConfig {
@@ -174,6 +200,12 @@ impl EsSinkConfig {
             on_null_value: None,
             buffer_max_bytes: 64 * 1024 * 1024,
             topic_to_index: BTreeMap::new(),
+            pipeline: None,
+            routing: None,
+            require_alias: false,
+            data_stream: None,
+            timestamp: TimestampSource::Record,
+            index_template: None,
         }
     }
 
@@ -213,6 +245,7 @@ impl EsSinkConfig {
                 ));
             }
         }
+        self.validate_params()?;
         for (key, value) in [
             ("bulk_max_actions", self.bulk_max_actions as u64),
             ("bulk_max_bytes", self.bulk_max_bytes as u64),
@@ -238,6 +271,63 @@ impl EsSinkConfig {
     }
 }
 
+impl EsSinkConfig {
+    /// Checks `pipeline`, `routing`, `require_alias` and `data_stream` against the
+    /// operation each goes with.
+    fn validate_params(&self) -> Result<(), (String, String)> {
+        if let Some(p) = &self.pipeline {
+            super::params::PipelineTemplate::parse(p).map_err(|e| ("pipeline".to_string(), e))?;
+            if self.operation == Operation::Upsert {
+                return Err((
+                    "pipeline".into(),
+                    "Elasticsearch runs no ingest pipeline on an update, which operation = \"upsert\" writes: use operation = \"index\" or \"create\"".into(),
+                ));
+            }
+        }
+        if let Some(r) = &self.routing {
+            if !r.starts_with('/') {
+                return Err((
+                    "routing".into(),
+                    format!("`{r}` is not a JSON pointer (such as \"/tenant\")"),
+                ));
+            }
+        }
+        if self.data_stream.is_none() {
+            if let TimestampSource::Field(_) = self.timestamp {
+                return Err((
+                    "timestamp_field".into(),
+                    "sets a data stream's @timestamp: it needs data_stream".into(),
+                ));
+            }
+            return Ok(());
+        }
+        // A data stream is append-only: Elasticsearch takes create actions only.
+        let refusal = if self.operation != Operation::Create {
+            Some((
+                "operation",
+                "a data stream takes create actions only (no index, no upsert)",
+            ))
+        } else if self.on_null_value == Some(NullValue::Delete) {
+            Some(("on_null_value", "a data stream takes no deletes"))
+        } else if self.versioning == Versioning::External {
+            Some((
+                "versioning",
+                "a data stream takes no external versions (its documents are never replaced)",
+            ))
+        } else if self.require_alias {
+            Some(("require_alias", "a data stream is not an alias"))
+        } else if self.routing.is_some() {
+            Some(("routing", "a data stream routes its documents itself; routing would need allow_custom_routing in its template"))
+        } else {
+            None
+        };
+        match refusal {
+            Some((key, why)) => Err((key.into(), format!("{why} (data_stream)"))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// `[sink.elasticsearch]` as written in a job file. A key that is absent takes
 /// [`EsSinkConfig::new`]'s default, so the job file and the Rust API cannot disagree.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -258,8 +348,15 @@ pub struct EsSection {
     tls_verify: Option<String>,
     compression: Option<String>,
     headers: Option<BTreeMap<String, Secret>>,
-    pub index: String,
+    pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
+    pipeline: Option<String>,
+    routing: Option<String>,
+    require_alias: Option<bool>,
+    data_stream: Option<DataStream>,
+    timestamp_field: Option<String>,
+    index_template_file: Option<PathBuf>,
+    index_template_name: Option<String>,
     id: Option<String>,
     operation: Option<String>,
     versioning: Option<String>,
@@ -305,8 +402,43 @@ impl EsSection {
     /// section.
     pub fn config(&self, ctx: &EsContext) -> Result<EsSinkConfig, (String, String)> {
         use crate::connectors::at_key as at;
-        let mut c = EsSinkConfig::new(String::new(), self.index.clone());
+        let index = match (&self.index, &self.data_stream) {
+            (Some(i), None) => i.clone(),
+            (None, Some(ds)) => ds
+                .index()
+                .map_err(|(k, m)| (format!("data_stream.{k}"), m))?,
+            (None, None) => {
+                return Err((
+                    "index".into(),
+                    "where to write is required: index, or data_stream".into(),
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err((
+                    "index and data_stream".into(),
+                    "give one: a data stream's name is its type, dataset and namespace".into(),
+                ))
+            }
+        };
+        let mut c = EsSinkConfig::new(String::new(), index);
         c.connection = self.connection(&ctx.base_dir)?;
+        c.pipeline = self.pipeline.clone();
+        c.routing = self.routing.clone();
+        c.require_alias = self.require_alias.unwrap_or(false);
+        if self.data_stream.is_some() {
+            c.data_stream = self.data_stream.clone();
+            c.operation = Operation::Create;
+        }
+        if let Some(ptr) = &self.timestamp_field {
+            if !ptr.starts_with('/') {
+                return Err((
+                    "timestamp_field".into(),
+                    format!("`{ptr}` is not a JSON pointer (such as \"/ts\")"),
+                ));
+            }
+            c.timestamp = TimestampSource::Field(ptr.clone());
+        }
+        c.index_template = self.index_template(&ctx.base_dir)?;
         c.topic_to_index = self.topic_to_index.clone().unwrap_or_default();
         if let Some(id) = &self.id {
             c.id = IdStrategy::parse(id).map_err(at("id"))?;
@@ -351,6 +483,65 @@ impl EsSection {
             (k, m)
         })?;
         Ok(c)
+    }
+
+    /// The index template of `index_template_file`, read and checked now.
+    fn index_template(&self, base: &Path) -> Result<Option<IndexTemplateFile>, (String, String)> {
+        let Some(file) = &self.index_template_file else {
+            if self.index_template_name.is_some() {
+                return Err((
+                    "index_template_name".into(),
+                    "names the template of index_template_file, which is not set".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let key = "index_template_file";
+        let path = if file.is_absolute() {
+            file.clone()
+        } else {
+            base.join(file)
+        };
+        let text = std::fs::read(&path).map_err(|e| {
+            (
+                key.to_string(),
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let body: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+            (
+                key.to_string(),
+                format!("{} is not JSON: {e}", path.display()),
+            )
+        })?;
+        let patterns = body.get("index_patterns");
+        if !body.is_object()
+            || !patterns
+                .is_some_and(|p| p.is_string() || p.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            return Err((
+                key.into(),
+                format!(
+                    "{} is not an index template: a JSON object with index_patterns, as PUT _index_template takes",
+                    path.display()
+                ),
+            ));
+        }
+        let name = match &self.index_template_name {
+            Some(n) => n.clone(),
+            None => path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default()
+                .to_string(),
+        };
+        super::index_name::check_index_name(&name).map_err(|e| {
+            (
+                "index_template_name".to_string(),
+                format!("`{name}` cannot name a template: {e}"),
+            )
+        })?;
+        Ok(Some(IndexTemplateFile { name, body }))
     }
 
     /// The nodes, credentials, TLS, compression and headers of the section. Reads

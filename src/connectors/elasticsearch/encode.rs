@@ -16,6 +16,7 @@ use super::action::{frame, BulkAction, OpType};
 use super::batcher::DocKey;
 use super::bulk::EsTarget;
 use super::coalesce::Effect;
+use super::params::ActionParams;
 use crate::error::Result;
 use crate::record::Origin;
 use bytes::Bytes;
@@ -60,6 +61,7 @@ pub(crate) fn action_line(
     index: &str,
     id: Option<Id<'_>>,
     version: Option<i64>,
+    params: &ActionParams,
 ) -> Option<Range<usize>> {
     buf.extend_from_slice(b"{\"");
     buf.extend_from_slice(op.name().as_bytes());
@@ -70,12 +72,29 @@ pub(crate) fn action_line(
     let key = id.map(|id| {
         buf.extend_from_slice(b",\"_id\":");
         id.write(buf);
+        // Routing is part of the document's identity: the same id under another
+        // routing is another document (on another shard).
+        if let Some(r) = &params.routing {
+            buf.extend_from_slice(b",\"routing\":");
+            json_string(buf, r);
+        }
         key_start..buf.len()
     });
+    if let (None, Some(r)) = (&key, &params.routing) {
+        buf.extend_from_slice(b",\"routing\":");
+        json_string(buf, r);
+    }
     if let Some(v) = version {
         buf.extend_from_slice(b",\"version\":");
         json_number(buf, v);
         buf.extend_from_slice(b",\"version_type\":\"external\"");
+    }
+    if let Some(p) = &params.pipeline {
+        buf.extend_from_slice(b",\"pipeline\":");
+        json_string(buf, p);
+    }
+    if params.require_alias {
+        buf.extend_from_slice(b",\"require_alias\":true");
     }
     buf.extend_from_slice(b"}}\n");
     key
@@ -171,6 +190,14 @@ impl Item {
                 Original::Copy(b) => Some(b.to_vec()),
             },
             invalid: None,
+            params: ActionParams {
+                routing: field("routing"),
+                pipeline: field("pipeline"),
+                require_alias: meta
+                    .and_then(|m| m.get("require_alias"))
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false),
+            },
         }
     }
 }
@@ -280,6 +307,7 @@ impl Encoder {
             &action.index,
             action.id.as_deref().map(Id::Str),
             action.version,
+            &action.params,
         );
         let body = action.body.as_ref().map(|b| {
             let at = self.buf.len();
@@ -356,7 +384,15 @@ impl Encoder {
         };
         let doc = reframed.as_deref().unwrap_or(record);
         self.buf.reserve(doc.len() + 128);
-        let key = action_line(&mut self.buf, op, index, Some(id), version).filter(|_| !keyless);
+        let key = action_line(
+            &mut self.buf,
+            op,
+            index,
+            Some(id),
+            version,
+            &ActionParams::default(),
+        )
+        .filter(|_| !keyless);
         let at = self.buf.len();
         let doc_at = if upsert {
             upsert_body(&mut self.buf, doc)

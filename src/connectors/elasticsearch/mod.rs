@@ -6,10 +6,11 @@
 //! retries, requests in flight, flush at the barrier, metrics). What is Elasticsearch's
 //! has one file per role: what the user configures ([`config`]), how the cluster is
 //! reached ([`connection`]), records to bulk actions ([`action`]) and to the lines of a
-//! request ([`encode`]), what an action does to its document ([`coalesce`]), what an
+//! request ([`encode`]) with their routing, pipeline and data stream parameters
+//! ([`params`]), what an action does to its document ([`coalesce`]), what an
 //! item result means ([`item_result`]), the bulk API as the kit's target ([`bulk`]),
 //! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]) and the
-//! sink lifecycle ([`sink`]).
+//! sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
 
 pub mod action;
 pub mod batcher;
@@ -19,7 +20,9 @@ pub mod config;
 pub mod connection;
 pub mod encode;
 pub mod index_name;
+pub mod index_setup;
 pub mod item_result;
+pub mod params;
 pub mod sink;
 pub mod version_guard;
 

@@ -10,6 +10,9 @@ pub(crate) struct Item {
     pub id: Option<String>,
     pub versioning: Result<Versioning, String>,
     pub body: Option<Value>,
+    pub routing: Option<String>,
+    pub pipeline: Option<String>,
+    pub require_alias: bool,
 }
 
 /// Parses a bulk body. A malformed body is a whole-request 400, as in Elasticsearch.
@@ -94,12 +97,16 @@ pub(crate) fn parse(body: &[u8], path_index: Option<&str>) -> Result<Vec<Item>, 
                 )
             })?)
         };
+        let text = |k: &str| meta.get(k).and_then(Value::as_str).map(String::from);
         items.push(Item {
             op: op.clone(),
             index,
             id,
             versioning,
             body,
+            routing: text("routing"),
+            pipeline: text("pipeline"),
+            require_alias: meta.get("require_alias").and_then(Value::as_bool) == Some(true),
         });
     }
     Ok(items)
@@ -107,6 +114,31 @@ pub(crate) fn parse(body: &[u8], path_index: Option<&str>) -> Result<Vec<Item>, 
 
 /// Applies one item, returning its result wrapped in its operation name.
 pub(crate) fn apply(store: &mut Store, item: Item) -> Value {
+    let op = item.op.clone();
+    match resolve(store, item) {
+        Ok(item) => write(store, item),
+        Err(e) => json!({ op: e }),
+    }
+}
+
+/// The item as it is written: its index resolved (alias, template, data stream) and
+/// its document through its ingest pipeline.
+fn resolve(store: &mut Store, mut item: Item) -> Result<Item, Value> {
+    let id = item.id.clone().unwrap_or_default();
+    if valid_index_name(&item.index).is_err() {
+        return Ok(item);
+    }
+    item.index = store.write_target(&item.index, &id, item.require_alias)?;
+    if let (Some(p), Some(body), "index" | "create") =
+        (&item.pipeline, &mut item.body, item.op.as_str())
+    {
+        store.run_pipeline(p, &item.index, &id, body)?;
+    }
+    store.check_data_stream(&item.index, &id, &item.op, item.body.as_ref())?;
+    Ok(item)
+}
+
+fn write(store: &mut Store, item: Item) -> Value {
     let id = match (&item.id, item.op.as_str()) {
         (Some(id), _) => id.clone(),
         (None, "index" | "create") => store.new_id(),
@@ -134,18 +166,24 @@ pub(crate) fn apply(store: &mut Store, item: Item) -> Value {
         ),
         (Ok(v), "index") => store.index(
             &item.index,
-            &id,
+            (&id, item.routing.as_deref()),
             item.body.unwrap_or(Value::Null),
             *v,
             false,
         ),
-        (Ok(v), "create") => {
-            store.index(&item.index, &id, item.body.unwrap_or(Value::Null), *v, true)
-        }
-        (Ok(_), "update") => {
-            store.update(&item.index, &id, item.body.as_ref().unwrap_or(&Value::Null))
-        }
-        (Ok(v), _) => store.delete(&item.index, &id, *v),
+        (Ok(v), "create") => store.index(
+            &item.index,
+            (&id, item.routing.as_deref()),
+            item.body.unwrap_or(Value::Null),
+            *v,
+            true,
+        ),
+        (Ok(_), "update") => store.update(
+            &item.index,
+            (&id, item.routing.as_deref()),
+            item.body.as_ref().unwrap_or(&Value::Null),
+        ),
+        (Ok(v), _) => store.delete(&item.index, (&id, item.routing.as_deref()), *v),
     };
     json!({ item.op: result })
 }

@@ -6,7 +6,10 @@
 //! `_search` with `match_all` and `size` / `from`, `_mget`, internal and external
 //! versioning — with the response shapes Elasticsearch returns (`_version`, `_seq_no`,
 //! `result`, `status`, `errors`), and `filter_path` on bulk responses
-//! ([`filter_path`]).
+//! ([`filter_path`]); routing (the same id under another routing is another document),
+//! ingest pipelines (`set` and `fail` processors), aliases and `require_alias`,
+//! composable index templates (with the data-stream templates of a fresh
+//! Elasticsearch 8 cluster) and data streams (create only, `@timestamp` required).
 //!
 //! Faults are set through `POST /_lockgate/faults` (or [`EsServer::set_faults`]):
 //! per-item 429 `es_rejected_execution_exception` rejections (chosen ids or a
@@ -21,6 +24,7 @@
 
 mod bulk;
 pub mod filter_path;
+mod resources;
 pub mod secure;
 mod server;
 mod store;

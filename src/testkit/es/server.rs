@@ -61,6 +61,9 @@ pub struct Stats {
     /// Bulk requests that asked for a filtered response (`filter_path`).
     #[serde(default)]
     pub filtered_bulk_requests: u64,
+    /// `PUT _index_template/<name>` requests.
+    #[serde(default)]
+    pub index_template_puts: u64,
 }
 
 /// How the server is secured; the default is plain HTTP that accepts every request.
@@ -111,8 +114,12 @@ impl EsServer {
             .map(|u| basic_header(u))
             .chain(options.api_keys.iter().map(|k| api_key_header(k)))
             .collect();
+        let mut store = Store::default();
+        store
+            .templates
+            .extend(super::resources::builtin_templates());
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::default()),
+            store: Mutex::new(store),
             faults: Mutex::new(Faults::default()),
             stats: Mutex::new(Stats::default()),
             rng: Mutex::new(rand::rngs::SmallRng::seed_from_u64(0)),
@@ -125,6 +132,10 @@ impl EsServer {
             .route("/_mget", post(mget_root).get(mget_root))
             .route("/_lockgate/faults", get(get_faults).post(set_faults).delete(clear_faults))
             .route("/_lockgate/stats", get(get_stats))
+            .route("/_ingest/pipeline/{id}", get(get_pipeline).put(put_pipeline).delete(delete_pipeline))
+            .route("/_index_template/{name}", get(get_template).put(put_template).delete(delete_template))
+            .route("/_aliases", post(post_aliases))
+            .route("/_data_stream/{name}", get(get_data_stream))
             .route("/{index}", axum::routing::put(create_index).delete(delete_index).head(head_index).get(get_index))
             .route("/{index}/_bulk", post(bulk_in_index))
             .route("/{index}/_refresh", post(refresh).get(refresh))
@@ -513,13 +524,22 @@ async fn search(
     )
 }
 
-async fn get_doc(State(s): S, Path((index, id)): Path<(String, String)>) -> Response {
+#[derive(Deserialize, Default)]
+struct Routing {
+    routing: Option<String>,
+}
+
+async fn get_doc(
+    State(s): S,
+    Path((index, id)): Path<(String, String)>,
+    Query(q): Query<Routing>,
+) -> Response {
     let store = s.store.lock().expect("lock");
     if !store.indices.contains_key(&index) {
         drop(store);
         return index_missing(&index);
     }
-    let v = store.get(&index, &id);
+    let v = store.get(&index, &id, q.routing.as_deref());
     let status = if v["found"] == json!(true) { 200 } else { 404 };
     reply(status, v)
 }
@@ -584,7 +604,7 @@ fn mget(s: Arc<Shared>, index: Option<String>, body: Bytes) -> Response {
         .iter()
         .map(|(i, id)| {
             if store.indices.contains_key(i) {
-                store.get(i, id)
+                store.get(i, id, None)
             } else {
                 json!({"_index": i, "_id": id, "error": {"type": "index_not_found_exception", "reason": format!("no such index [{i}]")}})
             }
@@ -610,4 +630,141 @@ async fn clear_faults(State(s): S) -> Json<Value> {
 
 async fn get_stats(State(s): S) -> Json<Stats> {
     Json(s.stats.lock().expect("lock").clone())
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(reply(
+            400,
+            request_error(400, "parse_exception", &e.to_string()),
+        ))
+    })
+}
+
+fn missing(kind: &str, name: &str) -> Response {
+    reply(
+        404,
+        request_error(
+            404,
+            "resource_not_found_exception",
+            &format!("{kind} [{name}] missing"),
+        ),
+    )
+}
+
+async fn get_pipeline(State(s): S, Path(id): Path<String>) -> Response {
+    match s.store.lock().expect("lock").pipelines.get(&id) {
+        Some(p) => reply(200, json!({ id.clone(): p })),
+        None => reply(404, json!({})),
+    }
+}
+
+async fn put_pipeline(State(s): S, Path(id): Path<String>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    if !body.get("processors").is_some_and(Value::is_array) {
+        return reply(
+            400,
+            request_error(
+                400,
+                "parse_exception",
+                "[processors] required property is missing",
+            ),
+        );
+    }
+    s.store.lock().expect("lock").pipelines.insert(id, body);
+    reply(200, json!({"acknowledged": true}))
+}
+
+async fn delete_pipeline(State(s): S, Path(id): Path<String>) -> Response {
+    match s.store.lock().expect("lock").pipelines.remove(&id) {
+        Some(_) => reply(200, json!({"acknowledged": true})),
+        None => missing("pipeline", &id),
+    }
+}
+
+async fn get_template(State(s): S, Path(name): Path<String>) -> Response {
+    match s.store.lock().expect("lock").templates.get(&name) {
+        Some(t) => reply(
+            200,
+            json!({"index_templates": [{"name": name, "index_template": t}]}),
+        ),
+        None => missing("index template matching", &name),
+    }
+}
+
+async fn put_template(State(s): S, Path(name): Path<String>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    if body.get("index_patterns").is_none() {
+        return reply(
+            400,
+            request_error(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: index patterns are missing;",
+            ),
+        );
+    }
+    s.stats.lock().expect("lock").index_template_puts += 1;
+    s.store.lock().expect("lock").templates.insert(name, body);
+    reply(200, json!({"acknowledged": true}))
+}
+
+async fn delete_template(State(s): S, Path(name): Path<String>) -> Response {
+    match s.store.lock().expect("lock").templates.remove(&name) {
+        Some(_) => reply(200, json!({"acknowledged": true})),
+        None => missing("index_template", &name),
+    }
+}
+
+/// `POST _aliases` with `add` actions (`index`, `alias`): writes to the alias go to
+/// its index.
+async fn post_aliases(State(s): S, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    let mut store = s.store.lock().expect("lock");
+    for action in body
+        .get("actions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(add) = action.get("add") else {
+            continue;
+        };
+        let (Some(index), Some(alias)) = (
+            add.get("index").and_then(Value::as_str),
+            add.get("alias").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        if !store.indices.contains_key(index) {
+            drop(store);
+            return index_missing(index);
+        }
+        store.aliases.insert(alias.to_string(), index.to_string());
+    }
+    reply(200, json!({"acknowledged": true}))
+}
+
+async fn get_data_stream(State(s): S, Path(name): Path<String>) -> Response {
+    let store = s.store.lock().expect("lock");
+    match store.indices.get(&name) {
+        Some(i) if i.data_stream => reply(
+            200,
+            json!({"data_streams": [{"name": name, "timestamp_field": {"name": "@timestamp"},
+                   "indices": [{"index_name": format!(".ds-{name}-000001")}], "generation": 1, "status": "GREEN"}]}),
+        ),
+        _ => {
+            drop(store);
+            index_missing(&name)
+        }
+    }
 }

@@ -5,6 +5,10 @@ use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Doc {
+    pub id: String,
+    /// The routing it was written with: the same id under another routing is another
+    /// document, as on another shard of Elasticsearch.
+    pub routing: Option<String>,
     pub source: Value,
     pub version: i64,
     pub seq_no: i64,
@@ -78,8 +82,19 @@ impl FieldType {
 
 #[derive(Debug, Default)]
 pub(crate) struct Index {
+    /// By [`doc_key`].
     pub docs: HashMap<String, Doc>,
     pub mapping: HashMap<String, FieldType>,
+    /// A data stream: create only, every document with an `@timestamp`.
+    pub data_stream: bool,
+}
+
+/// Where a document is kept: its id, and its routing if it has one.
+pub(crate) fn doc_key(id: &str, routing: Option<&str>) -> String {
+    match routing {
+        None => id.to_string(),
+        Some(r) => format!("{id}\u{0}{r}"),
+    }
 }
 
 impl Index {
@@ -115,6 +130,12 @@ impl Index {
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     pub indices: HashMap<String, Index>,
+    /// Ingest pipelines by id (`PUT _ingest/pipeline/<id>`).
+    pub pipelines: HashMap<String, Value>,
+    /// Composable index templates by name (`PUT _index_template/<name>`).
+    pub templates: std::collections::BTreeMap<String, Value>,
+    /// Aliases: alias -> its write index.
+    pub aliases: HashMap<String, String>,
     seq_no: i64,
     auto_id: u64,
 }
@@ -138,18 +159,21 @@ fn ok_item(
 }
 
 /// Stores a document and returns its `created` / `updated` item result.
+#[allow(clippy::too_many_arguments)]
 fn store_doc(
     idx: &mut Index,
     index: &str,
-    id: &str,
+    (id, routing): (&str, Option<&str>),
     source: Value,
     version: i64,
     seq_no: i64,
     existed: bool,
 ) -> ItemResult {
     idx.docs.insert(
-        id.to_string(),
+        doc_key(id, routing),
         Doc {
+            id: id.to_string(),
+            routing: routing.map(String::from),
             source,
             version,
             seq_no,
@@ -237,13 +261,13 @@ impl Store {
     pub fn index(
         &mut self,
         index: &str,
-        id: &str,
+        (id, routing): (&str, Option<&str>),
         source: Value,
         v: Versioning,
         create_only: bool,
     ) -> ItemResult {
         let idx = self.indices.entry(index.to_string()).or_default();
-        let existing = idx.docs.get(id).map(|d| d.version);
+        let existing = idx.docs.get(&doc_key(id, routing)).map(|d| d.version);
         if create_only && existing.is_some() {
             return error_item(
                 index,
@@ -271,10 +295,23 @@ impl Store {
         }
         let seq_no = self.next_seq();
         let idx = self.indices.get_mut(index).expect("created above");
-        store_doc(idx, index, id, source, version, seq_no, existing.is_some())
+        store_doc(
+            idx,
+            index,
+            (id, routing),
+            source,
+            version,
+            seq_no,
+            existing.is_some(),
+        )
     }
 
-    pub fn update(&mut self, index: &str, id: &str, body: &Value) -> ItemResult {
+    pub fn update(
+        &mut self,
+        index: &str,
+        (id, routing): (&str, Option<&str>),
+        body: &Value,
+    ) -> ItemResult {
         let doc = body.get("doc");
         let upsert = body.get("upsert");
         let doc_as_upsert = body
@@ -291,7 +328,7 @@ impl Store {
             );
         }
         let idx = self.indices.entry(index.to_string()).or_default();
-        let (new_source, existing) = match idx.docs.get(id) {
+        let (new_source, existing) = match idx.docs.get(&doc_key(id, routing)) {
             Some(d) => {
                 let mut s = d.source.clone();
                 if let Some(p) = doc {
@@ -325,7 +362,7 @@ impl Store {
         store_doc(
             idx,
             index,
-            id,
+            (id, routing),
             new_source,
             version,
             seq_no,
@@ -333,11 +370,17 @@ impl Store {
         )
     }
 
-    pub fn delete(&mut self, index: &str, id: &str, v: Versioning) -> ItemResult {
+    pub fn delete(
+        &mut self,
+        index: &str,
+        (id, routing): (&str, Option<&str>),
+        v: Versioning,
+    ) -> ItemResult {
+        let key = doc_key(id, routing);
         let existing = self
             .indices
             .get(index)
-            .and_then(|i| i.docs.get(id))
+            .and_then(|i| i.docs.get(&key))
             .map(|d| d.version);
         match (v, existing) {
             (Versioning::External(n), Some(cur)) if cur >= n => {
@@ -355,15 +398,23 @@ impl Store {
             Versioning::External(n) | Versioning::ExternalGte(n) => n,
         };
         if let Some(i) = self.indices.get_mut(index) {
-            i.docs.remove(id);
+            i.docs.remove(&key);
         }
         ok_item(index, id, version, seq_no, "deleted", 200)
     }
 
-    pub fn get(&self, index: &str, id: &str) -> Value {
-        match self.indices.get(index).and_then(|i| i.docs.get(id)) {
+    pub fn get(&self, index: &str, id: &str, routing: Option<&str>) -> Value {
+        match self
+            .indices
+            .get(index)
+            .and_then(|i| i.docs.get(&doc_key(id, routing)))
+        {
             Some(d) => {
-                json!({"_index": index, "_id": id, "_version": d.version, "_seq_no": d.seq_no, "_primary_term": 1, "found": true, "_source": d.source})
+                let mut v = json!({"_index": index, "_id": id, "_version": d.version, "_seq_no": d.seq_no, "_primary_term": 1, "found": true, "_source": d.source});
+                if let Some(r) = &d.routing {
+                    v["_routing"] = json!(r);
+                }
+                v
             }
             None => json!({"_index": index, "_id": id, "found": false}),
         }
@@ -374,7 +425,7 @@ impl Store {
         let mut v: Vec<_> = self
             .indices
             .get(index)
-            .map(|i| i.docs.iter().collect())
+            .map(|i| i.docs.values().map(|d| (&d.id, d)).collect())
             .unwrap_or_default();
         v.sort_by_key(|(_, d)| d.seq_no);
         v
