@@ -6,7 +6,12 @@
 //!   `document_parsing_exception`): both are accepted;
 //! - osmem shows documents before `_refresh` (so no case asserts their absence);
 //! - osmem silently indexes a broken action line (no case sends one);
-//! - osmem keeps nothing across restarts (no case restarts a server).
+//! - osmem keeps nothing across restarts (no case restarts a server);
+//! - osmem accepts routing and keeps one document per id whatever the routing (the
+//!   cases use one routing per document, as the sink does);
+//! - osmem has no ingest API and no data streams (its cases are the refusals it
+//!   shares with Elasticsearch: a missing pipeline; data streams are tested on the
+//!   project's server, tests/es_resources.rs).
 
 mod common;
 
@@ -300,5 +305,134 @@ fn an_invalid_index_name_is_an_item_error() {
             json!("invalid_index_name_exception"),
             "{v}"
         );
+    });
+}
+
+/// The lines lockgate writes for `actions` (the sink's own encoding).
+fn lines_of(actions: &[lockgate::connectors::elasticsearch::BulkAction]) -> String {
+    let mut out = Vec::new();
+    for a in actions {
+        a.encode(&mut out);
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn routing_goes_with_index_update_and_delete_actions() {
+    use lockgate::connectors::elasticsearch::params::ActionParams;
+    use lockgate::connectors::elasticsearch::BulkAction;
+    on_each(|es| {
+        let routed = |mut a: BulkAction| {
+            a.params = ActionParams {
+                routing: Some("t1".into()),
+                ..Default::default()
+            };
+            a
+        };
+        let body = lines_of(&[
+            routed(BulkAction::index(
+                "r1",
+                Some("1".into()),
+                br#"{"a":1}"#.to_vec(),
+            )),
+            routed(BulkAction::upsert("r1", "1".into(), br#"{"b":2}"#)),
+        ]);
+        let (s, r) = es.call("POST", "/_bulk?refresh=true", Some(&body));
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(r["errors"], json!(false), "{r}");
+        let (s, v) = es.call("GET", "/r1/_doc/1?routing=t1", None);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["_source"], json!({"a": 1, "b": 2}));
+        let body = lines_of(&[routed(BulkAction::delete("r1", "1".into()))]);
+        let (_, r) = es.call("POST", "/_bulk?refresh=true", Some(&body));
+        assert_eq!(item(&r, 0).0, "delete", "{r}");
+        assert_eq!(item(&r, 0).1["result"], json!("deleted"), "{r}");
+        assert_eq!(es.count("r1"), 0);
+    });
+}
+
+#[test]
+fn require_alias_refuses_an_index_that_is_not_an_alias() {
+    use lockgate::connectors::elasticsearch::params::ActionParams;
+    use lockgate::connectors::elasticsearch::BulkAction;
+    on_each(|es| {
+        let mut a = BulkAction::index("w1", Some("1".into()), br#"{"a":1}"#.to_vec());
+        a.params = ActionParams {
+            require_alias: true,
+            ..Default::default()
+        };
+        let body = lines_of(std::slice::from_ref(&a));
+        let (s, r) = es.call("POST", "/_bulk", Some(&body));
+        assert_eq!(s, 200, "{r}");
+        let (_, v) = item(&r, 0);
+        assert_eq!(v["status"], json!(404), "{r}");
+        assert_eq!(
+            v["error"]["type"],
+            json!("index_not_found_exception"),
+            "{r}"
+        );
+        let (s, _) = es.call("GET", "/w1", None);
+        assert_eq!(s, 404, "no index was created");
+        let (s, v) = es.call("PUT", "/w1-000001", Some("{}"));
+        assert_eq!(s, 200, "{v}");
+        let (s, v) = es.call(
+            "POST",
+            "/_aliases",
+            Some(
+                r#"{"actions":[{"add":{"index":"w1-000001","alias":"w1","is_write_index":true}}]}"#,
+            ),
+        );
+        assert_eq!(s, 200, "{v}");
+        let (_, r) = es.call("POST", "/_bulk?refresh=true", Some(&body));
+        assert_eq!(item(&r, 0).1["status"], json!(201), "{r}");
+        assert_eq!(item(&r, 0).1["_index"], json!("w1-000001"), "{r}");
+    });
+}
+
+/// osmem has no ingest API; both servers refuse an item whose pipeline does not
+/// exist, per item, with 400, which the sink's policy then decides about.
+#[test]
+fn a_missing_pipeline_is_an_item_error() {
+    use lockgate::connectors::elasticsearch::item_result::{classify, Outcome};
+    use lockgate::connectors::elasticsearch::params::ActionParams;
+    use lockgate::connectors::elasticsearch::{BulkAction, OpType};
+    on_each(|es| {
+        let mut a = BulkAction::index("p1", Some("1".into()), br#"{"a":1}"#.to_vec());
+        a.params = ActionParams {
+            pipeline: Some("no-such-pipeline".into()),
+            ..Default::default()
+        };
+        let (s, r) = es.call("POST", "/_bulk", Some(&lines_of(&[a])));
+        assert_eq!(s, 200, "{r}");
+        let (_, v) = item(&r, 0);
+        assert_eq!(v["status"], json!(400), "{r}");
+        let reason = v["error"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("no-such-pipeline"), "{r}");
+        assert_eq!(
+            classify(OpType::Index, false, 400, v["error"]["type"].as_str()),
+            Outcome::Rejected
+        );
+    });
+}
+
+#[test]
+fn an_index_template_put_with_its_checksum_is_found_current() {
+    use lockgate::connectors::elasticsearch::index_setup::{checksum, is_current, with_checksum};
+    on_each(|es| {
+        let file = json!({"index_patterns": ["tpl-*"], "priority": 7,
+                          "template": {"mappings": {"properties": {"n": {"type": "long"}}}}});
+        let (s, v) = es.call("GET", "/_index_template/tpl", None);
+        assert_eq!(s, 404, "{v}");
+        let (s, v) = es.call(
+            "PUT",
+            "/_index_template/tpl",
+            Some(&with_checksum(&file).to_string()),
+        );
+        assert_eq!(s, 200, "{v}");
+        let (s, v) = es.call("GET", "/_index_template/tpl", None);
+        assert_eq!(s, 200, "{v}");
+        assert!(is_current(&v, "tpl", &checksum(&file)), "{v}");
+        let changed = json!({"index_patterns": ["tpl-*"], "priority": 8});
+        assert!(!is_current(&v, "tpl", &checksum(&changed)), "{v}");
     });
 }

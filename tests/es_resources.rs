@@ -402,3 +402,51 @@ fn combinations_elasticsearch_refuses_are_refused_at_load_naming_the_key() {
         );
     }
 }
+
+#[test]
+fn a_data_stream_under_twenty_kills_is_written_exactly_once() {
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 50_000, 500).unwrap();
+    let es = Es::testkit();
+    let tmp = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[job]\nname = \"stream\"\nparallelism = 1\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+         [sink.elasticsearch]\nurl = \"{}\"\ndata_stream = {{ type = \"logs\", dataset = \"orders\", namespace = \"chaos\" }}\n\
+         bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n",
+        kafka.bootstrap,
+        es.url()
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, text).unwrap();
+    let (code, out, r) = common::chaos(
+        &config,
+        &[
+            "--kills",
+            "20",
+            "--seed",
+            "29",
+            // One source subtask, a batch (at most 1024 records) per 500 ms, a kill at
+            // most 900 ms after each start: 20 runs hand over at most 40 batches of the
+            // 50,000 records, so the job cannot finish before its 20th kill.
+            "--failpoints",
+            "source-batch=sleep(500)",
+            "--failpoint-runs",
+            "20",
+            "--kill-after-ms",
+            "300..900",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(r["kills"], 20, "{out}");
+    assert_eq!(r["verdict"]["inputs"], 50_000, "{out}");
+    assert_eq!(r["verdict"]["documents"], 50_000, "{out}");
+    for k in ["missing", "duplicated", "wrong"] {
+        assert_eq!(r["verdict"][k], 0, "{k}: {out}");
+    }
+    // The verifier compared every document with its record and the record's Kafka
+    // timestamp as @timestamp; the stream is a data stream, written by creates only.
+    let (status, v) = es.call("GET", "/_data_stream/logs-orders-chaos", None);
+    assert_eq!(status, 200, "{v}");
+}

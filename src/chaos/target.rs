@@ -32,6 +32,9 @@ pub struct EsTarget {
     /// `on_null_value = "delete"`: a tombstone deletes the document its key names
     /// (otherwise a tombstone writes nothing).
     pub tombstones_delete: bool,
+    /// The index is a data stream whose documents get an `@timestamp` from here; it is
+    /// read by search (a data stream answers no get by id).
+    pub data_stream: Option<crate::connectors::elasticsearch::TimestampSource>,
 }
 
 /// The verifiable shape of a `kafka -> [rolling_sum] -> elasticsearch | file` job.
@@ -91,6 +94,12 @@ impl Target {
                         e.index
                     ));
                 }
+                if e.data_stream.is_some() && e.id != IdStrategy::Coordinates {
+                    return Err(
+                        "the chaos harness verifies a data stream written with id = \"coordinates\" (a data stream keeps the first write of an id, not the last)"
+                            .into(),
+                    );
+                }
                 let dead_letters = match &e.on_item_error {
                     crate::connectors::elasticsearch::config::ItemErrorPolicy::DeadLetter(t) => {
                         Some(t.clone())
@@ -104,6 +113,7 @@ impl Target {
                     dead_letters,
                     tombstones_delete: e.on_null_value
                         == Some(crate::connectors::elasticsearch::config::NullValue::Delete),
+                    data_stream: e.data_stream.as_ref().map(|_| e.timestamp.clone()),
                 }))
             }
             (None, Some(dir), None) => Output::Files(dir),

@@ -346,6 +346,28 @@ fn count(t: &EsTarget) -> Result<u64, String> {
 fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> {
     let c = http(t)?;
     let mut out = HashMap::new();
+    if t.data_stream.is_some() {
+        // A data stream answers no get by id: its documents are searched for.
+        for chunk in ids.chunks(2000) {
+            let v: Value = c
+                .request(Method::POST, &format!("/{}/_search", t.index))
+                .json(&json!({"size": chunk.len(), "query": {"ids": {"values": chunk}}}))
+                .send()
+                .and_then(|r| r.json())
+                .map_err(|e| format!("search: {e}"))?;
+            let hits = v
+                .pointer("/hits/hits")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("search: {v}"))?;
+            for h in hits {
+                out.insert(
+                    h["_id"].as_str().unwrap_or_default().to_string(),
+                    h["_source"].clone(),
+                );
+            }
+        }
+        return Ok(out);
+    }
     for chunk in ids.chunks(2000) {
         let v: Value = c
             .request(Method::POST, &format!("/{}/_mget", t.index))
@@ -363,6 +385,21 @@ fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> 
         }
     }
     Ok(out)
+}
+
+/// Sets the `@timestamp` the sink gives a data stream document (see
+/// [`crate::connectors::elasticsearch::params::with_timestamp`]).
+fn set_timestamp(
+    doc: &mut Value,
+    ts: &crate::connectors::elasticsearch::TimestampSource,
+    record_timestamp: Option<i64>,
+) {
+    let bytes = serde_json::to_vec(doc).expect("JSON");
+    if let Ok(with) =
+        crate::connectors::elasticsearch::params::with_timestamp(&bytes, ts, record_timestamp)
+    {
+        *doc = serde_json::from_slice(&with).expect("JSON");
+    }
 }
 
 fn as_i64(v: Option<&Value>) -> Option<i64> {
@@ -699,6 +736,9 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
                     continue;
                 };
                 let mut want = r.value.clone();
+                if let Some(ts) = &e.data_stream {
+                    set_timestamp(&mut want, ts, r.timestamp);
+                }
                 if let Some((_, _, out)) = &t.rolling_sum {
                     match expected_total[i] {
                         Some(total) => {

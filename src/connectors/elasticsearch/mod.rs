@@ -31,4 +31,5 @@ pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandle
 pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
 pub use connection::{Auth, EsConnection, TlsVerify};
 pub use encode::Encoder;
+pub use params::TimestampSource;
 pub use sink::EsSink;

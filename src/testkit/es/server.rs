@@ -478,14 +478,24 @@ async fn search(
     } else {
         serde_json::from_slice(&body).unwrap_or(json!({}))
     };
+    // `match_all`, or `ids` (how a data stream's documents are found by id).
+    let mut only: Option<HashSet<String>> = None;
     if let Some(query) = body.get("query") {
-        if query.get("match_all").is_none() {
+        if let Some(values) = query.pointer("/ids/values").and_then(Value::as_array) {
+            only = Some(
+                values
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect(),
+            );
+        } else if query.get("match_all").is_none() {
             return reply(
                 400,
                 request_error(
                     400,
                     "parsing_exception",
-                    "the test server supports match_all only",
+                    "the test server supports match_all and ids only",
                 ),
             );
         }
@@ -507,7 +517,10 @@ async fn search(
         drop(store);
         return index_missing(&index);
     }
-    let all = store.hits(&index);
+    let mut all = store.hits(&index);
+    if let Some(ids) = &only {
+        all.retain(|(id, _)| ids.contains(*id));
+    }
     let hits: Vec<Value> = all
         .iter()
         .skip(from)
