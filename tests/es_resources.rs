@@ -384,6 +384,14 @@ fn combinations_elasticsearch_refuses_are_refused_at_load_naming_the_key() {
             "index = \"x\"\nindex_template_file = \"missing.json\"",
             "sink.elasticsearch.index_template_file",
         ),
+        (
+            "data_stream = { type = \"logs\", dataset = \"o\" }\nid = \"key\"",
+            "sink.elasticsearch.id",
+        ),
+        (
+            "index = \"x\"\noperation = \"upsert\"\nversioning = \"external\"",
+            "sink.elasticsearch.operation and sink.elasticsearch.versioning",
+        ),
         ("url2 = 1", "sink.elasticsearch"),
     ];
     for (sink, key) in cases {

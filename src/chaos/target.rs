@@ -94,6 +94,12 @@ impl Target {
                         e.index
                     ));
                 }
+                if e.pipeline.is_some() || e.routing.is_some() {
+                    return Err(
+                        "the chaos harness reads documents back by id and compares them with their records: it verifies no job with an ingest pipeline (which changes them) or routing"
+                            .into(),
+                    );
+                }
                 if e.data_stream.is_some() && e.id != IdStrategy::Coordinates {
                     return Err(
                         "the chaos harness verifies a data stream written with id = \"coordinates\" (a data stream keeps the first write of an id, not the last)"

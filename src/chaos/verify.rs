@@ -347,7 +347,15 @@ fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> 
     let c = http(t)?;
     let mut out = HashMap::new();
     if t.data_stream.is_some() {
-        // A data stream answers no get by id: its documents are searched for.
+        // A data stream answers no get by id: its documents are searched for, after a
+        // refresh (a search, unlike a get, sees only refreshed documents).
+        let r = c
+            .request(Method::POST, &format!("/{}/_refresh", t.index))
+            .send()
+            .map_err(|e| format!("refresh: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("refresh of {} answered {}", t.index, r.status()));
+        }
         for chunk in ids.chunks(2000) {
             let v: Value = c
                 .request(Method::POST, &format!("/{}/_search", t.index))

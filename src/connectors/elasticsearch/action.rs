@@ -375,14 +375,16 @@ impl ConfigActionBuilder {
         let index = self.index.render(record.timestamp, origin, doc.as_ref())?;
         let mut action = BulkAction::delete(&index, id);
         // Without the image before the delete, the document's routing is read from
-        // its key, as its id is.
+        // its key, as its id is; so it is when the image lacks the field (Debezium's
+        // default replica identity gives the key's columns only).
         let key_doc = match (&self.routing, &doc) {
             (Some(ptr), None) => Some(json_key(record).map_err(|why| {
                 format!("a delete without a value takes routing field {ptr} from its key, {why}")
             })?),
+            (Some(ptr), Some(d)) if d.pointer(ptr).is_none() => json_key(record).ok(),
             _ => None,
         };
-        action.params = self.params(OpType::Delete, doc.as_ref().or(key_doc.as_ref()))?;
+        action.params = self.params(OpType::Delete, key_doc.as_ref().or(doc.as_ref()))?;
         Ok(action)
     }
 }
@@ -854,6 +856,13 @@ mod tests {
             ..upsert.clone()
         };
         assert_eq!(lines(&cfg, &with_image), lines(&cfg, &delete));
+        let image_without_routing = Record {
+            value: br#"{"id":7}"#.to_vec().into(),
+            key: Some(br#"{"id":7,"tenant":"t1"}"#.to_vec().into()),
+            op: Op::Delete,
+            ..rec()
+        };
+        assert_eq!(lines(&cfg, &image_without_routing), lines(&cfg, &delete));
         let unrouted = Record {
             value: br#"{"id":7}"#.to_vec().into(),
             ..rec()
@@ -878,8 +887,8 @@ mod tests {
         );
         let e = lines(&cfg, &plain_key).unwrap_err();
         assert!(e.contains("which is not JSON"), "{e}");
-        // The routing is part of the document's key, so that the batcher orders the
-        // writes of one document, and only those.
+        // The document's key is its index and id: its writes are ordered whatever
+        // their routing, and none is coalesced away (routing turns coalescing off).
         let mut enc = Encoder::default();
         ConfigActionBuilder::new(&cfg)
             .encode(&upsert, &mut enc)
@@ -891,10 +900,11 @@ mod tests {
         let key = e.doc.as_ref().unwrap().as_bytes().to_vec();
         assert_eq!(
             String::from_utf8(key).unwrap(),
-            "\"_index\":\"idx\",\"_id\":\"7\",\"routing\":\"t1\""
+            "\"_index\":\"idx\",\"_id\":\"7\""
         );
         assert_eq!(e.item.full_action().params.routing.as_deref(), Some("t1"));
         assert!(e.item.full_action().params.require_alias);
+        assert!(!cfg.coalesces());
     }
 
     #[test]
@@ -993,6 +1003,13 @@ mod tests {
                     ..cfg.clone()
                 },
                 "on_null_value",
+            ),
+            (
+                EsSinkConfig {
+                    id: IdStrategy::Key,
+                    ..cfg.clone()
+                },
+                "id",
             ),
             (
                 EsSinkConfig {

@@ -209,11 +209,19 @@ impl EsSinkConfig {
         }
     }
 
+    /// Whether unsent writes a newer one makes irrelevant are dropped: `coalesce`,
+    /// except with an ingest pipeline (which may drop, reroute or rename a document,
+    /// so a later write does not necessarily replace an earlier one) or with routing
+    /// (the same id under another routing may be another document).
+    pub fn coalesces(&self) -> bool {
+        self.coalesce && self.pipeline.is_none() && self.routing.is_none()
+    }
+
     /// Checks combinations Elasticsearch refuses; the error names both keys.
     pub fn validate(&self) -> Result<(), (String, String)> {
         if self.operation == Operation::Upsert && self.versioning == Versioning::External {
             return Err((
-                "operation".into(),
+                "operation and versioning".into(),
                 "operation = \"upsert\" with versioning = \"external\": Elasticsearch refuses versioned updates".into(),
             ));
         }
@@ -302,13 +310,15 @@ impl EsSinkConfig {
             return Ok(());
         }
         // A data stream is append-only: Elasticsearch takes create actions only.
-        let refusal = if self.operation != Operation::Create {
+        let refusal = if self.on_null_value == Some(NullValue::Delete) {
+            Some(("on_null_value", "a data stream takes no deletes"))
+        } else if self.operation != Operation::Create {
             Some((
                 "operation",
                 "a data stream takes create actions only (no index, no upsert)",
             ))
-        } else if self.on_null_value == Some(NullValue::Delete) {
-            Some(("on_null_value", "a data stream takes no deletes"))
+        } else if self.id != IdStrategy::Coordinates {
+            Some(("id", "a data stream keeps the first write of an id (a later create of it is refused as already written): use id = \"coordinates\", one document per record"))
         } else if self.versioning == Versioning::External {
             Some((
                 "versioning",
@@ -348,6 +358,7 @@ pub struct EsSection {
     tls_verify: Option<String>,
     compression: Option<String>,
     headers: Option<BTreeMap<String, Secret>>,
+    aws_sigv4: Option<super::connection::AwsSigV4>,
     pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
     pipeline: Option<String>,
@@ -474,14 +485,7 @@ impl EsSection {
             c.dead_letter_properties = properties.clone();
         }
         c.flush_timeout_ms = ctx.checkpoint_timeout_ms;
-        c.validate().map_err(|(k, m)| {
-            let k = if k == "operation" {
-                "operation and versioning".to_string()
-            } else {
-                k
-            };
-            (k, m)
-        })?;
+        c.validate()?;
         Ok(c)
     }
 
@@ -535,9 +539,14 @@ impl EsSection {
                 .unwrap_or_default()
                 .to_string(),
         };
+        let name_key = if self.index_template_name.is_some() {
+            "index_template_name"
+        } else {
+            key
+        };
         super::index_name::check_index_name(&name).map_err(|e| {
             (
-                "index_template_name".to_string(),
+                name_key.to_string(),
                 format!("`{name}` cannot name a template: {e}"),
             )
         })?;
@@ -668,6 +677,26 @@ impl EsSection {
             }
             headers.insert(name.clone(), value.clone());
         }
+        if let Some(aws) = &self.aws_sigv4 {
+            aws.validate()
+                .map_err(|(k, m)| (format!("aws_sigv4.{k}"), m))?;
+            let other = if auth.is_some() {
+                Some("username, api_key or bearer_token")
+            } else if headers
+                .keys()
+                .any(|h| h.eq_ignore_ascii_case("authorization"))
+            {
+                Some("an Authorization header")
+            } else {
+                None
+            };
+            if let Some(other) = other {
+                return Err((
+                    "aws_sigv4".into(),
+                    format!("signs every request with AWS credentials: remove {other}"),
+                ));
+            }
+        }
         let c = EsConnection {
             nodes: stripped,
             auth,
@@ -675,6 +704,7 @@ impl EsSection {
             tls_verify,
             gzip,
             headers,
+            aws_sigv4: self.aws_sigv4.clone(),
         };
         c.validate()
             .map_err(|(k, m)| match k.strip_prefix("urls") {
@@ -839,7 +869,7 @@ mod tests {
         c.operation = Operation::Upsert;
         c.versioning = Versioning::External;
         let (key, msg) = c.validate().unwrap_err();
-        assert_eq!(key, "operation");
+        assert_eq!(key, "operation and versioning");
         assert!(msg.contains("operation") && msg.contains("versioning"));
     }
 
@@ -933,6 +963,7 @@ buffer_max_bytes = 15
                 pem: CA_PEM.as_bytes().to_vec(),
             }),
             tls_verify: TlsVerify::Certificate,
+            aws_sigv4: None,
             gzip: true,
             headers: [("x-tenant".to_string(), Secret::new("blue"))].into(),
         };

@@ -124,6 +124,52 @@ pub struct EsConnection {
     pub gzip: bool,
     /// Extra headers of every request; values are secrets (they may carry tokens).
     pub headers: BTreeMap<String, Secret>,
+    /// Sign every request with AWS Signature Version 4 (Amazon OpenSearch Service or
+    /// Serverless), credentials from the standard AWS chain.
+    pub aws_sigv4: Option<AwsSigV4>,
+}
+
+/// `aws_sigv4 = { region, service }`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsSigV4 {
+    /// The domain's or collection's region (`eu-west-1`).
+    pub region: String,
+    /// `es` (Amazon OpenSearch Service) or `aoss` (OpenSearch Serverless).
+    #[serde(default = "default_service")]
+    pub service: String,
+}
+
+fn default_service() -> String {
+    "es".into()
+}
+
+impl AwsSigV4 {
+    /// Checks the region and the service; the error is `(key, message)` below
+    /// `aws_sigv4`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !matches!(self.service.as_str(), "es" | "aoss") {
+            return Err((
+                "service".into(),
+                format!(
+                    "`{}` is not one of es (Amazon OpenSearch Service), aoss (OpenSearch Serverless)",
+                    self.service
+                ),
+            ));
+        }
+        let valid = !self.region.is_empty()
+            && self
+                .region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            return Err((
+                "region".into(),
+                format!("`{}` is not an AWS region (such as eu-west-1)", self.region),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl EsConnection {
@@ -136,6 +182,7 @@ impl EsConnection {
             tls_verify: TlsVerify::Full,
             gzip: false,
             headers: BTreeMap::new(),
+            aws_sigv4: None,
         }
     }
 

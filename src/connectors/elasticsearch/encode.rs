@@ -72,15 +72,12 @@ pub(crate) fn action_line(
     let key = id.map(|id| {
         buf.extend_from_slice(b",\"_id\":");
         id.write(buf);
-        // Routing is part of the document's identity: the same id under another
-        // routing is another document (on another shard).
-        if let Some(r) = &params.routing {
-            buf.extend_from_slice(b",\"routing\":");
-            json_string(buf, r);
-        }
         key_start..buf.len()
     });
-    if let (None, Some(r)) = (&key, &params.routing) {
+    // Not part of the key: the same id under two routings may be one document (one
+    // shard), so its writes are ordered whatever their routing (and with routing, no
+    // write is coalesced away: see `EsSinkConfig::coalesces`).
+    if let Some(r) = &params.routing {
         buf.extend_from_slice(b",\"routing\":");
         json_string(buf, r);
     }

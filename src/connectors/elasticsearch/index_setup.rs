@@ -94,6 +94,25 @@ pub enum Applied {
     Put,
 }
 
+/// Puts `template` unless the cluster already has it, through the first node of `conn`
+/// that answers (a node that cannot be reached is passed over, as the bulk requests
+/// pass it over).
+pub async fn ensure_on(
+    conn: &super::EsConnection,
+    timeout: std::time::Duration,
+    template: &IndexTemplateFile,
+) -> Result<Applied, String> {
+    let mut last = String::new();
+    for (i, node) in conn.nodes.iter().enumerate() {
+        let client = Elasticsearch::new(conn.transport(i, timeout)?);
+        match ensure(&client, node, template).await {
+            Ok(a) => return Ok(a),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Puts `template` through `client` (node `node`, for messages) unless the cluster
 /// already has it.
 pub async fn ensure(

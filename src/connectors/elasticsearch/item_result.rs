@@ -11,8 +11,13 @@ pub fn classify(
     status: u16,
     error_type: Option<&str>,
 ) -> Outcome {
-    if error_type == Some("es_rejected_execution_exception") {
-        return Outcome::Retry;
+    match error_type {
+        Some("es_rejected_execution_exception") => return Outcome::Retry,
+        // An ingest pipeline's `fail` processor refuses the document on purpose, with a
+        // 500: the same document fails again, so the policy decides (a retry would
+        // fail the job, and the restarted job again, forever).
+        Some("fail_processor_exception") => return Outcome::Rejected,
+        _ => {}
     }
     match status {
         200..=299 => Outcome::Done,
@@ -46,6 +51,20 @@ mod tests {
     fn item_table() {
         let rejected = Some("es_rejected_execution_exception");
         let cases: &[(OpType, bool, u16, Option<&str>, Outcome)] = &[
+            (
+                Index,
+                false,
+                500,
+                Some("fail_processor_exception"),
+                Outcome::Rejected,
+            ),
+            (
+                Create,
+                false,
+                500,
+                Some("illegal_state_exception"),
+                Outcome::Retry,
+            ),
             (Index, false, 201, None, Outcome::Done),
             (Index, false, 200, None, Outcome::Done),
             (Update, false, 200, None, Outcome::Done),

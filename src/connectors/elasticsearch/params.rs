@@ -178,18 +178,20 @@ pub fn with_timestamp(
     source: &TimestampSource,
     record_timestamp: Option<i64>,
 ) -> Result<Vec<u8>, String> {
-    let mut v: Value =
-        serde_json::from_slice(doc).map_err(|e| format!("the record is not JSON: {e}"))?;
     let ts = match source {
-        TimestampSource::Field(ptr) => match v.pointer(ptr) {
-            Some(t @ (Value::String(_) | Value::Number(_))) => t.clone(),
-            Some(other) => {
-                return Err(format!(
-                    "timestamp field {ptr} is not a date string or epoch milliseconds: {other}"
-                ))
+        TimestampSource::Field(ptr) => {
+            let v: Value =
+                serde_json::from_slice(doc).map_err(|e| format!("the record is not JSON: {e}"))?;
+            match v.pointer(ptr) {
+                Some(t @ (Value::String(_) | Value::Number(_))) => t.clone(),
+                Some(other) => {
+                    return Err(format!(
+                        "timestamp field {ptr} is not a date string or epoch milliseconds: {other}"
+                    ))
+                }
+                None => return Err(format!("timestamp field {ptr} is missing")),
             }
-            None => return Err(format!("timestamp field {ptr} is missing")),
-        },
+        }
         TimestampSource::Record => {
             let ms = record_timestamp
                 .ok_or("the record has no timestamp for the data stream's @timestamp")?;
@@ -198,11 +200,19 @@ pub fn with_timestamp(
             Value::String(t.to_rfc3339_opts(SecondsFormat::Millis, true))
         }
     };
-    let Value::Object(fields) = &mut v else {
-        return Err("the document is not a JSON object".into());
-    };
-    fields.insert("@timestamp".into(), ts);
-    serde_json::to_vec(&v).map_err(|e| format!("the document cannot be written: {e}"))
+    // The other fields are kept as their bytes: a number too large or too precise
+    // for a float (a decimal) reaches Elasticsearch as the record wrote it.
+    let mut fields: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_slice(doc).map_err(|e| {
+            if doc.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+                format!("the record is not JSON: {e}")
+            } else {
+                "the document is not a JSON object".to_string()
+            }
+        })?;
+    let raw = serde_json::value::to_raw_value(&ts).expect("a JSON value serializes");
+    fields.insert("@timestamp".into(), raw);
+    serde_json::to_vec(&fields).map_err(|e| format!("the document cannot be written: {e}"))
 }
 
 #[cfg(test)]
@@ -281,6 +291,17 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("not a date"), "{e}");
         assert!(with_timestamp(b"[1]", &TimestampSource::Record, Some(1)).is_err());
+        // Numbers keep their text, however large or precise.
+        let exact = with_timestamp(
+            br#"{"big":123456789012345678901234567890,"d":0.12345678901234567890123}"#,
+            &TimestampSource::Record,
+            Some(0),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(exact).unwrap(),
+            r#"{"@timestamp":"1970-01-01T00:00:00.000Z","big":123456789012345678901234567890,"d":0.12345678901234567890123}"#
+        );
         assert!(with_timestamp(b"nope", &TimestampSource::Record, Some(1)).is_err());
     }
 }

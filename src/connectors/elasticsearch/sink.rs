@@ -81,13 +81,8 @@ impl Sink for EsSink {
     async fn open(&mut self, info: &SubtaskInfo, _restored: &SinkRestore) -> Result<()> {
         self.name = info.name.clone();
         if let Some(t) = &self.cfg.index_template {
-            let conn = &self.cfg.connection;
             let timeout = Duration::from_millis(self.cfg.request_timeout_ms);
-            let client = conn
-                .transport(0, timeout)
-                .map(elasticsearch::Elasticsearch::new)
-                .map_err(|e| JobError::task(&self.name, e))?;
-            let applied = super::index_setup::ensure(&client, conn.first_node(), t)
+            let applied = super::index_setup::ensure_on(&self.cfg.connection, timeout, t)
                 .await
                 .map_err(|e| JobError::task(&self.name, e))?;
             info!(sink = %self.name, template = %t.name, ?applied, "index template");

@@ -128,7 +128,10 @@ fn resolve(store: &mut Store, mut item: Item) -> Result<Item, Value> {
     if valid_index_name(&item.index).is_err() {
         return Ok(item);
     }
-    item.index = store.write_target(&item.index, &id, item.require_alias)?;
+    // A delete makes no index (or data stream) that is not there; the other
+    // operations do (an update through its upsert).
+    let creates = item.op != "delete";
+    item.index = store.write_target(&item.index, &id, item.require_alias, creates)?;
     if let (Some(p), Some(body), "index" | "create") =
         (&item.pipeline, &mut item.body, item.op.as_str())
     {

@@ -55,13 +55,14 @@ impl Store {
     }
 
     /// The index a write to `target` goes to: an alias's write index, an existing
-    /// index, or one its first write creates (from the matching template: a data
+    /// index, or one its first write creates when it `creates` (an index or create) (from the matching template: a data
     /// stream, or an index with the template's mappings). The error is the item's.
     pub(crate) fn write_target(
         &mut self,
         target: &str,
         id: &str,
         require_alias: bool,
+        creates: bool,
     ) -> Result<String, ItemResult> {
         if let Some(index) = self.aliases.get(target) {
             return Ok(index.clone());
@@ -75,7 +76,7 @@ impl Store {
                 &format!("no such index [{target}] and [require_alias] request flag is [true] and [{target}] is not an alias"),
             ));
         }
-        if !self.indices.contains_key(target) {
+        if creates && !self.indices.contains_key(target) {
             let body = match self.template_for(target) {
                 Some(t) => {
                     let mut body = t.get("template").cloned().unwrap_or(json!({}));
