@@ -60,7 +60,7 @@ fn history(rows: i64, steps: usize, seed: u64) -> (Vec<Change>, BTreeMap<i64, Ro
         name: format!("product-{id}-v{version}"),
         // Negative, whole and fractional prices alike.
         cents: (id * 7919 + version as i64 * 131) % 100_000 - 500,
-        note: (version % 3 == 0).then(|| format!("note {version}")),
+        note: version.is_multiple_of(3).then(|| format!("note {version}")),
     };
     for id in 0..rows / 2 {
         let r = row(id, 0);

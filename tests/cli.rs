@@ -192,6 +192,24 @@ fn the_readmes_schema_registry_and_transforms_examples_load() {
 }
 
 #[test]
+fn the_readmes_data_stream_and_amazon_opensearch_examples_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    for name in ["data-stream-example", "aws-opensearch-example"] {
+        std::fs::write(
+            &job,
+            format!(
+                "[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+                 [source.kafka]\nbootstrap_servers = \"127.0.0.1:9\"\ntopics = [\"orders\"]\n\n{}\n",
+                readme_block(name)
+            ),
+        )
+        .unwrap();
+        lockgate::config::load(&job).unwrap_or_else(|e| panic!("the {name}: {e}"));
+    }
+}
+
+#[test]
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(20_000);

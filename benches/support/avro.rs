@@ -54,7 +54,7 @@ fn order(i: usize) -> Value {
         ),
         (
             "note".into(),
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 Value::Union(0, Box::new(Value::Null))
             } else {
                 Value::Union(1, Box::new(Value::String("leave at the door".into())))

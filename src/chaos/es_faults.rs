@@ -94,7 +94,7 @@ pub fn set(es: &EsHttp, faults: &Value) -> Result<(), String> {
 pub fn stats(es: &EsHttp) -> Option<Value> {
     es.request(Method::GET, "/_lockgate/stats")
         .send()
-        .and_then(|r| r.json())
+        .and_then(|r| r.json().map_err(|e| e.to_string()))
         .ok()
 }
 

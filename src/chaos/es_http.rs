@@ -4,6 +4,7 @@
 //! as the sink, so a job whose sink needs TLS or credentials is verified as it wrote.
 
 use crate::connectors::elasticsearch::connection::CaCert;
+use crate::connectors::elasticsearch::sigv4::SignedNode;
 use crate::connectors::elasticsearch::{EsConnection, TlsVerify};
 use std::time::Duration;
 
@@ -13,6 +14,59 @@ pub struct EsHttp {
     /// The node's base URL, without a trailing slash (and without user info).
     pub url: String,
     client: reqwest::blocking::Client,
+    /// With `aws_sigv4`: how requests are signed, and a runtime to fetch credentials.
+    signing: Option<std::sync::Arc<(SignedNode, tokio::runtime::Runtime)>>,
+}
+
+/// A request being built: its body is known before it is signed.
+pub struct EsRequest<'a> {
+    http: &'a EsHttp,
+    method: reqwest::Method,
+    path: String,
+    body: Option<Vec<u8>>,
+}
+
+impl EsRequest<'_> {
+    /// `value` as the JSON body.
+    pub fn json(mut self, value: &impl serde::Serialize) -> Self {
+        self.body = Some(serde_json::to_vec(value).expect("a JSON value serializes"));
+        self
+    }
+
+    /// Sends the request (signed with `aws_sigv4`).
+    pub fn send(self) -> Result<reqwest::blocking::Response, String> {
+        let http = self.http;
+        let request = match &http.signing {
+            None => {
+                let mut r = http
+                    .client
+                    .request(self.method, format!("{}{}", http.url, self.path))
+                    .header("content-type", "application/json");
+                if let Some(b) = self.body {
+                    r = r.body(b);
+                }
+                r
+            }
+            Some(signing) => {
+                let (node, rt) = &**signing;
+                let signed = rt.block_on(node.sign(
+                    self.method.as_str(),
+                    &self.path,
+                    &[],
+                    self.body.as_deref(),
+                ))?;
+                let mut r = http
+                    .client
+                    .request(self.method, signed.url)
+                    .headers(signed.headers);
+                if let Some(b) = signed.body {
+                    r = r.body(b);
+                }
+                r
+            }
+        };
+        request.send().map_err(|e| e.to_string())
+    }
 }
 
 impl EsHttp {
@@ -43,18 +97,30 @@ impl EsHttp {
             }
         };
         let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
+        let signing = match conn.signing()? {
+            Some(mut nodes) => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("a runtime for AWS credentials: {e}"))?;
+                Some(std::sync::Arc::new((nodes.swap_remove(0), rt)))
+            }
+            None => None,
+        };
         Ok(EsHttp {
             url: conn.first_node().trim_end_matches('/').to_string(),
             client,
+            signing,
         })
     }
 
     /// A request to `path` (which starts with `/`) on the node.
-    pub fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-    ) -> reqwest::blocking::RequestBuilder {
-        self.client.request(method, format!("{}{path}", self.url))
+    pub fn request(&self, method: reqwest::Method, path: &str) -> EsRequest<'_> {
+        EsRequest {
+            http: self,
+            method,
+            path: path.to_string(),
+            body: None,
+        }
     }
 }

@@ -337,7 +337,7 @@ fn count(t: &EsTarget) -> Result<u64, String> {
     let v: Value = c
         .request(Method::GET, &format!("/{}/_count", t.index))
         .send()
-        .and_then(|r| r.json())
+        .and_then(|r| r.json().map_err(|e| e.to_string()))
         .map_err(|e| format!("count: {e}"))?;
     v["count"].as_u64().ok_or_else(|| format!("count: {v}"))
 }
@@ -361,7 +361,7 @@ fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> 
                 .request(Method::POST, &format!("/{}/_search", t.index))
                 .json(&json!({"size": chunk.len(), "query": {"ids": {"values": chunk}}}))
                 .send()
-                .and_then(|r| r.json())
+                .and_then(|r| r.json().map_err(|e| e.to_string()))
                 .map_err(|e| format!("search: {e}"))?;
             let hits = v
                 .pointer("/hits/hits")
@@ -381,7 +381,7 @@ fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> 
             .request(Method::POST, &format!("/{}/_mget", t.index))
             .json(&json!({ "ids": chunk }))
             .send()
-            .and_then(|r| r.json())
+            .and_then(|r| r.json().map_err(|e| e.to_string()))
             .map_err(|e| format!("mget: {e}"))?;
         for d in v["docs"].as_array().ok_or_else(|| format!("mget: {v}"))? {
             if d["found"] == json!(true) {

@@ -10,6 +10,7 @@ use super::config::{EsSinkConfig, ItemErrorPolicy};
 use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
 use super::encode::{EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request};
+use super::sigv4::SignedNode;
 use crate::connector::kit::bulk::{
     self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent, SinkMetrics,
 };
@@ -70,6 +71,8 @@ pub(crate) struct EsTarget {
     handler: Arc<dyn FailureHandler>,
     /// Bulk requests ask for a filtered response, until a server refuses it.
     filter: Arc<AtomicBool>,
+    /// How requests to each node are signed (`aws_sigv4`), in `nodes` order.
+    signing: Option<Vec<SignedNode>>,
 }
 
 impl BulkTarget for EsTarget {
@@ -103,7 +106,11 @@ impl BulkTarget for EsTarget {
         let bytes = body.len();
         let client = self.clients[node].clone();
         let filter = self.filter.clone();
-        (bytes, send_bulk(client, Bytes::from(body), deletes, filter))
+        let signing = self.signing.as_ref().map(|s| s[node].clone());
+        (
+            bytes,
+            send_bulk(client, signing, Bytes::from(body), deletes, filter),
+        )
     }
 
     fn classify(
@@ -249,6 +256,7 @@ impl bulk::BulkProcessor<EsTarget> {
             clients,
             handler,
             filter: Arc::new(AtomicBool::new(true)),
+            signing: conn.signing()?,
         };
         Ok(BulkProcessor::spawn(
             target,
@@ -339,18 +347,47 @@ pub const BULK_FILTER: &[(&str, &str)] = &[("filter_path", "errors,items.*.statu
 
 /// Posts one bulk body (with [`BULK_FILTER`] when `filtered`): the status and body of
 /// the response, or what became of a request that got none.
-async fn post(client: &Elasticsearch, body: Bytes, filtered: bool) -> Result<(u16, Bytes), Sent> {
-    let sent = client
-        .transport()
-        .send(
-            Method::Post,
-            "/_bulk",
-            HeaderMap::new(),
-            filtered.then_some(BULK_FILTER),
-            Some(body),
-            None,
-        )
-        .await;
+async fn post(
+    client: &Elasticsearch,
+    signing: Option<&SignedNode>,
+    body: Bytes,
+    filtered: bool,
+) -> Result<(u16, Bytes), Sent> {
+    let sent = match signing {
+        None => {
+            client
+                .transport()
+                .send(
+                    Method::Post,
+                    "/_bulk",
+                    HeaderMap::new(),
+                    filtered.then_some(BULK_FILTER),
+                    Some(body),
+                    None,
+                )
+                .await
+        }
+        Some(node) => {
+            let query = if filtered { BULK_FILTER } else { &[] };
+            // Credentials that cannot be had now (STS or the instance not answering)
+            // fail this attempt like a connection error: it is retried.
+            let signed = node
+                .sign("POST", "/_bulk", query, Some(&body))
+                .await
+                .map_err(|e| Sent::Request(None, e))?;
+            client
+                .transport()
+                .send(
+                    Method::Post,
+                    &signed.path,
+                    signed.headers,
+                    None::<&()>,
+                    signed.body.map(Bytes::from),
+                    None,
+                )
+                .await
+        }
+    };
     let response = match sent {
         Ok(r) => r,
         Err(e) => {
@@ -386,12 +423,14 @@ fn refuses_filter(status: u16, body: &[u8]) -> bool {
 /// documents anyway).
 async fn send_bulk(
     client: Elasticsearch,
+    signing: Option<SignedNode>,
     body: Bytes,
     deletes: usize,
     filter: Arc<AtomicBool>,
 ) -> Sent {
     let filtered = filter.load(Ordering::Relaxed);
-    let (mut status, mut bytes) = match post(&client, body.clone(), filtered).await {
+    let signing = signing.as_ref();
+    let (mut status, mut bytes) = match post(&client, signing, body.clone(), filtered).await {
         Ok(answer) => answer,
         Err(sent) => return sent,
     };
@@ -399,7 +438,7 @@ async fn send_bulk(
         if filter.swap(false, Ordering::Relaxed) {
             warn!("the Elasticsearch server refused filter_path: bulk requests go without it, and read whole responses");
         }
-        (status, bytes) = match post(&client, body, false).await {
+        (status, bytes) = match post(&client, signing, body, false).await {
             Ok(answer) => answer,
             Err(sent) => return sent,
         };

@@ -864,6 +864,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn aws_sigv4_is_checked_and_takes_no_other_credentials() {
+        let ctx = EsContext::default();
+        let load = |extra: &str| {
+            let text = format!(
+                "url = \"https://search-x.eu-west-1.es.amazonaws.com\"\nindex = \"i\"\n{extra}"
+            );
+            toml::from_str::<EsSection>(&text).unwrap().config(&ctx)
+        };
+        let c = load("aws_sigv4 = { region = \"eu-west-1\" }").unwrap();
+        let aws = c.connection.aws_sigv4.clone().unwrap();
+        assert_eq!(
+            (aws.region.as_str(), aws.service.as_str()),
+            ("eu-west-1", "es")
+        );
+        assert!(c.connection.signing().unwrap().is_some());
+        for (extra, key) in [
+            (
+                "aws_sigv4 = { region = \"eu-west-1\", service = \"s3\" }",
+                "aws_sigv4.service",
+            ),
+            ("aws_sigv4 = { region = \"EU west\" }", "aws_sigv4.region"),
+            (
+                "aws_sigv4 = { region = \"eu-west-1\" }\napi_key = \"k\"",
+                "aws_sigv4",
+            ),
+            (
+                "aws_sigv4 = { region = \"eu-west-1\" }\nheaders = { Authorization = \"x\" }",
+                "aws_sigv4",
+            ),
+        ] {
+            assert_eq!(load(extra).unwrap_err().0, key, "{extra}");
+        }
+        assert!(
+            toml::from_str::<EsSection>("index = \"i\"\naws_sigv4 = { regio = \"x\" }").is_err()
+        );
+    }
+
+    #[test]
     fn upsert_with_external_versioning_is_refused() {
         let mut c = EsSinkConfig::new("http://x", "i");
         c.operation = Operation::Upsert;

@@ -257,6 +257,20 @@ impl EsConnection {
         }
     }
 
+    /// How requests to each node are signed (`aws_sigv4`): one signer, whose
+    /// credentials all nodes share; `None` without `aws_sigv4`.
+    pub fn signing(&self) -> Result<Option<Vec<super::sigv4::SignedNode>>, String> {
+        let Some(cfg) = &self.aws_sigv4 else {
+            return Ok(None);
+        };
+        let signer = std::sync::Arc::new(super::sigv4::Signer::new(cfg));
+        self.nodes
+            .iter()
+            .map(|n| super::sigv4::SignedNode::new(signer.clone(), n, self.gzip))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     /// The sink's HTTP transport to node `i`: its headers, TLS, compression and the
     /// request timeout. Building it contacts no one.
     pub fn transport(&self, i: usize, timeout: Duration) -> Result<Transport, String> {
@@ -266,7 +280,9 @@ impl EsConnection {
         let mut b = TransportBuilder::new(SingleNodeConnectionPool::new(url))
             .timeout(timeout)
             .disable_proxy()
-            .request_body_compression(self.gzip)
+            // A signed request's body is compressed before it is signed (see
+            // `sigv4::SignedNode`), not by the client after.
+            .request_body_compression(self.gzip && self.aws_sigv4.is_none())
             .headers(headers);
         let certs = |ca: &CaCert| {
             Certificate::from_pem(&ca.pem).map_err(|e| format!("{}: {e}", ca.path.display()))
@@ -360,9 +376,12 @@ pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) ->
     let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     let ty = v.pointer("/error/type").and_then(|t| t.as_str());
     let reason = v.pointer("/error/reason").and_then(|t| t.as_str());
-    let detail = match (ty, reason) {
-        (Some(t), Some(r)) => format!("{status} {t}: {r}"),
-        (Some(t), None) => format!("{status} {t}"),
+    // AWS answers a refused signature with `{"message": ...}`.
+    let aws = v.pointer("/message").and_then(|m| m.as_str());
+    let detail = match (ty, reason, aws) {
+        (Some(t), Some(r), _) => format!("{status} {t}: {r}"),
+        (Some(t), None, _) => format!("{status} {t}"),
+        (None, _, Some(m)) => format!("{status}: {m}"),
         _ => status.to_string(),
     };
     format!(

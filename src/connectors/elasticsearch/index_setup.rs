@@ -9,6 +9,7 @@
 
 use super::config::IndexTemplateFile;
 use super::connection::{auth_refusal, auth_refusal_message};
+use super::sigv4::SignedNode;
 use crate::secret::redact_url;
 use elasticsearch::http::headers::HeaderMap;
 use elasticsearch::http::Method;
@@ -103,9 +104,11 @@ pub async fn ensure_on(
     template: &IndexTemplateFile,
 ) -> Result<Applied, String> {
     let mut last = String::new();
+    let signing = conn.signing()?;
     for (i, node) in conn.nodes.iter().enumerate() {
         let client = Elasticsearch::new(conn.transport(i, timeout)?);
-        match ensure(&client, node, template).await {
+        let signed = signing.as_ref().map(|s| &s[i]);
+        match ensure(&client, signed, node, template).await {
             Ok(a) => return Ok(a),
             Err(e) => last = e,
         }
@@ -117,12 +120,13 @@ pub async fn ensure_on(
 /// already has it.
 pub async fn ensure(
     client: &Elasticsearch,
+    signing: Option<&SignedNode>,
     node: &str,
     template: &IndexTemplateFile,
 ) -> Result<Applied, String> {
     let path = format!("/_index_template/{}", template.name);
     let sum = checksum(&template.body);
-    let (status, body) = send(client, node, Method::Get, &path, None).await?;
+    let (status, body) = send(client, signing, node, Method::Get, &path, None).await?;
     match status {
         200 => {
             let v: Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -134,7 +138,7 @@ pub async fn ensure(
         s => return Err(refused("reading", template, node, s, &body)),
     }
     let put = serde_json::to_vec(&with_checksum(&template.body)).expect("JSON");
-    let (status, body) = send(client, node, Method::Put, &path, Some(put)).await?;
+    let (status, body) = send(client, signing, node, Method::Put, &path, Some(put)).await?;
     if (200..300).contains(&status) {
         Ok(Applied::Put)
     } else {
@@ -144,17 +148,30 @@ pub async fn ensure(
 
 async fn send(
     client: &Elasticsearch,
+    signing: Option<&SignedNode>,
     node: &str,
     method: Method,
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<(u16, Vec<u8>), String> {
+    let (path, headers, body) = match signing {
+        None => (path.to_string(), HeaderMap::new(), body),
+        Some(s) => {
+            let verb = match method {
+                Method::Get => "GET",
+                _ => "PUT",
+            };
+            let signed = s.sign(verb, path, &[], body.as_deref()).await?;
+            (signed.path, signed.headers, signed.body)
+        }
+    };
+    let path = path.as_str();
     let response = client
         .transport()
         .send(
             method,
             path,
-            HeaderMap::new(),
+            headers,
             None::<&()>,
             body.map(bytes::Bytes::from),
             None,

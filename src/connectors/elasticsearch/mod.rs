@@ -10,7 +10,7 @@
 //! ([`params`]), what an action does to its document ([`coalesce`]), what an
 //! item result means ([`item_result`]), the bulk API as the kit's target ([`bulk`]),
 //! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]) and the
-//! sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
+//! AWS Signature Version 4 ([`sigv4`]), the sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
 
 pub mod action;
 pub mod batcher;
@@ -23,6 +23,7 @@ pub mod index_name;
 pub mod index_setup;
 pub mod item_result;
 pub mod params;
+pub mod sigv4;
 pub mod sink;
 pub mod version_guard;
 
