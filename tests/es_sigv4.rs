@@ -404,3 +404,66 @@ print(json.dumps({{"Version": 1, "AccessKeyId": key["access_key_id"], "SecretAcc
     );
     assert!(!log.contains("rotated-secret"), "secrets are never logged");
 }
+
+#[test]
+fn lockgate_chaos_signs_its_reads_through_the_verifying_proxy() {
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 20_000, 50).unwrap();
+    let es = Es::testkit();
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = tmp.path().join("keys.json");
+    write_keys(
+        &keys,
+        &json!([{"access_key_id": "AKIDLOCKGATE", "secret_access_key": SECRET, "session_token": null, "not_after": null}]),
+    );
+    let proxy = Proxy::start(&es.url(), "es", &keys);
+    let config = job(tmp.path(), &kafka.bootstrap, &proxy.url, "es", "");
+    let report = tmp.path().join("report.json");
+    let mut child = Command::new(bin())
+        .arg("chaos")
+        .arg("--config")
+        .arg(&config)
+        .arg("--report")
+        .arg(&report)
+        .args([
+            "--kills",
+            "3",
+            "--seed",
+            "7",
+            "--failpoints",
+            "source-batch=sleep(300)",
+            "--failpoint-runs",
+            "3",
+            "--kill-after-ms",
+            "300..900",
+        ])
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("AWS_CONFIG_FILE", tmp.path().join("no-aws-config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            tmp.path().join("no-aws-credentials"),
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ACCESS_KEY_ID", "AKIDLOCKGATE")
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .stdout(std::fs::File::create(tmp.path().join("chaos.out")).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(600));
+    let out = std::fs::read_to_string(tmp.path().join("chaos.out")).unwrap();
+    assert_eq!(status.code(), Some(0), "{out}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["kills"], 3, "{out}");
+    assert_eq!(r["verdict"]["documents"], 20_000, "{out}");
+    for k in ["missing", "duplicated", "wrong"] {
+        assert_eq!(r["verdict"][k], 0, "{k}: {out}");
+    }
+    let stats = proxy.stats();
+    assert_eq!(
+        stats["refused"], 0,
+        "the verifier's reads were signed too: {stats}"
+    );
+    assert!(!out.contains(SECRET));
+}

@@ -393,8 +393,18 @@ def verify(config, method, raw_target, headers, body, arrival):
             )
             if hmac.compare_digest(raw["signature"], fields["Signature"]):
                 reason += " (it signs the raw query string, not its canonical URI-encoded form)"
+        # As Amazon OpenSearch Service answers: the canonical request it expected
+        # (with every signed header, the session token included) follows the message.
+        full = (
+            MSG_MISMATCH
+            + "\n\nThe Canonical String for this request should have been\n'"
+            + computed["canonical_request"]
+            + "'\n\nThe String-to-Sign should have been\n'"
+            + computed["string_to_sign"]
+            + "'\n"
+        )
         raise Refusal(
-            MSG_MISMATCH,
+            full,
             reason,
             "InvalidSignatureException",
             detail={

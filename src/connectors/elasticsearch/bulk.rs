@@ -7,7 +7,7 @@
 
 use super::action::{BulkAction, OpType};
 use super::config::{EsSinkConfig, ItemErrorPolicy};
-use super::connection::{auth_refusal, auth_refusal_message, TlsVerify};
+use super::connection::{auth_refusal, auth_refusal_message, refusal_body, TlsVerify};
 use super::encode::{EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request};
 use super::sigv4::SignedNode;
@@ -370,11 +370,11 @@ async fn post(
         Some(node) => {
             let query = if filtered { BULK_FILTER } else { &[] };
             // Credentials that cannot be had now (STS or the instance not answering)
-            // fail this attempt like a connection error: it is retried.
+            // fail this attempt, which is retried; the node is not at fault.
             let signed = node
                 .sign("POST", "/_bulk", query, Some(&body))
                 .await
-                .map_err(|e| Sent::Request(None, e))?;
+                .map_err(|e| Sent::Request(Some(429), e))?;
             client
                 .transport()
                 .send(
@@ -444,10 +444,17 @@ async fn send_bulk(
         };
     }
     if status != 200 {
-        return Sent::Request(
-            Some(status),
-            String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
-        );
+        let kept = refusal_body(&bytes);
+        if let Some(node) = signing.filter(|_| status == 403 && aws_retriable(&kept)) {
+            // Expired credentials or a signature AWS thinks stale: new credentials
+            // and a new signature may pass, so this attempt is retried, not fatal.
+            node.signer.invalidate();
+            return Sent::Request(
+                Some(429),
+                format!("AWS refused the request as expired (403: {kept}); retried with credentials fetched again"),
+            );
+        }
+        return Sent::Request(Some(status), kept);
     }
     match parse_response(&bytes) {
         Ok(Parsed::Written(tally)) => {
@@ -477,6 +484,15 @@ async fn send_bulk(
         ),
         Err(why) => Sent::Request(None, why),
     }
+}
+
+/// Whether AWS's 403 (its kept body) says the credentials or the signature expired,
+/// which new credentials and a new signature fix; any other 403 is final.
+fn aws_retriable(kept: &str) -> bool {
+    let m = kept.to_ascii_lowercase();
+    m.contains("security token included in the request is expired")
+        || m.contains("signature expired")
+        || m.contains("expiredtoken")
 }
 
 /// A bulk response, as far as the processor reads it.
@@ -679,6 +695,28 @@ mod tests {
         error_chain, item_label, parse_response, written_labels, ItemLabel, ItemReply, Parsed,
         Tally,
     };
+
+    #[test]
+    fn an_expired_aws_credential_is_retried_and_a_wrong_signature_is_not() {
+        use super::{aws_retriable, refusal_body};
+        let kept =
+            |m: &str| refusal_body(serde_json::json!({ "message": m }).to_string().as_bytes());
+        assert!(aws_retriable(&kept(
+            "The security token included in the request is expired"
+        )));
+        assert!(aws_retriable(&kept(
+            "Signature expired: 20260305T093000Z is now earlier than 20260305T093500Z"
+        )));
+        assert!(!aws_retriable(&kept(
+            "The request signature we calculated does not match the signature you provided."
+        )));
+        assert!(!aws_retriable(&kept(
+            "The security token included in the request is invalid."
+        )));
+        assert!(!aws_retriable(
+            r#"{"error":{"type":"security_exception","reason":"no permissions"}}"#
+        ));
+    }
     use crate::connectors::elasticsearch::action::OpType;
     use crate::connectors::elasticsearch::item_result::{classify, Outcome};
     use serde_json::json;

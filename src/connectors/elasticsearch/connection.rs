@@ -263,7 +263,7 @@ impl EsConnection {
         let Some(cfg) = &self.aws_sigv4 else {
             return Ok(None);
         };
-        let signer = std::sync::Arc::new(super::sigv4::Signer::new(cfg));
+        let signer = super::sigv4::Signer::shared(cfg);
         self.nodes
             .iter()
             .map(|n| super::sigv4::SignedNode::new(signer.clone(), n, self.gzip))
@@ -370,6 +370,49 @@ pub fn auth_refusal(status: Option<u16>) -> Option<&'static str> {
     }
 }
 
+/// The first paragraph of AWS's message: a refused signature's message goes on with
+/// the canonical request AWS expected, whose signed headers include the session token,
+/// which must never reach a log.
+pub fn aws_message(m: &str) -> String {
+    let first = m
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .split("The Canonical String")
+        .next()
+        .unwrap_or_default();
+    let mut out: String = first
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().contains("x-amz-security-token"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if out.len() > 300 {
+        let mut end = 300;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out.trim().to_string()
+}
+
+/// What of a refused request's body is kept for its message: Elasticsearch's error
+/// type and reason, or AWS's first paragraph (as JSON that
+/// [`auth_refusal_message`] reads), else the first 500 bytes; read before anything is
+/// cut, so that a long answer still names its error.
+pub fn refusal_body(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let ty = v.pointer("/error/type");
+    let reason = v.pointer("/error/reason");
+    if ty.is_some() || reason.is_some() {
+        return serde_json::json!({"error": {"type": ty, "reason": reason}}).to_string();
+    }
+    if let Some(m) = v.pointer("/message").and_then(|m| m.as_str()) {
+        return serde_json::json!({ "message": aws_message(m) }).to_string();
+    }
+    String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned()
+}
+
 /// The message of a refused request: what failed, at which node, and Elasticsearch's
 /// own error type and reason (from its JSON body, if it has one).
 pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) -> String {
@@ -377,7 +420,10 @@ pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) ->
     let ty = v.pointer("/error/type").and_then(|t| t.as_str());
     let reason = v.pointer("/error/reason").and_then(|t| t.as_str());
     // AWS answers a refused signature with `{"message": ...}`.
-    let aws = v.pointer("/message").and_then(|m| m.as_str());
+    let aws = v
+        .pointer("/message")
+        .and_then(|m| m.as_str())
+        .map(aws_message);
     let detail = match (ty, reason, aws) {
         (Some(t), Some(r), _) => format!("{status} {t}: {r}"),
         (Some(t), None, _) => format!("{status} {t}"),
@@ -417,6 +463,20 @@ mod tests {
         assert!(m.contains("authentication failed"), "{m}");
         assert!(m.contains("https://es-2:9200"), "{m}");
         assert!(m.contains("security_exception"), "{m}");
+        let aws = serde_json::json!({"message": "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key.\n\nThe Canonical String for this request should have been\n'POST\n/_bulk\n\nhost:x\nx-amz-security-token:FQoTOKEN-never-printed\n'\n"});
+        let kept = refusal_body(aws.to_string().as_bytes());
+        let m = auth_refusal_message("authorization failed", "http://x:1", 403, kept.as_bytes());
+        assert!(
+            m.contains("403: The request signature we calculated does not match"),
+            "{m}"
+        );
+        assert!(!m.contains("FQoTOKEN") && !m.contains("Canonical"), "{m}");
+        let long = serde_json::json!({"error": {"type": "security_exception", "reason": "x".repeat(600)}, "pad": "y".repeat(2000)});
+        let kept = refusal_body(long.to_string().as_bytes());
+        assert!(
+            kept.contains("security_exception"),
+            "parsed before it is cut"
+        );
         let m = auth_refusal_message("authorization failed", "http://x:1", 403, b"not json");
         assert!(
             m.contains("authorization failed at node http://x:1 (403)"),

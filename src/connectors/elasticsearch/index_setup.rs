@@ -8,7 +8,7 @@
 //! once, at the next start.
 
 use super::config::IndexTemplateFile;
-use super::connection::{auth_refusal, auth_refusal_message};
+use super::connection::{auth_refusal, auth_refusal_message, refusal_body};
 use super::sigv4::SignedNode;
 use crate::secret::redact_url;
 use elasticsearch::http::headers::HeaderMap;
@@ -159,7 +159,10 @@ async fn send(
         Some(s) => {
             let verb = match method {
                 Method::Get => "GET",
-                _ => "PUT",
+                Method::Put => "PUT",
+                Method::Post => "POST",
+                Method::Delete => "DELETE",
+                Method::Head => "HEAD",
             };
             let signed = s.sign(verb, path, &[], body.as_deref()).await?;
             (signed.path, signed.headers, signed.body)
@@ -192,14 +195,16 @@ fn refused(what: &str, t: &IndexTemplateFile, node: &str, status: u16, body: &[u
             &format!("refused {what} index template {}", t.name),
             node,
             status,
-            body,
+            refusal_body(body).as_bytes(),
         );
     }
-    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    let kept = refusal_body(body);
+    let v: Value = serde_json::from_slice(kept.as_bytes()).unwrap_or_default();
     let reason = v
         .pointer("/error/reason")
+        .or_else(|| v.pointer("/message"))
         .and_then(Value::as_str)
-        .map_or_else(|| String::from_utf8_lossy(body).into_owned(), String::from);
+        .map_or(kept.clone(), String::from);
     format!(
         "{what} index template {} (index_template_file) at {}: {status} {reason}",
         t.name,

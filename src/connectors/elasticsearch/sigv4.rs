@@ -28,20 +28,41 @@ use std::time::{Duration, SystemTime};
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// At most this long before they expire are credentials fetched again.
 const MAX_REFRESH_AHEAD: Duration = Duration::from_secs(5 * 60);
-/// Credentials without an expiry (environment, a static profile) are read again this
-/// often, so that a rotated key is picked up.
+/// Credentials without an expiry (environment, a static profile) are asked for again
+/// this often (the chain reads the profile files once: a key rotated in them needs a
+/// restart).
 const NO_EXPIRY_TTL: Duration = Duration::from_secs(15 * 60);
+/// After a failed fetch, the previous credentials sign for this long before the next
+/// fetch is tried (a source that is down is not asked at every request).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// Credentials closer than this to their expiry (at most a quarter of their life) are
+/// not used: a request signed with them could arrive after it.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// How long one fetch (STS, IMDS, `credential_process`) may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The headers that sign a request: `authorization`, `x-amz-date`,
 /// `x-amz-content-sha256` and, with temporary credentials, `x-amz-security-token`;
-/// `sensitive` marks those that carry a secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `sensitive` marks those that carry a secret (`Debug` does not print them).
+#[derive(Clone, PartialEq, Eq)]
 pub struct SignedHeader {
     pub name: &'static str,
     pub value: String,
     pub sensitive: bool,
+}
+
+impl std::fmt::Debug for SignedHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = if self.sensitive {
+            "** redacted **"
+        } else {
+            &self.value
+        };
+        f.debug_struct("SignedHeader")
+            .field("name", &self.name)
+            .field("value", &value)
+            .finish()
+    }
 }
 
 /// Signs `method url` (the URL as sent: the path byte for byte, the query in any
@@ -104,6 +125,15 @@ pub fn sign_request(
         .collect())
 }
 
+/// Whether credentials expiring at `expiry` may still sign at `now`: not within the
+/// margin of their expiry (a quarter of `life`, at most [`EXPIRY_MARGIN`]).
+pub fn usable(now: SystemTime, expiry: Option<SystemTime>, life: Duration) -> bool {
+    match expiry {
+        None => true,
+        Some(exp) => now + (life / 4).min(EXPIRY_MARGIN) < exp,
+    }
+}
+
 /// When credentials fetched at `now` that expire at `expiry` are fetched again.
 pub fn refresh_at(now: SystemTime, expiry: Option<SystemTime>) -> SystemTime {
     let Some(expiry) = expiry else {
@@ -122,7 +152,8 @@ pub struct Signer {
     provider: tokio::sync::OnceCell<SharedCredentialsProvider>,
     /// Overrides the chain (tests, and the Rust API).
     fixed: Option<SharedCredentialsProvider>,
-    current: RwLock<Option<(Credentials, SystemTime)>>,
+    /// The credentials, when they are fetched again, and their life when fetched.
+    current: RwLock<Option<(Credentials, SystemTime, Duration)>>,
     fetching: tokio::sync::Mutex<()>,
 }
 
@@ -137,6 +168,27 @@ impl Signer {
             current: RwLock::new(None),
             fetching: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The process's signer of `cfg`: one per setting, so that the sink subtasks of a
+    /// job share its credentials (one fetch per refresh, not one per subtask).
+    pub fn shared(cfg: &AwsSigV4) -> std::sync::Arc<Signer> {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex, OnceLock, Weak};
+        type Signers = Mutex<HashMap<(String, String), Weak<Signer>>>;
+        static SIGNERS: OnceLock<Signers> = OnceLock::new();
+        let mut signers = SIGNERS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = (cfg.region.clone(), cfg.service.clone());
+        if let Some(s) = signers.get(&key).and_then(Weak::upgrade) {
+            return s;
+        }
+        let s = Arc::new(Signer::new(cfg));
+        signers.retain(|_, w| w.strong_count() > 0);
+        signers.insert(key, Arc::downgrade(&s));
+        s
     }
 
     /// A signer with credentials from `provider` instead of the standard chain.
@@ -158,9 +210,15 @@ impl Signer {
 
     fn fresh(&self, now: SystemTime) -> Option<Credentials> {
         match &*self.current.read().unwrap_or_else(|e| e.into_inner()) {
-            Some((c, at)) if now < *at => Some(c.clone()),
+            Some((c, at, life)) if now < *at && usable(now, c.expiry(), *life) => Some(c.clone()),
             _ => None,
         }
+    }
+
+    /// Forgets the cached credentials (AWS answered that they expired): the next
+    /// request fetches new ones.
+    pub fn invalidate(&self) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The credentials to sign with now: the cached ones until their refresh time.
@@ -179,34 +237,32 @@ impl Signer {
                 Ok(r) => r,
                 Err(_) => Err(CredentialsError::provider_timed_out(FETCH_TIMEOUT)),
             };
+        // A fetch may take long: what is usable is decided after it.
+        let now = SystemTime::now();
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
         match fetched {
             Ok(c) => {
+                let life = c
+                    .expiry()
+                    .and_then(|e| e.duration_since(now).ok())
+                    .unwrap_or(Duration::MAX);
                 let at = refresh_at(now, c.expiry());
-                tracing::debug!(
-                    expires = ?c.expiry(),
-                    refresh = ?at,
-                    "AWS credentials fetched"
-                );
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some((c.clone(), at));
+                tracing::debug!(expires = ?c.expiry(), refresh = ?at, "AWS credentials fetched");
+                *current = Some((c.clone(), at, life));
                 Ok(c)
             }
-            Err(e) => {
-                let old = self
-                    .current
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                match old {
-                    Some((c, _)) if c.expiry().is_none_or(|exp| exp > now) => {
-                        tracing::warn!(error = %display_error(&e), "fetching AWS credentials failed; signing with the previous ones until they expire");
-                        Ok(c)
-                    }
-                    _ => Err(format!(
-                        "no AWS credentials for aws_sigv4 (from the environment, the shared profile, a web identity token or the instance): {}",
-                        display_error(&e)
-                    )),
+            Err(e) => match current.take() {
+                Some((c, _, life)) if usable(now, c.expiry(), life) => {
+                    tracing::warn!(error = %display_error(&e), "fetching AWS credentials failed; signing with the previous ones until they expire");
+                    let retry = now + RETRY_AFTER_FAILURE;
+                    *current = Some((c.clone(), retry, life));
+                    Ok(c)
                 }
-            }
+                _ => Err(format!(
+                    "no AWS credentials for aws_sigv4 (from the environment, the shared profile, a web identity token or the instance): {}",
+                    display_error(&e)
+                )),
+            },
         }
     }
 
@@ -309,9 +365,10 @@ impl SignedNode {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
+        let bare = path.split('?').next().unwrap_or_default();
         let path_and_query = match url.query() {
-            Some(q) => format!("{path}?{q}"),
-            None => path.to_string(),
+            Some(q) => format!("{bare}?{q}"),
+            None => bare.to_string(),
         };
         let body = body.map(|b| body_as_sent(b, self.gzip)).transpose()?;
         let mut signed: Vec<(&str, &str)> = vec![("content-type", "application/json")];
@@ -538,6 +595,26 @@ mod tests {
             b"\x1f\x8b",
             "gzip: the compressed bytes are signed and sent"
         );
+    }
+
+    #[test]
+    fn credentials_near_their_expiry_do_not_sign() {
+        let now = at(1_000_000);
+        let life = Duration::from_secs(3600);
+        assert!(usable(now, None, life));
+        assert!(usable(now, Some(now + Duration::from_secs(11)), life));
+        assert!(!usable(now, Some(now + Duration::from_secs(10)), life));
+        assert!(!usable(now, Some(now), life));
+        // Short-lived credentials: a quarter of their life.
+        let short = Duration::from_secs(8);
+        assert!(usable(now, Some(now + Duration::from_secs(3)), short));
+        assert!(!usable(now, Some(now + Duration::from_secs(2)), short));
+        let h = SignedHeader {
+            name: "x-amz-security-token",
+            value: "t0ken-value".into(),
+            sensitive: true,
+        };
+        assert!(!format!("{h:?}").contains("t0ken-value"));
     }
 
     #[test]
