@@ -66,6 +66,7 @@ pub mod formats;
 pub mod interpolate;
 pub mod job;
 pub mod member;
+pub mod migrate;
 pub mod operators;
 pub mod record;
 pub mod runtime;

@@ -5,6 +5,7 @@
 mod chaos;
 mod checkpoints;
 mod demo;
+mod migrate;
 mod run;
 mod testkit;
 
@@ -68,6 +69,9 @@ enum Command {
     /// reported with the reason, as `lockgate run` would skip it.
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
+    /// Translate another tool's configuration into a job file.
+    #[command(subcommand)]
+    Migrate(MigrateCommand),
     /// Run a job under SIGKILLs and failpoints, then verify its output exactly.
     ///
     /// The job (Kafka -> Elasticsearch, bounded) runs as a child process, is killed at
@@ -130,6 +134,38 @@ enum Command {
         /// Where to keep the demo's files (default: a new directory under the system temp dir).
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum MigrateCommand {
+    /// Translate a Kafka Connect Elasticsearch sink's configuration into a job file.
+    ///
+    /// Reads the REST API's `{"name", "config"}` (`GET /connectors/NAME`), a bare config
+    /// object, or a `.properties` file; writes the job file (stdout, or --out) with a
+    /// comment above each key naming the setting it came from. Every setting without an
+    /// equivalent is listed on stderr with the reason. Exit codes: 0 everything
+    /// translated, 3 something left out, 2 an unreadable or foreign configuration (or a
+    /// --check that fails).
+    KafkaConnect {
+        /// The connector configuration (JSON or .properties).
+        #[arg(required_unless_present = "table")]
+        file: Option<PathBuf>,
+        /// Write the job file here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Load the job file through lockgate's loader (unset ${VARS} take placeholders).
+        #[arg(long)]
+        check: bool,
+        /// The Kafka cluster (a Connect worker setting, absent from the connector's).
+        #[arg(long, default_value = "localhost:9092")]
+        bootstrap_servers: String,
+        /// The job's checkpoint directory (default /var/lib/lockgate/NAME).
+        #[arg(long)]
+        checkpoint_dir: Option<String>,
+        /// Print the mapping table (Markdown) and exit.
+        #[arg(long)]
+        table: bool,
     },
 }
 
@@ -306,6 +342,21 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
         Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
         Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
         Command::Demo { dir } => demo::demo(dir),
+        Command::Migrate(MigrateCommand::KafkaConnect {
+            file,
+            out,
+            check,
+            bootstrap_servers,
+            checkpoint_dir,
+            table,
+        }) => migrate::kafka_connect(migrate::Args {
+            file,
+            out,
+            check,
+            bootstrap_servers,
+            checkpoint_dir,
+            table,
+        }),
         Command::Chaos {
             config,
             kills,

@@ -1,0 +1,815 @@
+//! A Kafka Connect Elasticsearch sink configuration to a lockgate job file: a plain
+//! function over the settings ([`translate`]), which says for every setting what it
+//! became or why it has no equivalent ([`Translation::left_out`]).
+
+use super::input::ConnectorConfig;
+use super::job_file::JobFile;
+use super::settings::Settings;
+use super::table::row_of;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the translation made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translation {
+    pub job: JobFile,
+    /// Settings with no equivalent: `(setting, why)`, in the configuration's order.
+    pub left_out: Vec<(String, String)>,
+    /// Semantics that differ, and what to set before starting (environment variables).
+    pub notes: Vec<String>,
+}
+
+/// Choices the configuration does not hold.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The Kafka cluster (a worker setting, absent from a connector's configuration).
+    pub bootstrap_servers: String,
+    /// Where the job keeps its checkpoints (default `/var/lib/lockgate/<name>`).
+    pub checkpoint_dir: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            bootstrap_servers: "localhost:9092".into(),
+            checkpoint_dir: None,
+        }
+    }
+}
+
+/// The connector classes of Kafka Connect's Elasticsearch sink.
+const SINK_CLASSES: [&str; 2] = [
+    "io.confluent.connect.elasticsearch.ElasticsearchSinkConnector",
+    "ElasticsearchSinkConnector",
+];
+
+/// Translates `cfg`. The error is a configuration that is not an Elasticsearch sink's.
+pub fn translate(cfg: &ConnectorConfig, opts: &Options) -> Result<Translation, String> {
+    let mut s = Settings {
+        all: &cfg.config,
+        used: BTreeSet::new(),
+        left_out: Vec::new(),
+    };
+    let mut notes = Vec::new();
+    match s.get("connector.class") {
+        Some(c) if SINK_CLASSES.contains(&c) => {}
+        Some(c) => {
+            return Err(format!(
+                "connector.class = {c}: only Kafka Connect's Elasticsearch sink ({}) is translated",
+                SINK_CLASSES[0]
+            ))
+        }
+        None => {
+            return Err("connector.class is missing: is this a connector's configuration?".into())
+        }
+    }
+    let name = cfg
+        .name
+        .clone()
+        .or_else(|| s.get("name").map(String::from))
+        .unwrap_or_else(|| "elasticsearch-sink".into());
+    s.get("name");
+    let mut f = JobFile::default();
+
+    // [job]
+    let job = f.section("job");
+    job.set("name", name.as_str(), &["name"]);
+    if let Some(n) = s
+        .get("tasks.max")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        job.set("parallelism", n.max(1), &["tasks.max"]);
+    }
+
+    // [checkpoint]
+    let dir = opts
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| format!("/var/lib/lockgate/{name}"));
+    let chk = f.section("checkpoint");
+    chk.set("dir", dir.as_str(), &[]).because(
+        "lockgate keeps the consumed offsets here, in its checkpoints (not in the consumer group)",
+    );
+    if let Some(ms) = int(s.get("flush.timeout.ms")) {
+        chk.set("timeout_ms", ms, &["flush.timeout.ms"]);
+    }
+
+    // [source.kafka]
+    source(&mut s, &mut f, &name, opts, &mut notes);
+
+    // [[transform]]s, and what they make of the index name.
+    let routing = super::transforms::transforms(&mut s, &mut f, &mut notes);
+
+    // [sink.elasticsearch]
+    sink(&mut s, &mut f, routing, &mut notes);
+
+    // What nothing above used.
+    let unused: Vec<String> = cfg
+        .config
+        .keys()
+        .filter(|k| !s.used.contains(*k))
+        .cloned()
+        .collect();
+    for k in unused {
+        let why = match row_of(&k) {
+            Some(r) if r.needs_nothing() => continue,
+            Some(r) if !r.translates() => r.note.to_string(),
+            Some(_) => "not translated in this form".to_string(),
+            None => "unknown to the translation (no lockgate equivalent)".to_string(),
+        };
+        s.left_out.push((k, why));
+    }
+    // A key's origin names the settings the configuration has; a key made of
+    // Kafka Connect's defaults says so.
+    for section in &mut f.sections {
+        for e in &mut section.entries {
+            if e.from.is_empty() {
+                continue;
+            }
+            let given: Vec<String> = e
+                .from
+                .iter()
+                .filter(|k| cfg.config.contains_key(*k) || *k == "name")
+                .cloned()
+                .collect();
+            if given.is_empty() {
+                let default = format!("Kafka Connect's default of {}", e.from.join(", "));
+                e.why = Some(match e.why.take() {
+                    Some(w) => format!("{default}: {w}"),
+                    None => default,
+                });
+            }
+            e.from = given;
+        }
+    }
+    let mut left_out = s.left_out;
+    left_out.sort_by_key(|(k, _)| cfg.config.keys().position(|c| c == k).unwrap_or(usize::MAX));
+    Ok(Translation {
+        job: f,
+        left_out,
+        notes,
+    })
+}
+
+fn int(v: Option<&str>) -> Option<i64> {
+    v.and_then(|v| v.trim().parse::<i64>().ok())
+}
+
+/// `[source.kafka]`: topics, group, formats, registry, errors, consumer overrides.
+fn source(
+    s: &mut Settings<'_>,
+    f: &mut JobFile,
+    name: &str,
+    opts: &Options,
+    notes: &mut Vec<String>,
+) {
+    let src = f.section("source.kafka");
+    src.set("bootstrap_servers", opts.bootstrap_servers.as_str(), &[])
+        .because(
+            "the Kafka cluster of the Connect worker (bootstrap.servers of its configuration)",
+        );
+    if let Some(t) = s.get("topics") {
+        let topics: Vec<toml::Value> = t
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| toml::Value::String(t.into()))
+            .collect();
+        src.set("topics", toml::Value::Array(topics), &["topics"]);
+        s.leave(
+            "topics.regex",
+            "topics and topics.regex together (Kafka Connect refuses it): topics is used",
+        );
+    } else if let Some(r) = s.get("topics.regex") {
+        src.set("topic_pattern", r, &["topics.regex"]);
+    }
+    src.set("group_id", format!("connect-{name}"), &["name"])
+        .because("Kafka Connect's consumer group of this sink connector");
+    src.set("startup", "group-offsets", &[]).because(
+        "the first run starts where the connector's group stopped; later runs restore their checkpoints",
+    );
+    notes.push(format!(
+        "lockgate keeps its offsets in its checkpoints, not in the consumer group: the first run starts at group connect-{name}'s committed offsets (stop the connector first), later runs from their checkpoints; the group's offsets are still committed for monitoring"
+    ));
+
+    // Converters.
+    let (value_format, envelope) = converter(s, "value.converter", notes);
+    let src = f.section("source.kafka");
+    if let Some(fmt) = &value_format {
+        src.set("format", fmt.as_str(), &["value.converter"]);
+    }
+    if envelope {
+        src.set(
+            "connect_envelope",
+            true,
+            &["value.converter.schemas.enable"],
+        );
+    }
+    // Keys are decoded only when they name documents (key.ignore = false, Connect's
+    // default): a job that ignores them must not fail on one it cannot decode.
+    let keys_used = !s
+        .peek("key.ignore")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        && s.peek("data.stream.type")
+            .is_none_or(|t| t.trim().eq_ignore_ascii_case("none"));
+    if keys_used {
+        let (key_format, key_envelope) = converter(s, "key.converter", notes);
+        let src = f.section("source.kafka");
+        if let Some(fmt) = &key_format {
+            src.set("key_format", fmt.as_str(), &["key.converter"]);
+        }
+        if key_envelope {
+            src.set(
+                "key_connect_envelope",
+                true,
+                &["key.converter.schemas.enable"],
+            );
+        }
+    } else {
+        s.get("key.converter");
+        s.get("key.converter.schemas.enable");
+    }
+    registry(s, f, notes);
+
+    // Errors: what does not decode.
+    let tolerate_all = s
+        .get("errors.tolerance")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("all"));
+    let dlq = s
+        .get("errors.deadletterqueue.topic.name")
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let drop_invalid = s.flag("drop.invalid.message", false);
+    let on_decode = match (tolerate_all || drop_invalid, dlq) {
+        (true, Some(t)) => Some(format!("dead-letter:{t}")),
+        (true, None) => Some("skip".to_string()),
+        (false, _) => None,
+    };
+    if let Some(p) = on_decode {
+        let mut from = vec!["errors.tolerance"];
+        if dlq.is_some() {
+            from.push("errors.deadletterqueue.topic.name");
+        }
+        if drop_invalid {
+            from.push("drop.invalid.message");
+        }
+        f.section("source.kafka")
+            .set("on_decode_error", p.as_str(), &from);
+    }
+
+    // Consumer overrides, in librdkafka's names.
+    let overrides = s.family("consumer.override.");
+    for (k, v) in overrides {
+        let java = &k["consumer.override.".len()..];
+        match consumer_property(java, v) {
+            Property::Set(pairs) => {
+                for (name, value) in pairs {
+                    f.section("source.kafka.properties")
+                        .set(&name, value.as_str(), &[k]);
+                }
+                if java == "sasl.jaas.config" {
+                    notes.push("set KAFKA_PASSWORD: the SASL password of consumer.override.sasl.jaas.config".into());
+                }
+            }
+            Property::Group(g) => {
+                f.section("source.kafka").set("group_id", g.as_str(), &[k]);
+            }
+            Property::Leave(why) => s.left_out.push((k.to_string(), why)),
+        }
+    }
+}
+
+/// What a Java consumer property becomes.
+enum Property {
+    Set(Vec<(String, String)>),
+    Group(String),
+    Leave(String),
+}
+
+fn consumer_property(java: &str, v: &str) -> Property {
+    let same = |name: &str| Property::Set(vec![(name.to_string(), v.to_string())]);
+    match java {
+        "group.id" => Property::Group(v.to_string()),
+        "security.protocol" | "auto.offset.reset" | "session.timeout.ms"
+        | "heartbeat.interval.ms" | "isolation.level" | "client.id" | "fetch.min.bytes"
+        | "fetch.max.bytes" | "max.partition.fetch.bytes" | "socket.connection.setup.timeout.ms"
+        | "reconnect.backoff.ms" | "reconnect.backoff.max.ms" | "request.timeout.ms"
+        | "metadata.max.age.ms" | "client.rack" | "max.poll.interval.ms" => {
+            let name = match java {
+                "client.rack" => "client.rack",
+                "request.timeout.ms" => "socket.timeout.ms",
+                other => other,
+            };
+            same(name)
+        }
+        "sasl.mechanism" => same("sasl.mechanisms"),
+        "fetch.max.wait.ms" => same("fetch.wait.max.ms"),
+        "ssl.endpoint.identification.algorithm" => {
+            same("ssl.endpoint.identification.algorithm")
+        }
+        "sasl.jaas.config" => match jaas_user(v) {
+            Some(user) => Property::Set(vec![
+                ("sasl.username".into(), user),
+                ("sasl.password".into(), "${KAFKA_PASSWORD}".into()),
+            ]),
+            None => Property::Leave(
+                "a JAAS configuration without username=\"...\" (Kerberos, OAuth): set librdkafka's sasl.* properties by hand".into(),
+            ),
+        },
+        "ssl.truststore.location" | "ssl.keystore.location" | "ssl.truststore.password"
+        | "ssl.keystore.password" | "ssl.key.password" | "ssl.truststore.type"
+        | "ssl.keystore.type" => Property::Leave(
+            "librdkafka reads PEM files (ssl.ca.location, ssl.certificate.location, ssl.key.location), not Java key stores".into(),
+        ),
+        "max.poll.records" => Property::Leave(
+            "a Java consumer's batch size: lockgate's source batches by itself".into(),
+        ),
+        "key.deserializer" | "value.deserializer" => Property::Leave(
+            "the converters (format, key_format) decode records".into(),
+        ),
+        "enable.auto.commit" | "auto.commit.interval.ms" => Property::Leave(
+            "lockgate commits offsets at its checkpoints".into(),
+        ),
+        _ => Property::Leave("not a librdkafka property (or not known to the translation)".into()),
+    }
+}
+
+/// The username of a PLAIN or SCRAM JAAS line.
+fn jaas_user(jaas: &str) -> Option<String> {
+    let i = jaas.find("username=")?;
+    let rest = jaas[i + "username=".len()..].trim_start();
+    let quoted = rest.strip_prefix('"')?;
+    Some(quoted[..quoted.find('"')?].to_string())
+}
+
+/// What a converter makes: the format, and whether JSON values carry Connect's
+/// schema envelope.
+fn converter(s: &mut Settings<'_>, which: &str, notes: &mut Vec<String>) -> (Option<String>, bool) {
+    let Some(class) = s.get(which) else {
+        // Apache Kafka's worker default (connect-distributed.properties).
+        notes.push(format!(
+            "{which} is not set: the worker's applies; the job assumes Apache Kafka's default, JsonConverter with schemas.enable = true (check the worker's {which})"
+        ));
+        return (Some("json".to_string()), true);
+    };
+    let short = class.rsplit('.').next().unwrap_or(class);
+    let schemas = s.flag(&format!("{which}.schemas.enable"), true);
+    match short {
+        "JsonConverter" => (Some("json".into()), schemas),
+        "AvroConverter" => (Some("avro".into()), false),
+        "ProtobufConverter" => (Some("protobuf".into()), false),
+        "JsonSchemaConverter" => (Some("json-schema".into()), false),
+        "StringConverter" if which == "key.converter" => (None, false),
+        "StringConverter" => (Some("text".into()), false),
+        "ByteArrayConverter" if which == "key.converter" => (None, false),
+        _ => {
+            s.used.remove(which);
+            s.leave(
+                which,
+                format!("{short} has no lockgate format (json, avro, protobuf, json-schema, text)"),
+            );
+            (None, false)
+        }
+    }
+}
+
+/// `[source.kafka.schema_registry]` from the converters' registry settings.
+fn registry(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>) {
+    for which in ["value.converter", "key.converter"] {
+        let url_key = format!("{which}.schema.registry.url");
+        let Some(url) = s.get(&url_key) else {
+            continue;
+        };
+        let urls: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let reg = f.section("source.kafka.schema_registry");
+        if reg
+            .entries
+            .iter()
+            .any(|e| e.key == "url" || e.key == "urls")
+        {
+            continue;
+        }
+        match urls.as_slice() {
+            [one] => {
+                reg.set("url", *one, &[url_key.as_str()]);
+            }
+            many => {
+                let list = many
+                    .iter()
+                    .map(|u| toml::Value::String(u.to_string()))
+                    .collect();
+                reg.set("urls", toml::Value::Array(list), &[url_key.as_str()]);
+            }
+        }
+        let source_key = format!("{which}.basic.auth.credentials.source");
+        let info_key = format!("{which}.basic.auth.user.info");
+        let source = s.get(&source_key).map(str::trim);
+        match (source, s.get(&info_key)) {
+            (Some("USER_INFO") | None, Some(info)) => {
+                let user = info.split(':').next().unwrap_or_default();
+                let reg = f.section("source.kafka.schema_registry");
+                reg.set("username", user, &[info_key.as_str()]);
+                reg.set("password", "${REGISTRY_PASSWORD}", &[info_key.as_str()])
+                    .because("never copied into the file: set REGISTRY_PASSWORD");
+                notes.push(
+                    "set REGISTRY_PASSWORD: the Schema Registry password of basic.auth.user.info"
+                        .into(),
+                );
+            }
+            (Some(other), _) => {
+                s.used.remove(&source_key);
+                s.leave(
+                    &source_key,
+                    format!("{other}: lockgate's registry takes basic credentials (USER_INFO) or a bearer token"),
+                );
+            }
+            (None, None) => {}
+        }
+    }
+    // What else the converters were told.
+    for which in ["value.converter.", "key.converter."] {
+        for (k, _) in s.family(which) {
+            let known = [
+                "schemas.enable",
+                "schema.registry.url",
+                "basic.auth.credentials.source",
+                "basic.auth.user.info",
+            ];
+            let rest = &k[which.len()..];
+            if !known.contains(&rest) {
+                s.left_out.push((
+                    k.to_string(),
+                    "a converter setting lockgate has no equivalent for".into(),
+                ));
+            }
+        }
+    }
+    let _ = &notes;
+}
+
+/// The index the transforms route records to: a `RegexRouter`'s renaming, a
+/// `TimestampRouter`'s date pattern.
+#[derive(Debug, Clone, Default)]
+pub struct IndexRouting {
+    /// `index` template (`{topic}` and date patterns).
+    pub template: Option<(String, Vec<String>)>,
+    /// Renamed topics: topic -> index.
+    pub renamed: BTreeMap<String, String>,
+    pub renamed_from: Vec<String>,
+    /// The key is this field of the key (`ExtractField$Key`), and where that was said.
+    pub key_field: Option<(String, Vec<String>)>,
+}
+
+/// `[sink.elasticsearch]`.
+fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mut Vec<String>) {
+    let es = f.section("sink.elasticsearch");
+    match s.get("connection.url").map(|u| {
+        u.split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    }) {
+        Some(urls) if urls.len() == 1 => {
+            es.set("url", urls[0].as_str(), &["connection.url"]);
+        }
+        Some(urls) if !urls.is_empty() => {
+            let list = urls.into_iter().map(toml::Value::String).collect();
+            es.set("urls", toml::Value::Array(list), &["connection.url"]);
+        }
+        _ => {
+            es.set("url", "http://localhost:9200", &[])
+                .because("connection.url is missing: set the cluster's URL");
+        }
+    }
+    if let Some(u) = s.get("connection.username") {
+        es.set("username", u, &["connection.username"]);
+    }
+    if s.get("connection.password").is_some() {
+        es.set("password", "${ES_PASSWORD}", &["connection.password"])
+            .because("never copied into the file: set ES_PASSWORD");
+        notes.push("set ES_PASSWORD: the Elasticsearch password of connection.password".into());
+    }
+
+    // Where: a data stream, or an index named after the topic.
+    let ds_type = s
+        .get("data.stream.type")
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| t != "none" && !t.is_empty());
+    let data_stream = ds_type.is_some();
+    if let Some(kind) = ds_type {
+        let dataset = s
+            .get("data.stream.dataset")
+            .unwrap_or("generic")
+            .trim()
+            .to_string();
+        let namespace = s
+            .get("data.stream.namespace")
+            .unwrap_or("${topic}")
+            .trim()
+            .replace("${topic}", "{topic}");
+        let mut t = toml::map::Map::new();
+        t.insert("type".into(), toml::Value::String(kind));
+        t.insert("dataset".into(), toml::Value::String(dataset));
+        t.insert("namespace".into(), toml::Value::String(namespace));
+        let es = f.section("sink.elasticsearch");
+        es.set(
+            "data_stream",
+            toml::Value::Table(t),
+            &[
+                "data.stream.type",
+                "data.stream.dataset",
+                "data.stream.namespace",
+            ],
+        );
+        if let Some(fields) = s.get("data.stream.timestamp.field") {
+            let mut all = fields.split(',').map(str::trim).filter(|f| !f.is_empty());
+            if let Some(first) = all.next() {
+                es.set(
+                    "timestamp_field",
+                    format!("/{}", first.replace('.', "/")),
+                    &["data.stream.timestamp.field"],
+                );
+            }
+            let rest: Vec<&str> = all.collect();
+            if !rest.is_empty() {
+                s.left_out.push((
+                    "data.stream.timestamp.field".into(),
+                    format!(
+                        "lockgate takes one timestamp field: {} not used",
+                        rest.join(", ")
+                    ),
+                ));
+            }
+        }
+        es.set("id", "coordinates", &[]).because(
+            "a data stream takes create actions, one document per record (Connect's topic+partition+offset)",
+        );
+        for k in ["key.ignore", "write.method", "behavior.on.null.values"] {
+            if s.peek(k).is_some() {
+                s.get(k);
+            }
+        }
+    } else {
+        s.get("data.stream.dataset");
+        s.get("data.stream.namespace");
+        s.get("data.stream.timestamp.field");
+        let (index, from) = match (&routing.template, routing.renamed.is_empty()) {
+            (Some((t, from)), _) => (t.clone(), from.clone()),
+            (None, _) => ("{topic}".to_string(), Vec::new()),
+        };
+        let from_refs: Vec<&str> = from.iter().map(String::as_str).collect();
+        f.section("sink.elasticsearch")
+            .set("index", index.as_str(), &from_refs)
+            .because("Connect names the index after the topic, in lower case");
+        let mut mapping: BTreeMap<String, String> = routing.renamed.clone();
+        let mut mapping_from: Vec<String> = routing.renamed_from.clone();
+        if let Some(m) = s.get("topic.to.external.resource.mapping") {
+            for pair in m.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                if let Some((topic, index)) = pair.split_once(':') {
+                    mapping.insert(topic.trim().into(), index.trim().into());
+                }
+            }
+            mapping_from.push("topic.to.external.resource.mapping".into());
+        }
+        if !mapping.is_empty() {
+            let t = mapping
+                .into_iter()
+                .map(|(k, v)| (k, toml::Value::String(v)))
+                .collect();
+            let from: Vec<&str> = mapping_from.iter().map(String::as_str).collect();
+            f.section("sink.elasticsearch")
+                .set("topic_to_index", toml::Value::Table(t), &from);
+        }
+        // Ids and the write.
+        let key_ignore = s.flag("key.ignore", false);
+        let upsert = s
+            .get("write.method")
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("upsert"));
+        let es = f.section("sink.elasticsearch");
+        if key_ignore {
+            es.set("id", "coordinates", &["key.ignore"]);
+        } else if let Some((field, from)) = &routing.key_field {
+            let mut from: Vec<&str> = from.iter().map(String::as_str).collect();
+            from.insert(0, "key.ignore");
+            es.set("id", format!("field:/{field}"), &from).because(
+                "the key's field names the document: read from the value, or from a JSON key (a delete)",
+            );
+        } else {
+            es.set("id", "key", &["key.ignore"]).because(
+                "key.ignore = false (Connect's default): the record's key is the document id",
+            );
+        }
+        if upsert {
+            es.set("operation", "upsert", &["write.method"]);
+        } else {
+            es.set("operation", "index", &["write.method"]);
+            if !key_ignore {
+                es.set("versioning", "external", &["key.ignore", "write.method"])
+                    .because("Connect versions keyed documents by the record's offset, so a replay never regresses one");
+            }
+        }
+        match s
+            .get("behavior.on.null.values")
+            .map(|b| b.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("ignore") => {
+                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
+            }
+            Some("delete") => {
+                es.set("on_null_value", "delete", &["behavior.on.null.values"]);
+            }
+            _ => {
+                es.set("on_null_value", "fail", &["behavior.on.null.values"])
+                    .because("Connect's default: a tombstone fails the task");
+            }
+        }
+    }
+    if s.get("schema.ignore")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+    {
+        s.left_out.push((
+            "schema.ignore".into(),
+            "false: Connect makes the index mapping from the record's schema; lockgate does not (give it with index_template_file)".into(),
+        ));
+    }
+
+    // Failures.
+    let dlq = s
+        .peek("errors.deadletterqueue.topic.name")
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let tolerate_all = s
+        .peek("errors.tolerance")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("all"));
+    let malformed = s
+        .get("behavior.on.malformed.documents")
+        .map(|b| b.trim().to_ascii_lowercase());
+    let es = f.section("sink.elasticsearch");
+    match (malformed.as_deref(), dlq) {
+        (Some("warn" | "ignore"), Some(t)) => {
+            es.set(
+                "on_item_error",
+                format!("dead-letter:{t}"),
+                &[
+                    "behavior.on.malformed.documents",
+                    "errors.deadletterqueue.topic.name",
+                ],
+            )
+            .because("Connect drops a document Elasticsearch refuses; lockgate dead-letters it");
+        }
+        (Some(m @ ("warn" | "ignore")), None) => {
+            s.left_out.push((
+                "behavior.on.malformed.documents".into(),
+                format!("{m}: Connect drops a document Elasticsearch refuses; lockgate never drops one silently: set errors.deadletterqueue.topic.name (on_item_error = \"dead-letter:<topic>\") or keep fail"),
+            ));
+        }
+        (_, Some(t)) if tolerate_all => {
+            es.set(
+                "on_item_error",
+                format!("dead-letter:{t}"),
+                &["errors.tolerance", "errors.deadletterqueue.topic.name"],
+            );
+        }
+        _ => {
+            es.set(
+                "on_item_error",
+                "fail",
+                &["behavior.on.malformed.documents"],
+            );
+        }
+    }
+
+    // Batching and retries.
+    let es = f.section("sink.elasticsearch");
+    let pairs = [
+        ("batch.size", "bulk_max_actions"),
+        ("bulk.size.bytes", "bulk_max_bytes"),
+        ("max.in.flight.requests", "max_in_flight"),
+        ("linger.ms", "bulk_flush_interval_ms"),
+        ("max.retries", "retry_max_attempts"),
+        ("retry.backoff.ms", "retry_initial_ms"),
+    ];
+    for (connect, key) in pairs {
+        if let Some(n) = int(s.get(connect)) {
+            let n = if key == "bulk_flush_interval_ms" {
+                n.max(1)
+            } else {
+                n.max(if key == "retry_max_attempts" { 0 } else { 1 })
+            };
+            es.set(key, n, &[connect]);
+        }
+    }
+    if let Some(n) = int(s.get("max.buffered.records")) {
+        es.set(
+            "buffer_max_bytes",
+            (n.max(1)) * 1024,
+            &["max.buffered.records"],
+        )
+        .because("records become bytes: 1 KiB each is assumed");
+    }
+    let read = int(s.get("read.timeout.ms"));
+    let connect = int(s.get("connection.timeout.ms"));
+    if let Some(t) = read.into_iter().chain(connect).max() {
+        let mut from = Vec::new();
+        if read.is_some() {
+            from.push("read.timeout.ms");
+        }
+        if connect.is_some() {
+            from.push("connection.timeout.ms");
+        }
+        es.set("request_timeout_ms", t.max(1), &from);
+    }
+    let _ = data_stream;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrate::table::ROWS;
+
+    fn base() -> BTreeMap<String, String> {
+        [
+            ("connector.class", SINK_CLASSES[0]),
+            ("topics", "orders"),
+            ("connection.url", "http://es:9200"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Every setting of the table is one the translation reads: none is reported as
+    /// unknown, and one the table maps is never reported as untranslated.
+    #[test]
+    fn the_translation_follows_the_table() {
+        let mut failures = Vec::new();
+        for row in ROWS {
+            let key = row.connect.replace('*', "x");
+            let mut config = base();
+            let value = match key.as_str() {
+                "transforms" | "predicates" => "t",
+                "value.converter" | "key.converter" => {
+                    "org.apache.kafka.connect.json.JsonConverter"
+                }
+                "data.stream.type" => "logs",
+                k if k.ends_with(".ms") || k.contains("size") || k.contains("max") => "100",
+                _ => "true",
+            };
+            config.insert(key.clone(), value.into());
+            if key == "transforms" {
+                config.insert(
+                    "transforms.t.type".into(),
+                    "org.apache.kafka.connect.transforms.Flatten$Value".into(),
+                );
+            }
+            let t = translate(
+                &ConnectorConfig {
+                    name: Some("c".into()),
+                    config,
+                },
+                &Options::default(),
+            );
+            let Ok(t) = t else {
+                assert_eq!(key, "connector.class", "{key}: {t:?}");
+                continue;
+            };
+            for (k, why) in &t.left_out {
+                if why.contains("unknown to the translation")
+                    || (*k == key
+                        && row.translates()
+                        && !row.needs_nothing()
+                        && !row.connect.ends_with('*')
+                        && why.contains("not translated in this form"))
+                {
+                    failures.push(format!("{k}: {why}"));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn a_setting_no_row_knows_is_reported_and_secrets_are_never_copied() {
+        let mut config = base();
+        config.insert("connection.password".into(), "s3cret".into());
+        config.insert("made.up".into(), "1".into());
+        let t = translate(&ConnectorConfig { name: None, config }, &Options::default()).unwrap();
+        assert_eq!(
+            t.left_out,
+            vec![(
+                "made.up".to_string(),
+                "unknown to the translation (no lockgate equivalent)".to_string()
+            )]
+        );
+        let text = t.job.render("");
+        assert!(
+            !text.contains("s3cret") && text.contains("${ES_PASSWORD}"),
+            "{text}"
+        );
+    }
+}
