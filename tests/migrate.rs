@@ -171,7 +171,9 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
     let dir = tmp.path();
 
     let (code, job, err) = migrate(dir, "quickstart.properties", QUICKSTART, &[]);
-    assert_eq!(code, Some(0), "{err}\n{job}");
+    // The worker's JSON converter gives schemas, from which Connect maps the index.
+    assert_eq!(code, Some(3), "{err}\n{job}");
+    assert_eq!(left_out(&err), vec!["schema.ignore".to_string()], "{err}");
     assert!(err.contains("checked: the job file loads"), "{err}");
     let t = toml_of(&job);
     assert_eq!(t["job"]["name"].as_str(), Some("elasticsearch-sink"));
@@ -216,9 +218,14 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
         &["--bootstrap-servers", "kafka-1:9093"],
     );
     assert_eq!(code, Some(3), "{err}\n{job}");
+    let mut reported = left_out(&err);
+    reported.sort();
     assert_eq!(
-        left_out(&err),
-        vec!["consumer.override.max.poll.records".to_string()],
+        reported,
+        vec![
+            "consumer.override.max.poll.records".to_string(),
+            "schema.ignore".to_string()
+        ],
         "{err}"
     );
     for secret in ["hunter2", "registry-secret", "kafka-secret"] {
@@ -284,7 +291,12 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
     assert!(err.contains("stop the connector first"), "{err}");
 
     let (code, job, err) = migrate(dir, "debezium.json", DEBEZIUM, &[]);
-    assert_eq!(code, Some(0), "{err}\n{job}");
+    assert_eq!(code, Some(3), "{err}\n{job}");
+    assert_eq!(left_out(&err), vec!["schema.ignore".to_string()], "{err}");
+    assert!(
+        err.contains("Debezium 3.x turns them into tombstones"),
+        "{err}"
+    );
     let t = toml_of(&job);
     let d = &t["transform"][0];
     assert_eq!(d["type"].as_str(), Some("debezium"));
@@ -311,6 +323,7 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
             "data.stream.timestamp.field",
             "elastic.https.ssl.truststore.location",
             "external.version.header",
+            "key.ignore",
             "schema.ignore",
         ],
         "{err}"
@@ -406,7 +419,7 @@ fn a_migrated_job_continues_from_the_connectors_committed_offset() {
     let config = format!(
         r#"{{"name": "orders-es", "config": {{
             "connector.class": "io.confluent.connect.elasticsearch.ElasticsearchSinkConnector",
-            "topics": "orders", "connection.url": "{}", "key.ignore": "true",
+            "topics": "orders", "connection.url": "{}", "key.ignore": "true", "schema.ignore": "true",
             "key.converter": "io.confluent.connect.avro.AvroConverter",
             "key.converter.schema.registry.url": "{reg}",
             "value.converter": "io.confluent.connect.avro.AvroConverter",
@@ -467,4 +480,87 @@ fn a_migrated_job_continues_from_the_connectors_committed_offset() {
         assert!(doc.get("ts").is_none(), "{doc}");
         assert!(doc.get("order").is_some(), "{doc}");
     }
+}
+
+#[test]
+fn secrets_providers_deletes_versions_and_routers_are_never_translated_wrongly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = r#"{"name": "edge", "config": {
+        "connector.class": "io.confluent.connect.elasticsearch.ElasticsearchSinkConnector",
+        "topics": "orders",
+        "connection.url": "https://elastic:URLSECRET1@es-1:9200,es-2:9200",
+        "schema.ignore": "true",
+        "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": "https://reg:REGSECRET2@registry:8081",
+        "value.converter.basic.auth.credentials.source": "URL",
+        "behavior.on.null.values": "ignore",
+        "external.version.header": "version",
+        "consumer.override.sasl.jaas.config": "${file:/etc/kafka/secrets.properties:jaas}",
+        "consumer.override.client.id": "${env:CLIENT_ID}",
+        "connection.username": "${file:/etc/es.properties:user}",
+        "transforms": "unwrap,ts,route",
+        "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+        "transforms.unwrap.delete.tombstone.handling.mode": "tombstone",
+        "transforms.unwrap.field.syntax.version": "V2",
+        "transforms.ts.type": "org.apache.kafka.connect.transforms.TimestampRouter",
+        "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex": "(.*)",
+        "transforms.route.replacement": "x-$1"
+    }}"#;
+    let (code, job, err) = migrate(tmp.path(), "edge.json", config, &[]);
+    assert_eq!(code, Some(3), "{err}\n{job}");
+    for secret in [
+        "URLSECRET1",
+        "REGSECRET2",
+        "secrets.properties",
+        "es.properties",
+    ] {
+        assert!(
+            !job.contains(secret) && !err.contains(secret),
+            "{secret}: {job}{err}"
+        );
+    }
+    let t = toml_of(&job);
+    let es = &t["sink"]["elasticsearch"];
+    assert_eq!(es["urls"][0].as_str(), Some("https://es-1:9200"));
+    assert_eq!(
+        es["urls"][1].as_str(),
+        Some("http://es-2:9200"),
+        "Connect's host:port is http"
+    );
+    assert_eq!(es["username"].as_str(), Some("elastic"));
+    assert_eq!(es["password"].as_str(), Some("${ES_PASSWORD}"));
+    let reg = &t["source"]["kafka"]["schema_registry"];
+    assert_eq!(reg["url"].as_str(), Some("https://registry:8081"));
+    assert_eq!(reg["username"].as_str(), Some("reg"));
+    assert_eq!(reg["password"].as_str(), Some("${REGISTRY_PASSWORD}"));
+    assert_eq!(
+        t["source"]["kafka"]["properties"]["client.id"].as_str(),
+        Some("${CLIENT_ID}"),
+        "${{env:X}} is lockgate's ${{X}}"
+    );
+    // A header-versioned index is written without offset versions.
+    assert!(es.get("versioning").is_none(), "{job}");
+    // Deletes become tombstones, which behavior.on.null.values = ignore skips.
+    assert_eq!(t["transform"][0]["delete_handling"].as_str(), Some("drop"));
+    let mut reported = left_out(&err);
+    reported.sort();
+    assert_eq!(
+        reported,
+        vec![
+            "connection.username",
+            "consumer.override.sasl.jaas.config",
+            "external.version.header",
+            "transforms.route.type",
+            "transforms.ts.type",
+            "transforms.unwrap.field.syntax.version",
+        ],
+        "{err}"
+    );
+    assert!(err.contains("routers in this order"), "{err}");
+    assert!(
+        err.contains("connection.username: a `file` config provider reference"),
+        "{err}"
+    );
+    assert!(err.contains("JAAS"), "{err}");
 }

@@ -94,13 +94,18 @@ fn check(job: &str, path: &Path) -> Result<(), String> {
     let mut rest = job;
     while let Some(i) = rest.find("${") {
         let after = &rest[i + 2..];
-        let Some(end) = after.find('}') else { break };
-        let name = &after[..end];
-        if std::env::var_os(name).is_none() {
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let variable = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && after[name.len()..].starts_with('}');
+        if variable && std::env::var_os(&name).is_none() {
             // Only the check's own process sees it; nothing is started.
-            std::env::set_var(name, "placeholder-of-migrate-check");
+            std::env::set_var(&name, "placeholder-of-migrate-check");
         }
-        rest = &after[end..];
+        rest = after;
     }
     let tmp;
     let path = if path.as_os_str().is_empty() {

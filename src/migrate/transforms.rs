@@ -35,6 +35,51 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
                 .collect()
         })
         .unwrap_or_default();
+    // Routers change the topic that later steps (and the index name) see; lockgate
+    // names indices from the original topic, so a router translates only as the last
+    // step that reads the topic, and not into a data stream.
+    let class_of = |s: &Settings<'_>, n: &str| {
+        s.peek(&format!("transforms.{n}.type"))
+            .map(short)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let classes: Vec<String> = names.iter().map(|n| class_of(s, n)).collect();
+    let routers: Vec<usize> = (0..names.len())
+        .filter(|&i| matches!(classes[i].as_str(), "RegexRouter" | "TimestampRouter"))
+        .collect();
+    let reads_topic_after = |at: usize| {
+        names[at + 1..]
+            .iter()
+            .zip(&classes[at + 1..])
+            .any(|(n, c)| match c.as_str() {
+                "InsertField$Value" => s.peek(&format!("transforms.{n}.topic.field")).is_some(),
+                "Filter" => s
+                    .peek(&format!("transforms.{n}.predicate"))
+                    .and_then(|p| s.peek(&format!("predicates.{p}.type")))
+                    .is_some_and(|t| short(t) == "TopicNameMatches"),
+                _ => false,
+            })
+    };
+    let data_stream = s
+        .peek("data.stream.type")
+        .is_some_and(|t| !t.trim().eq_ignore_ascii_case("none"));
+    let router_problem = if routers.is_empty() {
+        None
+    } else if data_stream {
+        Some("a router renames the topic a data stream's namespace is made of: lockgate names the stream from the original topic")
+    } else if routers.len() > 2
+        || (routers.len() == 2
+            && !(classes[routers[0]] == "RegexRouter" && classes[routers[1]] == "TimestampRouter"))
+    {
+        Some("routers in this order: lockgate translates a RegexRouter, a TimestampRouter, or a RegexRouter then a TimestampRouter")
+    } else if routers.iter().any(|&r| reads_topic_after(r)) {
+        Some(
+            "a later transform reads the renamed topic: lockgate's transforms see the original one",
+        )
+    } else {
+        None
+    };
     let mut i = 0;
     while i < names.len() {
         let name = names[i];
@@ -55,6 +100,45 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
             .filter(|(k, _)| k != "type")
             .collect();
         let opt = |k: &str| opts.get(k).map(String::as_str);
+        if let (Some(why), "RegexRouter" | "TimestampRouter") = (router_problem, short(class)) {
+            for k in opts.keys() {
+                s.used.insert(format!("{prefix}{k}"));
+            }
+            s.left_out.push((
+                type_key.clone(),
+                format!("transform {name} ({class}): {why}"),
+            ));
+            i += 1;
+            continue;
+        }
+        let known: Option<&[&str]> = match short(class) {
+            "InsertField$Value" => Some(&[
+                "static.field",
+                "static.value",
+                "topic.field",
+                "partition.field",
+                "offset.field",
+                "timestamp.field",
+            ]),
+            "ReplaceField$Value" => {
+                Some(&["include", "whitelist", "exclude", "blacklist", "renames"])
+            }
+            "ExtractField$Value" | "ExtractField$Key" => Some(&["field"]),
+            "ValueToKey" => Some(&["fields"]),
+            "Cast$Value" => Some(&["spec"]),
+            "TimestampConverter$Value" => {
+                Some(&["field", "target.type", "format", "unix.precision"])
+            }
+            "Flatten$Value" => Some(&["delimiter"]),
+            "MaskField$Value" => Some(&["fields", "replacement"]),
+            "Filter" => Some(&[]),
+            "RegexRouter" => Some(&["regex", "replacement"]),
+            "TimestampRouter" => Some(&["topic.format", "timestamp.format"]),
+            _ => None,
+        };
+        if let Some(known) = known {
+            unknown_options(s, &prefix, &opts, known);
+        }
         let from = |k: &str| format!("{prefix}{k}");
         let leave = |why: String, s: &mut Settings<'_>| {
             s.left_out.push((
@@ -221,43 +305,102 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
                 Err(why) => leave(why, s),
             },
             "ExtractNewRecordState" => {
+                // Debezium 2.x: delete.handling.mode (drop, default | rewrite | none) and
+                // drop.tombstones (default true); 3.x: delete.tombstone.handling.mode
+                // (tombstone, default | drop | rewrite | rewrite-with-tombstone |
+                // delete-to-tombstone). A delete that becomes a tombstone is then what
+                // the sink's behavior.on.null.values says.
+                let null_values = s
+                    .peek("behavior.on.null.values")
+                    .map(|v| v.trim().to_ascii_lowercase())
+                    .unwrap_or_else(|| "fail".into());
+                let new_mode = opt("delete.tombstone.handling.mode").map(str::trim);
+                let (mode_key, mode) = match new_mode {
+                    Some(m) => ("delete.tombstone.handling.mode", Some(m)),
+                    None => (
+                        "delete.handling.mode",
+                        opt("delete.handling.mode").map(str::trim),
+                    ),
+                };
+                // (delete_handling, tombstones kept, the delete becomes a tombstone)
+                let chosen = match (mode_key, mode) {
+                    (_, Some("rewrite")) => Some(("rewrite", false, false)),
+                    (_, Some("rewrite-with-tombstone")) => Some(("rewrite", true, false)),
+                    (_, Some("drop")) => Some(("drop", false, false)),
+                    ("delete.handling.mode", None) => Some(("drop", false, false)),
+                    ("delete.handling.mode", Some("none")) => Some(("delete", false, true)),
+                    (_, Some("tombstone") | Some("delete-to-tombstone")) => {
+                        Some(("delete", true, true))
+                    }
+                    _ => None,
+                };
+                let Some((handling, keep, as_tombstone)) = chosen else {
+                    leave(
+                        format!(
+                            "{mode_key} = {} has no equivalent",
+                            mode.unwrap_or_default()
+                        ),
+                        s,
+                    );
+                    i += 1;
+                    continue;
+                };
+                // A delete become a tombstone deletes the document only where the sink
+                // deletes on a tombstone.
+                let handling = match (as_tombstone, null_values.as_str()) {
+                    (true, "delete") | (false, _) => handling,
+                    (true, "ignore") => "drop",
+                    (true, _) => {
+                        leave("a delete becomes a tombstone, on which Kafka Connect's sink fails (behavior.on.null.values = fail): set behavior.on.null.values".into(), s);
+                        i += 1;
+                        continue;
+                    }
+                };
                 let t = f.array_section("transform");
                 t.set("type", "debezium", &[type_key.as_str()]);
-                let mode = opt("delete.tombstone.handling.mode").or(opt("delete.handling.mode"));
-                let (handling, keep_tombstones) = match mode.map(str::trim) {
-                    Some("rewrite") => ("rewrite", false),
-                    Some("rewrite-with-tombstone") => ("rewrite", true),
-                    Some("none") | Some("tombstone") => ("delete", false),
-                    _ => ("drop", false),
-                };
-                let mode_key = if opts.contains_key("delete.tombstone.handling.mode") {
-                    "delete.tombstone.handling.mode"
+                t.set("delete_handling", handling, &[&from(mode_key)]).because(
+                    "delete: the document is deleted; drop: nothing is written; rewrite: __deleted = \"true\"",
+                );
+                let drop_tombstones = if new_mode.is_some() {
+                    !keep
                 } else {
-                    "delete.handling.mode"
+                    opt("drop.tombstones").is_none_or(|v| v.trim() != "false")
                 };
-                t.set("delete_handling", handling, &[&from(mode_key)])
-                    .because("Debezium's default drops deletes; `delete` deletes the document");
-                let drop_tombstones =
-                    !keep_tombstones && opt("drop.tombstones").is_none_or(|v| v.trim() != "false");
                 t.set(
                     "drop_tombstones",
                     drop_tombstones,
                     &[&from("drop.tombstones")],
                 );
                 if let Some(v) = opt("add.fields") {
-                    t.set("add_fields", list_value(v), &[&from("add.fields")]);
+                    if v.contains(':') {
+                        s.left_out.push((from("add.fields"), "renamed fields (name:alias) have no equivalent: the fields are added as __name".into()));
+                    }
+                    let names = v
+                        .split(',')
+                        .map(|f| f.split(':').next().unwrap_or_default().trim().to_string())
+                        .filter(|f| !f.is_empty())
+                        .map(toml::Value::String)
+                        .collect();
+                    t.set(
+                        "add_fields",
+                        toml::Value::Array(names),
+                        &[&from("add.fields")],
+                    );
                 }
-                for k in opts.keys() {
-                    let known = [
+                if new_mode.is_none() && opt("delete.handling.mode").is_none() {
+                    notes.push(format!("transform {name}: no delete mode is set: Debezium 2.x drops deletes (translated so), Debezium 3.x turns them into tombstones: set delete.tombstone.handling.mode to say which"));
+                }
+                unknown_options(
+                    s,
+                    &prefix,
+                    &opts,
+                    &[
                         "delete.handling.mode",
                         "delete.tombstone.handling.mode",
                         "drop.tombstones",
                         "add.fields",
-                    ];
-                    if !known.contains(&k.as_str()) {
-                        s.left_out.push((from(k), "an ExtractNewRecordState option lockgate's debezium transform does not take".to_string()));
-                    }
-                }
+                    ],
+                );
             }
             "ExtractField$Key" => {
                 // The key becomes one field of the key (Debezium's `{"id": 7}` -> 7): the
@@ -336,8 +479,24 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
     for k in unused {
         s.leave(&k, "a predicate no Filter names");
     }
-    let _ = notes;
     routing
+}
+
+/// Reports the options of a transform that lockgate's does not take.
+fn unknown_options(
+    s: &mut Settings<'_>,
+    prefix: &str,
+    opts: &BTreeMap<String, String>,
+    known: &[&str],
+) {
+    for k in opts.keys() {
+        if !known.contains(&k.as_str()) && k != "predicate" && k != "negate" {
+            s.left_out.push((
+                format!("{prefix}{k}"),
+                "an option of this transform lockgate's does not take".into(),
+            ));
+        }
+    }
 }
 
 /// A field name of Connect's `InsertField` without its `!` / `?` (required / optional).
@@ -441,10 +600,15 @@ fn timestamp_converter(
         .get("target.type")
         .map(|t| t.trim().to_ascii_lowercase())
         .unwrap_or_default();
-    let seconds = opts
-        .get("unix.precision")
-        .is_some_and(|p| p.trim() == "seconds");
-    let unix = if seconds { "unix_s" } else { "unix_ms" };
+    let unix = match opts.get("unix.precision").map(|p| p.trim()) {
+        None | Some("milliseconds") => "unix_ms",
+        Some("seconds") => "unix_s",
+        Some(other) => {
+            return Err(format!(
+                "unix.precision = {other}: lockgate reads epoch seconds or milliseconds"
+            ))
+        }
+    };
     let format = match opts.get("format") {
         Some(f) => Some(strftime(f).ok_or_else(|| {
             format!("format `{f}` has letters lockgate's strftime conversion does not know")
@@ -453,11 +617,14 @@ fn timestamp_converter(
     };
     let mut out = vec![("field", field.clone(), "field")];
     match target.as_str() {
-        "string" => out.push((
-            "to",
-            format.unwrap_or_else(|| "iso8601".into()),
-            "target.type",
-        )),
+        "string" => {
+            out.push(("from", unix.to_string(), "unix.precision"));
+            out.push((
+                "to",
+                format.unwrap_or_else(|| "iso8601".into()),
+                "target.type",
+            ));
+        }
         "unix" | "timestamp" => {
             if let Some(f) = format {
                 out.push(("from", f, "format"));

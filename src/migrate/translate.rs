@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Translation {
     pub job: JobFile,
-    /// Settings with no equivalent: `(setting, why)`, in the configuration's order.
+    /// Settings with no equivalent: `(setting, why)`, by setting name.
     pub left_out: Vec<(String, String)>,
     /// Semantics that differ, and what to set before starting (environment variables).
     pub notes: Vec<String>,
@@ -44,11 +44,16 @@ const SINK_CLASSES: [&str; 2] = [
 
 /// Translates `cfg`. The error is a configuration that is not an Elasticsearch sink's.
 pub fn translate(cfg: &ConnectorConfig, opts: &Options) -> Result<Translation, String> {
+    let (resolved, unresolved) = providers(&cfg.config);
     let mut s = Settings {
-        all: &cfg.config,
+        all: &resolved,
         used: BTreeSet::new(),
         left_out: Vec::new(),
     };
+    for (k, why) in unresolved {
+        s.used.insert(k.clone());
+        s.left_out.push((k, why));
+    }
     let mut notes = Vec::new();
     match s.get("connector.class") {
         Some(c) if SINK_CLASSES.contains(&c) => {}
@@ -110,6 +115,9 @@ pub fn translate(cfg: &ConnectorConfig, opts: &Options) -> Result<Translation, S
         .cloned()
         .collect();
     for k in unused {
+        if at_default(&k, &resolved[&k]) {
+            continue;
+        }
         let why = match row_of(&k) {
             Some(r) if r.needs_nothing() => continue,
             Some(r) if !r.translates() => r.note.to_string(),
@@ -148,6 +156,113 @@ pub fn translate(cfg: &ConnectorConfig, opts: &Options) -> Result<Translation, S
         left_out,
         notes,
     })
+}
+
+/// The settings with Kafka Connect's config-provider references resolved where lockgate
+/// can: `${env:NAME}` becomes lockgate's `${NAME}`; any other provider (`${file:...}`,
+/// `${vault:...}`) is left out, named, and its setting is not used (so that nothing of
+/// it is copied). Secrets that lockgate writes as `${VAR}` anyway keep working.
+fn providers(
+    config: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Vec<(String, String)>) {
+    let secret = |k: &str| {
+        k == "connection.password"
+            || k.ends_with("basic.auth.user.info")
+            || k.ends_with("sasl.jaas.config")
+    };
+    let mut resolved = BTreeMap::new();
+    let mut left = Vec::new();
+    for (k, v) in config {
+        let mut out = String::new();
+        let mut rest = v.as_str();
+        let mut foreign = None;
+        while let Some(i) = rest.find("${") {
+            let Some(end) = rest[i..].find('}') else {
+                break;
+            };
+            let inner = &rest[i + 2..i + end];
+            out.push_str(&rest[..i]);
+            match inner.split_once(':') {
+                Some(("env", name)) if !name.contains(':') => {
+                    out.push_str(&format!("${{{name}}}"));
+                }
+                Some((provider, _)) => {
+                    foreign = Some(provider.to_string());
+                    out.push_str(&rest[i..i + end + 1]);
+                }
+                None => out.push_str(&rest[i..i + end + 1]),
+            }
+            rest = &rest[i + end + 1..];
+        }
+        out.push_str(rest);
+        match foreign {
+            Some(p) if !secret(k) => left.push((
+                k.clone(),
+                format!("a `{p}` config provider reference: lockgate reads environment variables (${{NAME}}) only: give the value, or ${{env:NAME}}"),
+            )),
+            _ => {
+                resolved.insert(k.clone(), out);
+            }
+        }
+    }
+    (resolved, left)
+}
+
+/// `url` without user info (which becomes credentials) and with a scheme (Connect
+/// takes `host:port` as http): the URL, and the user if it had one.
+fn node_url(url: &str) -> (String, Option<String>) {
+    let with_scheme = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    };
+    match reqwest::Url::parse(&with_scheme) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let user = percent_decode(u.username());
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            (u.as_str().trim_end_matches('/').to_string(), Some(user))
+        }
+        _ => (with_scheme, None),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or("zz"), 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `key` is set to Kafka Connect's default, which lockgate also does.
+fn at_default(key: &str, value: &str) -> bool {
+    let v = value.trim().to_ascii_lowercase();
+    match key {
+        "use.autogenerated.ids" | "errors.log.include.messages" | "flush.synchronously" => {
+            v == "false"
+        }
+        "proxy.host"
+        | "proxy.username"
+        | "proxy.password"
+        | "topic.key.ignore"
+        | "topic.schema.ignore"
+        | "external.version.header" => v.is_empty(),
+        "proxy.port" => v == "8080" || v.is_empty(),
+        "errors.retry.timeout" | "errors.retry.delay.max.ms" => v == "0" || v == "60000",
+        "compact.map.entries" => v == "true",
+        _ => false,
+    }
 }
 
 fn int(v: Option<&str>) -> Option<i64> {
@@ -228,7 +343,7 @@ fn source(
         s.get("key.converter");
         s.get("key.converter.schemas.enable");
     }
-    registry(s, f, notes);
+    registry(s, f, notes, keys_used);
 
     // Errors: what does not decode.
     let tolerate_all = s
@@ -238,8 +353,17 @@ fn source(
         .get("errors.deadletterqueue.topic.name")
         .map(str::trim)
         .filter(|t| !t.is_empty());
-    let drop_invalid = s.flag("drop.invalid.message", false);
-    let on_decode = match (tolerate_all || drop_invalid, dlq) {
+    // drop.invalid.message drops what cannot become a document (a null key, a
+    // tombstone under fail), not what does not decode: lockgate fails or dead-letters
+    // those by on_item_error and on_null_value.
+    if s.flag("drop.invalid.message", false) {
+        s.used.remove("drop.invalid.message");
+        s.leave(
+            "drop.invalid.message",
+            "true: Connect drops records it cannot make a document of (a null key, a tombstone under behavior.on.null.values = fail); lockgate never drops one silently: they follow on_item_error and on_null_value",
+        );
+    }
+    let on_decode = match (tolerate_all, dlq) {
         (true, Some(t)) => Some(format!("dead-letter:{t}")),
         (true, None) => Some("skip".to_string()),
         (false, _) => None,
@@ -248,9 +372,6 @@ fn source(
         let mut from = vec!["errors.tolerance"];
         if dlq.is_some() {
             from.push("errors.deadletterqueue.topic.name");
-        }
-        if drop_invalid {
-            from.push("drop.invalid.message");
         }
         f.section("source.kafka")
             .set("on_decode_error", p.as_str(), &from);
@@ -303,9 +424,12 @@ fn consumer_property(java: &str, v: &str) -> Property {
         }
         "sasl.mechanism" => same("sasl.mechanisms"),
         "fetch.max.wait.ms" => same("fetch.wait.max.ms"),
-        "ssl.endpoint.identification.algorithm" => {
-            same("ssl.endpoint.identification.algorithm")
-        }
+        // Java's empty value turns the host name check off.
+        "ssl.endpoint.identification.algorithm" if v.trim().is_empty() => Property::Set(vec![(
+            "ssl.endpoint.identification.algorithm".into(),
+            "none".into(),
+        )]),
+        "ssl.endpoint.identification.algorithm" => same("ssl.endpoint.identification.algorithm"),
         "sasl.jaas.config" => match jaas_user(v) {
             Some(user) => Property::Set(vec![
                 ("sasl.username".into(), user),
@@ -359,7 +483,14 @@ fn converter(s: &mut Settings<'_>, which: &str, notes: &mut Vec<String>) -> (Opt
         "ProtobufConverter" => (Some("protobuf".into()), false),
         "JsonSchemaConverter" => (Some("json-schema".into()), false),
         "StringConverter" if which == "key.converter" => (None, false),
-        "StringConverter" => (Some("text".into()), false),
+        "StringConverter" => {
+            s.used.remove(which);
+            s.leave(
+                which,
+                "StringConverter values are text; the Elasticsearch sink takes JSON objects",
+            );
+            (None, false)
+        }
         "ByteArrayConverter" if which == "key.converter" => (None, false),
         _ => {
             s.used.remove(which);
@@ -373,60 +504,87 @@ fn converter(s: &mut Settings<'_>, which: &str, notes: &mut Vec<String>) -> (Opt
 }
 
 /// `[source.kafka.schema_registry]` from the converters' registry settings.
-fn registry(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>) {
+fn registry(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>, keys_used: bool) {
+    let mut chosen: Option<String> = None;
     for which in ["value.converter", "key.converter"] {
         let url_key = format!("{which}.schema.registry.url");
+        if which == "key.converter" && !keys_used {
+            // Keys are not decoded: their registry is not needed.
+            s.get(&url_key);
+            s.get(&format!("{which}.basic.auth.credentials.source"));
+            s.get(&format!("{which}.basic.auth.user.info"));
+            continue;
+        }
         let Some(url) = s.get(&url_key) else {
             continue;
         };
-        let urls: Vec<&str> = url
+        let mut url_user = None;
+        let urls: Vec<String> = url
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
+            .map(|u| {
+                let (u, user) = node_url(u);
+                url_user = url_user.take().or(user);
+                u
+            })
             .collect();
-        let reg = f.section("source.kafka.schema_registry");
-        if reg
-            .entries
-            .iter()
-            .any(|e| e.key == "url" || e.key == "urls")
-        {
-            continue;
-        }
-        match urls.as_slice() {
-            [one] => {
-                reg.set("url", *one, &[url_key.as_str()]);
+        let joined = urls.join(",");
+        match &chosen {
+            Some(c) if *c != joined => {
+                s.left_out.push((
+                    url_key.clone(),
+                    "a second Schema Registry: lockgate reads keys and values through one".into(),
+                ));
+                continue;
             }
-            many => {
-                let list = many
-                    .iter()
-                    .map(|u| toml::Value::String(u.to_string()))
-                    .collect();
-                reg.set("urls", toml::Value::Array(list), &[url_key.as_str()]);
+            Some(_) => {}
+            None => {
+                chosen = Some(joined);
+                let reg = f.section("source.kafka.schema_registry");
+                match urls.as_slice() {
+                    [one] => {
+                        reg.set("url", one.as_str(), &[url_key.as_str()]);
+                    }
+                    many => {
+                        let list = many
+                            .iter()
+                            .map(|u| toml::Value::String(u.clone()))
+                            .collect();
+                        reg.set("urls", toml::Value::Array(list), &[url_key.as_str()]);
+                    }
+                }
             }
         }
         let source_key = format!("{which}.basic.auth.credentials.source");
         let info_key = format!("{which}.basic.auth.user.info");
-        let source = s.get(&source_key).map(str::trim);
-        match (source, s.get(&info_key)) {
-            (Some("USER_INFO") | None, Some(info)) => {
-                let user = info.split(':').next().unwrap_or_default();
-                let reg = f.section("source.kafka.schema_registry");
-                reg.set("username", user, &[info_key.as_str()]);
-                reg.set("password", "${REGISTRY_PASSWORD}", &[info_key.as_str()])
-                    .because("never copied into the file: set REGISTRY_PASSWORD");
-                notes.push(
-                    "set REGISTRY_PASSWORD: the Schema Registry password of basic.auth.user.info"
-                        .into(),
-                );
-            }
+        let source = s.get(&source_key).map(|v| v.trim().to_string());
+        let info = s.get(&info_key);
+        let user = match (source.as_deref(), info) {
+            (Some("USER_INFO") | None, Some(info)) => Some((
+                info.split(':').next().unwrap_or_default().to_string(),
+                info_key.clone(),
+            )),
+            (Some("URL"), _) => url_user.clone().map(|u| (u, url_key.clone())),
             (Some(other), _) => {
                 s.used.remove(&source_key);
                 s.leave(
                     &source_key,
-                    format!("{other}: lockgate's registry takes basic credentials (USER_INFO) or a bearer token"),
+                    format!("{other}: lockgate's registry takes basic credentials (USER_INFO or URL) or a bearer token"),
                 );
+                None
             }
-            (None, None) => {}
+            (None, None) => url_user.clone().map(|u| (u, url_key.clone())),
+        };
+        if let Some((user, from)) = user {
+            let reg = f.section("source.kafka.schema_registry");
+            if reg.entries.iter().any(|e| e.key == "username") {
+                continue;
+            }
+            reg.set("username", user.as_str(), &[from.as_str()]);
+            reg.set("password", "${REGISTRY_PASSWORD}", &[from.as_str()])
+                .because("never copied into the file: set REGISTRY_PASSWORD");
+            notes.push("set REGISTRY_PASSWORD: the Schema Registry's password".into());
         }
     }
     // What else the converters were told.
@@ -466,11 +624,16 @@ pub struct IndexRouting {
 /// `[sink.elasticsearch]`.
 fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mut Vec<String>) {
     let es = f.section("sink.elasticsearch");
+    let mut url_user = None;
     match s.get("connection.url").map(|u| {
         u.split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
-            .map(String::from)
+            .map(|u| {
+                let (url, user) = node_url(u);
+                url_user = url_user.take().or(user);
+                url
+            })
             .collect::<Vec<_>>()
     }) {
         Some(urls) if urls.len() == 1 => {
@@ -485,25 +648,60 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
                 .because("connection.url is missing: set the cluster's URL");
         }
     }
-    if let Some(u) = s.get("connection.username") {
-        es.set("username", u, &["connection.username"]);
+    let username = s
+        .get("connection.username")
+        .map(String::from)
+        .or(url_user.clone());
+    let password = s.get("connection.password").is_some() || url_user.is_some();
+    match (&username, password) {
+        (Some(u), true) => {
+            es.set("username", u.as_str(), &["connection.username"]);
+        }
+        (Some(_), false) => {
+            s.left_out.push((
+                "connection.username".into(),
+                "a username without connection.password: Kafka Connect refuses it too".into(),
+            ));
+        }
+        (None, true) => {
+            s.left_out.push((
+                "connection.password".into(),
+                "a password without connection.username: Kafka Connect refuses it too".into(),
+            ));
+        }
+        (None, false) => {}
     }
-    if s.get("connection.password").is_some() {
+    if password && username.is_some() {
         es.set("password", "${ES_PASSWORD}", &["connection.password"])
             .because("never copied into the file: set ES_PASSWORD");
         notes.push("set ES_PASSWORD: the Elasticsearch password of connection.password".into());
     }
 
+    if s.flag("connection.compression", false) {
+        f.section("sink.elasticsearch")
+            .set("compression", "gzip", &["connection.compression"]);
+    }
+
     // Where: a data stream, or an index named after the topic.
-    let ds_type = s
+    let mut ds_type = s
         .get("data.stream.type")
         .map(|t| t.trim().to_ascii_lowercase())
         .filter(|t| t != "none" && !t.is_empty());
+    if ds_type.is_some()
+        && s.peek("data.stream.dataset")
+            .is_none_or(|d| d.trim().is_empty())
+    {
+        s.left_out.push((
+            "data.stream.type".into(),
+            "a data stream without data.stream.dataset (Kafka Connect refuses it too): written to an index instead".into(),
+        ));
+        ds_type = None;
+    }
     let data_stream = ds_type.is_some();
     if let Some(kind) = ds_type {
         let dataset = s
             .get("data.stream.dataset")
-            .unwrap_or("generic")
+            .unwrap_or_default()
             .trim()
             .to_string();
         let namespace = s
@@ -528,9 +726,11 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
         if let Some(fields) = s.get("data.stream.timestamp.field") {
             let mut all = fields.split(',').map(str::trim).filter(|f| !f.is_empty());
             if let Some(first) = all.next() {
+                // Connect reads a top-level field of that very name (`a.b` after a
+                // Flatten): one JSON pointer step, escaped.
                 es.set(
                     "timestamp_field",
-                    format!("/{}", first.replace('.', "/")),
+                    format!("/{}", first.replace('~', "~0").replace('/', "~1")),
                     &["data.stream.timestamp.field"],
                 );
             }
@@ -548,9 +748,29 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
         es.set("id", "coordinates", &[]).because(
             "a data stream takes create actions, one document per record (Connect's topic+partition+offset)",
         );
-        for k in ["key.ignore", "write.method", "behavior.on.null.values"] {
-            if s.peek(k).is_some() {
-                s.get(k);
+        // Connect writes a data stream's documents with the key as id when keys are
+        // not ignored: the first write of a key stays, later ones are skipped.
+        if !s.flag("key.ignore", false) {
+            s.left_out.push((
+                "key.ignore".into(),
+                "false (Kafka Connect's default) into a data stream: Connect keeps the first record of each key; lockgate writes one document per record (id = coordinates)".into(),
+            ));
+        }
+        s.get("write.method");
+        match s
+            .get("behavior.on.null.values")
+            .map(|b| b.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("ignore") => {
+                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
+            }
+            Some("delete") => s.left_out.push((
+                "behavior.on.null.values".into(),
+                "delete: a data stream takes no deletes".into(),
+            )),
+            _ => {
+                es.set("on_null_value", "fail", &["behavior.on.null.values"]);
             }
         }
     } else {
@@ -607,7 +827,10 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             es.set("operation", "upsert", &["write.method"]);
         } else {
             es.set("operation", "index", &["write.method"]);
-            if !key_ignore {
+            if !key_ignore
+                && s.peek("external.version.header")
+                    .is_none_or(|h| h.trim().is_empty())
+            {
                 es.set("versioning", "external", &["key.ignore", "write.method"])
                     .because("Connect versions keyed documents by the record's offset, so a replay never regresses one");
             }
@@ -620,6 +843,13 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             Some("ignore") => {
                 es.set("on_null_value", "skip", &["behavior.on.null.values"]);
             }
+            Some("delete") if key_ignore => {
+                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
+                s.left_out.push((
+                    "behavior.on.null.values".into(),
+                    "delete with key.ignore = true: no key names the document to delete; tombstones are skipped".into(),
+                ));
+            }
             Some("delete") => {
                 es.set("on_null_value", "delete", &["behavior.on.null.values"]);
             }
@@ -628,6 +858,41 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
                     .because("Connect's default: a tombstone fails the task");
             }
         }
+        match s
+            .get("external.resource.usage")
+            .map(|u| u.trim().to_ascii_uppercase())
+            .as_deref()
+        {
+            None | Some("INDEX") | Some("") => {}
+            Some("ALIAS_INDEX") => {
+                f.section("sink.elasticsearch")
+                    .set("require_alias", true, &["external.resource.usage"]);
+            }
+            Some(other) => s.left_out.push((
+                "external.resource.usage".into(),
+                format!("{other}: mapped data streams have no equivalent (give data_stream, one per job)"),
+            )),
+        }
+    }
+    // Connect's default (schema.ignore = false) maps the index from the record's
+    // schema, when the converter gives one.
+    let schemas = {
+        let value = s
+            .peek("value.converter")
+            .map(|c| c.rsplit('.').next().unwrap_or(c));
+        match value {
+            Some("JsonConverter") | None => s
+                .peek("value.converter.schemas.enable")
+                .is_none_or(|v| v.trim().eq_ignore_ascii_case("true")),
+            Some("AvroConverter" | "ProtobufConverter" | "JsonSchemaConverter") => true,
+            _ => false,
+        }
+    };
+    if s.peek("schema.ignore").is_none() && schemas && !data_stream {
+        s.left_out.push((
+            "schema.ignore".into(),
+            "Kafka Connect's default (false) makes the index mapping from the record's schema; lockgate does not: give it with index_template_file (or set schema.ignore = true)".into(),
+        ));
     }
     if s.get("schema.ignore")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
@@ -643,9 +908,6 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
         .peek("errors.deadletterqueue.topic.name")
         .map(str::trim)
         .filter(|t| !t.is_empty());
-    let tolerate_all = s
-        .peek("errors.tolerance")
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("all"));
     let malformed = s
         .get("behavior.on.malformed.documents")
         .map(|b| b.trim().to_ascii_lowercase());
@@ -668,13 +930,8 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
                 format!("{m}: Connect drops a document Elasticsearch refuses; lockgate never drops one silently: set errors.deadletterqueue.topic.name (on_item_error = \"dead-letter:<topic>\") or keep fail"),
             ));
         }
-        (_, Some(t)) if tolerate_all => {
-            es.set(
-                "on_item_error",
-                format!("dead-letter:{t}"),
-                &["errors.tolerance", "errors.deadletterqueue.topic.name"],
-            );
-        }
+        // Connect fails the task on a malformed document under `fail`, whatever
+        // errors.tolerance says (it also reports it to the DLQ).
         _ => {
             es.set(
                 "on_item_error",
@@ -696,6 +953,10 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
     ];
     for (connect, key) in pairs {
         if let Some(n) = int(s.get(connect)) {
+            if n < 0 && key == "bulk_max_bytes" {
+                // Connect's -1: no byte limit; lockgate keeps its default.
+                continue;
+            }
             let n = if key == "bulk_flush_interval_ms" {
                 n.max(1)
             } else {
@@ -796,7 +1057,9 @@ mod tests {
     #[test]
     fn a_setting_no_row_knows_is_reported_and_secrets_are_never_copied() {
         let mut config = base();
+        config.insert("connection.username".into(), "writer".into());
         config.insert("connection.password".into(), "s3cret".into());
+        config.insert("schema.ignore".into(), "true".into());
         config.insert("made.up".into(), "1".into());
         let t = translate(&ConnectorConfig { name: None, config }, &Options::default()).unwrap();
         assert_eq!(
