@@ -59,23 +59,38 @@ connection.url=http://localhost:9200
 type.name=kafka-connect
 ";
 
-/// The documentation's REST example with JSON values without schemas.
-const DOCS_JSON: &str = r#"{
-  "name": "elasticsearch-sink",
+/// The REST form that Kafka Connect tutorials post (verbatim), JSON values without
+/// the worker's converter settings.
+const TUTORIAL_REST: &str = r#"{"name":"elasticsearch-sink","config":{"connector.class":"io.confluent.connect.elasticsearch.ElasticsearchSinkConnector","tasks.max":"1","topics":"simple.elasticsearch.data","key.ignore":"true","schema.ignore":"true","connection.url":"http://elasticsearch:9200","type.name":"_doc","name":"elasticsearch-sink"}}"#;
+
+/// A public MySQL CDC tutorial's sink (verbatim): Avro through the Schema Registry,
+/// Debezium's unwrap with deletes rewritten.
+const CDC_AVRO: &str = r#"{
+  "name": "elasticsearch-users-cdc-sink",
   "config": {
     "connector.class": "io.confluent.connect.elasticsearch.ElasticsearchSinkConnector",
     "tasks.max": "1",
-    "topics": "orders",
-    "key.ignore": "true",
-    "schema.ignore": "true",
+    "topics": "dbserver1.demo.users_os",
     "connection.url": "http://elasticsearch:9200",
     "type.name": "_doc",
-    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
-    "value.converter.schemas.enable": "false"
+    "schema.ignore": "true",
+    "key.ignore": "true",
+    "behavior.on.null.values": "ignore",
+    "write.method": "insert",
+    "max.in.flight.requests": "1",
+    "key.converter": "io.confluent.connect.avro.AvroConverter",
+    "key.converter.schema.registry.url": "http://schema-registry:8081",
+    "value.converter": "io.confluent.connect.avro.AvroConverter",
+    "value.converter.schema.registry.url": "http://schema-registry:8081",
+    "transforms": "unwrap",
+    "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+    "transforms.unwrap.drop.tombstones": "true",
+    "transforms.unwrap.delete.handling.mode": "rewrite"
   }
 }"#;
 
-/// The documentation's Avro example, secured, with a dead-letter queue.
+/// A production-shaped configuration (secured, Avro, a dead-letter queue, consumer
+/// overrides, routers): written for this test, every setting one of the connector's.
 const DOCS_AVRO: &str = r#"{
   "name": "orders-es",
   "config": {
@@ -202,13 +217,38 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
         "{job}"
     );
 
-    let (code, job, err) = migrate(dir, "docs.json", DOCS_JSON, &[]);
+    let (code, job, err) = migrate(dir, "tutorial.json", TUTORIAL_REST, &[]);
     assert_eq!(code, Some(0), "{err}\n{job}");
     let t = toml_of(&job);
     assert_eq!(t["source"]["kafka"]["format"].as_str(), Some("json"));
+    assert_eq!(
+        t["sink"]["elasticsearch"]["id"].as_str(),
+        Some("coordinates")
+    );
+
+    let (code, job, err) = migrate(dir, "cdc.json", CDC_AVRO, &[]);
+    assert_eq!(code, Some(0), "{err}\n{job}");
+    let t = toml_of(&job);
+    assert_eq!(t["source"]["kafka"]["format"].as_str(), Some("avro"));
     assert!(
-        t["source"]["kafka"].get("connect_envelope").is_none(),
-        "schemas.enable = false"
+        t["source"]["kafka"].get("key_format").is_none(),
+        "keys are ignored"
+    );
+    assert_eq!(
+        t["source"]["kafka"]["schema_registry"]["url"].as_str(),
+        Some("http://schema-registry:8081")
+    );
+    assert_eq!(
+        t["transform"][0]["delete_handling"].as_str(),
+        Some("rewrite")
+    );
+    assert_eq!(
+        t["sink"]["elasticsearch"]["on_null_value"].as_str(),
+        Some("skip")
+    );
+    assert_eq!(
+        t["sink"]["elasticsearch"]["max_in_flight"].as_integer(),
+        Some(1)
     );
 
     let (code, job, err) = migrate(
