@@ -9,11 +9,10 @@ mod common;
 
 use common::es::Es;
 use common::kafka::{first_dead_letter, KafkaProcess};
-use common::{bin, tail, wait_timeout};
+use common::{run_config, tail};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// 2026-03-07T10:00:00Z in ms.
@@ -54,22 +53,9 @@ fn write_job(dir: &Path, bootstrap: &str, es: &str, sink: &str) -> PathBuf {
     path
 }
 
-fn run(job: &Path) -> (Option<i32>, String) {
-    let log = job.with_file_name("job.log");
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(job)
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let status = wait_timeout(&mut child, common::wait::DEADLINE);
-    (status.code(), std::fs::read_to_string(&log).unwrap())
-}
-
 /// Runs the job to its end, asserting it succeeded.
 fn run_ok(job: &Path) -> String {
-    let (code, log) = run(job);
+    let (code, log) = run_config(job);
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
     log
 }
@@ -267,7 +253,7 @@ fn require_alias_refuses_a_missing_alias_and_writes_through_one() {
         &es.url(),
         "index = \"orders-write\"\nid = \"key\"\nrequire_alias = true",
     );
-    let (code, log) = run(&job);
+    let (code, log) = run_config(&job);
     assert_eq!(code, Some(1), "{}", tail(&log, 30));
     assert!(
         log.contains("[orders-write] is not an alias"),
@@ -396,7 +382,7 @@ fn combinations_elasticsearch_refuses_are_refused_at_load_naming_the_key() {
     ];
     for (sink, key) in cases {
         let job = write_job(tmp.path(), "127.0.0.1:9", "http://127.0.0.1:9", sink);
-        let (code, log) = run(&job);
+        let (code, log) = run_config(&job);
         assert_eq!(code, Some(2), "{sink}: {}", tail(&log, 10));
         assert!(
             log.contains(key),

@@ -306,42 +306,39 @@ fn source(
         "lockgate keeps its offsets in its checkpoints, not in the consumer group: the first run starts at group connect-{name}'s committed offsets (stop the connector first), later runs from their checkpoints; the group's offsets are still committed for monitoring"
     ));
 
-    // Converters.
-    let (value_format, envelope) = converter(s, "value.converter", notes);
-    let src = f.section("source.kafka");
-    if let Some(fmt) = &value_format {
-        src.set("format", fmt.as_str(), &["value.converter"]);
-    }
-    if envelope {
-        src.set(
-            "connect_envelope",
-            true,
-            &["value.converter.schemas.enable"],
-        );
-    }
-    // Keys are decoded only when they name documents (key.ignore = false, Connect's
-    // default): a job that ignores them must not fail on one it cannot decode.
+    // Converters. Keys are decoded only when they name documents (key.ignore = false,
+    // Connect's default): a job that ignores them must not fail on one it cannot decode.
     let keys_used = !s
         .peek("key.ignore")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
         && s.peek("data.stream.type")
             .is_none_or(|t| t.trim().eq_ignore_ascii_case("none"));
-    if keys_used {
-        let (key_format, key_envelope) = converter(s, "key.converter", notes);
-        let src = f.section("source.kafka");
-        if let Some(fmt) = &key_format {
-            src.set("key_format", fmt.as_str(), &["key.converter"]);
+    for (which, format_key, envelope_key, used) in [
+        ("value.converter", "format", "connect_envelope", true),
+        (
+            "key.converter",
+            "key_format",
+            "key_connect_envelope",
+            keys_used,
+        ),
+    ] {
+        if !used {
+            s.get(which);
+            s.get(&format!("{which}.schemas.enable"));
+            continue;
         }
-        if key_envelope {
+        let (format, envelope) = converter(s, which, notes);
+        let src = f.section("source.kafka");
+        if let Some(fmt) = &format {
+            src.set(format_key, fmt.as_str(), &[which]);
+        }
+        if envelope {
             src.set(
-                "key_connect_envelope",
+                envelope_key,
                 true,
-                &["key.converter.schemas.enable"],
+                &[format!("{which}.schemas.enable").as_str()],
             );
         }
-    } else {
-        s.get("key.converter");
-        s.get("key.converter.schemas.enable");
     }
     registry(s, f, notes, keys_used);
 
@@ -621,6 +618,38 @@ pub struct IndexRouting {
     pub key_field: Option<(String, Vec<String>)>,
 }
 
+/// `on_null_value` from `behavior.on.null.values` (Connect's default: `fail`); a
+/// `delete` the sink cannot do (`refused`, why) skips tombstones and is reported.
+fn null_values(s: &mut Settings<'_>, f: &mut JobFile, refused: Option<&str>) {
+    let from = ["behavior.on.null.values"];
+    let es = f.section("sink.elasticsearch");
+    match s
+        .get("behavior.on.null.values")
+        .map(|b| b.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("ignore") => {
+            es.set("on_null_value", "skip", &from);
+        }
+        Some("delete") => match refused {
+            Some(why) => {
+                es.set("on_null_value", "skip", &from);
+                s.left_out.push((
+                    from[0].into(),
+                    format!("delete: {why}; tombstones are skipped"),
+                ));
+            }
+            None => {
+                es.set("on_null_value", "delete", &from);
+            }
+        },
+        _ => {
+            es.set("on_null_value", "fail", &from)
+                .because("Connect's default: a tombstone fails the task");
+        }
+    }
+}
+
 /// `[sink.elasticsearch]`.
 fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mut Vec<String>) {
     let es = f.section("sink.elasticsearch");
@@ -757,29 +786,14 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             ));
         }
         s.get("write.method");
-        match s
-            .get("behavior.on.null.values")
-            .map(|b| b.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            Some("ignore") => {
-                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
-            }
-            Some("delete") => s.left_out.push((
-                "behavior.on.null.values".into(),
-                "delete: a data stream takes no deletes".into(),
-            )),
-            _ => {
-                es.set("on_null_value", "fail", &["behavior.on.null.values"]);
-            }
-        }
+        null_values(s, f, Some("a data stream takes no deletes"));
     } else {
         s.get("data.stream.dataset");
         s.get("data.stream.namespace");
         s.get("data.stream.timestamp.field");
-        let (index, from) = match (&routing.template, routing.renamed.is_empty()) {
-            (Some((t, from)), _) => (t.clone(), from.clone()),
-            (None, _) => ("{topic}".to_string(), Vec::new()),
+        let (index, from) = match &routing.template {
+            Some((t, from)) => (t.clone(), from.clone()),
+            None => ("{topic}".to_string(), Vec::new()),
         };
         let from_refs: Vec<&str> = from.iter().map(String::as_str).collect();
         f.section("sink.elasticsearch")
@@ -835,29 +849,11 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
                     .because("Connect versions keyed documents by the record's offset, so a replay never regresses one");
             }
         }
-        match s
-            .get("behavior.on.null.values")
-            .map(|b| b.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            Some("ignore") => {
-                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
-            }
-            Some("delete") if key_ignore => {
-                es.set("on_null_value", "skip", &["behavior.on.null.values"]);
-                s.left_out.push((
-                    "behavior.on.null.values".into(),
-                    "delete with key.ignore = true: no key names the document to delete; tombstones are skipped".into(),
-                ));
-            }
-            Some("delete") => {
-                es.set("on_null_value", "delete", &["behavior.on.null.values"]);
-            }
-            _ => {
-                es.set("on_null_value", "fail", &["behavior.on.null.values"])
-                    .because("Connect's default: a tombstone fails the task");
-            }
-        }
+        null_values(
+            s,
+            f,
+            key_ignore.then_some("with key.ignore = true no key names the document to delete"),
+        );
         match s
             .get("external.resource.usage")
             .map(|u| u.trim().to_ascii_uppercase())
@@ -985,7 +981,6 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
         }
         es.set("request_timeout_ms", t.max(1), &from);
     }
-    let _ = data_stream;
 }
 
 #[cfg(test)]

@@ -194,20 +194,26 @@ impl JobDir {
     }
 }
 
-/// Waits for a child, killing it (and failing) after `timeout`.
-/// Runs `lockgate run --config <config>` to its end: its exit code and its stderr.
+/// Runs `lockgate run --config <config>` to its end (failing the test past
+/// [`wait::DEADLINE`]): its exit code and its stderr, where the job logs. The log is
+/// also kept beside the job file (`<config>.log`).
 pub fn run_config(config: &Path) -> (Option<i32>, String) {
-    let o = Command::new(bin())
+    let log = config.with_extension("log");
+    let mut child = Command::new(bin())
         .args(["run", "--config"])
         .arg(config)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("the log file"))
+        .spawn()
         .expect("run lockgate");
+    let status = wait_timeout(&mut child, wait::DEADLINE);
     (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
+        status.code(),
+        std::fs::read_to_string(&log).unwrap_or_default(),
     )
 }
 
+/// Waits for a child, killing it (and failing) after `timeout`.
 pub fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
     let start = Instant::now();
     loop {
