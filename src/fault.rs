@@ -147,6 +147,14 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "Elasticsearch accepted a bulk request, its response not yet read",
     ),
     (
+        "after-stage",
+        "a two-phase sink staged a checkpoint's output (a prepared transaction, a pending part file), before acknowledging",
+    ),
+    (
+        "before-part-commit",
+        "a two-phase sink is about to commit one part of a completed checkpoint (COMMIT PREPARED, a rename)",
+    ),
+    (
         "after-part-commit",
         "a two-phase sink (the file sink) committed one part of a completed checkpoint, before the next",
     ),

@@ -467,3 +467,129 @@ mod kafka_sink {
 
     lockgate::sink_conformance!(Context(Kafka::start()));
 }
+
+mod postgres {
+    use super::*;
+    use lockgate::testkit::postgres::{PgOptions, PgServer};
+    use std::sync::Arc;
+
+    /// A PostgreSQL server of the test's own (Debian's binaries, a temporary
+    /// directory, a free port); each fixture is a new table in one database, read back
+    /// as one JSON object per row. `insert` tables have no unique key, so that a row
+    /// written twice shows as two.
+    pub struct Context {
+        server: Arc<PgServer>,
+        /// The sink's settings after `url` and `table`.
+        settings: &'static str,
+        /// The table's columns.
+        columns: &'static str,
+    }
+
+    impl Context {
+        fn start(settings: &'static str, columns: &'static str) -> Context {
+            let server = PgServer::start(PgOptions::default()).expect("a PostgreSQL server");
+            server.create_database("conformance").unwrap();
+            Context {
+                server: Arc::new(server),
+                settings,
+                columns,
+            }
+        }
+
+        /// `mode = "insert"`, exactly once by two-phase commit.
+        pub fn two_phase() -> Context {
+            Context::start(
+                "mode = \"insert\"\nexactly_once = \"two-phase\"",
+                "seq bigint NOT NULL, key integer NOT NULL, value bigint",
+            )
+        }
+
+        /// `mode = "upsert"` by `seq`, committed at each barrier.
+        pub fn idempotent() -> Context {
+            Context::start(
+                "mode = \"upsert\"\nkey = [\"seq\"]\nexactly_once = \"idempotent\"",
+                "seq bigint PRIMARY KEY, key integer NOT NULL, value bigint",
+            )
+        }
+    }
+
+    struct Fixture {
+        server: Arc<PgServer>,
+        table: String,
+        settings: &'static str,
+    }
+
+    impl SinkContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            let table = unique("out").replace('-', "_");
+            self.server.query(
+                "conformance",
+                &format!("CREATE TABLE {table} ({})", self.columns),
+            )?;
+            Ok(Box::new(Fixture {
+                server: self.server.clone(),
+                table,
+                settings: self.settings,
+            }))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "postgres".into(),
+                format!(
+                    "url = \"{}\"\ntable = \"{}\"\nsslmode = \"disable\"\n{}",
+                    self.server.url("conformance"),
+                    self.table,
+                    self.settings
+                ),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        /// Every committed row; and nothing may be left prepared by a finished run
+        /// (a run that ends cleanly commits everything it prepared).
+        fn read(&self) -> Result<Vec<Value>, String> {
+            let left = self.server.query(
+                "conformance",
+                "SELECT gid FROM pg_prepared_xacts ORDER BY gid",
+            )?;
+            if !left.is_empty() {
+                return Err(format!(
+                    "a finished run left prepared transactions: {:?}",
+                    left.iter().map(|r| &r[0]).collect::<Vec<_>>()
+                ));
+            }
+            let rows = self.server.query(
+                "conformance",
+                &format!(
+                    "SELECT json_build_object('seq', seq, 'key', key, 'value', value)::text FROM {}",
+                    self.table
+                ),
+            )?;
+            rows.iter()
+                .map(|r| serde_json::from_str(&r[0]).map_err(|e| e.to_string()))
+                .collect()
+        }
+    }
+}
+
+/// The Postgres sink, exactly once by two-phase commit, inserting.
+mod postgres_sink_two_phase {
+    use super::postgres::Context;
+    lockgate::sink_conformance!(Context::two_phase());
+}
+
+/// The Postgres sink, idempotent upserts committed at each barrier.
+mod postgres_sink_idempotent {
+    use super::postgres::Context;
+    lockgate::sink_conformance!(Context::idempotent());
+}

@@ -9,6 +9,7 @@
 pub mod es_faults;
 pub mod es_http;
 pub mod outcome;
+pub mod pg_verify;
 pub mod rollback;
 pub mod target;
 pub mod verify;
@@ -774,7 +775,9 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
             }
             let sink_dir = match &target.output {
                 target::Output::Files(dir) => Some(dir.as_path()),
-                target::Output::Elasticsearch(_) | target::Output::Topic(_) => None,
+                target::Output::Elasticsearch(_)
+                | target::Output::Topic(_)
+                | target::Output::Postgres(_) => None,
             };
             let sink_before = sink_dir
                 .map(rollback::list)

@@ -16,6 +16,8 @@ pub enum Output {
     /// A Kafka topic (`[sink.kafka]`): a repartition stage, verified through the job
     /// that reads the topic (`lockgate chaos --upstream`).
     Topic(String),
+    /// A PostgreSQL table (`[sink.postgres]`).
+    Postgres(Box<crate::connectors::postgres::PgConfig>),
 }
 
 /// An index and how to read it.
@@ -77,6 +79,9 @@ impl Target {
             .source_config::<crate::connectors::kafka::KafkaSourceConfig>()
             .ok_or("the chaos harness verifies [source.kafka] jobs")?
             .clone();
+        let postgres = d
+            .sink_config::<crate::connectors::postgres::PgConfig>()
+            .cloned();
         let output = match (
             d.sink_config::<EsSinkConfig>().cloned(),
             d.sink_config::<FileSinkConfig>().map(|f| f.dir.clone()),
@@ -123,11 +128,22 @@ impl Target {
                 }))
             }
             (None, Some(dir), None) => Output::Files(dir),
-            (None, None, None) => return Err(
-                "the chaos harness verifies [sink.elasticsearch], [sink.file] or [sink.kafka] jobs"
-                    .into(),
-            ),
+            (None, None, None) => match postgres {
+                Some(p) => Output::Postgres(Box::new(p)),
+                None => return Err(
+                    "the chaos harness verifies [sink.elasticsearch], [sink.file], [sink.postgres] or [sink.kafka] jobs"
+                        .into(),
+                ),
+            },
         };
+        if matches!(output, Output::Postgres(_))
+            && !d.transform_configs::<(String, String, String)>().is_empty()
+        {
+            return Err(
+                "the chaos harness verifies a Postgres table written by records as they are, or by transforms of one record: not by a rolling_sum, whose rows depend on the order of partitions"
+                    .into(),
+            );
+        }
         let mut transforms = Vec::new();
         let mut after_sum = false;
         for (kind, config) in &d.transforms {
@@ -170,7 +186,7 @@ impl Target {
     pub fn elasticsearch(&self) -> Option<&EsTarget> {
         match &self.output {
             Output::Elasticsearch(e) => Some(e),
-            Output::Files(_) | Output::Topic(_) => None,
+            Output::Files(_) | Output::Topic(_) | Output::Postgres(_) => None,
         }
     }
 

@@ -67,7 +67,7 @@ impl Verdict {
         self.missing == 0 && self.duplicated == 0 && self.wrong == 0
     }
 
-    fn note(&mut self, what: String) {
+    pub(crate) fn note(&mut self, what: String) {
         if self.examples.len() < 10 {
             self.examples.push(what);
         }
@@ -419,6 +419,7 @@ pub fn verify(t: &Target, inputs: &Inputs) -> Result<Verdict, String> {
     match &t.output {
         Output::Elasticsearch(e) => verify_index(t, e, inputs),
         Output::Files(dir) => verify_files(t, dir, &inputs.records),
+        Output::Postgres(cfg) => super::pg_verify::verify_table(cfg, &inputs.records),
         Output::Topic(topic) => Err(format!(
             "a repartition stage's topic `{topic}` is verified through the job that reads it (lockgate chaos --config <that job> --upstream <this job>)"
         )),

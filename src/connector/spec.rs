@@ -93,6 +93,13 @@ pub struct SinkCaps {
     /// Why the sink cannot run as several members, with the job-file key it concerns;
     /// `{members}` in the message stands for the member count asked for.
     pub one_process_only: Option<(String, String)>,
+    /// What the sink committed for a checkpoint cannot be taken back (a database
+    /// transaction, once committed, stays): a restore from a checkpoint older than the
+    /// newest completed one (the newest found damaged, or an older one chosen by
+    /// path) writes the records between them again. Its guarantee holds for every
+    /// restore of the newest completed checkpoint, which is what a crash or a restart
+    /// restores.
+    pub commits_are_final: bool,
 }
 
 /// A sink as the runtime takes it.

@@ -265,6 +265,7 @@ impl FileSink {
                 "the file sink runs as one process; {members} members need the Elasticsearch sink"
                     .into(),
             )),
+            commits_are_final: false,
         })
     }
 }

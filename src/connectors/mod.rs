@@ -9,6 +9,7 @@ pub mod dead_letter;
 pub mod elasticsearch;
 pub mod file_sink;
 pub mod kafka;
+pub mod postgres;
 pub mod registry;
 pub mod sequence;
 

@@ -27,4 +27,5 @@ pub fn builtin() -> Registry {
         .with_sink::<super::file_sink::FileSection>(super::file_sink::KIND)
         .with_sink::<super::elasticsearch::config::EsSection>(super::elasticsearch::config::KIND)
         .with_sink::<super::kafka::sink_config::KafkaSinkSection>(super::kafka::sink::KIND)
+        .with_sink::<super::postgres::PgSection>(super::postgres::KIND)
 }

@@ -36,6 +36,8 @@ struct Inner {
     partitions: Mutex<BTreeMap<(String, i32), PartitionGauges>>,
     /// Split-progress families, by the name of their position gauge.
     split_families: Mutex<std::collections::HashMap<&'static str, Arc<SplitFamily>>>,
+    /// The last checkpoint completed (0: none yet), for [`Telemetry::completions`].
+    completed: tokio::sync::watch::Sender<u64>,
 }
 
 /// The names (and help texts) a source reports its splits' progress under: the
@@ -131,6 +133,7 @@ impl Telemetry {
                 }),
                 partitions: Mutex::new(BTreeMap::new()),
                 split_families: Default::default(),
+                completed: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -296,8 +299,24 @@ impl Telemetry {
         }
     }
 
+    /// The id of the last checkpoint completed in this process (0: none yet), updated
+    /// the moment it is published: before the notification reaches any subtask, whose
+    /// task may be busy. A sink whose writes can wait on what it staged for a
+    /// completed checkpoint (rows locked by a prepared transaction) watches it to
+    /// commit that work without waiting for its own notification.
+    pub fn completions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.completed.subscribe()
+    }
+
     /// Checkpoint `id` was published at `path`, `duration_ms` after its trigger.
     pub fn checkpoint_completed(&self, id: u64, duration_ms: u64, size_bytes: u64, path: &str) {
+        self.inner.completed.send_if_modified(|c| {
+            let newer = id > *c;
+            if newer {
+                *c = id;
+            }
+            newer
+        });
         let m = &self.inner.metrics;
         m.checkpoints
             .with_label_values(&[m.job(), "completed"])

@@ -7,4 +7,5 @@ pub mod fault_proxy;
 pub mod file_output;
 pub mod kafka;
 pub mod moto;
+pub mod postgres;
 pub mod schema_registry;

@@ -19,8 +19,10 @@
 //! - **Rescale.** The committables of old subtask `j` are committed by subtask
 //!   `j % parallelism`, so a restore at another parallelism leaves nothing behind.
 //!
-//! The kit counts `lockgate_records_out_total` for the sink and hits the failpoint
-//! `after-part-commit` after each commit of a completed checkpoint.
+//! The kit counts `lockgate_records_out_total` for the sink and hits the failpoints
+//! `after-stage` when a barrier staged output (before the checkpoint can complete),
+//! `before-part-commit` and `after-part-commit` around each commit of a completed
+//! checkpoint.
 //!
 //! The state kept in a checkpoint is `{ pending: [committable, ...] }` in bincode 2
 //! (standard configuration, serde): a committable's serde form is part of the
@@ -221,6 +223,7 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
 
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
         if let Some(c) = self.writer.prepare_commit(id).await? {
+            crate::fault::hit("after-stage");
             if let Some((last, _)) = self.pending.last().filter(|(p, _)| *p >= id) {
                 // A second stage under one id would overwrite the first.
                 return Err(JobError::task(
@@ -242,6 +245,7 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
                 break;
             }
             let c = self.pending[0].1.clone();
+            crate::fault::hit("before-part-commit");
             self.writer.commit(&c).await?;
             self.pending.remove(0);
             crate::fault::hit("after-part-commit");

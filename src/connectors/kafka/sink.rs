@@ -68,6 +68,7 @@ impl KafkaSink {
             // written by one producer in the order read: a key_by would spread them.
             needs_source_order: Some("the Kafka sink takes the records of a source partition in the order read: no key_by before it (put keyed operators in the job that reads its topic)".into()),
             one_process_only,
+            commits_are_final: false,
         })
     }
 }

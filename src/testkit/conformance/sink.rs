@@ -273,10 +273,18 @@ pub fn failure_mid_stream(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     check(f.as_ref(), g, &expected(STOP_RECORDS))
 }
 
-/// Case `corrupt_newest_checkpoint`.
+/// Case `corrupt_newest_checkpoint`. A sink whose commits are final
+/// ([`crate::connector::SinkCaps::commits_are_final`]) cannot take back what it
+/// committed for the damaged checkpoint: nothing may be lost, and the records after
+/// the restored checkpoint may be written twice.
 pub fn corrupt_newest_checkpoint(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
-    let g = f.spec()?.caps.guarantee;
+    let caps = f.spec()?.caps;
+    let g = if caps.commits_are_final {
+        Guarantee::AtLeastOnce
+    } else {
+        caps.guarantee
+    };
     let rt = runtime();
     first_run(&rt, f.as_ref(), dir, 2)?;
     let corrupted = super::corrupt_newest(dir)?;
@@ -325,15 +333,19 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult
 }
 
 /// Case `failpoint_windows`: for each window of the checkpoint protocol
-/// ([`process::WINDOWS`], and for an exactly-once sink `after-part-commit`, which the
-/// two-phase kit hits after each commit), a paced run aborted there after a completed
-/// checkpoint, then a run to the end.
+/// ([`process::WINDOWS`], and for an exactly-once sink the two-phase kit's own:
+/// `after-stage`, `before-part-commit` and `after-part-commit`), a paced run aborted
+/// there after a completed checkpoint, then a run to the end.
 pub fn failpoint_windows(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let program = program(cx)?;
     let exactly_once = cx.create()?.spec()?.caps.guarantee == Guarantee::ExactlyOnce;
     // An exactly-once sink commits in two phases: also between two commits.
-    let two_phase = exactly_once.then_some("after-part-commit");
-    for window in process::WINDOWS.iter().copied().chain(two_phase) {
+    let two_phase: &[&str] = if exactly_once {
+        &["after-stage", "before-part-commit", "after-part-commit"]
+    } else {
+        &[]
+    };
+    for window in process::WINDOWS.iter().chain(two_phase).copied() {
         let job = ProcessJob::new(&program, &dir.join(window))?;
         let f = cx.create()?;
         let g = f.spec()?.caps.guarantee;

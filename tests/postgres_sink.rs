@@ -1,0 +1,519 @@
+//! The Postgres sink through real processes: `lockgate run` and `lockgate chaos`
+//! reading an embedded Kafka process and writing into a PostgreSQL server each test
+//! starts from Debian's binaries (a temporary directory, a free port).
+
+mod common;
+
+use common::kafka::KafkaProcess;
+use lockgate::testkit::postgres::{PgOptions, PgServer};
+use std::path::{Path, PathBuf};
+
+fn server() -> PgServer {
+    let s = PgServer::start(PgOptions::default()).expect("a PostgreSQL server");
+    s.create_database("app").unwrap();
+    s
+}
+
+/// A bounded Kafka -> Postgres job file in `dir` at parallelism 2: `sink` follows
+/// `url` and `table`.
+fn job(dir: &Path, name: &str, kafka: &str, pg: &PgServer, table: &str, sink: &str) -> PathBuf {
+    job_at(dir, name, 2, kafka, pg, table, sink)
+}
+
+fn job_at(
+    dir: &Path,
+    name: &str,
+    parallelism: u16,
+    kafka: &str,
+    pg: &PgServer,
+    table: &str,
+    sink: &str,
+) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"{name}\"\nparallelism = {parallelism}\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{kafka}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
+         [sink.postgres]\nurl = \"{}\"\ntable = \"{table}\"\nsslmode = \"disable\"\n{sink}\n",
+        pg.url("app")
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn one(pg: &PgServer, sql: &str) -> String {
+    pg.query("app", sql).unwrap()[0][0].clone()
+}
+
+/// The windows of the checkpoint protocol after a completed checkpoint, the
+/// two-phase kit's among them: `after-stage` (PREPARE TRANSACTION done, the
+/// checkpoint not yet published) and `before-part-commit` (published, COMMIT PREPARED
+/// not yet run).
+const WINDOWS: [&str; 6] = [
+    "after-stage",
+    "after-sink-flush",
+    "before-metadata",
+    "after-publish",
+    "before-part-commit",
+    "after-part-commit",
+];
+
+/// For each of [`WINDOWS`], a fresh job and table (`create` makes the table of a
+/// name): a first run aborted in the window after a completed checkpoint, then a
+/// chaos run from there, SIGKILLed `kills` times at seeded moments and run to the end,
+/// whose verifier finds the table exact and nothing of the job prepared. The reports.
+fn chaos_in_every_window(
+    kafka: &str,
+    pg: &PgServer,
+    create: &str,
+    sink: &str,
+    kills: u32,
+) -> Vec<serde_json::Value> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut reports = Vec::new();
+    // One source subtask, a batch (at most 1024 records) per 500 ms: a run killed at
+    // most 900 ms after its start hands over at most two batches, so the job outlasts
+    // its kills.
+    let slow = "source-batch=sleep(500)";
+    for (i, window) in WINDOWS.iter().enumerate() {
+        let table = format!("out_{i}");
+        pg.query("app", &create.replace("{table}", &table)).unwrap();
+        let dir = tmp.path().join(window);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = job_at(&dir, &format!("w{i}"), 1, kafka, pg, &table, sink);
+        let log = dir.join("abort.log");
+        let mut child = std::process::Command::new(common::bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("LOCKGATE_FAILPOINTS", format!("{slow};{window}@1=exit"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let status = common::wait_timeout(&mut child, common::wait::DEADLINE);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !status.success() && text.contains(&format!("failpoint {window}: exit")),
+            "{window}: the first run did not abort there ({status}): {}",
+            common::tail(&text, 10)
+        );
+        let (code, out, r) = common::chaos(
+            &config,
+            &[
+                "--kills",
+                &kills.to_string(),
+                "--seed",
+                &(i + 1).to_string(),
+                "--failpoints",
+                slow,
+                "--failpoint-runs",
+                &kills.to_string(),
+                "--kill-after-ms",
+                "300..900",
+            ],
+        );
+        assert_eq!(code, Some(0), "{window}: {out}");
+        assert_eq!(r["kills"], kills, "{window}: {out}");
+        for k in ["missing", "duplicated", "wrong"] {
+            assert_eq!(r["verdict"][k], 0, "{window}: {k}: {out}");
+        }
+        reports.push(r);
+    }
+    reports
+}
+
+#[test]
+fn inserts_under_thirty_kills_and_every_window_are_each_input_exactly_once() {
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 20_000, 500).unwrap();
+    let pg = server();
+    let reports = chaos_in_every_window(
+        &kafka.bootstrap,
+        &pg,
+        "CREATE TABLE {table} (\"order\" bigint NOT NULL, \"user\" text NOT NULL, amount integer NOT NULL)",
+        "mode = \"insert\"",
+        5,
+    );
+    for (i, r) in reports.iter().enumerate() {
+        assert_eq!(r["verdict"]["documents"], 20_000, "{r}");
+        let distinct = one(
+            &pg,
+            &format!("SELECT count(DISTINCT \"order\") FROM out_{i}"),
+        );
+        assert_eq!(distinct, "20000");
+    }
+    assert_eq!(one(&pg, "SELECT count(*) FROM pg_prepared_xacts"), "0");
+}
+
+#[test]
+fn upserts_of_hot_keys_under_kills_and_every_window_leave_each_keys_last_record() {
+    // 40 users over 20,000 orders: every epoch rewrites the keys of the one before.
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 20_000, 40).unwrap();
+    let pg = server();
+    let reports = chaos_in_every_window(
+        &kafka.bootstrap,
+        &pg,
+        "CREATE TABLE {table} (\"user\" text PRIMARY KEY, \"order\" bigint, amount numeric(12,2), seen timestamptz DEFAULT now())",
+        "mode = \"upsert\"\nkey = [\"user\"]\ncolumns = { user = \"/user\", order = \"/order\", amount = \"/amount\" }",
+        3,
+    );
+    for r in reports {
+        assert_eq!(r["verdict"]["expected_documents"], 40, "{r}");
+        assert_eq!(r["verdict"]["documents"], 40, "{r}");
+    }
+}
+
+#[test]
+fn a_server_restart_mid_run_is_ridden_out_exactly() {
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 20_000, 500).unwrap();
+    let mut pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (\"order\" bigint PRIMARY KEY, \"user\" text, amount integer)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "restart",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        "mode = \"insert\"\nconnect_timeout_ms = 60000",
+    );
+    // In-process restarts from the last checkpoint, while the server is away.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "strategy = \"none\"",
+        "strategy = \"fixed-delay\"\nattempts = 20\ndelay_ms = 500",
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = config.with_extension("log");
+    let mut child = std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(100)")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Restart the server once rows are committed, mid-stream.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let n: i64 = one(&pg, "SELECT count(*) FROM orders").parse().unwrap();
+        if n > 0 {
+            assert!(n < 20_000, "the job wrote everything before the restart");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no rows committed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    pg.restart().unwrap();
+    let status = common::wait_timeout(&mut child, common::wait::DEADLINE);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{}", common::tail(&log_text, 30));
+    // A primary key on the order: a row written twice would have failed the job.
+    assert_eq!(one(&pg, "SELECT count(*) FROM orders"), "20000");
+    assert_eq!(one(&pg, "SELECT count(*) FROM pg_prepared_xacts"), "0");
+}
+
+/// Orders 0..10 with order 3's amount text and order 6's negative (refused by a CHECK
+/// the database alone knows), then a tombstone deleting user-b's row.
+fn produce_bad_orders(kafka: &KafkaProcess) {
+    let rows: Vec<String> = (0..10)
+        .map(|i| {
+            let amount = match i {
+                3 => "\"lots\"".to_string(),
+                6 => "-5".to_string(),
+                _ => (i * 10).to_string(),
+            };
+            format!(
+                "{{\"order\":{i},\"user\":\"user-{}\",\"amount\":{amount}}}",
+                ["a", "b", "c"][i % 3]
+            )
+        })
+        .collect();
+    let payloads: Vec<&[u8]> = rows.iter().map(|r| r.as_bytes()).collect();
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
+}
+
+#[test]
+fn a_value_that_does_not_fit_fails_the_job_naming_the_record_and_the_column() {
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    produce_bad_orders(&kafka);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (\"order\" bigint, \"user\" text, amount integer CHECK (amount >= 0))",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "fail",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        "mode = \"insert\"",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("orders/0@3") && log.contains("column `amount`") && log.contains("`lots`"),
+        "{}",
+        common::tail(&log, 20)
+    );
+    assert_eq!(
+        one(&pg, "SELECT count(*) FROM orders"),
+        "0",
+        "nothing committed"
+    );
+}
+
+#[test]
+fn refused_rows_are_dead_lettered_with_the_reason_and_the_rest_is_written() {
+    let kafka = KafkaProcess::start(&[("orders", 1), ("dlq", 1)]);
+    produce_bad_orders(&kafka);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (\"order\" bigint PRIMARY KEY, \"user\" text, amount integer CHECK (amount >= 0))",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "dlq",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        "mode = \"upsert\"\nkey = [\"order\"]\non_item_error = \"dead-letter:dlq\"",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    assert_eq!(
+        one(
+            &pg,
+            "SELECT string_agg(\"order\"::text, ',' ORDER BY \"order\") FROM orders"
+        ),
+        "0,1,2,4,5,7,8,9"
+    );
+    let letters = dead_letters(&kafka.bootstrap, 2);
+    let (payload, headers) = &letters[0];
+    assert!(String::from_utf8_lossy(payload).contains("\"order\":3"));
+    assert!(
+        headers["lockgate.error"].contains("column `amount`"),
+        "{headers:?}"
+    );
+    assert_eq!(headers["lockgate.offset"], "3");
+    let (payload, headers) = &letters[1];
+    assert!(String::from_utf8_lossy(payload).contains("\"order\":6"));
+    // The database's own refusal, found by writing the statement's rows one at a time.
+    assert!(
+        headers["lockgate.error"].contains("check constraint"),
+        "{headers:?}"
+    );
+}
+
+/// The first `n` letters of the `dlq` topic: payloads and headers.
+fn dead_letters(
+    bootstrap: &str,
+    n: usize,
+) -> Vec<(Vec<u8>, std::collections::HashMap<String, String>)> {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::message::Message;
+    let c = common::kafka::consumer(bootstrap, "dlq-reader");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("dlq", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let start = std::time::Instant::now();
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            start.elapsed() < common::wait::DEADLINE,
+            "{} letters",
+            out.len()
+        );
+        if let Some(m) = c.poll(std::time::Duration::from_millis(200)) {
+            let m = m.unwrap().detach();
+            out.push((
+                m.payload().unwrap_or_default().to_vec(),
+                common::kafka::headers_of(&m),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn tombstones_delete_the_row_their_key_names() {
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let rows = [
+        br#"{"order":1,"user":"user-a","amount":1}"#.as_slice(),
+        br#"{"order":2,"user":"user-b","amount":2}"#.as_slice(),
+    ];
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &rows);
+    produce_tombstone(&kafka.bootstrap, "orders", "user-b");
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE totals (\"user\" text PRIMARY KEY, amount integer)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "deletes",
+        &kafka.bootstrap,
+        &pg,
+        "totals",
+        "mode = \"upsert\"\nkey = [\"user\"]\ncolumns = { user = \"/user\", amount = \"/amount\" }",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    assert_eq!(
+        one(&pg, "SELECT string_agg(\"user\", ',') FROM totals"),
+        "user-a"
+    );
+}
+
+fn produce_tombstone(bootstrap: &str, topic: &str, key: &str) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    p.send(BaseRecord::<str, [u8]>::to(topic).key(key)).unwrap();
+    p.flush(std::time::Duration::from_secs(30)).unwrap();
+}
+
+#[test]
+fn what_the_sink_cannot_write_into_is_refused_at_open_naming_it() {
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    produce_bad_orders(&kafka);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (\"order\" bigint, \"user\" text)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "nosuch",
+            "mode = \"insert\"",
+            "table `nosuch` does not exist",
+        ),
+        (
+            "orders",
+            "mode = \"insert\"\ncolumns = { order = \"/order\", amount = \"/amount\" }",
+            "has no column `amount`",
+        ),
+        (
+            "orders",
+            "mode = \"upsert\"\nkey = [\"order\"]",
+            "needs a primary key or unique index on (order)",
+        ),
+    ];
+    for (i, (table, sink, want)) in cases.iter().enumerate() {
+        let config = job(
+            tmp.path(),
+            &format!("refused{i}"),
+            &kafka.bootstrap,
+            &pg,
+            table,
+            sink,
+        );
+        let (code, log) = common::run_config(&config);
+        assert_ne!(code, Some(0), "{log}");
+        assert!(log.contains(want), "{want}: {}", common::tail(&log, 10));
+    }
+    // A server that refuses prepared transactions: two-phase cannot run on it.
+    let off = PgServer::start(PgOptions {
+        max_prepared_transactions: 0,
+        ..PgOptions::default()
+    })
+    .unwrap();
+    off.create_database("app").unwrap();
+    off.query(
+        "app",
+        "CREATE TABLE orders (\"order\" bigint, \"user\" text, amount integer)",
+    )
+    .unwrap();
+    let config = job(
+        tmp.path(),
+        "noprepared",
+        &kafka.bootstrap,
+        &off,
+        "orders",
+        "mode = \"insert\"",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("max_prepared_transactions = 0")
+            && log.contains("set max_prepared_transactions"),
+        "{}",
+        common::tail(&log, 10)
+    );
+}
+
+/// A prepared transaction keeps its row locks until COMMIT PREPARED, and the next
+/// epoch may write the same key: its statement waits on a commit that the sink's own
+/// task makes when its notification arrives, which it cannot read while it waits. The
+/// writer watches the job's completed checkpoints and commits at once.
+#[test]
+fn a_write_waiting_on_the_previous_epochs_row_lock_commits_it_when_its_checkpoint_completes() {
+    use lockgate::connector::{CheckpointId, Record, SinkRestore, SubtaskInfo};
+    let pg = server();
+    pg.query("app", "CREATE TABLE t (k text PRIMARY KEY, v integer)")
+        .unwrap();
+    let body = format!(
+        "url = \"{}\"\ntable = \"t\"\nsslmode = \"disable\"\nmode = \"upsert\"\nkey = [\"k\"]\nbatch_max_rows = 1",
+        pg.url("app")
+    );
+    let spec = lockgate::testkit::conformance::sink_from_section(
+        &lockgate::connectors::registry::builtin(),
+        "postgres",
+        &body,
+        Path::new("/"),
+    )
+    .unwrap();
+    let telemetry = lockgate::telemetry::Telemetry::default();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut sink = (spec.factory)(0);
+        let info = SubtaskInfo::new("j", "sink-0", 0, 1).with_telemetry(telemetry.clone());
+        sink.open(&info, &SinkRestore::default()).await.unwrap();
+        let rec = |v: i32| Record::from_value(format!("{{\"k\":\"a\",\"v\":{v}}}").into_bytes());
+        sink.invoke(vec![rec(1)]).await.unwrap();
+        sink.snapshot(CheckpointId(1)).await.unwrap();
+        // Checkpoint 1 completes half a second later; its notification never comes
+        // while the write below waits.
+        let t = telemetry.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            t.checkpoint_completed(1, 0, 0, "chk-1");
+        });
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            sink.invoke(vec![rec(2)]),
+        )
+        .await
+        .expect("the write waited on the prepared transaction's lock for good")
+        .unwrap();
+        // The late notification finds checkpoint 1 committed.
+        sink.notify_checkpoint_complete(CheckpointId(1))
+            .await
+            .unwrap();
+        sink.snapshot(CheckpointId(2)).await.unwrap();
+        sink.notify_checkpoint_complete(CheckpointId(2))
+            .await
+            .unwrap();
+        sink.close().await.unwrap();
+    });
+    assert_eq!(one(&pg, "SELECT v FROM t WHERE k = 'a'"), "2");
+    assert_eq!(one(&pg, "SELECT count(*) FROM pg_prepared_xacts"), "0");
+}
