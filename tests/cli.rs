@@ -210,6 +210,38 @@ fn the_readmes_data_stream_and_amazon_opensearch_examples_load() {
 }
 
 #[test]
+fn the_readmes_postgres_example_loads_as_an_exactly_once_upsert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = tmp.path().join("pg-password");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n\
+             [source.kafka]\nbootstrap_servers = \"127.0.0.1:9\"\ntopics = [\"orders\"]\n\n{}\n",
+            readme_block("postgres-example")
+                .replace("/run/secrets/pg-password", secret.to_str().unwrap())
+        ),
+    )
+    .unwrap();
+    let d = lockgate::config::describe(&job).unwrap_or_else(|e| panic!("the example: {e}"));
+    let pg = d
+        .sink_config::<lockgate::connectors::postgres::PgConfig>()
+        .expect("a Postgres sink");
+    assert_eq!(pg.mode, lockgate::connectors::postgres::Mode::Upsert);
+    assert_eq!(
+        pg.delivery,
+        lockgate::connectors::postgres::Delivery::TwoPhase
+    );
+    assert_eq!(pg.password.as_ref().map(|p| p.expose()), Some("s3cret"));
+    assert!(
+        !format!("{pg:?}").contains("s3cret"),
+        "the password is never printed"
+    );
+}
+
+#[test]
 fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut spec = Spec::new(20_000);

@@ -2,8 +2,9 @@
 //! and the README's "your first job" walk-through, executed by a shell with `lockgate`
 //! on the PATH, from a copy of the repository's `examples/jobs` (so that `data/` lands
 //! in a temporary directory). The only change to a command is the port of a test server
-//! (9092 / 9200 / 8081 become free ports, and the job reads them from LOCKGATE_KAFKA /
-//! LOCKGATE_ES / LOCKGATE_REGISTRY, as the job files document).
+//! (9092 / 9200 / 8081 / 5432 become free ports, and the job reads them from
+//! LOCKGATE_KAFKA / LOCKGATE_ES / LOCKGATE_REGISTRY / LOCKGATE_POSTGRES, as the job files
+//! document).
 
 mod common;
 
@@ -88,16 +89,21 @@ fn every_example_job_file_runs_as_its_comment_says() {
             "{name} documents the command that runs it: {commands:?}"
         );
         let dir = workdir();
-        let (kafka, es, registry) = (free_port(), free_port(), free_port());
+        let (kafka, es, registry, pg) = (free_port(), free_port(), free_port(), free_port());
         let env = [
             ("LOCKGATE_KAFKA", format!("127.0.0.1:{kafka}")),
             ("LOCKGATE_ES", format!("http://127.0.0.1:{es}")),
             ("LOCKGATE_REGISTRY", format!("http://127.0.0.1:{registry}")),
+            (
+                "LOCKGATE_POSTGRES",
+                format!("postgresql://lockgate@127.0.0.1:{pg}/app"),
+            ),
         ];
         let mut servers = Background(Vec::new());
         for cmd in &commands {
             let line = cmd
                 .replace("--port 9092", &format!("--port {kafka}"))
+                .replace("--port 5432", &format!("--port {pg}"))
                 .replace("127.0.0.1:9200", &format!("127.0.0.1:{es}"))
                 .replace("127.0.0.1:8081", &format!("127.0.0.1:{registry}"));
             if let Some(line) = line.strip_suffix('&') {

@@ -205,6 +205,22 @@ enum TestkitCommand {
         #[arg(long, default_value = "127.0.0.1:8081")]
         listen: std::net::SocketAddr,
     },
+    /// A PostgreSQL server for trying the Postgres sink, serving until killed.
+    ///
+    /// Runs Debian's `postgresql` binaries (initdb, postgres) in a temporary directory:
+    /// superuser `lockgate` without a password, listening on 127.0.0.1 only, with
+    /// prepared transactions enabled. Prints its URL; keeps nothing once stopped.
+    Postgres {
+        /// The port to listen on (0: any free port).
+        #[arg(long, default_value_t = 5432)]
+        port: u16,
+        /// The database to create, named in the printed URL.
+        #[arg(long, default_value = "app")]
+        database: String,
+        /// SQL to run in the database at start (CREATE TABLE ...), repeatable.
+        #[arg(long)]
+        sql: Vec<String>,
+    },
     /// An embedded Kafka (librdkafka's mock cluster) serving until killed.
     ///
     /// Prints its bootstrap servers; takes control lines on stdin (topic, down, up,
@@ -417,6 +433,11 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
         Command::Testkit(TestkitCommand::SchemaRegistry { listen }) => {
             testkit::schema_registry(listen)
         }
+        Command::Testkit(TestkitCommand::Postgres {
+            port,
+            database,
+            sql,
+        }) => testkit::postgres(port, &database, &sql),
     }
 }
 

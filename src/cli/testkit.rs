@@ -205,3 +205,33 @@ pub fn schema_registry(listen: std::net::SocketAddr) -> i32 {
         }
     })
 }
+
+/// `lockgate testkit postgres`: a PostgreSQL server until killed; prints its URL.
+pub fn postgres(port: u16, database: &str, sql: &[String]) -> i32 {
+    use crate::testkit::postgres::{PgOptions, PgServer};
+    let server = match PgServer::start(PgOptions {
+        port: (port != 0).then_some(port),
+        ..PgOptions::default()
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    if let Err(e) = server.create_database(database) {
+        eprintln!("error: creating database {database}: {e}");
+        return EXIT_FAILURE;
+    }
+    for s in sql {
+        if let Err(e) = server.query(database, s) {
+            eprintln!("error: --sql {s}: {e}");
+            return EXIT_FAILURE;
+        }
+    }
+    println!("{}", server.url(database));
+    eprintln!("PostgreSQL serving until killed (data in a temporary directory)");
+    loop {
+        std::thread::park();
+    }
+}

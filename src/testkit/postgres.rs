@@ -80,6 +80,8 @@ pub struct PgOptions {
     /// `fsync` on (the default, true): what a real server does. Off is faster and loses
     /// nothing unless the machine itself crashes.
     pub fsync: bool,
+    /// The port to listen on (None: a free one).
+    pub port: Option<u16>,
 }
 
 impl Default for PgOptions {
@@ -87,6 +89,7 @@ impl Default for PgOptions {
         PgOptions {
             max_prepared_transactions: 64,
             fsync: true,
+            port: None,
         }
     }
 }
@@ -171,6 +174,13 @@ impl PgServer {
             _dir: dir,
         };
         server.initdb()?;
+        if let Some(port) = server.opts.port {
+            server.port = port;
+            return match server.launch() {
+                Ok(()) => Ok(server),
+                Err(Launch::Exited(e) | Launch::Failed(e)) => Err(e),
+            };
+        }
         let mut last = String::new();
         // The free port is found by binding port 0 and releasing it: another process may
         // take it in between, and then the server exits at once; a new port is tried.
