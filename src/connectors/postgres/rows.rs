@@ -101,20 +101,33 @@ pub fn raw_pointer<'a>(root: &'a RawValue, pointer: &str) -> Option<&'a RawValue
 /// token (the usual case) are answered from it.
 struct Fields<'a> {
     root: &'a RawValue,
-    top: HashMap<String, &'a RawValue>,
+    top: Top<'a>,
+}
+
+/// The top-level fields: borrowed names (no allocation per field), or owned ones when
+/// a name has escapes.
+enum Top<'a> {
+    Borrowed(HashMap<&'a str, &'a RawValue>),
+    Owned(HashMap<String, &'a RawValue>),
 }
 
 impl<'a> Fields<'a> {
     fn of(bytes: &'a [u8]) -> Option<Fields<'a>> {
         let text = std::str::from_utf8(bytes).ok()?;
         let root: &RawValue = serde_json::from_str(text).ok()?;
-        let top = serde_json::from_str(root.get()).ok()?;
+        let top = match serde_json::from_str(root.get()) {
+            Ok(m) => Top::Borrowed(m),
+            Err(_) => Top::Owned(serde_json::from_str(root.get()).ok()?),
+        };
         Some(Fields { root, top })
     }
 
     fn get(&self, pointer: &str) -> Option<&'a RawValue> {
         match pointer.strip_prefix('/') {
-            Some(t) if !t.contains('/') && !t.contains('~') => self.top.get(t).copied(),
+            Some(t) if !t.contains('/') && !t.contains('~') => match &self.top {
+                Top::Borrowed(m) => m.get(t).copied(),
+                Top::Owned(m) => m.get(t).copied(),
+            },
             _ => raw_pointer(self.root, pointer),
         }
     }
@@ -394,6 +407,60 @@ pub fn write_sql(layout: &Layout, mode: Mode, present: &[bool]) -> String {
     sql
 }
 
+/// The `COPY ... FROM STDIN` of an insert of the columns of `present` (text format:
+/// each value is read by its type's input function, as a cast from text is).
+pub fn copy_sql(layout: &Layout, present: &[bool]) -> String {
+    let names: Vec<String> = layout
+        .written
+        .iter()
+        .zip(present)
+        .filter(|(_, p)| **p)
+        .map(|(w, _)| quote_ident(&w.column.name))
+        .collect();
+    format!("COPY {} ({}) FROM STDIN", layout.table, names.join(", "))
+}
+
+/// The rows `stmt_rows` of `changes` (writes, of one shape) in `COPY`'s text format: a
+/// line per row, the present cells separated by tabs, NULL as `\N`, and backslash,
+/// tab, newline and carriage return escaped.
+pub fn copy_text(changes: &[Change], stmt_rows: &[usize]) -> String {
+    let mut out = String::with_capacity(stmt_rows.len() * 48);
+    for &r in stmt_rows {
+        let Change::Write(cells) = &changes[r] else {
+            continue;
+        };
+        let mut first = true;
+        for c in cells {
+            let text = match c {
+                Cell::Default => continue,
+                Cell::Null => None,
+                Cell::Text(t) => Some(t),
+            };
+            if !first {
+                out.push('\t');
+            }
+            first = false;
+            match text {
+                None => out.push_str("\\N"),
+                Some(t) if !t.contains(['\\', '\t', '\n', '\r']) => out.push_str(t),
+                Some(t) => {
+                    for ch in t.chars() {
+                        match ch {
+                            '\\' => out.push_str("\\\\"),
+                            '\t' => out.push_str("\\t"),
+                            '\n' => out.push_str("\\n"),
+                            '\r' => out.push_str("\\r"),
+                            other => out.push(other),
+                        }
+                    }
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The SQL of a delete by the key columns, whose values arrive as one text array per
 /// key column.
 pub fn delete_sql(layout: &Layout) -> String {
@@ -535,6 +602,15 @@ mod tests {
     }
 
     #[test]
+    fn fields_with_escaped_names_are_found_too() {
+        let l = upsert_layout();
+        assert_eq!(
+            change_of(&l, Mode::Upsert, &rec(r#"{"us\u0065r":"a","total":5}"#)).unwrap(),
+            Change::Write(vec![text("a"), text("5")])
+        );
+    }
+
+    #[test]
     fn pointers_reach_nested_fields_and_array_items() {
         let v: &RawValue = serde_json::from_str(r#"{"a":{"b/c":[10,{"d":"x"}]}}"#).unwrap();
         assert_eq!(raw_pointer(v, "/a/b~1c/1/d").unwrap().get(), "\"x\"");
@@ -590,6 +666,20 @@ mod tests {
                     rows: vec![3]
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn copy_text_escapes_what_its_format_reserves_and_skips_absent_cells() {
+        let changes = vec![
+            Change::Write(vec![text("a\tb\\c\nd\re"), Cell::Null]),
+            Change::Write(vec![text("x"), Cell::Default]),
+        ];
+        assert_eq!(copy_text(&changes, &[0, 1]), "a\\tb\\\\c\\nd\\re\t\\N\nx\n");
+        let l = upsert_layout();
+        assert_eq!(
+            copy_sql(&l, &[true, false]),
+            "COPY public.t (\"user\") FROM STDIN"
         );
     }
 

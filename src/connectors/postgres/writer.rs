@@ -22,7 +22,7 @@
 //!   prepared transaction of this job and subtask share that it does not name is
 //!   rolled back (`ROLLBACK PREPARED`): its records are about to be written again.
 
-use super::config::{Delivery, PgConfig};
+use super::config::{Delivery, Mode, PgConfig};
 use super::gid::{self, Staged};
 use super::rows::{self, Change, Plan, Stmt};
 use super::table::{self, quote_literal, Layout};
@@ -260,13 +260,42 @@ impl PgWriter {
         changes: &[Change],
     ) -> Result<std::result::Result<u64, tokio_postgres::Error>> {
         let layout = self.layout.clone().expect("opened");
-        let prepared = self.statement(stmt).await?;
-        let params = rows::params(changes, rows_of, &layout, stmt);
+        // Inserts of several rows go by COPY, the fastest way into a table; an upsert
+        // or a delete (and a row alone, retried after a refusal) by a statement.
+        let copy = match stmt {
+            Stmt::Write { present, .. } if self.cfg.mode == Mode::Insert && rows_of.len() > 1 => {
+                Some((
+                    rows::copy_sql(&layout, present),
+                    bytes::Bytes::from(rows::copy_text(changes, rows_of)),
+                ))
+            }
+            _ => None,
+        };
+        let prepared = match copy {
+            Some(_) => None,
+            None => Some(self.statement(stmt).await?),
+        };
+        let params = match copy {
+            Some(_) => Vec::new(),
+            None => rows::params(changes, rows_of, &layout, stmt),
+        };
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
         let client = self.client.as_ref().expect("opened");
         let committer = self.committer.as_mut().expect("opened");
-        let run = client.execute(&prepared, &refs);
+        let run = async {
+            match (&copy, &prepared) {
+                (Some((sql, text)), _) => {
+                    use futures_util::SinkExt;
+                    let sink = client.copy_in(sql.as_str()).await?;
+                    futures_util::pin_mut!(sink);
+                    sink.send(text.clone()).await?;
+                    sink.finish().await
+                }
+                (None, Some(p)) => client.execute(p, &refs).await,
+                (None, None) => unreachable!("a statement or a COPY"),
+            }
+        };
         tokio::pin!(run);
         loop {
             tokio::select! {
