@@ -65,22 +65,23 @@ const WINDOWS: [&str; 6] = [
 fn chaos_in_every_window(
     kafka: &str,
     pg: &PgServer,
+    parallelism: u16,
     create: &str,
     sink: &str,
     kills: u32,
 ) -> Vec<serde_json::Value> {
     let tmp = tempfile::tempdir().unwrap();
     let mut reports = Vec::new();
-    // One source subtask, a batch (at most 1024 records) per 500 ms: a run killed at
-    // most 900 ms after its start hands over at most two batches, so the job outlasts
-    // its kills.
+    // A batch (at most 1024 records) per source subtask per 500 ms: a run killed at
+    // most 900 ms after its start hands over at most two batches a subtask, so the job
+    // outlasts its kills.
     let slow = "source-batch=sleep(500)";
     for (i, window) in WINDOWS.iter().enumerate() {
         let table = format!("out_{i}");
         pg.query("app", &create.replace("{table}", &table)).unwrap();
         let dir = tmp.path().join(window);
         std::fs::create_dir_all(&dir).unwrap();
-        let config = job_at(&dir, &format!("w{i}"), 1, kafka, pg, &table, sink);
+        let config = job_at(&dir, &format!("w{i}"), parallelism, kafka, pg, &table, sink);
         let log = dir.join("abort.log");
         let mut child = std::process::Command::new(common::bin())
             .args(["run", "--config"])
@@ -130,6 +131,7 @@ fn inserts_under_thirty_kills_and_every_window_are_each_input_exactly_once() {
     let reports = chaos_in_every_window(
         &kafka.bootstrap,
         &pg,
+        1,
         "CREATE TABLE {table} (\"order\" bigint NOT NULL, \"user\" text NOT NULL, amount integer NOT NULL)",
         "mode = \"insert\"",
         5,
@@ -146,14 +148,17 @@ fn inserts_under_thirty_kills_and_every_window_are_each_input_exactly_once() {
 }
 
 #[test]
-fn upserts_of_hot_keys_under_kills_and_every_window_leave_each_keys_last_record() {
-    // 40 users over 20,000 orders: every epoch rewrites the keys of the one before.
+fn upserts_of_hot_keys_at_parallelism_two_under_kills_and_every_window_leave_each_keys_last_record()
+{
+    // 40 users over 40,000 orders: every epoch rewrites the keys of the one before. Two
+    // subtasks, so that restores commit and roll back each old subtask's share.
     let kafka = KafkaProcess::start(&[("orders", 2)]);
-    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 20_000, 40).unwrap();
+    lockgate::testkit::kafka::produce_orders(&kafka.bootstrap, "orders", 0, 40_000, 40).unwrap();
     let pg = server();
     let reports = chaos_in_every_window(
         &kafka.bootstrap,
         &pg,
+        2,
         "CREATE TABLE {table} (\"user\" text PRIMARY KEY, \"order\" bigint, amount numeric(12,2), seen timestamptz DEFAULT now())",
         "mode = \"upsert\"\nkey = [\"user\"]\ncolumns = { user = \"/user\", order = \"/order\", amount = \"/amount\" }",
         3,
@@ -219,7 +224,7 @@ fn a_server_restart_mid_run_is_ridden_out_exactly() {
 }
 
 /// Orders 0..10 with order 3's amount text and order 6's negative (refused by a CHECK
-/// the database alone knows), then a tombstone deleting user-b's row.
+/// the database alone knows).
 fn produce_bad_orders(kafka: &KafkaProcess) {
     let rows: Vec<String> = (0..10)
         .map(|i| {
@@ -299,16 +304,21 @@ fn refused_rows_are_dead_lettered_with_the_reason_and_the_rest_is_written() {
         ),
         "0,1,2,4,5,7,8,9"
     );
+    // Two subtasks (records are keyed by order before the sink): in either order.
     let letters = dead_letters(&kafka.bootstrap, 2);
-    let (payload, headers) = &letters[0];
-    assert!(String::from_utf8_lossy(payload).contains("\"order\":3"));
+    let letter = |order: &str| {
+        letters
+            .iter()
+            .find(|(p, _)| String::from_utf8_lossy(p).contains(&format!("\"order\":{order},")))
+            .unwrap_or_else(|| panic!("no letter of order {order}: {letters:?}"))
+    };
+    let (_, headers) = letter("3");
     assert!(
         headers["lockgate.error"].contains("column `amount`"),
         "{headers:?}"
     );
     assert_eq!(headers["lockgate.offset"], "3");
-    let (payload, headers) = &letters[1];
-    assert!(String::from_utf8_lossy(payload).contains("\"order\":6"));
+    let (_, headers) = letter("6");
     // The database's own refusal, found by writing the statement's rows one at a time.
     assert!(
         headers["lockgate.error"].contains("check constraint"),
@@ -348,14 +358,14 @@ fn dead_letters(
 }
 
 #[test]
-fn tombstones_delete_the_row_their_key_names() {
+fn tombstones_delete_the_committed_row_their_key_names() {
     let kafka = KafkaProcess::start(&[("orders", 1)]);
     let rows = [
         br#"{"order":1,"user":"user-a","amount":1}"#.as_slice(),
         br#"{"order":2,"user":"user-b","amount":2}"#.as_slice(),
+        br#"{"order":3,"user":"user-c","amount":3}"#.as_slice(),
     ];
     common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &rows);
-    produce_tombstone(&kafka.bootstrap, "orders", "user-b");
     let pg = server();
     pg.query(
         "app",
@@ -371,6 +381,24 @@ fn tombstones_delete_the_row_their_key_names() {
         "totals",
         "mode = \"upsert\"\nkey = [\"user\"]\ncolumns = { user = \"/user\", amount = \"/amount\" }",
     );
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    assert_eq!(
+        one(
+            &pg,
+            "SELECT string_agg(\"user\", ',' ORDER BY \"user\") FROM totals"
+        ),
+        "user-a,user-b,user-c"
+    );
+    // Two tombstones, one keyed by plain text, one by a JSON string (as a JSON
+    // converter writes a string key), read by a run of its own (a bounded job stops
+    // where the topic ended when it first started): the rows they delete are committed.
+    produce_tombstone(&kafka.bootstrap, "orders", "user-b");
+    produce_tombstone(&kafka.bootstrap, "orders", "\"user-c\"");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("dir = \"checkpoints\"", "dir = \"checkpoints-2\"");
+    std::fs::write(&config, text).unwrap();
     let (code, log) = common::run_config(&config);
     assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
     assert_eq!(
@@ -516,4 +544,86 @@ fn a_write_waiting_on_the_previous_epochs_row_lock_commits_it_when_its_checkpoin
     });
     assert_eq!(one(&pg, "SELECT v FROM t WHERE k = 'a'"), "2");
     assert_eq!(one(&pg, "SELECT count(*) FROM pg_prepared_xacts"), "0");
+}
+
+/// Drives the sink of `body` (after its `url`) directly, as the runtime does: each
+/// batch of JSON records, then a checkpoint (snapshot, completion, notification).
+fn drive(pg: &PgServer, body: &str, batches: &[&[&str]]) {
+    use lockgate::connector::{CheckpointId, Record, SinkRestore, SubtaskInfo};
+    let body = format!("url = \"{}\"\nsslmode = \"disable\"\n{body}", pg.url("app"));
+    let spec = lockgate::testkit::conformance::sink_from_section(
+        &lockgate::connectors::registry::builtin(),
+        "postgres",
+        &body,
+        Path::new("/"),
+    )
+    .unwrap();
+    let telemetry = lockgate::telemetry::Telemetry::default();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut sink = (spec.factory)(0);
+        let info = SubtaskInfo::new("j", "sink-0", 0, 1).with_telemetry(telemetry.clone());
+        sink.open(&info, &SinkRestore::default()).await.unwrap();
+        for (i, batch) in batches.iter().enumerate() {
+            let records = batch
+                .iter()
+                .map(|r| Record::from_value(r.as_bytes().to_vec()))
+                .collect();
+            sink.invoke(records).await.unwrap();
+            let id = CheckpointId(i as u64 + 1);
+            sink.snapshot(id).await.unwrap();
+            telemetry.checkpoint_completed(id.0, 0, 0, "chk");
+            sink.notify_checkpoint_complete(id).await.unwrap();
+        }
+        sink.close().await.unwrap();
+    });
+}
+
+#[test]
+fn fixed_length_keys_identity_columns_and_numeric_spellings_name_their_rows() {
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE t (id bigint GENERATED BY DEFAULT AS IDENTITY, code char(4) PRIMARY KEY, \
+                         n numeric, flags bit(4)); \
+         CREATE TABLE m (k numeric PRIMARY KEY, v integer)",
+    )
+    .unwrap();
+    // A record without `id` takes the identity's next value; an upsert of the same code
+    // keeps it (the INSERT draws a value before it finds the conflict: ids have gaps);
+    // char(4) keeps its four characters, bit(4) its four bits.
+    drive(
+        &pg,
+        "table = \"t\"\nmode = \"upsert\"\nkey = [\"code\"]",
+        &[
+            &[r#"{"code":"abcd","n":1.50,"flags":"1010"}"#],
+            &[
+                r#"{"code":"abcd","n":2,"flags":"0110"}"#,
+                r#"{"code":"wxyz","n":3}"#,
+            ],
+        ],
+    );
+    assert_eq!(
+        pg.query("app", "SELECT code, n, flags FROM t ORDER BY code")
+            .unwrap(),
+        vec![
+            vec!["abcd".to_string(), "2".into(), "0110".into()],
+            vec!["wxyz".to_string(), "3".into(), String::new()],
+        ]
+    );
+    assert_eq!(one(&pg, "SELECT id FROM t WHERE code = 'abcd'"), "1");
+    // `1.0` and `1` are one numeric key: a batch writing both leaves one row, the last
+    // record's (in one statement they would be refused as one row written twice).
+    drive(
+        &pg,
+        "table = \"m\"\nmode = \"upsert\"\nkey = [\"k\"]",
+        &[&[r#"{"k":1.0,"v":1}"#, r#"{"k":1,"v":2}"#, r#"{"k":2,"v":3}"#]],
+    );
+    assert_eq!(
+        pg.query("app", "SELECT k::text, v FROM m ORDER BY k")
+            .unwrap(),
+        vec![
+            vec!["1".to_string(), "2".into()],
+            vec!["2".to_string(), "3".into()]
+        ]
+    );
 }

@@ -54,14 +54,14 @@ fn expected_changes(cfg: &PgConfig, layout: &table::Layout, inputs: &[Input]) ->
 }
 
 /// The rows the table must hold in the end.
-fn final_rows(mode: Mode, key: &[usize], changes: Vec<Change>) -> Vec<Vec<rows::Cell>> {
+fn final_rows(mode: Mode, layout: &table::Layout, changes: Vec<Change>) -> Vec<Vec<rows::Cell>> {
     match mode {
         Mode::Upsert => {
             // Each key's last change: its position, and its row (None: deleted).
             type Last = (usize, Option<Vec<rows::Cell>>);
             let mut last: HashMap<Vec<Option<String>>, Last> = HashMap::new();
             for (n, c) in changes.into_iter().enumerate() {
-                let k = rows::key_of(&c, key);
+                let k = rows::key_of(&c, layout);
                 let row = match c {
                     Change::Write(cells) => Some(cells),
                     Change::Delete(_) => None,
@@ -80,10 +80,12 @@ fn final_rows(mode: Mode, key: &[usize], changes: Vec<Change>) -> Vec<Vec<rows::
             for c in changes {
                 match c {
                     Change::Write(cells) => rows.push(cells),
-                    Change::Delete(k) => rows.retain(|cells| {
-                        rows::key_of(&Change::Write(cells.clone()), key)
-                            != k.iter().cloned().map(Some).collect::<Vec<_>>()
-                    }),
+                    Change::Delete(k) => {
+                        let gone = rows::key_of(&Change::Delete(k), layout);
+                        rows.retain(|cells| {
+                            rows::key_of(&Change::Write(cells.clone()), layout) != gone
+                        })
+                    }
                 }
             }
             rows
@@ -95,11 +97,7 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
     let client = connect::connect(cfg, "lockgate chaos verify").await?;
     let t = table::load(&client, &cfg.table).await?;
     let layout = table::layout(cfg, &t)?;
-    let expected = final_rows(
-        cfg.mode,
-        &layout.key,
-        expected_changes(cfg, &layout, inputs),
-    );
+    let expected = final_rows(cfg.mode, &layout, expected_changes(cfg, &layout, inputs));
     let mut verdict = Verdict {
         inputs: inputs.len() as u64,
         expected_documents: expected.len() as u64,
@@ -117,7 +115,7 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
         ..layout.clone()
     };
     let changes: Vec<Change> = expected.into_iter().map(Change::Write).collect();
-    let plan = rows::plan(&changes, Mode::Insert, &[]);
+    let plan = rows::plan(&changes, Mode::Insert, &scratch);
     for stmt in &plan.stmts {
         let rows::Stmt::Write { present, rows: at } = stmt else {
             continue;

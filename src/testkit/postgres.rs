@@ -609,6 +609,7 @@ mod tests {
         let pg = PgServer::start(PgOptions {
             max_prepared_transactions: 0,
             fsync: false,
+            port: None,
         })
         .unwrap_or_else(|e| panic!("{e}"));
         q(&pg, "postgres", "CREATE TABLE k (v int)");

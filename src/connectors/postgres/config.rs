@@ -99,6 +99,9 @@ pub struct PgConfig {
     /// How long a connection attempt may take, and how long the sink keeps trying to
     /// reach the server when it opens.
     pub connect_timeout_ms: u64,
+    /// How long a statement may wait for a row lock (the job's checkpoint timeout: a
+    /// lock held longer would time the checkpoint out anyway).
+    pub lock_timeout_ms: u64,
 }
 
 /// `[sink.postgres]` as written in a job file.
@@ -269,6 +272,7 @@ impl PgSection {
             dead_letter_kafka,
             job: job.clone(),
             connect_timeout_ms: self.connect_timeout_ms.unwrap_or(30_000),
+            lock_timeout_ms: cx.section.checkpoint_timeout_ms.max(1000),
         })
     }
 

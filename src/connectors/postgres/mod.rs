@@ -45,8 +45,11 @@ fn key_bytes(pointers: &[String], r: &Record) -> Vec<u8> {
         let mut out = Vec::new();
         for p in pointers {
             let v = rows::raw_pointer(root, p)?;
-            // A string and its value as a number are one key to the table.
-            let t = serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| v.get().to_string());
+            // A string and its value as a number are one key to the table, and so are
+            // two spellings of one number (`7`, `7.0`).
+            let t = serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| {
+                types::canonical_decimal(v.get()).unwrap_or_else(|| v.get().to_string())
+            });
             out.extend_from_slice(t.as_bytes());
             out.push(0x1f);
         }
@@ -109,6 +112,10 @@ pub fn spec(cfg: PgConfig) -> SinkSpec {
     .with_caps(SinkCaps {
         guarantee,
         commits_are_final: true,
+        one_process_only: Some((
+            "sink.postgres".into(),
+            "the Postgres sink runs as one process: its prepared transactions are named by job, subtask and checkpoint, which {members} members would share".into(),
+        )),
         ..SinkCaps::default()
     });
     if !pointers.is_empty() {
@@ -148,6 +155,8 @@ mod tests {
         assert_eq!(plain, v, "a text key names the same row");
         let n = key_bytes(&p, &Record::from_value(br#"{"user":7}"#.to_vec()));
         let s = key_bytes(&p, &Record::from_value(br#"{"user":"7"}"#.to_vec()));
+        let f = key_bytes(&p, &Record::from_value(br#"{"user":7.0}"#.to_vec()));
         assert_eq!(n, s);
+        assert_eq!(n, f);
     }
 }

@@ -218,21 +218,30 @@ fn delete_of(layout: &Layout, r: &Record) -> Result<Vec<String>, RowError> {
     }
     let key = r.key.as_deref().unwrap_or_default();
     if let Some(f) = Fields::of(key) {
-        if f.root.get().starts_with('{') {
-            if let Some(k) = from(&f)? {
-                return Ok(k);
-            }
-        } else if layout.key.len() == 1 {
-            let w = &layout.written[layout.key[0]];
+        if let Some(k) = from(&f)? {
+            return Ok(k);
+        }
+    } else if layout.key.len() == 1 && !key.is_empty() {
+        // A one-column key may be the record's key itself: a JSON scalar (a string or a
+        // number, as JSON converters write keys) or plain text, read like a value.
+        let w = &layout.written[layout.key[0]];
+        if let Ok(text) = std::str::from_utf8(key) {
+            let scalar = serde_json::from_str::<&RawValue>(text)
+                .ok()
+                .filter(|v| !v.get().starts_with(['{', '[']));
+            let owned;
+            let raw = match scalar {
+                Some(v) => v,
+                None => {
+                    owned = serde_json::value::to_raw_value(text).expect("a string serializes");
+                    &owned
+                }
+            };
             if let Some(t) =
-                to_text(&w.column.kind, f.root).map_err(|m| RowError::column(&w.column.name, m))?
+                to_text(&w.column.kind, raw).map_err(|m| RowError::column(&w.column.name, m))?
             {
                 return Ok(vec![t]);
             }
-        }
-    } else if layout.key.len() == 1 && !key.is_empty() {
-        if let Ok(text) = std::str::from_utf8(key) {
-            return Ok(vec![text.to_string()]);
         }
     }
     Err(RowError::record(
@@ -266,13 +275,24 @@ fn present(cells: &[Cell]) -> Vec<bool> {
 }
 
 /// The key of change `c` (its key columns' values), for the upsert's reduction.
-pub fn key_of(c: &Change, key: &[usize]) -> Vec<Option<String>> {
+/// Its spelling is made canonical ([`super::types::canonical_key`]): `1.0` and `1`
+/// name one row of a numeric key.
+pub fn key_of(c: &Change, layout: &Layout) -> Vec<Option<String>> {
+    let canonical = |n: usize, t: &str| {
+        super::types::canonical_key(&layout.written[layout.key[n]].column.kind, t)
+    };
     match c {
-        Change::Delete(k) => k.iter().cloned().map(Some).collect(),
-        Change::Write(cells) => key
+        Change::Delete(k) => k
             .iter()
-            .map(|&i| match &cells[i] {
-                Cell::Text(t) => Some(t.clone()),
+            .enumerate()
+            .map(|(n, t)| Some(canonical(n, t)))
+            .collect(),
+        Change::Write(cells) => layout
+            .key
+            .iter()
+            .enumerate()
+            .map(|(n, &i)| match &cells[i] {
+                Cell::Text(t) => Some(canonical(n, t)),
                 _ => None,
             })
             .collect(),
@@ -280,14 +300,14 @@ pub fn key_of(c: &Change, key: &[usize]) -> Vec<Option<String>> {
 }
 
 /// The statements that apply `changes` in `mode` (see the module docs).
-pub fn plan(changes: &[Change], mode: Mode, key: &[usize]) -> Plan {
+pub fn plan(changes: &[Change], mode: Mode, layout: &Layout) -> Plan {
     let mut previous = vec![None; changes.len()];
     let mut stmts: Vec<Stmt> = Vec::new();
     match mode {
         Mode::Upsert => {
             let mut last: HashMap<Vec<Option<String>>, usize> = HashMap::new();
             for (i, c) in changes.iter().enumerate() {
-                if let Some(p) = last.insert(key_of(c, key), i) {
+                if let Some(p) = last.insert(key_of(c, layout), i) {
                     previous[i] = Some(p);
                 }
             }
@@ -384,7 +404,9 @@ pub fn write_sql(layout: &Layout, mode: Mode, present: &[bool]) -> String {
             .written
             .iter()
             .enumerate()
-            .filter(|(i, _)| !layout.key.contains(i))
+            // A column the record leaves out goes back to its default, except one a
+            // sequence fills (a surrogate id keeps its value).
+            .filter(|(i, w)| !layout.key.contains(i) && (present[*i] || !w.column.sequence))
             .map(|(i, w)| {
                 let c = quote_ident(&w.column.name);
                 if present[i] {
@@ -597,6 +619,12 @@ mod tests {
             change_of(&l, Mode::Upsert, &tomb).unwrap(),
             Change::Delete(vec!["plain-key".into()])
         );
+        // A JSON string key, as a JSON converter writes one: its text, unquoted.
+        tomb.key = Some(bytes::Bytes::from_static(br#""quoted""#));
+        assert_eq!(
+            change_of(&l, Mode::Upsert, &tomb).unwrap(),
+            Change::Delete(vec!["quoted".into()])
+        );
         tomb.key = None;
         assert!(change_of(&l, Mode::Upsert, &tomb).unwrap_err().invalid);
     }
@@ -630,7 +658,7 @@ mod tests {
             Change::Delete(vec!["b".into()]),
             w("c", None),
         ];
-        let p = plan(&changes, Mode::Upsert, &[0]);
+        let p = plan(&changes, Mode::Upsert, &upsert_layout());
         assert_eq!(
             p.stmts,
             vec![
@@ -652,7 +680,7 @@ mod tests {
     fn an_insert_batch_keeps_its_order_in_runs_of_one_shape() {
         let w = |u: &str| Change::Write(vec![text(u), text("1")]);
         let changes = vec![w("a"), w("b"), Change::Delete(vec!["a".into()]), w("a")];
-        let p = plan(&changes, Mode::Insert, &[0]);
+        let p = plan(&changes, Mode::Insert, &upsert_layout());
         assert_eq!(
             p.stmts,
             vec![

@@ -18,6 +18,9 @@ pub struct Column {
     pub has_default: bool,
     /// A generated column, or an identity column `GENERATED ALWAYS`: never written.
     pub read_only: bool,
+    /// An identity or serial column (its default draws from a sequence): an upsert
+    /// that leaves it out keeps its value rather than drawing a new one.
+    pub sequence: bool,
 }
 
 /// The table, as read from the catalog.
@@ -75,12 +78,16 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
     }
     let rows = client
         .query(
-            "SELECT a.attname::text, format_type(a.atttypid, NULL), \
+            // format_type with -1, not NULL: without a modifier, NULL names bpchar
+            // `character` (char(1)) and bit `bit` (bit(1)), and a cast to those cuts.
+            "SELECT a.attname::text, format_type(a.atttypid, -1), \
                     COALESCE(b.typname, t.typname)::text, COALESCE(b.typcategory, t.typcategory)::text, \
-                    a.atttypmod, a.attnotnull, a.atthasdef, \
-                    (a.attgenerated <> '' OR a.attidentity = 'a') \
+                    a.atttypmod, a.attnotnull, (a.atthasdef OR a.attidentity <> ''), \
+                    (a.attgenerated <> '' OR a.attidentity = 'a'), \
+                    (a.attidentity <> '' OR COALESCE(pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false)) \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
+             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             &[&oid],
         )
@@ -98,14 +105,18 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
                 not_null: r.get(5),
                 has_default: r.get(6),
                 read_only: r.get(7),
+                sequence: r.get(8),
             }
         })
         .collect();
     let rows = client
         .query(
-            "SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey) k \
-                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k) \
-             FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique \
+            // The key columns only (not INCLUDE's), of indexes checked at once (a
+            // deferrable one is refused by ON CONFLICT).
+            "SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey) WITH ORDINALITY k(attnum, n) \
+                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                          WHERE k.n <= i.indnkeyatts) \
+             FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indimmediate \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
             &[&oid],
         )
@@ -223,6 +234,7 @@ pub(crate) mod tests {
             not_null: false,
             has_default: false,
             read_only: false,
+            sequence: false,
         }
     }
 
@@ -252,6 +264,7 @@ pub(crate) mod tests {
             dead_letter_kafka: None,
             job: "j".into(),
             connect_timeout_ms: 1000,
+            lock_timeout_ms: 1000,
         }
     }
 

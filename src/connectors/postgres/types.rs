@@ -38,8 +38,11 @@ pub enum Kind {
     },
     /// An array type: a JSON array becomes an array literal.
     Array,
-    /// Anything else (`uuid`, `inet`, an enum): a string as it is, other values as
-    /// their JSON text; the database checks it.
+    /// `uuid`: a string, which the database checks; as a key, compared in lower case
+    /// without hyphens.
+    Uuid,
+    /// Anything else (`inet`, an enum): a string as it is, other values as their JSON
+    /// text; the database checks it.
     Other,
 }
 
@@ -72,6 +75,7 @@ impl Kind {
                 max_chars: (typmod > 4).then(|| (typmod - 4) as usize),
             },
             "text" | "name" | "citext" => Kind::Text { max_chars: None },
+            "uuid" => Kind::Uuid,
             _ if category == "A" => Kind::Array,
             _ => Kind::Other,
         }
@@ -104,7 +108,8 @@ pub fn to_text(kind: &Kind, raw: &RawValue) -> Result<Option<String>, String> {
                 if n < *min || n > *max {
                     return Err(format!("{n} is out of the column's range ({min} to {max})"));
                 }
-                return Ok(Some(text.to_string()));
+                // `-0` is 0: one spelling per value, as keys compare them.
+                return Ok(Some(n.to_string()));
             }
             let s = if is_number {
                 text.to_string()
@@ -181,7 +186,7 @@ pub fn to_text(kind: &Kind, raw: &RawValue) -> Result<Option<String>, String> {
                 return Err(format!("{} is not an array", what()));
             }
         }
-        Kind::Other => {
+        Kind::Other | Kind::Uuid => {
             if is_string {
                 string()?
             } else {
@@ -201,9 +206,76 @@ fn integer(s: &str) -> Option<i64> {
     if let Ok(n) = s.parse::<i64>() {
         return Some(n);
     }
-    let f: f64 = s.parse().ok()?;
-    // Beyond 2^53 a float no longer tells integers apart: refuse rather than round.
-    (f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0).then_some(f as i64)
+    // Decided on the digits, never through a float (2.9999999999999999 is no integer).
+    canonical_decimal(s)?.parse().ok()
+}
+
+/// A decimal number's one spelling: no sign on zero, no leading or trailing zeros, no
+/// exponent (`1.50`, `+1.5e0` and `15E-1` are all `1.5`; `3e2` is `300`); None for
+/// anything else, or an exponent beyond a thousand digits.
+pub fn canonical_decimal(s: &str) -> Option<String> {
+    let s = s.trim();
+    let (negative, rest) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let digits = format!("{whole}{fraction}");
+    let mut exp = exponent.checked_sub(fraction.len() as i64)?;
+    let digits = digits.trim_start_matches('0');
+    let trimmed = digits.trim_end_matches('0');
+    exp = exp.checked_add((digits.len() - trimmed.len()) as i64)?;
+    if trimmed.is_empty() {
+        return Some("0".into());
+    }
+    if !(-1000..=1000).contains(&exp) {
+        return None;
+    }
+    let mut out = String::from(if negative { "-" } else { "" });
+    if exp >= 0 {
+        out.push_str(trimmed);
+        out.extend(std::iter::repeat_n('0', exp as usize));
+    } else {
+        let point = trimmed.len() as i64 + exp;
+        if point > 0 {
+            out.push_str(&trimmed[..point as usize]);
+            out.push('.');
+            out.push_str(&trimmed[point as usize..]);
+        } else {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-point) as usize));
+            out.push_str(trimmed);
+        }
+    }
+    Some(out)
+}
+
+/// The one spelling of a key column's value of kind `kind` (`value` as [`to_text`]
+/// made it): what two records must share to name the same row. Numbers compare by
+/// value (`1.0` is `1`), UUIDs in lower case; other kinds are already made canonical
+/// by [`to_text`], or compare as the text itself.
+pub fn canonical_key(kind: &Kind, value: &str) -> String {
+    match kind {
+        Kind::Numeric => canonical_decimal(value).unwrap_or_else(|| value.to_string()),
+        Kind::Float => value
+            .parse::<f64>()
+            .map_or_else(|_| value.to_string(), |f| f.to_string()),
+        Kind::Uuid => value.to_ascii_lowercase().replace(['-', '{', '}'], ""),
+        _ => value.to_string(),
+    }
 }
 
 fn time(
@@ -234,22 +306,25 @@ fn time(
         (Kind::Timestamptz, Some(t)) => t.to_rfc3339_opts(SecondsFormat::AutoSi, true),
         (Kind::Timestamp, Some(t)) => t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
         (Kind::Date, Some(t)) => t.date_naive().to_string(),
-        (Kind::Timestamp, None)
-            if ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+        (Kind::Timestamp, None) => {
+            // One spelling per instant (`T` or a space, fractions), as keys compare them.
+            match ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
                 .iter()
-                .any(|f| NaiveDateTime::parse_from_str(s.trim(), f).is_ok()) =>
-        {
-            s.trim().to_string()
+                .find_map(|f| NaiveDateTime::parse_from_str(s.trim(), f).ok())
+            {
+                Some(t) => t.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
+                None => return Err(format!("`{s}` is not a date or time the sink reads")),
+            }
         }
-        (Kind::Date, None) if NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").is_ok() => {
-            s.trim().to_string()
-        }
+        (Kind::Date, None) => match NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
+            Ok(d) => d.to_string(),
+            Err(_) => return Err(format!("`{s}` is not a date or time the sink reads")),
+        },
         (Kind::Timestamptz, None) => {
             return Err(format!(
                 "`{s}` is not an RFC 3339 time with an offset (2024-05-01T12:00:00Z) or epoch milliseconds"
             ))
         }
-        (_, None) => return Err(format!("`{s}` is not a date or time the sink reads")),
         _ => unreachable!("time() is called for time kinds only"),
     })
 }
@@ -303,6 +378,9 @@ mod tests {
         assert_eq!(conv(&int4(), "null").unwrap(), None);
         assert!(conv(&int4(), "2147483648").unwrap_err().contains("out of"));
         assert!(conv(&int4(), "1.5").unwrap_err().contains("not an integer"));
+        assert!(conv(&int4(), "2.9999999999999999").is_err(), "no rounding");
+        assert_eq!(conv(&int4(), "3e2").unwrap().as_deref(), Some("300"));
+        assert_eq!(conv(&int4(), "-0").unwrap().as_deref(), Some("0"));
         assert!(conv(&int4(), "true").unwrap_err().contains("a boolean"));
         assert!(conv(&Kind::of("int2", "N", -1), "40000").is_err());
         assert_eq!(
@@ -310,6 +388,38 @@ mod tests {
                 .unwrap()
                 .as_deref(),
             Some("9223372036854775807")
+        );
+    }
+
+    #[test]
+    fn a_decimal_has_one_canonical_spelling() {
+        for (a, b) in [
+            ("1.50", "1.5"),
+            ("+1.5e0", "1.5"),
+            ("15E-1", "1.5"),
+            ("3e2", "300"),
+            ("-0.000", "0"),
+            ("0.0012", "0.0012"),
+            ("12e-5", "0.00012"),
+            ("007", "7"),
+            ("-10", "-10"),
+        ] {
+            assert_eq!(canonical_decimal(a).as_deref(), Some(b), "{a}");
+        }
+        for bad in ["", ".", "1.2.3", "1e", "abc", "1e99999", "--1"] {
+            assert_eq!(canonical_decimal(bad), None, "{bad}");
+        }
+        let n = Kind::of("numeric", "N", -1);
+        assert_eq!(canonical_key(&n, "1.0"), canonical_key(&n, "1"));
+        let u = Kind::of("uuid", "U", -1);
+        assert_eq!(
+            canonical_key(&u, "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
+            canonical_key(&u, "a0eebc999c0b4ef8bb6d6bb9bd380a11")
+        );
+        let ts = Kind::of("timestamp", "D", -1);
+        assert_eq!(
+            conv(&ts, "\"2024-05-01 12:00:00\"").unwrap(),
+            conv(&ts, "\"2024-05-01T12:00:00.000\"").unwrap()
         );
     }
 
@@ -344,7 +454,7 @@ mod tests {
         let ts = Kind::of("timestamp", "D", -1);
         assert_eq!(
             conv(&ts, "\"2024-05-01 12:00:00\"").unwrap().as_deref(),
-            Some("2024-05-01 12:00:00")
+            Some("2024-05-01T12:00:00")
         );
         let d = Kind::of("date", "D", -1);
         assert_eq!(

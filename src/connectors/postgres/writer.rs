@@ -73,6 +73,13 @@ impl Committer {
                     .get(0);
                 match status.as_deref() {
                     Some("committed") => Ok(()),
+                    Some("in progress") => Err(JobError::Unrecoverable {
+                        task: task.to_string(),
+                        message: format!(
+                            "the transaction of checkpoint {} (id {}) is still open on the server, but not as {g}: was the job renamed? commit or roll it back by hand (pg_prepared_xacts lists it)",
+                            s.checkpoint, s.xid
+                        ),
+                    }),
                     Some("aborted") => Err(JobError::Unrecoverable {
                         task: task.to_string(),
                         message: format!(
@@ -177,6 +184,18 @@ impl PgWriter {
             task: self.task.clone(),
             message,
         }
+    }
+
+    /// A statement waited for a row lock longer than a checkpoint may take: the lock
+    /// is another subtask's prepared transaction (two records of one row on two
+    /// subtasks) or another client's.
+    fn lock_wait(&self, e: &tokio_postgres::Error) -> JobError {
+        self.err(format!(
+            "waited {} ms for a row lock of {} ({}): another client holds it, or another subtask of this job does in a prepared transaction, when two subtasks write one row (give sink.postgres.key the table's unique columns, so that one subtask writes each row)",
+            self.cfg.lock_timeout_ms,
+            self.cfg.table,
+            super::connect::describe(e)
+        ))
     }
 
     /// Checks what the sink needs of the server before it writes.
@@ -327,7 +346,7 @@ impl PgWriter {
         let (changes, records): (Vec<Change>, Vec<Record>) =
             pending.into_iter().map(|p| (p.change, p.record)).unzip();
         let layout = self.layout.clone().expect("opened");
-        let plan = rows::plan(&changes, self.cfg.mode, &layout.key);
+        let plan = rows::plan(&changes, self.cfg.mode, &layout);
         if !self.in_txn {
             self.batch("BEGIN").await?;
             self.in_txn = true;
@@ -347,6 +366,11 @@ impl PgWriter {
                     tracing::debug!(error = %super::connect::describe(&e), rows = rows_of.len(), "a statement was refused: writing its rows one at a time");
                     self.one_at_a_time(&rows_of, &changes, &records, &plan)
                         .await?;
+                }
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+                {
+                    return Err(self.lock_wait(&e))
                 }
                 Err(e) => return Err(self.db_err("writing rows", &e)),
             }
@@ -394,6 +418,12 @@ impl PgWriter {
                         self.item_error(&records[i], &message, reason).await?;
                         at = plan.previous[i];
                     }
+                    Err(e)
+                        if e.code()
+                            == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+                    {
+                        return Err(self.lock_wait(&e))
+                    }
                     Err(e) => return Err(self.db_err("writing a row", &e)),
                 }
             }
@@ -403,11 +433,15 @@ impl PgWriter {
 }
 
 /// Whether the database refused the rows of a statement rather than failed: a data
-/// exception (class 22: a value its type does not take) or an integrity constraint
-/// (class 23: NOT NULL, CHECK, a foreign or unique key).
+/// exception (class 22: a value its type does not take), an integrity constraint
+/// (class 23: NOT NULL, CHECK, a foreign or unique key), or a cardinality violation.
 fn refuses_rows(e: &tokio_postgres::Error) -> bool {
-    e.code()
-        .is_some_and(|c| c.code().starts_with("22") || c.code().starts_with("23"))
+    e.code().is_some_and(|c| {
+        let c = c.code();
+        // 21000: two rows of one statement name one row (two spellings of one key the
+        // sink could not tell apart), which the same rows one at a time do not.
+        c.starts_with("22") || c.starts_with("23") || c == "21000"
+    })
 }
 
 #[async_trait]
@@ -436,6 +470,10 @@ impl TwoPhaseWriter for PgWriter {
             .await
             .map_err(|m| self.err(m))?;
         self.check_server(&client, info.parallelism).await?;
+        client
+            .batch_execute(&format!("SET lock_timeout = {}", self.cfg.lock_timeout_ms))
+            .await
+            .map_err(|e| self.db_err("SET lock_timeout", &e))?;
         let t = table::load(&client, &self.cfg.table)
             .await
             .map_err(|m| self.unrecoverable(format!("sink.postgres.table: {m}")))?;
