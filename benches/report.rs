@@ -14,6 +14,7 @@
 //! | `transforms.chain_ns_per_record` (`insert_field`, `replace_field`, `cast`) | reported (no target) |
 //! | `transforms.cdc_chain_ns_per_record` (`debezium`, `replace_field`, `insert_field`), `transforms.jq_ns_per_record` | reported (no target) |
 //! | `transforms.end_to_end.ratio_chain_over_none` (the CDC chain against no transform) | reported (no target) |
+//! | `postgres.sink_ratio` (two-phase, 1 s checkpoints, against a plain `COPY` loop) | >= 0.80 |
 
 mod support;
 
@@ -45,6 +46,8 @@ fn main() {
     let avro = support::avro::measure();
     step("transforms against the JSON check, and the CDC chain end to end");
     let transforms = support::transforms::measure();
+    step("Postgres sink against a plain COPY loop");
+    let postgres = support::postgres::measure();
 
     let p99_1m = by_keys
         .as_array()
@@ -59,6 +62,7 @@ fn main() {
         "checkpoint_p99_ms_1m_keys": target(&p99_1m, |v| v < 100.0, "< 100"),
         "recovery_ms_1m_keys": target(&recovery["recovery_ms_median"], |v| v < 1000.0, "< 1000"),
         "demo_peak_rss_mib": target(&memory["peak_rss_mib_max"], |v| v < 100.0, "< 100"),
+        "postgres_sink_ratio": target(&postgres["sink_ratio"], |v| v >= 0.80, ">= 0.80"),
     });
     println!(
         "{}",
@@ -73,6 +77,7 @@ fn main() {
             "demo_memory": memory,
             "avro": avro,
             "transforms": transforms,
+            "postgres": postgres,
         }))
         .expect("JSON")
     );

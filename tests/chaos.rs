@@ -547,6 +547,8 @@ macro_rules! file_sink_failpoint_tests {
 }
 
 file_sink_failpoint_tests! {
+    abort_after_the_file_sink_staged_a_part => "after-stage",
+    abort_before_a_part_commit_of_the_file_sink => "before-part-commit",
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
 }
 

@@ -627,3 +627,25 @@ fn fixed_length_keys_identity_columns_and_numeric_spellings_name_their_rows() {
         ]
     );
 }
+
+#[test]
+fn jsonb_column_holds_the_whole_record_beside_its_key() {
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE docs (id text PRIMARY KEY, doc jsonb NOT NULL)",
+    )
+    .unwrap();
+    drive(
+        &pg,
+        "table = \"docs\"\nmode = \"upsert\"\nkey = [\"id\"]\njsonb_column = \"doc\"",
+        &[
+            &[r#"{"id":"a","n":1,"big":123456789012345678901234567890}"#],
+            &[r#"{"id":"a","n":2,"tags":["x","y"]}"#],
+        ],
+    );
+    assert_eq!(
+        one(&pg, "SELECT doc::text FROM docs WHERE id = 'a'"),
+        r#"{"n": 2, "id": "a", "tags": ["x", "y"]}"#
+    );
+}

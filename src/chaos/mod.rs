@@ -691,7 +691,10 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
     if report.stopped.is_none() {
         let inputs = verify::read_inputs(&verified)?;
-        report.verdict = verify::verify(&verified, &inputs)?;
+        report.verdict = match &verified.output {
+            target::Output::Postgres(cfg) => pg_verify::verify_table(cfg, &inputs.records)?,
+            _ => verify::verify(&verified, &inputs)?,
+        };
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)

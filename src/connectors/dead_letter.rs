@@ -34,6 +34,29 @@ use std::time::Duration;
 /// How long a dead-letter write may wait for the broker.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a sink does with a record it cannot write (`on_item_error`): a record the
+/// Elasticsearch cluster refuses, a row a table cannot take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemErrorPolicy {
+    /// Fail the job, naming the record.
+    Fail,
+    /// Write the original record and the error to this Kafka topic.
+    DeadLetter(String),
+}
+
+impl ItemErrorPolicy {
+    /// Parses `fail` or `dead-letter:<topic>`.
+    pub fn parse(s: &str) -> Result<ItemErrorPolicy, String> {
+        match s {
+            "fail" => Ok(ItemErrorPolicy::Fail),
+            _ => match s.strip_prefix("dead-letter:") {
+                Some(t) if !t.is_empty() => Ok(ItemErrorPolicy::DeadLetter(t.to_string())),
+                _ => Err(format!("`{s}` is not one of fail, dead-letter:<topic>")),
+            },
+        }
+    }
+}
+
 /// Why a record became a dead letter, as the `reason` label of
 /// `lockgate_dead_letters_total`: a short name that stays the same from one release to
 /// the next (the full error goes into the letter's `lockgate.error` header).

@@ -58,26 +58,9 @@ pub enum Versioning {
     External,
 }
 
-/// What happens to an item Elasticsearch refuses (mapping or parse errors).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemErrorPolicy {
-    Fail,
-    /// Write the original record and the error to this Kafka topic.
-    DeadLetter(String),
-}
-
-impl ItemErrorPolicy {
-    /// Parses `fail` or `dead-letter:<topic>`.
-    pub fn parse(s: &str) -> Result<ItemErrorPolicy, String> {
-        match s {
-            "fail" => Ok(ItemErrorPolicy::Fail),
-            _ => match s.strip_prefix("dead-letter:") {
-                Some(t) if !t.is_empty() => Ok(ItemErrorPolicy::DeadLetter(t.to_string())),
-                _ => Err(format!("`{s}` is not one of fail, dead-letter:<topic>")),
-            },
-        }
-    }
-}
+/// What happens to an item Elasticsearch refuses (mapping or parse errors): the
+/// policy every sink shares.
+pub use crate::connectors::dead_letter::ItemErrorPolicy;
 
 /// What a Kafka tombstone (a record without a value) means to the sink
 /// (`on_null_value`, Kafka Connect's `behavior.on.null.values`).

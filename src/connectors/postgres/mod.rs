@@ -45,11 +45,7 @@ fn key_bytes(pointers: &[String], r: &Record) -> Vec<u8> {
         let mut out = Vec::new();
         for p in pointers {
             let v = rows::raw_pointer(root, p)?;
-            // A string and its value as a number are one key to the table, and so are
-            // two spellings of one number (`7`, `7.0`).
-            let t = serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| {
-                types::canonical_decimal(v.get()).unwrap_or_else(|| v.get().to_string())
-            });
+            let t = route_text(v.get());
             out.extend_from_slice(t.as_bytes());
             out.push(0x1f);
         }
@@ -68,20 +64,47 @@ fn key_bytes(pointers: &[String], r: &Record) -> Vec<u8> {
                 return Some(key.to_vec());
             }
             let text = std::str::from_utf8(key).ok()?;
-            let mut out = serde_json::from_str::<serde_json::Value>(text)
+            let scalar = serde_json::from_str::<&serde_json::value::RawValue>(text)
                 .ok()
-                .filter(|v| !v.is_object() && !v.is_array())
-                .map(|v| match v {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                })
-                .unwrap_or_else(|| text.to_string())
-                .into_bytes();
+                .filter(|v| !v.get().starts_with(['{', '[']));
+            let mut out = match scalar {
+                Some(v) => route_text(v.get()),
+                None => route_text(&serde_json::to_string(text).expect("a string serializes")),
+            }
+            .into_bytes();
             out.push(0x1f);
             Some(out)
         })
         .or_else(|| r.key.as_deref().map(<[u8]>::to_vec))
         .unwrap_or_default()
+}
+
+/// A key column's JSON value (`raw`) as records are routed by it: the types of the
+/// columns are not known before the sink opens, so every spelling that one of the
+/// common key types reads as one value routes alike (routing two keys together costs
+/// nothing; routing one key apart makes two subtasks write one row). Numbers and
+/// numeric strings by their canonical decimal, times (RFC 3339, local, a date) as epoch
+/// milliseconds like the numbers they may be written as, and any other string trimmed
+/// and in lower case (a UUID without its hyphens): case and padding may not matter to
+/// the column.
+fn route_text(raw: &str) -> String {
+    let s = match serde_json::from_str::<String>(raw) {
+        Ok(s) => s,
+        Err(_) => return types::canonical_decimal(raw).unwrap_or_else(|| raw.to_string()),
+    };
+    let t = s.trim();
+    if let Some(d) = types::canonical_decimal(t) {
+        return d;
+    }
+    if let Some(ms) = types::epoch_millis(t) {
+        return ms.to_string();
+    }
+    let lower = t.to_ascii_lowercase();
+    let hex: String = lower.chars().filter(|c| *c != '-').collect();
+    if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return hex;
+    }
+    lower
 }
 
 /// The sink's spec: the two-phase kit over [`PgWriter`], exactly-once (two-phase) or
@@ -158,5 +181,19 @@ mod tests {
         let f = key_bytes(&p, &Record::from_value(br#"{"user":7.0}"#.to_vec()));
         assert_eq!(n, s);
         assert_eq!(n, f);
+        // Times and UUIDs in their several spellings route alike.
+        let route = |v: &str| {
+            key_bytes(
+                &p,
+                &Record::from_value(format!("{{\"user\":{v}}}").into_bytes()),
+            )
+        };
+        assert_eq!(route("\"2024-05-01T12:00:00Z\""), route("1714564800000"));
+        assert_eq!(route("\"2024-05-01 12:00:00\""), route("1714564800000"));
+        assert_eq!(
+            route("\"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11\""),
+            route("\"a0eebc999c0b4ef8bb6d6bb9bd380a11\"")
+        );
+        assert_eq!(route("\" 07 \""), route("7"));
     }
 }

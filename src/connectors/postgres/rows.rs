@@ -179,6 +179,11 @@ pub fn change_of(layout: &Layout, mode: Mode, r: &Record) -> Result<Change, RowE
         }
         cells.push(cell);
     }
+    if cells.iter().all(|c| *c == Cell::Default) {
+        return Err(RowError::record(
+            "the record has none of the columns the sink writes",
+        ));
+    }
     Ok(Change::Write(cells))
 }
 

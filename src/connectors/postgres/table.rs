@@ -32,6 +32,8 @@ pub struct Table {
     /// The column sets of its unique indexes (plain ones: no predicate, no
     /// expression), which `ON CONFLICT` can name.
     pub unique: Vec<Vec<String>>,
+    /// Inserts may go by `COPY` (no row-level security, no rules).
+    pub copy: bool,
 }
 
 /// `name` as an SQL identifier, always quoted: the catalog's spelling, kept.
@@ -63,7 +65,8 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
     };
     let row = client
         .query_one(
-            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.relkind::text \
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.relkind::text, \
+                    (c.relrowsecurity OR c.relhasrules) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
             &[&oid],
         )
@@ -71,6 +74,8 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
         .map_err(|e| super::connect::describe(&e))?;
     let qualified: String = row.get(0);
     let relkind: String = row.get(1);
+    // COPY FROM is refused under row-level security and skips rules: INSERT then.
+    let copy = !row.get::<_, bool>(2);
     if relkind != "r" && relkind != "p" {
         return Err(format!(
             "`{name}` is not a table (relkind {relkind}): the sink writes into tables"
@@ -80,9 +85,12 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
         .query(
             // format_type with -1, not NULL: without a modifier, NULL names bpchar
             // `character` (char(1)) and bit `bit` (bit(1)), and a cast to those cuts.
-            "SELECT a.attname::text, format_type(a.atttypid, -1), \
+            // A domain's value is cast to its base type (an explicit cast to the
+            // domain itself would cut a varchar or pad a bit string); the assignment to
+            // the column then checks the domain, and refuses what does not fit.
+            "SELECT a.attname::text, format_type(COALESCE(b.oid, t.oid), -1), \
                     COALESCE(b.typname, t.typname)::text, COALESCE(b.typcategory, t.typcategory)::text, \
-                    a.atttypmod, a.attnotnull, (a.atthasdef OR a.attidentity <> ''), \
+                    CASE WHEN b.oid IS NULL THEN a.atttypmod ELSE t.typtypmod END, a.attnotnull, (a.atthasdef OR a.attidentity <> ''), \
                     (a.attgenerated <> '' OR a.attidentity = 'a'), \
                     (a.attidentity <> '' OR COALESCE(pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false)) \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
@@ -116,7 +124,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
             "SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey) WITH ORDINALITY k(attnum, n) \
                           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
                           WHERE k.n <= i.indnkeyatts) \
-             FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indimmediate \
+             FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indimmediate AND i.indisvalid \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
             &[&oid],
         )
@@ -127,6 +135,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
         qualified,
         columns,
         unique,
+        copy,
     })
 }
 
@@ -144,6 +153,8 @@ pub struct Layout {
     pub written: Vec<Written>,
     /// Positions in `written` of the key columns, in `key`'s order.
     pub key: Vec<usize>,
+    /// Inserts may go by `COPY` ([`Table::copy`]).
+    pub copy: bool,
 }
 
 /// The layout of `cfg` over `table`: every column it names exists and can be written,
@@ -219,6 +230,7 @@ pub fn layout(cfg: &PgConfig, table: &Table) -> Result<Layout, String> {
         table: table.qualified.clone(),
         written,
         key,
+        copy: table.copy,
     })
 }
 
@@ -245,6 +257,7 @@ pub(crate) mod tests {
             qualified: "public.t".into(),
             columns: vec![column("user", "text"), column("total", "int8"), gen],
             unique: vec![vec!["user".into()]],
+            copy: true,
         }
     }
 
@@ -260,7 +273,7 @@ pub(crate) mod tests {
             batch_max_rows: 100,
             sslmode: super::super::config::SslMode::Disable,
             ca_cert: None,
-            on_item_error: crate::connectors::elasticsearch::config::ItemErrorPolicy::Fail,
+            on_item_error: crate::connectors::dead_letter::ItemErrorPolicy::Fail,
             dead_letter_kafka: None,
             job: "j".into(),
             connect_timeout_ms: 1000,

@@ -32,9 +32,11 @@ pub enum Kind {
     Timestamp,
     /// `date`: `YYYY-MM-DD`, RFC 3339 (its UTC date), or epoch milliseconds.
     Date,
-    /// Text types; `max_chars` for `varchar(n)` and `char(n)`.
+    /// Text types; `max_chars` for `varchar(n)` and `char(n)`; `padded` for `char(n)`,
+    /// whose trailing spaces do not count.
     Text {
         max_chars: Option<usize>,
+        padded: bool,
     },
     /// An array type: a JSON array becomes an array literal.
     Array,
@@ -73,8 +75,12 @@ impl Kind {
             "varchar" | "bpchar" => Kind::Text {
                 // A varchar's typmod is its length plus the 4 bytes of a header.
                 max_chars: (typmod > 4).then(|| (typmod - 4) as usize),
+                padded: typname == "bpchar",
             },
-            "text" | "name" | "citext" => Kind::Text { max_chars: None },
+            "text" | "name" | "citext" => Kind::Text {
+                max_chars: None,
+                padded: false,
+            },
             "uuid" => Kind::Uuid,
             _ if category == "A" => Kind::Array,
             _ => Kind::Other,
@@ -161,7 +167,7 @@ pub fn to_text(kind: &Kind, raw: &RawValue) -> Result<Option<String>, String> {
                 Err(format!("{} is not a time", what()))
             }
         })?,
-        Kind::Text { max_chars } => {
+        Kind::Text { max_chars, .. } => {
             let s = if is_string {
                 string()?
             } else {
@@ -274,6 +280,7 @@ pub fn canonical_key(kind: &Kind, value: &str) -> String {
             .parse::<f64>()
             .map_or_else(|_| value.to_string(), |f| f.to_string()),
         Kind::Uuid => value.to_ascii_lowercase().replace(['-', '{', '}'], ""),
+        Kind::Text { padded: true, .. } => value.trim_end_matches(' ').to_string(),
         _ => value.to_string(),
     }
 }
@@ -327,6 +334,23 @@ fn time(
         }
         _ => unreachable!("time() is called for time kinds only"),
     })
+}
+
+/// A time as the sink reads one (RFC 3339; a local `YYYY-MM-DD[T ]HH:MM:SS[.f]` or a
+/// date, both taken as UTC) in epoch milliseconds; None for any other text.
+pub fn epoch_millis(s: &str) -> Option<i64> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_millis());
+    }
+    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+        .or_else(|| {
+            NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+        })
+        .map(|t| t.and_utc().timestamp_millis())
 }
 
 /// A JSON array as a PostgreSQL array literal (`{1,"a b",NULL,{2,3}}`).

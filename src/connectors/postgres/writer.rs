@@ -28,8 +28,8 @@ use super::rows::{self, Change, Plan, Stmt};
 use super::table::{self, quote_literal, Layout};
 use crate::connector::kit::TwoPhaseWriter;
 use crate::connector::SubtaskInfo;
+use crate::connectors::dead_letter::ItemErrorPolicy;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
-use crate::connectors::elasticsearch::config::ItemErrorPolicy;
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;
@@ -65,12 +65,26 @@ impl Committer {
         match out {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT) => {
-                let status: Option<String> = self
+                let status: Option<String> = match self
                     .client
                     .query_one("SELECT txid_status($1)", &[&s.xid])
                     .await
-                    .map_err(|e| JobError::task(task, super::connect::describe(&e)))?
-                    .get(0);
+                {
+                    Ok(row) => row.get(0),
+                    // 22023: an id the server never issued.
+                    Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE) => {
+                        return Err(JobError::Unrecoverable {
+                            task: task.to_string(),
+                            message: format!(
+                                "the server knows neither prepared transaction {g} nor its transaction id {} ({}): is this the server the job wrote to (a failover to a standby that missed it, a restored backup)? the rows of checkpoint {} are not on it",
+                                s.xid,
+                                super::connect::describe(&e),
+                                s.checkpoint
+                            ),
+                        })
+                    }
+                    Err(e) => return Err(JobError::task(task, super::connect::describe(&e))),
+                };
                 match status.as_deref() {
                     Some("committed") => Ok(()),
                     Some("in progress") => Err(JobError::Unrecoverable {
@@ -247,28 +261,6 @@ impl PgWriter {
         }
     }
 
-    async fn statement(&mut self, stmt: &Stmt) -> Result<Statement> {
-        let key = match stmt {
-            Stmt::Write { present, .. } => Some(present.clone()),
-            Stmt::Delete { .. } => None,
-        };
-        if let Some(s) = self.statements.get(&key) {
-            return Ok(s.clone());
-        }
-        let layout = self.layout.clone().expect("opened");
-        let sql = match &key {
-            Some(p) => rows::write_sql(&layout, self.cfg.mode, p),
-            None => rows::delete_sql(&layout),
-        };
-        let client = self.client.as_ref().expect("opened");
-        let s = client
-            .prepare(&sql)
-            .await
-            .map_err(|e| self.db_err(&format!("preparing `{sql}`"), &e))?;
-        self.statements.insert(key, s.clone());
-        Ok(s)
-    }
-
     /// Runs one statement over `rows` of `changes`, committing completed checkpoints'
     /// staged work while it waits. The outer error fails the attempt; the inner one
     /// is the database's answer to the statement.
@@ -282,7 +274,9 @@ impl PgWriter {
         // Inserts of several rows go by COPY, the fastest way into a table; an upsert
         // or a delete (and a row alone, retried after a refusal) by a statement.
         let copy = match stmt {
-            Stmt::Write { present, .. } if self.cfg.mode == Mode::Insert && rows_of.len() > 1 => {
+            Stmt::Write { present, .. }
+                if self.cfg.mode == Mode::Insert && layout.copy && rows_of.len() > 1 =>
+            {
                 Some((
                     rows::copy_sql(&layout, present),
                     bytes::Bytes::from(rows::copy_text(changes, rows_of)),
@@ -290,9 +284,18 @@ impl PgWriter {
             }
             _ => None,
         };
-        let prepared = match copy {
-            Some(_) => None,
-            None => Some(self.statement(stmt).await?),
+        // A statement is prepared inside the wait below: preparing takes a lock on the
+        // table, which may queue behind a DDL that itself waits on this sink's prepared
+        // transaction.
+        let shape = match stmt {
+            Stmt::Write { present, .. } => Some(present.clone()),
+            Stmt::Delete { .. } => None,
+        };
+        let cached = self.statements.get(&shape).cloned();
+        let sql = match (&copy, &cached, &shape) {
+            (None, None, Some(p)) => rows::write_sql(&layout, self.cfg.mode, p),
+            (None, None, None) => rows::delete_sql(&layout),
+            _ => String::new(),
         };
         let params = match copy {
             Some(_) => Vec::new(),
@@ -303,29 +306,41 @@ impl PgWriter {
         let client = self.client.as_ref().expect("opened");
         let committer = self.committer.as_mut().expect("opened");
         let run = async {
-            match (&copy, &prepared) {
-                (Some((sql, text)), _) => {
+            match &copy {
+                Some((copy_sql, text)) => {
                     use futures_util::SinkExt;
-                    let sink = client.copy_in(sql.as_str()).await?;
+                    let sink = client.copy_in(copy_sql.as_str()).await?;
                     futures_util::pin_mut!(sink);
                     sink.send(text.clone()).await?;
-                    sink.finish().await
+                    Ok((sink.finish().await?, None))
                 }
-                (None, Some(p)) => client.execute(p, &refs).await,
-                (None, None) => unreachable!("a statement or a COPY"),
+                None => {
+                    let p = match cached {
+                        Some(p) => p,
+                        None => client.prepare(&sql).await?,
+                    };
+                    let n = client.execute(&p, &refs).await?;
+                    Ok::<_, tokio_postgres::Error>((n, Some(p)))
+                }
             }
         };
         tokio::pin!(run);
-        loop {
+        let out = loop {
             tokio::select! {
-                r = &mut run => return Ok(r),
+                r = &mut run => break r,
                 c = committer.next_completion() => {
                     if let Err(e) = committer.commit_completed(c, &self.task).await {
                         tracing::warn!(error = %e, "early commit failed: the notification commits it");
                     }
                 }
             }
-        }
+        };
+        Ok(out.map(|(n, prepared)| {
+            if let Some(p) = prepared {
+                self.statements.entry(shape).or_insert(p);
+            }
+            n
+        }))
     }
 
     async fn batch(&self, sql: &str) -> Result<()> {
@@ -471,7 +486,10 @@ impl TwoPhaseWriter for PgWriter {
             .map_err(|m| self.err(m))?;
         self.check_server(&client, info.parallelism).await?;
         client
-            .batch_execute(&format!("SET lock_timeout = {}", self.cfg.lock_timeout_ms))
+            .batch_execute(&format!(
+                "SET lock_timeout = {}",
+                self.cfg.lock_timeout_ms.min(i32::MAX as u64)
+            ))
             .await
             .map_err(|e| self.db_err("SET lock_timeout", &e))?;
         let t = table::load(&client, &self.cfg.table)
@@ -580,7 +598,7 @@ impl TwoPhaseWriter for PgWriter {
 
     async fn abort_abandoned(
         &mut self,
-        _restored: Option<CheckpointId>,
+        restored: Option<CheckpointId>,
         named: &[Staged],
     ) -> Result<()> {
         if self.cfg.delivery != Delivery::TwoPhase {
@@ -596,6 +614,9 @@ impl TwoPhaseWriter for PgWriter {
             .await
             .map_err(|e| self.db_err("listing pg_prepared_xacts", &e))?;
         let gids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        if restored.is_none() && !gids.is_empty() {
+            tracing::warn!(prepared = ?gids, "starting without a checkpoint: rolling back what earlier runs of this job left prepared (their records are read again, or were never checkpointed)");
+        }
         for g in gid::abandoned(&self.cfg.job, &gids, self.index, self.parallelism, named) {
             match committer
                 .client
