@@ -665,6 +665,7 @@ fn build(
         checkpoint_timeout_ms: c.timeout_ms,
         formats: registry.formats().clone(),
         source_kafka: None,
+        event_time: false,
     };
     let checkpoint_dir = c.dir.clone();
     let mut b = Job::builder(&j.name)
@@ -694,6 +695,7 @@ fn build(
     // The transforms dead-letter to the source's cluster.
     let cx = SectionContext {
         source_kafka: source.facts.kafka.clone(),
+        event_time: source.facts.event_time,
         ..cx
     };
     let mut transforms = Vec::new();

@@ -61,6 +61,7 @@ pub mod config;
 pub mod connector;
 pub mod connectors;
 pub mod error;
+pub mod event_time;
 pub mod fault;
 pub mod formats;
 pub mod interpolate;

@@ -147,6 +147,14 @@ pub trait Source: Send + 'static {
         Ok(())
     }
 
+    /// The subtask's watermark now, covering every record `poll` appended so far
+    /// (`None`: the source keeps no event time). A bounded source that finished says
+    /// [`crate::event_time::END_OF_TIME`], so that every window fires before the
+    /// final checkpoint. The runtime asks periodically and after the end.
+    fn watermark(&mut self) -> Option<crate::event_time::Watermark> {
+        None
+    }
+
     /// Releases resources; called once, on a clean finish.
     async fn close(&mut self) -> Result<()> {
         Ok(())

@@ -44,6 +44,14 @@ pub trait Operator: Send {
         Ok(None)
     }
 
+    /// The watermark reached `watermark` (see [`crate::event_time::watermark`]): every
+    /// later record has an event time of at least this. Records it completes (fired
+    /// windows) go into `out`, ahead of the watermark downstream. Called only when it
+    /// rose.
+    fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<()> {
+        Ok(())
+    }
+
     /// Checkpoint `id` is durable.
     fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<()> {
         Ok(())

@@ -87,6 +87,9 @@ pub struct SectionContext {
     /// The Kafka cluster the source reads, for the transforms' dead letters (set once
     /// the source is prepared).
     pub source_kafka: Option<KafkaCluster>,
+    /// The source gives records their event time and emits watermarks (set once the
+    /// source is prepared).
+    pub event_time: bool,
 }
 
 impl SectionContext {
@@ -124,6 +127,9 @@ pub struct SourceFacts {
     /// The source has records without a value (Kafka tombstones), which it skips
     /// unless the sink reads them ([`SourceWiring::tombstones`]).
     pub tombstones: bool,
+    /// Records carry their event time and the source emits watermarks (windows need
+    /// them).
+    pub event_time: bool,
     /// Why keyed state kept per split (`job.co_partitioned`) would not be each key's
     /// whole state with this source; `None`: it would.
     pub not_split_keyed: Option<String>,
@@ -139,6 +145,7 @@ impl SourceFacts {
             offsets_per_split: false,
             kafka: None,
             tombstones: false,
+            event_time: false,
             not_split_keyed: None,
         }
     }

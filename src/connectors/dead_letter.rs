@@ -81,11 +81,13 @@ pub enum Reason {
     TooLarge,
     /// Any other refusal by Elasticsearch (`rejected`).
     Rejected,
+    /// The record came after its window had fired (`late`).
+    Late,
 }
 
 impl Reason {
     /// Every reason, in label order of [`Reason::label`].
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Decode,
         Reason::Transform,
         Reason::Mapping,
@@ -94,11 +96,12 @@ impl Reason {
         Reason::DocumentMissing,
         Reason::TooLarge,
         Reason::Rejected,
+        Reason::Late,
     ];
 
-    /// The reasons of the Elasticsearch sink's letters: every one but `decode` and
-    /// `transform`.
-    pub const REFUSALS: &[Reason] = Reason::ALL.split_at(2).1;
+    /// The reasons of the Elasticsearch sink's letters: every one but `decode`,
+    /// `transform` and `late`.
+    pub const REFUSALS: &[Reason] = Reason::ALL.split_at(2).1.split_at(6).0;
 
     /// The `reason` label.
     pub fn label(self) -> &'static str {
@@ -111,6 +114,7 @@ impl Reason {
             Reason::DocumentMissing => "document_missing",
             Reason::TooLarge => "too_large",
             Reason::Rejected => "rejected",
+            Reason::Late => "late",
         }
     }
 

@@ -13,6 +13,7 @@ pub fn builtin() -> Registry {
         .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
             crate::operators::rolling_sum::KIND,
         )
+        .with_transform::<crate::operators::window::WindowSection>(crate::operators::window::KIND)
         .with_transform::<SmtSection<fields::InsertField>>(fields::InsertField::KIND)
         .with_transform::<SmtSection<fields::ReplaceField>>(fields::ReplaceField::KIND)
         .with_transform::<SmtSection<fields::ExtractField>>(fields::ExtractField::KIND)

@@ -241,20 +241,31 @@ impl<F: KeyedFunction> Operator for KeyedOperator<F> {
         pending_dir: &Path,
     ) -> Result<Option<SubtaskSnapshot>> {
         let backend = self.backend.as_mut().expect("opened");
-        let dir_name = format!("{}-{}", self.uid, self.subtask);
-        let files = backend.checkpoint_with(&pending_dir.join(&dir_name), || {
-            crate::fault::hit("before-state-listing")
-        })?;
-        crate::fault::hit("rocksdb-checkpoint");
-        Ok(Some(SubtaskSnapshot {
-            operator: self.uid.clone(),
-            subtask: self.subtask,
-            key_groups: Some(backend.key_groups()),
-            state_dir: Some(dir_name),
-            files,
-            inline_state: Vec::new(),
-        }))
+        snapshot_backend(backend, &self.uid, self.subtask, pending_dir)
     }
+}
+
+/// Checkpoints the RocksDB instance of subtask `subtask` of keyed operator `uid` into
+/// `pending_dir` (the unfinished checkpoint directory), as its snapshot.
+pub fn snapshot_backend(
+    backend: &mut KeyedStateBackend,
+    uid: &str,
+    subtask: u16,
+    pending_dir: &Path,
+) -> Result<Option<SubtaskSnapshot>> {
+    let dir_name = format!("{uid}-{subtask}");
+    let files = backend.checkpoint_with(&pending_dir.join(&dir_name), || {
+        crate::fault::hit("before-state-listing")
+    })?;
+    crate::fault::hit("rocksdb-checkpoint");
+    Ok(Some(SubtaskSnapshot {
+        operator: uid.to_string(),
+        subtask,
+        key_groups: Some(backend.key_groups()),
+        state_dir: Some(dir_name),
+        files,
+        inline_state: Vec::new(),
+    }))
 }
 
 #[cfg(test)]

@@ -6,5 +6,6 @@
 
 pub mod keyed;
 pub mod rolling_sum;
+pub mod window;
 
 pub use crate::connector::{FnOperator, Operator, OperatorContext};

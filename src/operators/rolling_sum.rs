@@ -19,7 +19,8 @@ pub enum Sum {
 }
 
 impl Sum {
-    fn add(self, v: &serde_json::Number) -> Option<Sum> {
+    /// The sum with `v` added; `None` when an integer sum overflows.
+    pub fn add(self, v: &serde_json::Number) -> Option<Sum> {
         match (self, v.as_i64()) {
             (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
             (Sum::Int(a), None) => Some(Sum::Float(a as f64 + v.as_f64()?)),
@@ -27,7 +28,19 @@ impl Sum {
         }
     }
 
-    fn to_json(self) -> Value {
+    /// Two sums added; `None` when an integer sum overflows.
+    pub fn merge(self, other: Sum) -> Option<Sum> {
+        match (self, other) {
+            (Sum::Int(a), Sum::Int(b)) => a.checked_add(b).map(Sum::Int),
+            (Sum::Int(a), Sum::Float(b)) | (Sum::Float(b), Sum::Int(a)) => {
+                Some(Sum::Float(a as f64 + b))
+            }
+            (Sum::Float(a), Sum::Float(b)) => Some(Sum::Float(a + b)),
+        }
+    }
+
+    /// The sum as a JSON number.
+    pub fn to_json(self) -> Value {
         match self {
             Sum::Int(i) => Value::from(i),
             Sum::Float(f) => Value::from(f),

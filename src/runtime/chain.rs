@@ -5,6 +5,7 @@ use super::message::Message;
 use crate::connector::KeyFn;
 use crate::connector::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
+use crate::event_time::Watermark;
 use crate::operators::{Operator, OperatorContext};
 use crate::record::Batch;
 use lockgate_state::keygroup::{key_group_of, subtask_for_group};
@@ -138,8 +139,35 @@ impl Chain {
     }
 
     /// Runs a batch through the operators and hands the result to the tail.
-    pub async fn process(&mut self, mut batch: Batch) -> Result<()> {
-        for ((op, _), (records_in, records_out)) in self.ops.iter_mut().zip(&self.op_counters) {
+    pub async fn process(&mut self, batch: Batch) -> Result<()> {
+        self.process_from(0, batch).await
+    }
+
+    /// The watermark rose to `w` (or its input turned idle): each operator in order
+    /// fires what it completes, which runs through the operators after it, and then
+    /// the watermark goes downstream, behind every record sent before it.
+    pub async fn watermark(&mut self, w: Watermark) -> Result<()> {
+        if let Watermark::At(t) = w {
+            for k in 0..self.ops.len() {
+                let mut fired = Vec::new();
+                self.ops[k].0.on_watermark(t, &mut fired)?;
+                if !fired.is_empty() {
+                    self.op_counters[k].1.inc_by(fired.len() as u64);
+                    self.process_from(k + 1, fired).await?;
+                }
+            }
+        }
+        if let Tail::Exchange(x) = &mut self.tail {
+            x.broadcast(|| Message::Watermark(w)).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a batch through the operators from the `first`, then the tail.
+    async fn process_from(&mut self, first: usize, mut batch: Batch) -> Result<()> {
+        for ((op, _), (records_in, records_out)) in
+            self.ops[first..].iter_mut().zip(&self.op_counters[first..])
+        {
             records_in.inc_by(batch.len() as u64);
             let mut out = Vec::with_capacity(batch.len());
             op.process(batch, &mut out)?;

@@ -9,6 +9,9 @@ use lockgate_state::{CheckpointId, SourcePosition, SubtaskSnapshot};
 pub enum Message {
     Records(Batch),
     Barrier(CheckpointId),
+    /// Event time: every later record of this input has a time of at least this (or
+    /// the input is idle). Not aligned: it passes barriers as records do.
+    Watermark(crate::event_time::Watermark),
     EndOfInput,
 }
 

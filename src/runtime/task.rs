@@ -5,12 +5,16 @@ use super::chain::Chain;
 use super::message::{Control, Message, Report, TaskId};
 use crate::connector::{SinkRestore, Source, SourcePoll};
 use crate::error::{JobError, Result};
+use crate::event_time::{Emitter, InputWatermarks};
 use lockgate_state::{CheckpointId, SourcePosition};
 use std::future::poll_fn;
 use std::path::PathBuf;
 use std::task::Poll;
 use tokio::sync::mpsc::{self, error::TryRecvError};
 use tracing::{debug, info, Instrument};
+
+/// How often a source task asks its source for its watermark.
+const WATERMARK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What every task shares with the coordinator.
 pub struct TaskIo {
@@ -91,6 +95,10 @@ pub async fn run_source_task(
         let mut batch = Vec::with_capacity(1024);
         let m = chain.info.telemetry.metrics();
         let records_out = m.task_counter(&m.records_out, "source", chain.info.index);
+        // Watermarks go out periodically (Flink's auto-watermark interval), not after
+        // every poll: each one flushes the exchange's buffers.
+        let mut watermarks = Emitter::default();
+        let mut watermark_at = std::time::Instant::now();
         loop {
             loop {
                 let msg = if finished || stopped {
@@ -129,6 +137,7 @@ pub async fn run_source_task(
                     }
                 }
             }
+            let mut ended = false;
             match source.poll(&mut batch).await? {
                 SourcePoll::Ready => {}
                 SourcePoll::Idle => {
@@ -138,8 +147,7 @@ pub async fn run_source_task(
                 }
                 SourcePoll::Finished => {
                     info!("source reached its end");
-                    finished = true;
-                    io.report(Report::SourceFinished { task: io.id }).await?;
+                    ended = true;
                 }
             }
             if !batch.is_empty() {
@@ -154,6 +162,18 @@ pub async fn run_source_task(
                 }
                 crate::fault::records_emitted();
                 crate::fault::hit("source-batch");
+            }
+            // After the records it covers; at the end before the source says it
+            // finished, so that what the end fires is in the final checkpoint.
+            if ended || watermark_at.elapsed() >= WATERMARK_INTERVAL {
+                watermark_at = std::time::Instant::now();
+                if let Some(w) = source.watermark().and_then(|w| watermarks.advance(w)) {
+                    chain.watermark(w).await?;
+                }
+            }
+            if ended {
+                finished = true;
+                io.report(Report::SourceFinished { task: io.id }).await?;
             }
         }
     }
@@ -201,6 +221,7 @@ pub async fn run_input_task(
         chain.open(&sink_restore).await?;
         chain.info.telemetry.task_opened();
         let mut aligner = Aligner::new(inputs.len());
+        let mut watermarks = InputWatermarks::new(inputs.len());
         let mut ended = vec![false; inputs.len()];
         let mut rr = 0usize;
         let m = chain.info.telemetry.metrics();
@@ -224,6 +245,12 @@ pub async fn run_input_task(
                     };
                     let event = match m {
                         Message::Records(b) => { chain.process(b).await?; AlignEvent::Waiting }
+                        Message::Watermark(w) => {
+                            if let Some(w) = watermarks.on_watermark(i, w) {
+                                chain.watermark(w).await?;
+                            }
+                            AlignEvent::Waiting
+                        }
                         Message::Barrier(id) => {
                             if aligning.is_none_or(|a| a.0 != id) {
                                 aligning = Some((id, std::time::Instant::now()));

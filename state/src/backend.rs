@@ -310,6 +310,30 @@ impl KeyedStateBackend {
         Ok(())
     }
 
+    /// Calls `f(group, user_key, value)` for every entry of state `state`, in key
+    /// order (by key group first): how an operator rebuilds what it keeps in memory
+    /// about its state (timers) after a restore. The first error of `f` stops it.
+    pub fn for_each<E: From<StateError>>(
+        &self,
+        state: &str,
+        mut f: impl FnMut(KeyGroup, &[u8], &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        for item in self.db.iterator(IteratorMode::Start) {
+            let (k, v) = item.map_err(StateError::rocks(&self.path))?;
+            let Some(&len) = k.get(2) else { continue };
+            let name_end = 3 + usize::from(len);
+            if k.get(3..name_end) != Some(state.as_bytes()) {
+                continue;
+            }
+            f(
+                KeyGroup(u16::from_be_bytes([k[0], k[1]])),
+                &k[name_end..],
+                &v,
+            )?;
+        }
+        Ok(())
+    }
+
     /// The key groups this instance holds.
     pub fn key_groups(&self) -> KeyGroupRange {
         self.key_groups

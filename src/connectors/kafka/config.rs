@@ -175,6 +175,10 @@ pub struct KafkaSourceConfig {
     /// with means: fail the job (default), or start that topic over at EARLIEST. See
     /// [`super::topic_ids`].
     pub on_topic_recreated: RecreatedPolicy,
+    /// `[source.kafka.watermark]`: each record's event time (its
+    /// [`Record::timestamp`](crate::record::Record::timestamp) from then on) and the
+    /// watermarks; `None`: the Kafka timestamp is passed on, and no watermarks.
+    pub event_time: Option<crate::event_time::EventTime>,
 }
 
 impl KafkaSourceConfig {
@@ -200,6 +204,7 @@ impl KafkaSourceConfig {
             headers: false,
             origin_headers: false,
             on_topic_recreated: RecreatedPolicy::Fail,
+            event_time: None,
         }
     }
 }
@@ -245,6 +250,7 @@ pub struct KafkaSection {
     connect_timeout_ms: Option<u64>,
     origin_headers: Option<bool>,
     on_topic_recreated: Option<String>,
+    watermark: Option<crate::event_time::WatermarkSection>,
     /// librdkafka properties of every Kafka client of the job, checked at load; which
     /// client gets which is decided by [`super::properties::applies_to`].
     #[serde(default)]
@@ -321,6 +327,9 @@ impl KafkaSection {
         c.origin_headers = self.origin_headers.unwrap_or(c.origin_headers);
         if let Some(p) = &self.on_topic_recreated {
             c.on_topic_recreated = RecreatedPolicy::parse(p).map_err(at("on_topic_recreated"))?;
+        }
+        if let Some(w) = &self.watermark {
+            c.event_time = Some(w.config().map_err(|(k, m)| (format!("watermark.{k}"), m))?);
         }
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
@@ -442,6 +451,7 @@ impl crate::connector::SourceSection for KafkaSection {
             offsets_per_split: true,
             kafka: Some(self.cluster()),
             tombstones: true,
+            event_time: cfg.event_time.is_some(),
             not_split_keyed: self.not_one_topic().map(|(key, what)| {
                 format!("source.kafka.{key} {what}, and keyed state kept per partition would give a key of two topics two states: {CO_PARTITIONED_FIX}")
             }),
@@ -472,6 +482,7 @@ mod tests {
             checkpoint_timeout_ms: 60_000,
             formats: crate::formats::Formats::builtin(),
             source_kafka: None,
+            event_time: false,
         }
     }
 

@@ -3,6 +3,7 @@
 //! restart, and partitions discovered later starting at EARLIEST.
 
 pub mod config;
+mod event_clock;
 pub mod fetcher;
 pub mod metrics;
 pub mod properties;

@@ -100,6 +100,8 @@ pub struct KafkaSource {
     keys: Option<Reader>,
     /// `key_format` gives JSON as it is (`json`).
     key_is_json: bool,
+    /// `[source.kafka.watermark]`: each record's event time and the watermarks.
+    clock: Option<super::event_clock::EventClock>,
 }
 
 /// The source subtask's metric handles, taken at open.
@@ -173,6 +175,10 @@ impl KafkaSource {
     /// A source subtask reading what `cfg` selects.
     pub fn new(cfg: Arc<KafkaSourceConfig>) -> KafkaSource {
         KafkaSource {
+            clock: cfg
+                .event_time
+                .clone()
+                .map(super::event_clock::EventClock::new),
             values: Reader::new(cfg.format.clone()),
             keys: cfg.key_format.clone().map(Reader::new),
             key_is_json: cfg
@@ -717,6 +723,9 @@ impl Source for KafkaSource {
             live_ends: live_ends.clone(),
             telemetry: telemetry.clone(),
         });
+        if let Some(c) = self.clock.as_mut() {
+            c.report_to(&telemetry, info.index);
+        }
         let consumer = KafkaConsumer::new(
             config
                 .create_with_context(LogContext::new(live_ends))
@@ -972,6 +981,31 @@ impl Source for KafkaSource {
                         continue;
                     }
                 };
+                let timestamp = match self.clock.as_ref() {
+                    None => f.timestamp,
+                    // A tombstone has no value to read a time from: its Kafka one.
+                    Some(c) => match c
+                        .settings
+                        .read(f.timestamp, if tombstone { b"" } else { &value })
+                    {
+                        Ok(t) => Some(t),
+                        Err(_) if tombstone && f.timestamp.is_some() => f.timestamp,
+                        Err(why) => {
+                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why, None).await
+                            {
+                                if let Some(m) = marks.take() {
+                                    self.marks.insert(tp, m);
+                                }
+                                return Err(e);
+                            }
+                            next = NextOffset::after(f.offset);
+                            continue;
+                        }
+                    },
+                };
+                if let (Some(c), Some(t)) = (self.clock.as_mut(), timestamp) {
+                    c.observe(&tp, t);
+                }
                 next = NextOffset::after(f.offset);
                 read_bytes += f.key.as_ref().map_or(0, |r| r.len())
                     + f.payload.as_ref().map_or(0, |r| r.len());
@@ -984,7 +1018,7 @@ impl Source for KafkaSource {
                         partition: run.partition,
                         offset: f.offset,
                     }),
-                    timestamp: f.timestamp,
+                    timestamp,
                     tombstone,
                     op: crate::record::Op::Upsert,
                     output: 0,
@@ -1021,6 +1055,12 @@ impl Source for KafkaSource {
         } else {
             SourcePoll::Ready
         })
+    }
+
+    fn watermark(&mut self) -> Option<crate::event_time::Watermark> {
+        let finished = self.finished();
+        let clock = self.clock.as_mut()?;
+        Some(clock.watermark(self.positions.keys(), finished))
     }
 
     fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<SourcePosition>> {

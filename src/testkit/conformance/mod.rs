@@ -355,6 +355,7 @@ pub fn section_context(base_dir: &Path) -> crate::connector::SectionContext {
         checkpoint_timeout_ms: 60_000,
         formats: crate::formats::Formats::builtin(),
         source_kafka: None,
+        event_time: false,
     }
 }
 

@@ -1,0 +1,226 @@
+//! `[[transform]] type = "window"` as written in a job file.
+
+use super::aggregate::AggSpec;
+use super::assign::{Timing, WindowKind};
+use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
+use crate::operators::rolling_sum::json_key;
+use crate::transforms::OnError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What becomes of a record that comes after its window is gone (`late`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LatePolicy {
+    /// Dropped and counted.
+    Drop,
+    /// Written to this Kafka topic with the reason, and counted.
+    DeadLetter(String),
+    /// Windows are emitted at their end and kept for `allowed_lateness_ms`; a late
+    /// record within it updates its window, which is emitted again. Later ones are
+    /// dropped and counted.
+    Update,
+}
+
+/// A window transform, checked.
+#[derive(Debug, Clone)]
+pub struct WindowSpec {
+    pub kind: WindowKind,
+    /// JSON pointer of the key.
+    pub key: String,
+    /// Each aggregate by its name in the result.
+    pub aggregates: Vec<(String, AggSpec)>,
+    pub timing: Timing,
+    pub late: LatePolicy,
+    /// A record the window cannot read (no event time, a field that is not a
+    /// number).
+    pub on_error: OnError,
+}
+
+/// Names of the result's own fields.
+pub const RESERVED: [&str; 4] = ["key", "window_start", "window_end", "window_id"];
+
+/// The section.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowSection {
+    kind: String,
+    size_ms: Option<u64>,
+    slide_ms: Option<u64>,
+    gap_ms: Option<u64>,
+    key: String,
+    #[serde(default)]
+    aggregates: BTreeMap<String, String>,
+    allowed_lateness_ms: Option<u64>,
+    late: Option<String>,
+    emit: Option<String>,
+    on_error: Option<String>,
+}
+
+fn ms(key: &str, v: Option<u64>, kind: &str) -> Result<i64, KeyError> {
+    match v {
+        None => Err(KeyError::new(key, format!("a {kind} window needs it"))),
+        Some(0) => Err(KeyError::new(key, "must be positive")),
+        Some(v) => i64::try_from(v).map_err(|_| KeyError::new(key, "is too large")),
+    }
+}
+
+impl WindowSection {
+    /// The checked transform, or the key that is wrong and why.
+    pub fn spec(&self, cx: &SectionContext) -> Result<WindowSpec, KeyError> {
+        let kind = match self.kind.as_str() {
+            "tumbling" => WindowKind::Tumbling {
+                size: ms("size_ms", self.size_ms, "tumbling")?,
+            },
+            "hopping" => {
+                let size = ms("size_ms", self.size_ms, "hopping")?;
+                let slide = ms("slide_ms", self.slide_ms, "hopping")?;
+                if slide > size {
+                    return Err(KeyError::new(
+                        "slide_ms",
+                        format!("{slide} is longer than size_ms ({size}): records between windows would belong to none"),
+                    ));
+                }
+                WindowKind::Hopping { size, slide }
+            }
+            "session" => WindowKind::Session {
+                gap: ms("gap_ms", self.gap_ms, "session")?,
+            },
+            other => {
+                return Err(KeyError::new(
+                    "kind",
+                    format!("`{other}` is not one of tumbling, hopping, session"),
+                ))
+            }
+        };
+        let given = [
+            (
+                "size_ms",
+                self.size_ms.is_some(),
+                !matches!(kind, WindowKind::Session { .. }),
+            ),
+            (
+                "slide_ms",
+                self.slide_ms.is_some(),
+                matches!(kind, WindowKind::Hopping { .. }),
+            ),
+            (
+                "gap_ms",
+                self.gap_ms.is_some(),
+                matches!(kind, WindowKind::Session { .. }),
+            ),
+        ];
+        for (k, is_given, applies) in given {
+            if is_given && !applies {
+                return Err(KeyError::new(
+                    k,
+                    format!("does not apply to a {} window", self.kind),
+                ));
+            }
+        }
+        if !self.key.starts_with('/') {
+            return Err(KeyError::new(
+                "key",
+                format!("`{}` is not a JSON pointer (it starts with /)", self.key),
+            ));
+        }
+        let mut aggregates = Vec::new();
+        for (name, s) in &self.aggregates {
+            let at = format!("aggregates.{name}");
+            if RESERVED.contains(&name.as_str()) {
+                return Err(KeyError::new(
+                    &at,
+                    format!(
+                        "`{name}` is a field of every result ({}): name the aggregate otherwise",
+                        RESERVED.join(", ")
+                    ),
+                ));
+            }
+            aggregates.push((
+                name.clone(),
+                AggSpec::parse(s).map_err(|e| KeyError::new(&at, e))?,
+            ));
+        }
+        let lateness = i64::try_from(self.allowed_lateness_ms.unwrap_or(0))
+            .map_err(|_| KeyError::new("allowed_lateness_ms", "is too large"))?;
+        let late = match self.late.as_deref() {
+            None | Some("drop") => LatePolicy::Drop,
+            Some("update") => LatePolicy::Update,
+            Some(s) => match s.strip_prefix("dead-letter:") {
+                Some(t) if !t.is_empty() => LatePolicy::DeadLetter(t.to_string()),
+                _ => {
+                    return Err(KeyError::new(
+                        "late",
+                        format!("`{s}` is not one of drop, dead-letter:<topic>, update"),
+                    ))
+                }
+            },
+        };
+        if late == LatePolicy::Update && lateness == 0 {
+            return Err(KeyError::new(
+                "late",
+                "update keeps windows for allowed_lateness_ms after their end, and it is 0: set allowed_lateness_ms",
+            ));
+        }
+        if matches!(late, LatePolicy::DeadLetter(_)) && cx.source_kafka.is_none() {
+            return Err(KeyError::new(
+                "late",
+                "dead letters go to the source's Kafka cluster, and this source has none: use drop",
+            ));
+        }
+        let emit_final = match self.emit.as_deref() {
+            None | Some("final") => true,
+            Some("update") => false,
+            Some(other) => {
+                return Err(KeyError::new(
+                    "emit",
+                    format!("`{other}` is not one of final, update"),
+                ))
+            }
+        };
+        if !cx.event_time {
+            return Err(KeyError::new(
+                "type",
+                "a window needs event time and watermarks: add [source.kafka.watermark] to the source",
+            ));
+        }
+        Ok(WindowSpec {
+            kind,
+            key: self.key.clone(),
+            aggregates,
+            timing: Timing {
+                lateness,
+                emit_final,
+                late_updates: late == LatePolicy::Update,
+            },
+            late,
+            on_error: crate::transforms::on_error(self.on_error.as_deref(), cx)?,
+        })
+    }
+}
+
+impl TransformSection for WindowSection {
+    fn prepare(self, cx: &SectionContext, index: usize) -> Result<PreparedTransform, KeyError> {
+        let spec = Arc::new(self.spec(cx)?);
+        let key = spec.key.clone();
+        let uid = format!("{}-{index}", super::KIND);
+        let kafka = cx.source_kafka.clone();
+        let s = spec.clone();
+        Ok(PreparedTransform {
+            steps: vec![
+                Step::KeyBy(Arc::new(move |r| json_key(r, &key))),
+                Step::Keyed {
+                    kind: super::KIND.to_string(),
+                    uid,
+                    factory: Arc::new(move |_| {
+                        Box::new(super::operator::WindowOperator::new(
+                            s.clone(),
+                            kafka.clone(),
+                        ))
+                    }),
+                    across_partitions: false,
+                },
+            ],
+            config: spec,
+        })
+    }
+}
