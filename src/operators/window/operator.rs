@@ -8,6 +8,7 @@ use crate::connector::{KafkaCluster, Operator, OperatorContext};
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::error::{JobError, Result};
 use crate::event_time::metrics::{seconds, EventTimeMetrics};
+use crate::operators::keyed::{partition_scope, scope_of};
 use crate::operators::rolling_sum::describe;
 use crate::record::{Batch, Op, Record};
 use crate::transforms::OnError;
@@ -78,11 +79,17 @@ pub struct WindowOperator {
     name: String,
     /// The watermark received (the beginning of time until one comes).
     watermark: i64,
-    /// The watermark each key group had reached in the restored checkpoint: lateness
-    /// is decided against the higher of it and the watermark received, so that a
-    /// record that was late before a restore is late after it (and never opens again
-    /// a window that was emitted and purged).
-    reached: HashMap<u16, i64>,
+    /// The watermark each key group (and, in a co_partitioned job, each source
+    /// partition's share of it) had reached in the restored checkpoint: lateness is
+    /// decided against the higher of it and the watermark received, so that a record
+    /// that was late before a restore is late after it (and never opens again a
+    /// window that was emitted and purged).
+    reached: HashMap<(u16, Vec<u8>), i64>,
+    /// A co_partitioned job: state keys are the key after its source partition
+    /// ([`partition_scope`]), so that a member takes the state of its partitions.
+    scoped: bool,
+    /// The partition scopes seen or restored (scoped only).
+    scopes: BTreeSet<Vec<u8>>,
     /// `(when, key)`: something happens to a window of `key` at `when` (its final
     /// emission or its purge). A stale entry is harmless: the key is looked at and
     /// nothing is due.
@@ -114,6 +121,8 @@ impl WindowOperator {
             name: String::new(),
             watermark: i64::MIN,
             reached: HashMap::new(),
+            scoped: false,
+            scopes: BTreeSet::new(),
             timers: BTreeSet::new(),
             cache: HashMap::new(),
             retracted: Vec::new(),
@@ -127,10 +136,27 @@ impl WindowOperator {
         self.backend.as_ref().expect("opened")
     }
 
-    /// The watermark lateness is decided against, for a key of `group`.
-    fn late_watermark(&self, group: KeyGroup) -> i64 {
+    /// A state key's partition scope (empty unless scoped) and the key itself.
+    fn split<'k>(&self, skey: &'k [u8]) -> (&'k [u8], &'k [u8]) {
+        let at = if self.scoped {
+            scope_of(skey).map_or(0, |(stream, _)| 2 + stream.len() + 4)
+        } else {
+            0
+        };
+        skey.split_at(at)
+    }
+
+    /// The key group of a state key (by the key, as the exchange routed it).
+    fn group(&self, skey: &[u8]) -> KeyGroup {
+        key_group_of(self.split(skey).1, self.max_parallelism)
+    }
+
+    /// The watermark lateness is decided against, for state key `skey`.
+    fn late_watermark(&self, skey: &[u8]) -> i64 {
+        let (scope, key) = self.split(skey);
+        let group = key_group_of(key, self.max_parallelism);
         self.reached
-            .get(&group.0)
+            .get(&(group.0, scope.to_vec()))
             .map_or(self.watermark, |r| self.watermark.max(*r))
     }
 
@@ -181,8 +207,8 @@ impl WindowOperator {
     /// Adds a record of `key` at `t`. `Ok(false)`: every window of it is past its
     /// lateness, and nothing was added.
     fn add(&mut self, key: &[u8], t: i64, fields: &[Option<Value>]) -> Result<bool, String> {
-        let group = key_group_of(key, self.max_parallelism);
-        let wm = self.late_watermark(group);
+        let group = self.group(key);
+        let wm = self.late_watermark(key);
         let spec = self.spec.clone();
         let timing = spec.timing;
         let arrivals: Vec<(Span, Arrival)> = spec
@@ -280,16 +306,18 @@ impl WindowOperator {
     /// retractions first.
     fn flush(&mut self, out: &mut Batch) -> Result<()> {
         for (key, span) in std::mem::take(&mut self.retracted) {
-            out.push(result(&key, span, None));
+            out.push(result(self.split(&key).1, span, None));
         }
         if self.cache.is_empty() {
             return Ok(());
         }
         let mut wb = StateBatch::default();
         let mut fired = 0u64;
+        let scoped = self.scoped;
         for (key, mut e) in self.cache.drain() {
+            let raw = if scoped { split_scoped(&key) } else { &key[..] };
             for w in e.wins.iter_mut().filter(|w| w.due) {
-                out.push(result(&key, w.span, Some((&self.spec, &w.accs))));
+                out.push(result(raw, w.span, Some((&self.spec, &w.accs))));
                 w.due = false;
                 w.emitted = true;
                 e.dirty = true;
@@ -372,6 +400,11 @@ impl WindowOperator {
     }
 }
 
+/// The key of a partition-scoped state key.
+fn split_scoped(skey: &[u8]) -> &[u8] {
+    scope_of(skey).map_or(skey, |(stream, _)| &skey[2 + stream.len() + 4..])
+}
+
 /// A key's text: a JSON string's own text, any other JSON value as written.
 fn key_text(key: &[u8]) -> String {
     match serde_json::from_slice::<Value>(key) {
@@ -414,12 +447,7 @@ fn result(key: &[u8], span: Span, aggregates: Option<(&WindowSpec, &[Acc])>) -> 
 
 impl Operator for WindowOperator {
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        if ctx.partition_scoped {
-            return Err(JobError::Unrecoverable {
-                task: ctx.info.name.clone(),
-                message: "a window keeps its state by key, not per source partition: it cannot run in a co_partitioned job".into(),
-            });
-        }
+        self.scoped = ctx.partition_scoped;
         let range = lockgate_state::keygroup::range_for_subtask(
             ctx.info.max_parallelism,
             ctx.info.parallelism,
@@ -436,7 +464,12 @@ impl Operator for WindowOperator {
         self.retracted.clear();
         // What is kept in memory about the state is rebuilt from it.
         let (timing, mut timers, mut open) = (self.spec.timing, BTreeSet::new(), 0i64);
+        let mut scopes = BTreeSet::new();
+        let scoped = self.scoped;
         backend.for_each(WINDOWS, |_, key, bytes| -> Result<()> {
+            if scoped {
+                scopes.insert(key[..key.len() - split_scoped(key).len()].to_vec());
+            }
             for w in decode(bytes)? {
                 timers.insert((timing.next_event(w.span.end, w.emitted), key.to_vec()));
                 open += 1;
@@ -444,13 +477,17 @@ impl Operator for WindowOperator {
             Ok(())
         })?;
         let mut reached = HashMap::new();
-        backend.for_each(REACHED, |group, _, bytes| -> Result<()> {
+        backend.for_each(REACHED, |group, scope, bytes| -> Result<()> {
             let wm: [u8; 8] = bytes.try_into().map_err(|_| {
                 JobError::Other("window state: a watermark of the wrong size".into())
             })?;
-            reached.insert(group.0, i64::from_be_bytes(wm));
+            reached.insert((group.0, scope.to_vec()), i64::from_be_bytes(wm));
+            if scoped {
+                scopes.insert(scope.to_vec());
+            }
             Ok(())
         })?;
+        self.scopes = scopes;
         self.timers = timers;
         self.open_windows = open;
         self.reached = reached;
@@ -498,9 +535,25 @@ impl Operator for WindowOperator {
 
     fn process(&mut self, batch: Batch, out: &mut Batch) -> Result<()> {
         for mut r in batch {
-            let key = r.route_key.take().ok_or_else(|| {
+            let mut key = r.route_key.take().ok_or_else(|| {
                 JobError::task(&self.name, "the window received a record without a key")
             })?;
+            if self.scoped {
+                // A restart cannot cure this: the same records come again.
+                let o = r.origin.as_ref().ok_or_else(|| JobError::Unrecoverable {
+                    task: self.name.clone(),
+                    message:
+                        "a co_partitioned job's window received a record without a source partition"
+                            .into(),
+                })?;
+                let mut scoped = Vec::with_capacity(key.len() + o.stream.len() + 6);
+                partition_scope(&mut scoped, &o.stream, o.partition);
+                if !self.scopes.contains(&scoped) {
+                    self.scopes.insert(scoped.clone());
+                }
+                scoped.extend_from_slice(&key);
+                key = scoped;
+            }
             match self.read(&r) {
                 Ok((t, fields)) => match self.add(&key, t, &fields) {
                     Ok(true) => {}
@@ -526,14 +579,15 @@ impl Operator for WindowOperator {
         let fired = self.meters.as_ref().map(|m| m.fired.clone());
         while self.timers.first().is_some_and(|(at, _)| *at <= wm) {
             let (_, key) = self.timers.pop_first().expect("looked at");
-            let group = key_group_of(&key, self.max_parallelism);
+            let group = self.group(&key);
+            let raw = self.split(&key).1.to_vec();
             let entry = self.entry(&key, group)?;
             let before = entry.wins.len();
             let mut next = Vec::new();
             let mut emitted = false;
             entry.wins.retain_mut(|w| {
                 if timing.emit_final && !w.emitted && timing.complete_at(w.span.end) <= wm {
-                    out.push(result(&key, w.span, Some((&spec, &w.accs))));
+                    out.push(result(&raw, w.span, Some((&spec, &w.accs))));
                     w.emitted = true;
                     emitted = true;
                     if let Some(c) = &fired {
@@ -562,21 +616,29 @@ impl Operator for WindowOperator {
         _id: CheckpointId,
         pending_dir: &Path,
     ) -> Result<Option<SubtaskSnapshot>> {
-        let backend = self.backend.as_mut().expect("opened");
-        let range = backend.key_groups();
+        let range = self.backend().key_groups();
         let mut wb = StateBatch::default();
+        let unscoped = [Vec::new()];
+        let scopes: Vec<&Vec<u8>> = if self.scoped {
+            self.scopes.iter().collect()
+        } else {
+            unscoped.iter().collect()
+        };
         for g in range.start..=range.end {
-            let reached = self
-                .reached
-                .get(&g)
-                .map_or(self.watermark, |r| self.watermark.max(*r));
-            if reached > i64::MIN {
-                wb.put_raw(
-                    &state_key(KeyGroup(g), REACHED, b""),
-                    &reached.to_be_bytes(),
-                );
+            for scope in &scopes {
+                let reached = self
+                    .reached
+                    .get(&(g, scope.to_vec()))
+                    .map_or(self.watermark, |r| self.watermark.max(*r));
+                if reached > i64::MIN {
+                    wb.put_raw(
+                        &state_key(KeyGroup(g), REACHED, scope),
+                        &reached.to_be_bytes(),
+                    );
+                }
             }
         }
+        let backend = self.backend.as_mut().expect("opened");
         if !wb.is_empty() {
             backend.write(wb)?;
         }
