@@ -10,6 +10,7 @@ mod common;
 
 use common::es::Es;
 use common::kafka::{first_dead_letter, produce_raw, KafkaProcess};
+use common::telemetry::{get_json, url_from_log, Scrape};
 use common::{bin, run_config, sigkill, signal, tail, wait, wait_timeout};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -138,7 +139,7 @@ fn job(dir: &Path, bootstrap: &str, es: &str, p: u16, x: &Extra) -> PathBuf {
     let text = format!(
         "[job]\nname = \"windows\"\nparallelism = {p}\n{}\n\n\
          [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
-         [restart]\nstrategy = \"none\"\n\n\
+         [restart]\nstrategy = \"none\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n\
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"{TOPIC}\"]\n{}\n\n\
          [source.kafka.watermark]\ntimestamp = \"/ts\"\nmax_out_of_orderness_ms = 5000\n{}\n\n\
          [[transform]]\ntype = \"window\"\nkind = \"tumbling\"\nsize_ms = 60000\nkey = \"/user\"\n\
@@ -412,8 +413,9 @@ fn one(user: &str, ms: i64) -> Vec<u8> {
 }
 
 /// Fires `a`'s first minute, sends a late record of it, then fires `b`'s second
-/// minute (read after the late one): the document of `a`'s first minute afterwards.
-fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> Value {
+/// minute (read after the late one): the document of `a`'s first minute afterwards,
+/// and the job's metrics and operators then.
+fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> (Value, Scrape, Value) {
     let x = Extra {
         window,
         ..Extra::default()
@@ -448,10 +450,13 @@ fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> Value {
     wait::until("b's minute fired", wait::DEADLINE, || {
         documents(es, "windows").contains_key(&second)
     });
+    let base = url_from_log(&log);
+    let scrape = Scrape::take(&base);
+    let operators = get_json(&base, "/api/v1/operators");
     signal(&run, libc::SIGTERM);
     let status = wait_timeout(&mut run, Duration::from_secs(60));
     assert!(status.success(), "{}", logs());
-    documents(es, "windows")[&first].clone()
+    (documents(es, "windows")[&first].clone(), scrape, operators)
 }
 
 #[test]
@@ -470,8 +475,56 @@ fn a_late_record_is_dropped_dead_lettered_or_updates_its_window_per_policy() {
     ] {
         let kafka = KafkaProcess::start(&topics);
         let es = Es::testkit();
-        let doc = late_record(window, &kafka.bootstrap, &es, &tmp.path().join(policy));
+        let (doc, metrics, operators) =
+            late_record(window, &kafka.bootstrap, &es, &tmp.path().join(policy));
         assert_eq!(doc["orders"], json!(orders), "{policy}: {doc}");
+        let outcome = match policy {
+            "drop" => "dropped",
+            "dead-letter" => "dead_lettered",
+            _ => "updated",
+        };
+        let late = metrics.series("lockgate_late_records_total", &[("operator", "window-0")]);
+        let counted: BTreeMap<String, f64> = late.into_iter().filter(|(_, v)| *v > 0.0).collect();
+        assert_eq!(
+            counted,
+            BTreeMap::from([(format!("job=windows,outcome={outcome},subtask=0"), 1.0)]),
+            "{policy}: the late record counted once, as {outcome}"
+        );
+        // y at 200 s passed the watermark to 195 s (its bound is 5 s), on the
+        // partition and in the window operator.
+        let at = (T0 + 195_000) as f64 / 1000.0;
+        let marks = metrics.series("lockgate_watermark_timestamp_seconds", &[]);
+        assert_eq!(
+            marks.get(&format!(
+                "job=windows,operator=source,partition=0,subtask=0,topic={TOPIC}"
+            )),
+            Some(&at),
+            "{marks:?}"
+        );
+        assert_eq!(
+            marks.get("job=windows,operator=window-0,partition=,subtask=0,topic="),
+            Some(&at),
+            "{marks:?}"
+        );
+        // a's, x's and b's minutes, and a's again when a late record updates it.
+        let fired = if policy == "update" { 4.0 } else { 3.0 };
+        assert_eq!(
+            metrics.one("lockgate_windows_fired_total", &[("operator", "window-0")]),
+            fired
+        );
+        // The status page's view: the window's watermark and its lag behind the
+        // clock (the input is of January 2026: months).
+        let window = operators
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["operator"] == "window-0")
+            .unwrap_or_else(|| panic!("{operators}"));
+        assert_eq!(window["watermark_ms"], json!(T0 + 195_000));
+        assert!(
+            window["watermark_lag_seconds"].as_f64().unwrap() > 86_400.0,
+            "{window}"
+        );
         if policy == "dead-letter" {
             let (payload, headers) = first_dead_letter(&kafka.bootstrap, "late-clicks");
             assert_eq!(payload, one("a", 3_000), "the late record itself");

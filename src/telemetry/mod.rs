@@ -433,11 +433,39 @@ impl Telemetry {
                         subtask: s.subtask,
                         records_in: 0,
                         records_out: 0,
+                        watermark_ms: None,
+                        watermark_lag_seconds: None,
                     });
                 if is_in {
                     view.records_in = s.value as u64;
                 } else {
                     view.records_out = s.value as u64;
+                }
+            }
+        }
+        // Watermarks of operator subtasks: the series without a partition.
+        let now = wall_ms() as f64 / 1000.0;
+        let event_time = crate::event_time::metrics::EventTimeMetrics::of(m);
+        for family in event_time.watermark.collect() {
+            for metric in family.get_metric() {
+                let label = |n: &str| {
+                    metric
+                        .get_label()
+                        .iter()
+                        .find(|l| l.name() == n)
+                        .map(|l| l.value().to_string())
+                };
+                let (Some(operator), Some(Ok(subtask)), Some("")) = (
+                    label("operator"),
+                    label("subtask").map(|s| s.parse::<u16>()),
+                    label("topic").as_deref(),
+                ) else {
+                    continue;
+                };
+                let seconds = metric.get_gauge().get_value();
+                if let Some(view) = out.get_mut(&(operator, subtask)) {
+                    view.watermark_ms = Some((seconds * 1000.0) as i64);
+                    view.watermark_lag_seconds = Some((now - seconds).max(0.0));
                 }
             }
         }
@@ -670,6 +698,14 @@ pub struct OperatorView {
     pub subtask: u16,
     pub records_in: u64,
     pub records_out: u64,
+    /// The event time its watermark reached, in milliseconds since the Unix epoch
+    /// (sources and windows of a job with `[source.kafka.watermark]`; absent before
+    /// the first watermark).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watermark_ms: Option<i64>,
+    /// How far the watermark is behind the wall clock, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watermark_lag_seconds: Option<f64>,
 }
 
 /// One sink subtask of `/api/v1/sink`.
