@@ -48,6 +48,8 @@ fn main() {
     let transforms = support::transforms::measure();
     step("Postgres sink against a plain COPY loop");
     let postgres = support::postgres::measure();
+    step("a tumbling count by 10^5 keys against rolling_sum");
+    let windows = support::windows::measure(2_000_000, 100_000, 3);
 
     let p99_1m = by_keys
         .as_array()
@@ -78,6 +80,7 @@ fn main() {
             "avro": avro,
             "transforms": transforms,
             "postgres": postgres,
+            "windows": windows,
         }))
         .expect("JSON")
     );

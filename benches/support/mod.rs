@@ -11,6 +11,7 @@ pub mod recovery;
 pub mod sink;
 pub mod source;
 pub mod transforms;
+pub mod windows;
 
 use std::io::BufRead;
 use std::path::Path;
