@@ -132,6 +132,8 @@ struct Extra<'a> {
     source: &'a str,
     watermark: &'a str,
     window: &'a str,
+    /// The window's kind and span (a tumbling minute when absent).
+    kind: Option<&'a str>,
 }
 
 /// A `kafka -> window -> elasticsearch` job file at parallelism `p`.
@@ -142,11 +144,15 @@ fn job(dir: &Path, bootstrap: &str, es: &str, p: u16, x: &Extra) -> PathBuf {
          [restart]\nstrategy = \"none\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n\
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"{TOPIC}\"]\n{}\n\n\
          [source.kafka.watermark]\ntimestamp = \"/ts\"\nmax_out_of_orderness_ms = 5000\n{}\n\n\
-         [[transform]]\ntype = \"window\"\nkind = \"tumbling\"\nsize_ms = 60000\nkey = \"/user\"\n\
+         [[transform]]\ntype = \"window\"\n{}\nkey = \"/user\"\n\
          aggregates = {{ orders = \"count\", amount = \"sum:/amount\", biggest = \"max:/amount\" }}\n{}\n\n\
          [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"windows\"\nid = \"field:/window_id\"\n\
          bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n",
-        x.job, x.source, x.watermark, x.window
+        x.job,
+        x.source,
+        x.watermark,
+        x.kind.unwrap_or("kind = \"tumbling\"\nsize_ms = 60000"),
+        x.window
     );
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("job.toml");
@@ -532,4 +538,54 @@ fn a_late_record_is_dropped_dead_lettered_or_updates_its_window_per_policy() {
             assert!(error.contains("late: its event time"), "{error}");
         }
     }
+}
+
+#[test]
+fn sessions_emitted_on_every_change_merge_and_leave_one_document_per_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[(TOPIC, 1)]);
+    let es = Es::testkit();
+    let x = Extra {
+        kind: Some("kind = \"session\"\ngap_ms = 2000"),
+        window: "emit = \"update\"",
+        ..Extra::default()
+    };
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), 1, &x);
+    let log = config.with_file_name("run.log");
+    let mut run = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ids = |es: &Es| -> Vec<String> { documents(es, "windows").into_keys().collect() };
+    let id = |ms: i64| format!("a@{}", T0 + ms);
+    // Two sessions, [1000, 3000) and [5000, 7000), each emitted as it changes.
+    produce_raw(
+        &kafka.bootstrap,
+        TOPIC,
+        0,
+        &[&one("a", 1_000), &one("a", 5_000)],
+    );
+    wait::until("two sessions", wait::DEADLINE, || {
+        ids(&es) == [id(1_000), id(5_000)]
+    });
+    // 3500 joins the second, which now starts at 3500: a@5000 is deleted.
+    produce_raw(&kafka.bootstrap, TOPIC, 0, &[&one("a", 3_500)]);
+    wait::until("the second session moved", wait::DEADLINE, || {
+        ids(&es) == [id(1_000), id(3_500)]
+    });
+    // 2500 bridges both: one session [1000, 7000) of four records, under the first's id.
+    produce_raw(&kafka.bootstrap, TOPIC, 0, &[&one("a", 2_500)]);
+    wait::until("one session", wait::DEADLINE, || ids(&es) == [id(1_000)]);
+    let doc = &documents(&es, "windows")[&id(1_000)];
+    assert_eq!(doc["orders"], json!(4), "{doc}");
+    assert_eq!(doc["window_end"], json!(T0 + 7_000), "{doc}");
+    signal(&run, libc::SIGTERM);
+    assert!(
+        wait_timeout(&mut run, Duration::from_secs(60)).success(),
+        "{}",
+        tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
+    );
 }
