@@ -20,7 +20,7 @@ pub enum Sum {
 
 impl Sum {
     /// The sum with `v` added; `None` when an integer sum overflows.
-    pub fn add(self, v: &serde_json::Number) -> Option<Sum> {
+    pub fn plus(self, v: &serde_json::Number) -> Option<Sum> {
         match (self, v.as_i64()) {
             (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
             (Sum::Int(a), None) => Some(Sum::Float(a as f64 + v.as_f64()?)),
@@ -178,7 +178,7 @@ impl KeyedFunction for RollingSum {
             }
         };
         let prev = state.get::<Sum>(STATE)?.unwrap_or(Sum::Int(0));
-        let sum = prev.add(&n).ok_or_else(|| {
+        let sum = prev.plus(&n).ok_or_else(|| {
             JobError::Other(format!("{}: rolling_sum overflows i64", describe(&record)))
         })?;
         state.put(STATE, &sum)?;
@@ -213,12 +213,12 @@ mod tests {
 
     #[test]
     fn sums_stay_integer_until_a_float_arrives() {
-        let s = Sum::Int(1).add(&serde_json::Number::from(2)).unwrap();
+        let s = Sum::Int(1).plus(&serde_json::Number::from(2)).unwrap();
         assert_eq!(s, Sum::Int(3));
-        let f = s.add(&serde_json::Number::from_f64(0.5).unwrap()).unwrap();
+        let f = s.plus(&serde_json::Number::from_f64(0.5).unwrap()).unwrap();
         assert_eq!(f, Sum::Float(3.5));
         assert!(Sum::Int(i64::MAX)
-            .add(&serde_json::Number::from(1))
+            .plus(&serde_json::Number::from(1))
             .is_none());
     }
 }

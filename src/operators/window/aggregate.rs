@@ -132,7 +132,7 @@ impl Acc {
         let num = Num::of(n).ok_or_else(|| format!("{n} is not a number"))?;
         match self {
             Acc::Count(_) => unreachable!("counted above"),
-            Acc::Sum(s) => *s = s.add(n).ok_or("the sum overflows a 64-bit integer")?,
+            Acc::Sum(s) => *s = s.plus(n).ok_or("the sum overflows a 64-bit integer")?,
             Acc::Min(m) => *m = Some(m.map_or(num, |m| min(m, num))),
             Acc::Max(m) => *m = Some(m.map_or(num, |m| max(m, num))),
             Acc::Avg { sum, n } => {
