@@ -46,8 +46,8 @@ pub trait Operator: Send {
 
     /// The watermark reached `watermark` (see [`crate::event_time::watermark`]): every
     /// later record has an event time of at least this. Records it completes (fired
-    /// windows) go into `out`, ahead of the watermark downstream. Called only when it
-    /// rose.
+    /// windows) go into `out`, ahead of the watermark downstream. Called when it rose,
+    /// or when an input came back from idleness (the same value again).
     fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<()> {
         Ok(())
     }

@@ -61,11 +61,6 @@ impl WatermarkSection {
 }
 
 impl EventTime {
-    /// Whether the value must be parsed to read the time.
-    pub fn reads_value(&self) -> bool {
-        matches!(self.from, TimestampFrom::Field(_))
-    }
-
     /// The event time of a record with Kafka timestamp `kafka` and JSON value
     /// `value`, or why there is none.
     pub fn read(&self, kafka: Option<i64>, value: &[u8]) -> Result<i64, String> {

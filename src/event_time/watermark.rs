@@ -32,8 +32,13 @@ pub enum Watermark {
 struct Split {
     /// The highest event time the split has shown.
     max: Option<i64>,
-    /// When (processing time, ms) it last showed a record, or was assigned.
-    active_at: u64,
+    /// It showed a record since the last [`SplitWatermarks::current`].
+    seen: bool,
+    /// The first `current` (processing time, ms) that found it without a record since
+    /// the one before: inactivity is measured between looks, never across a stretch in
+    /// which nobody looked (a source task blocked by backpressure reads nothing, and
+    /// its partitions are not idle for it).
+    quiet_since: Option<u64>,
 }
 
 /// The per-split watermarks of one source subtask.
@@ -43,6 +48,12 @@ pub struct SplitWatermarks<K: Ord> {
     idle_ms: Option<u64>,
     splits: BTreeMap<K, Split>,
 }
+
+const FRESH: Split = Split {
+    max: None,
+    seen: false,
+    quiet_since: None,
+};
 
 impl<K: Ord + Clone> SplitWatermarks<K> {
     /// Splits whose watermark trails their highest timestamp by `bound_ms`, and that
@@ -58,32 +69,26 @@ impl<K: Ord + Clone> SplitWatermarks<K> {
     /// The subtask owns exactly `owned` now: a new split starts without a timestamp
     /// (holding the watermark back until its first record or its idle timeout), a
     /// split no longer owned is forgotten.
-    pub fn assign<'a>(&mut self, owned: impl IntoIterator<Item = &'a K>, now_ms: u64)
+    pub fn assign<'a>(&mut self, owned: impl IntoIterator<Item = &'a K>)
     where
         K: 'a,
     {
         let mut kept = BTreeMap::new();
         for k in owned {
-            let s = self.splits.remove(k).unwrap_or(Split {
-                max: None,
-                active_at: now_ms,
-            });
+            let s = self.splits.remove(k).unwrap_or(FRESH);
             kept.insert(k.clone(), s);
         }
         self.splits = kept;
     }
 
-    /// Split `split` showed a record of event time `ts` at `now_ms`.
-    pub fn observe(&mut self, split: &K, ts: i64, now_ms: u64) {
+    /// Split `split` showed a record of event time `ts`.
+    pub fn observe(&mut self, split: &K, ts: i64) {
         let s = match self.splits.get_mut(split) {
             Some(s) => s,
-            None => self.splits.entry(split.clone()).or_insert(Split {
-                max: None,
-                active_at: now_ms,
-            }),
+            None => self.splits.entry(split.clone()).or_insert(FRESH),
         };
         s.max = Some(s.max.map_or(ts, |m| m.max(ts)));
-        s.active_at = now_ms;
+        s.seen = true;
     }
 
     /// The watermark of split `split` (its highest timestamp minus the bound), if it
@@ -95,32 +100,37 @@ impl<K: Ord + Clone> SplitWatermarks<K> {
             .map(|m| m.saturating_sub(self.bound_ms))
     }
 
-    /// Each split with its watermark (`None`: nothing shown yet) and whether it is idle.
-    pub fn each(&self, now_ms: u64) -> impl Iterator<Item = (&K, Option<i64>, bool)> {
-        self.splits.iter().map(move |(k, s)| {
-            (
-                k,
-                s.max.map(|m| m.saturating_sub(self.bound_ms)),
-                self.is_idle(s, now_ms),
-            )
-        })
-    }
-
-    fn is_idle(&self, s: &Split, now_ms: u64) -> bool {
-        self.idle_ms
-            .is_some_and(|idle| now_ms.saturating_sub(s.active_at) >= idle)
+    /// Each split with its watermark (`None`: nothing shown yet), as of the last
+    /// [`SplitWatermarks::current`].
+    pub fn each(&self) -> impl Iterator<Item = (&K, Option<i64>)> {
+        self.splits
+            .iter()
+            .map(move |(k, s)| (k, s.max.map(|m| m.saturating_sub(self.bound_ms))))
     }
 
     /// The subtask's watermark at `now_ms`: the minimum over its active splits (a
     /// split without a record yet counts as the beginning of time), or
-    /// [`Watermark::Idle`] when no split is active (or it owns none).
-    pub fn current(&self, now_ms: u64) -> Watermark {
-        self.splits
-            .values()
-            .filter(|s| !self.is_idle(s, now_ms))
-            .map(|s| s.max.map_or(i64::MIN, |m| m.saturating_sub(self.bound_ms)))
-            .min()
-            .map_or(Watermark::Idle, Watermark::At)
+    /// [`Watermark::Idle`] when no split is active (or it owns none). A split is idle
+    /// once looks at least `idle_ms` apart found no record of it in between.
+    pub fn current(&mut self, now_ms: u64) -> Watermark {
+        let (bound, idle_ms) = (self.bound_ms, self.idle_ms);
+        let mut min: Option<i64> = None;
+        for s in self.splits.values_mut() {
+            if std::mem::take(&mut s.seen) {
+                s.quiet_since = None;
+            } else if s.quiet_since.is_none() {
+                s.quiet_since = Some(now_ms);
+            }
+            let idle = idle_ms.is_some_and(|idle| {
+                s.quiet_since
+                    .is_some_and(|q| now_ms.saturating_sub(q) >= idle)
+            });
+            if !idle {
+                let w = s.max.map_or(i64::MIN, |m| m.saturating_sub(bound));
+                min = Some(min.map_or(w, |m| m.min(w)));
+            }
+        }
+        min.map_or(Watermark::Idle, Watermark::At)
     }
 }
 
@@ -214,12 +224,25 @@ impl InputWatermarks {
     }
 
     fn combined(&self) -> Watermark {
-        self.inputs
+        let active = self
+            .inputs
             .iter()
             .filter(|i| !i.idle)
             .map(|i| i.value)
-            .min()
-            .map_or(Watermark::Idle, Watermark::At)
+            .min();
+        match active {
+            // The end of time is a promise about every input: an idle one may still
+            // have records, so it passes only once every input made it.
+            Some(END_OF_TIME) => Watermark::At(
+                self.inputs
+                    .iter()
+                    .map(|i| i.value)
+                    .min()
+                    .unwrap_or(END_OF_TIME),
+            ),
+            Some(v) => Watermark::At(v),
+            None => Watermark::Idle,
+        }
     }
 
     /// The highest watermark passed on.
@@ -236,44 +259,68 @@ mod tests {
     #[test]
     fn out_of_order_records_within_the_bound_never_move_a_split_back() {
         let mut w = SplitWatermarks::new(5_000, None);
-        w.assign([&0], 0);
-        w.observe(&0, 100_000, 1);
-        w.observe(&0, 97_000, 2); // out of order, within the bound
+        w.assign([&0]);
+        w.observe(&0, 100_000);
+        w.observe(&0, 97_000); // out of order, within the bound
         assert_eq!(w.of(&0), Some(95_000));
         assert_eq!(w.current(3), Watermark::At(95_000));
-        w.observe(&0, 104_000, 4);
+        w.observe(&0, 104_000);
         assert_eq!(w.current(5), Watermark::At(99_000));
     }
 
     #[test]
     fn the_slowest_active_split_holds_the_subtask_back_and_an_idle_one_does_not() {
         let mut w = SplitWatermarks::new(0, Some(30_000));
-        w.assign([&0, &1, &2], 0);
-        w.observe(&0, 60_000, 10);
-        w.observe(&1, 50_000, 10);
-        // Split 2 has shown nothing: it holds everything at the beginning of time.
+        w.assign([&0, &1, &2]);
+        w.observe(&0, 60_000);
+        w.observe(&1, 50_000);
+        // Split 2 has shown nothing: it holds everything at the beginning of time,
+        // and its quiet time starts at this first look.
         assert_eq!(w.current(100), Watermark::At(i64::MIN));
-        // Until its idle timeout, measured from its assignment.
-        assert_eq!(w.current(29_999), Watermark::At(i64::MIN));
-        w.observe(&0, 61_000, 29_000);
-        w.observe(&1, 55_000, 29_000);
-        assert_eq!(w.current(30_000), Watermark::At(55_000));
+        w.observe(&0, 61_000);
+        w.observe(&1, 55_000);
+        assert_eq!(w.current(30_099), Watermark::At(i64::MIN));
+        w.observe(&0, 62_000);
+        w.observe(&1, 56_000);
+        assert_eq!(w.current(30_100), Watermark::At(56_000));
         // A split that speaks again holds the watermark back again.
-        w.observe(&2, 40_000, 30_001);
-        assert_eq!(w.current(30_002), Watermark::At(40_000));
-        // Every split idle: the subtask says so.
-        assert_eq!(w.current(100_000), Watermark::Idle);
+        w.observe(&2, 40_000);
+        assert_eq!(w.current(30_101), Watermark::At(40_000));
+        // Every split quiet from one look to a look 30 s later: the subtask is idle.
+        assert_eq!(w.current(30_102), Watermark::At(40_000));
+        assert_eq!(w.current(60_102), Watermark::Idle);
+    }
+
+    #[test]
+    fn time_nobody_looked_is_not_idleness() {
+        // A source task blocked for a minute (backpressure) looks again: a split
+        // that was busy before is not idle, its quiet time starts now.
+        let mut w = SplitWatermarks::new(0, Some(30_000));
+        w.assign([&0, &1]);
+        w.observe(&0, 10);
+        w.observe(&1, 5);
+        assert_eq!(w.current(0), Watermark::At(5));
+        w.observe(&0, 20);
+        assert_eq!(w.current(60_000), Watermark::At(5), "split 1 not idle yet");
+        w.observe(&0, 30);
+        assert_eq!(w.current(89_999), Watermark::At(5));
+        w.observe(&0, 40);
+        assert_eq!(
+            w.current(90_000),
+            Watermark::At(40),
+            "quiet from 60 s to 90 s"
+        );
     }
 
     #[test]
     fn a_subtask_without_splits_is_idle_and_a_split_given_away_is_forgotten() {
         let mut w: SplitWatermarks<i32> = SplitWatermarks::new(0, None);
         assert_eq!(w.current(0), Watermark::Idle);
-        w.assign([&0, &1], 0);
-        w.observe(&0, 10, 0);
-        w.observe(&1, 5, 0);
+        w.assign([&0, &1]);
+        w.observe(&0, 10);
+        w.observe(&1, 5);
         assert_eq!(w.current(0), Watermark::At(5));
-        w.assign([&0], 1);
+        w.assign([&0]);
         assert_eq!(w.current(1), Watermark::At(10));
         assert_eq!(w.of(&1), None);
     }
@@ -302,14 +349,18 @@ mod tests {
             w.on_watermark(i, Watermark::Idle);
         }
         assert_eq!(w.on_watermark(0, Watermark::Idle), None);
-        // One input speaks: it alone decides; the end of time passes everything on.
+        // One input speaks: it alone decides.
         assert_eq!(
             w.on_watermark(0, Watermark::At(200)),
             Some(Watermark::At(200))
         );
+        // The end of time of the active inputs does not pass an idle one, which may
+        // still have records: the end passes once every input said it.
         assert_eq!(w.on_watermark(1, Watermark::At(END_OF_TIME)), None);
+        assert_eq!(w.on_watermark(0, Watermark::At(END_OF_TIME)), None);
+        assert_eq!(w.value(), 200);
         assert_eq!(
-            w.on_watermark(0, Watermark::At(END_OF_TIME)),
+            w.on_watermark(2, Watermark::At(END_OF_TIME)),
             Some(Watermark::At(END_OF_TIME))
         );
     }

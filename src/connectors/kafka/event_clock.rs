@@ -22,8 +22,11 @@ pub(super) struct EventClock {
     splits: SplitWatermarks<Tp>,
     started: Instant,
     metrics: Option<(Arc<EventTimeMetrics>, String, u16)>,
+    /// Gauges of the partitions that showed a time (a series appears with its first
+    /// value, never as 0).
     gauges: BTreeMap<Tp, Gauge>,
-    operator: Option<Gauge>,
+    /// The subtask's gauge, once it has a value, and the highest value it showed.
+    operator: Option<(Gauge, i64)>,
 }
 
 impl EventClock {
@@ -45,7 +48,6 @@ impl EventClock {
     pub(super) fn report_to(&mut self, telemetry: &crate::telemetry::Telemetry, subtask: u16) {
         let m = EventTimeMetrics::of(telemetry.metrics());
         let job = telemetry.metrics().job().to_string();
-        self.operator = Some(m.operator_watermark(&job, "source", subtask));
         self.metrics = Some((m, job, subtask));
     }
 
@@ -55,8 +57,7 @@ impl EventClock {
 
     /// Partition `tp` showed a record of event time `ts`.
     pub(super) fn observe(&mut self, tp: &Tp, ts: i64) {
-        let now = self.now_ms();
-        self.splits.observe(tp, ts, now);
+        self.splits.observe(tp, ts);
     }
 
     /// The subtask's watermark over the partitions `owned`; [`END_OF_TIME`] once a
@@ -67,22 +68,24 @@ impl EventClock {
         finished: bool,
     ) -> Watermark {
         let now = self.now_ms();
-        self.splits.assign(owned, now);
+        self.splits.assign(owned);
+        let current = self.splits.current(now);
         let w = if finished {
             Watermark::At(END_OF_TIME)
         } else {
-            self.splits.current(now)
+            current
         };
         if let Some((m, job, subtask)) = &self.metrics {
             let mut seen = BTreeMap::new();
-            for (tp, w, _idle) in self.splits.each(now) {
+            for (tp, w) in self.splits.each() {
+                let Some(s) = w.and_then(seconds) else {
+                    continue;
+                };
                 let g = self
                     .gauges
                     .remove(tp)
                     .unwrap_or_else(|| m.partition_watermark(job, *subtask, &tp.0, tp.1));
-                if let Some(s) = w.and_then(seconds) {
-                    g.set(s);
-                }
+                g.set(s);
                 seen.insert(tp.clone(), g);
             }
             for (tp, _) in std::mem::replace(&mut self.gauges, seen) {
@@ -94,9 +97,21 @@ impl EventClock {
                     &tp.1.to_string(),
                 ]);
             }
-            if let (Some(g), Watermark::At(t)) = (&self.operator, w) {
+            // What the subtask sends never goes back; neither does its gauge.
+            if let Watermark::At(t) = w {
                 if let Some(s) = seconds(t) {
-                    g.set(s);
+                    match &mut self.operator {
+                        Some((g, high)) if t > *high => {
+                            g.set(s);
+                            *high = t;
+                        }
+                        Some(_) => {}
+                        None => {
+                            let g = m.operator_watermark(job, "source", *subtask);
+                            g.set(s);
+                            self.operator = Some((g, t));
+                        }
+                    }
                 }
             }
         }

@@ -981,14 +981,20 @@ impl Source for KafkaSource {
                         continue;
                     }
                 };
+                // The time read as configured, which moves the watermark.
+                let mut observed = None;
                 let timestamp = match self.clock.as_ref() {
                     None => f.timestamp,
-                    // A tombstone has no value to read a time from: its Kafka one.
                     Some(c) => match c
                         .settings
                         .read(f.timestamp, if tombstone { b"" } else { &value })
                     {
-                        Ok(t) => Some(t),
+                        Ok(t) => {
+                            observed = Some(t);
+                            Some(t)
+                        }
+                        // A tombstone has no value to read a time from: it carries its
+                        // Kafka one, which says nothing about the field's times.
                         Err(_) if tombstone && f.timestamp.is_some() => f.timestamp,
                         Err(why) => {
                             if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why, None).await
@@ -1003,7 +1009,7 @@ impl Source for KafkaSource {
                         }
                     },
                 };
-                if let (Some(c), Some(t)) = (self.clock.as_mut(), timestamp) {
+                if let (Some(c), Some(t)) = (self.clock.as_mut(), observed) {
                     c.observe(&tp, t);
                 }
                 next = NextOffset::after(f.offset);
@@ -1058,6 +1064,7 @@ impl Source for KafkaSource {
     }
 
     fn watermark(&mut self) -> Option<crate::event_time::Watermark> {
+        self.clock.as_ref()?;
         let finished = self.finished();
         let clock = self.clock.as_mut()?;
         Some(clock.watermark(self.positions.keys(), finished))

@@ -66,6 +66,19 @@ impl AggSpec {
     }
 }
 
+impl std::fmt::Display for AggSpec {
+    /// As the job file writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AggSpec::Count => write!(f, "count"),
+            AggSpec::Sum(p) => write!(f, "sum:{p}"),
+            AggSpec::Min(p) => write!(f, "min:{p}"),
+            AggSpec::Max(p) => write!(f, "max:{p}"),
+            AggSpec::Avg(p) => write!(f, "avg:{p}"),
+        }
+    }
+}
+
 /// A number as JSON wrote it: an integer stays exact.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Num {

@@ -35,37 +35,31 @@ impl Span {
 
 impl WindowKind {
     /// The windows of a record at event time `t`, oldest first (a session: the one the
-    /// record opens, before merging).
-    pub fn spans(&self, t: i64) -> Vec<Span> {
+    /// record opens, before merging); `None` when a window of it would start or end
+    /// beyond what an `i64` of milliseconds holds (its end must stay below
+    /// [`crate::event_time::END_OF_TIME`], which completes every window).
+    pub fn spans(&self, t: i64) -> Option<Vec<Span>> {
+        let span = |start: i64, len: i64| {
+            start
+                .checked_add(len)
+                .filter(|end| *end < crate::event_time::END_OF_TIME)
+                .map(|end| Span { start, end })
+        };
         match *self {
             WindowKind::Tumbling { size } => {
-                let start = t - t.rem_euclid(size);
-                vec![Span {
-                    start,
-                    end: start.saturating_add(size),
-                }]
+                Some(vec![span(t.checked_sub(t.rem_euclid(size))?, size)?])
             }
             WindowKind::Hopping { size, slide } => {
-                let last = t - t.rem_euclid(slide);
+                let mut start = t.checked_sub(t.rem_euclid(slide))?;
                 let mut out = Vec::new();
-                let mut start = last;
-                while start.saturating_add(size) > t {
-                    out.push(Span {
-                        start,
-                        end: start.saturating_add(size),
-                    });
-                    match start.checked_sub(slide) {
-                        Some(s) => start = s,
-                        None => break,
-                    }
+                while start.checked_add(size)? > t {
+                    out.push(span(start, size)?);
+                    start = start.checked_sub(slide)?;
                 }
                 out.reverse();
-                out
+                Some(out)
             }
-            WindowKind::Session { gap } => vec![Span {
-                start: t,
-                end: t.saturating_add(gap),
-            }],
+            WindowKind::Session { gap } => Some(vec![span(t, gap)?]),
         }
     }
 
@@ -167,11 +161,18 @@ mod tests {
     #[test]
     fn tumbling_windows_are_aligned_to_the_epoch_and_end_exclusive() {
         let k = WindowKind::Tumbling { size: 60_000 };
-        assert_eq!(k.spans(0), vec![s(0, 60_000)]);
-        assert_eq!(k.spans(59_999), vec![s(0, 60_000)]);
-        assert_eq!(k.spans(60_000), vec![s(60_000, 120_000)]);
+        assert_eq!(k.spans(0), Some(vec![s(0, 60_000)]));
+        assert_eq!(k.spans(59_999), Some(vec![s(0, 60_000)]));
+        assert_eq!(k.spans(60_000), Some(vec![s(60_000, 120_000)]));
         // Before the epoch too.
-        assert_eq!(k.spans(-1), vec![s(-60_000, 0)]);
+        assert_eq!(k.spans(-1), Some(vec![s(-60_000, 0)]));
+        // At the ends of time: no window, rather than one that wraps around.
+        assert_eq!(k.spans(i64::MIN), None);
+        assert_eq!(k.spans(i64::MAX - 1), None);
+        assert_eq!(WindowKind::Session { gap: 10 }.spans(i64::MAX - 10), None);
+        assert!(WindowKind::Session { gap: 10 }
+            .spans(i64::MAX - 11)
+            .is_some());
     }
 
     #[test]
@@ -181,12 +182,12 @@ mod tests {
             slide: 20_000,
         };
         assert_eq!(
-            k.spans(65_000),
+            k.spans(65_000).unwrap(),
             vec![s(20_000, 80_000), s(40_000, 100_000), s(60_000, 120_000)]
         );
         // On a boundary: the window starting there, and the two before it.
         assert_eq!(
-            k.spans(60_000),
+            k.spans(60_000).unwrap(),
             vec![s(20_000, 80_000), s(40_000, 100_000), s(60_000, 120_000)]
         );
         // A slide that does not divide the size.
@@ -194,11 +195,11 @@ mod tests {
             size: 25,
             slide: 10,
         };
-        assert_eq!(k.spans(24), vec![s(0, 25), s(10, 35), s(20, 45)]);
-        assert_eq!(k.spans(25), vec![s(10, 35), s(20, 45)]);
+        assert_eq!(k.spans(24).unwrap(), vec![s(0, 25), s(10, 35), s(20, 45)]);
+        assert_eq!(k.spans(25).unwrap(), vec![s(10, 35), s(20, 45)]);
         // Every window holds the record, and none that would is missing.
         for t in -50..50 {
-            let got = k.spans(t);
+            let got = k.spans(t).unwrap();
             assert!(got.iter().all(|w| w.start <= t && t < w.end));
             let all: Vec<Span> = (-10..10)
                 .map(|i| s(i * 10, i * 10 + 25))
@@ -213,12 +214,15 @@ mod tests {
         let k = WindowKind::Session { gap: 30 };
         let existing = [s(0, 40), s(100, 130)];
         // 70..100 touches the second; 20..50 overlaps the first.
-        let (joined, merged) = merge(&existing, k.spans(70)[0]);
+        let (joined, merged) = merge(&existing, k.spans(70).unwrap()[0]);
         assert_eq!((joined, merged), (vec![1], s(70, 130)));
-        let (joined, merged) = merge(&existing, k.spans(20)[0]);
+        let (joined, merged) = merge(&existing, k.spans(20).unwrap()[0]);
         assert_eq!((joined, merged), (vec![0], s(0, 50)));
         // 40..70 touches the first and not the second (70 < 100).
-        assert_eq!(merge(&existing, k.spans(40)[0]), (vec![0], s(0, 70)));
+        assert_eq!(
+            merge(&existing, k.spans(40).unwrap()[0]),
+            (vec![0], s(0, 70))
+        );
         // 60..90 joins neither; 40..105 joins both.
         assert_eq!(merge(&existing, s(60, 90)), (vec![], s(60, 90)));
         assert_eq!(merge(&existing, s(40, 105)), (vec![0, 1], s(0, 130)));

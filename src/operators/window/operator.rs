@@ -50,6 +50,15 @@ fn decode(bytes: &[u8]) -> Result<Vec<Win>> {
         .map_err(|e| JobError::Other(format!("decoding window state: {e}")))
 }
 
+/// What became of a record.
+enum Added {
+    Yes,
+    /// Every window of it is past its lateness.
+    Late,
+    /// It cannot be added (`on_error`): why.
+    Refused(String),
+}
+
 /// A key's windows while a batch or a watermark works on them.
 struct Entry {
     group: KeyGroup,
@@ -79,6 +88,10 @@ pub struct WindowOperator {
     name: String,
     /// The watermark received (the beginning of time until one comes).
     watermark: i64,
+    /// The highest watermark received below the end of time: what a checkpoint keeps
+    /// as reached (the end of a bounded input must not make every record of a later,
+    /// live run late).
+    finite: i64,
     /// The watermark each key group (and, in a co_partitioned job, each source
     /// partition's share of it) had reached in the restored checkpoint: lateness is
     /// decided against the higher of it and the watermark received, so that a record
@@ -120,6 +133,7 @@ impl WindowOperator {
             max_parallelism: 1,
             name: String::new(),
             watermark: i64::MIN,
+            finite: i64::MIN,
             reached: HashMap::new(),
             scoped: false,
             scopes: BTreeSet::new(),
@@ -204,39 +218,49 @@ impl WindowOperator {
         Ok((t, fields))
     }
 
-    /// Adds a record of `key` at `t`. `Ok(false)`: every window of it is past its
-    /// lateness, and nothing was added.
-    fn add(&mut self, key: &[u8], t: i64, fields: &[Option<Value>]) -> Result<bool, String> {
+    /// Adds a record of `key` at `t`: [`Added::Late`] when every window of it is past
+    /// its lateness (nothing added), [`Added::Refused`] when it cannot be added
+    /// (nothing changed either). A state error is the job's.
+    fn add(&mut self, key: &[u8], t: i64, fields: &[Option<Value>]) -> Result<Added> {
         let group = self.group(key);
         let wm = self.late_watermark(key);
         let spec = self.spec.clone();
         let timing = spec.timing;
-        let arrivals: Vec<(Span, Arrival)> = spec
-            .kind
-            .spans(t)
+        let Some(spans) = spec.kind.spans(t) else {
+            return Ok(Added::Refused(format!(
+                "event time {t} is outside the range windows can hold"
+            )));
+        };
+        let arrivals: Vec<(Span, Arrival)> = spans
             .into_iter()
             .map(|s| (s, timing.arrival(s.end, wm)))
             .filter(|(_, a)| *a != Arrival::TooLate)
             .collect();
         if arrivals.is_empty() {
-            return Ok(false);
+            return Ok(Added::Late);
         }
         let mut accs = Vec::with_capacity(spec.aggregates.len());
         for ((name, a), v) in spec.aggregates.iter().zip(fields) {
             let mut acc = a.empty();
-            acc.add(v.as_ref())
-                .map_err(|e| format!("aggregate {name}: {e}"))?;
+            if let Err(e) = acc.add(v.as_ref()) {
+                return Ok(Added::Refused(format!("aggregate {name}: {e}")));
+            }
             accs.push(acc);
         }
         let late = arrivals.iter().all(|(_, a)| *a == Arrival::Update);
+        // Results of a session may have gone out under a start the merge drops: with
+        // every change emitted, which starts did depends on how records were batched,
+        // which a replay does not repeat, so each dropped start is deleted.
+        let retract_all = !timing.emit_final || timing.late_updates;
+        let entry = self.entry(key, group)?;
+        // The windows after the record, built aside: a refusal changes nothing.
+        let mut wins = entry.wins.clone();
         let mut timers = Vec::new();
-        let mut created = 0i64;
+        let mut stale = Vec::new();
         let mut retracted = Vec::new();
-        let entry = self.entry(key, group).map_err(|e| e.to_string())?;
-        entry.dirty = true;
         for (span, _) in arrivals {
-            let win = if spec.kind.merges() {
-                let existing: Vec<Span> = entry.wins.iter().map(|w| w.span).collect();
+            let at = if spec.kind.merges() {
+                let existing: Vec<Span> = wins.iter().map(|w| w.span).collect();
                 let (joined, merged) = merge(&existing, span);
                 let mut win = Win {
                     span: merged,
@@ -245,34 +269,40 @@ impl WindowOperator {
                     due: false,
                 };
                 for i in joined.iter().rev() {
-                    let old = entry.wins.remove(*i);
+                    let old = wins.remove(*i);
                     for (a, b) in win.accs.iter_mut().zip(&old.accs) {
-                        a.merge(b)?;
+                        if let Err(e) = a.merge(b) {
+                            return Ok(Added::Refused(e));
+                        }
                     }
                     win.emitted |= old.emitted;
-                    if old.emitted && old.span.start != merged.start {
+                    stale.push(timing.next_event(old.span.end, old.emitted));
+                    if old.span.start != merged.start && (old.emitted || retract_all) {
                         retracted.push(old.span);
                     }
-                    created -= 1;
                 }
-                created += 1;
+                if retract_all && span.start != merged.start {
+                    retracted.push(span);
+                }
                 timers.push(timing.next_event(merged.end, win.emitted));
-                let at = entry.wins.partition_point(|w| w.span < merged);
-                entry.wins.insert(at, win);
-                &mut entry.wins[at]
+                let at = wins.partition_point(|w| w.span < merged);
+                wins.insert(at, win);
+                at
             } else {
-                match entry.wins.binary_search_by(|w| w.span.cmp(&span)) {
+                match wins.binary_search_by(|w| w.span.cmp(&span)) {
                     Ok(i) => {
-                        let w = &mut entry.wins[i];
-                        for (a, b) in w.accs.iter_mut().zip(&accs) {
-                            a.merge(b)?;
+                        let mut merged = wins[i].accs.clone();
+                        for (a, b) in merged.iter_mut().zip(&accs) {
+                            if let Err(e) = a.merge(b) {
+                                return Ok(Added::Refused(e));
+                            }
                         }
-                        w
+                        wins[i].accs = merged;
+                        i
                     }
                     Err(i) => {
-                        created += 1;
                         timers.push(timing.next_event(span.end, false));
-                        entry.wins.insert(
+                        wins.insert(
                             i,
                             Win {
                                 span,
@@ -281,14 +311,22 @@ impl WindowOperator {
                                 due: false,
                             },
                         );
-                        &mut entry.wins[i]
+                        i
                     }
                 }
             };
-            // Emitted on every change, or again once emitted (a late update).
-            win.due = !timing.emit_final || win.emitted;
+            let w = &mut wins[at];
+            // Emitted on every change; or again once emitted (a late update); or now,
+            // when a late record opens a window already complete.
+            w.due = !timing.emit_final || w.emitted || timing.complete_at(w.span.end) <= wm;
         }
+        let created = wins.len() as i64 - entry.wins.len() as i64;
+        entry.wins = wins;
+        entry.dirty = true;
         self.open_windows += created;
+        for at in stale {
+            self.timers.remove(&(at, key.to_vec()));
+        }
         for at in timers {
             self.timers.insert((at, key.to_vec()));
         }
@@ -299,7 +337,7 @@ impl WindowOperator {
                 m.updated.inc();
             }
         }
-        Ok(true)
+        Ok(Added::Yes)
     }
 
     /// Writes what the batch or watermark changed, and emits the windows due: the
@@ -345,11 +383,11 @@ impl WindowOperator {
     }
 
     /// A record whose windows are all past their lateness.
-    fn late(&mut self, r: Record, t: i64) -> Result<()> {
+    fn late(&mut self, r: Record, key: &[u8], t: i64) -> Result<()> {
         let why = format!(
             "{}: late: its event time {t} belongs to windows past their lateness at watermark {}",
             describe(&r),
-            self.watermark
+            self.late_watermark(key)
         );
         match self.spec.late.clone() {
             LatePolicy::Drop | LatePolicy::Update => {
@@ -460,6 +498,7 @@ impl Operator for WindowOperator {
         self.max_parallelism = ctx.info.max_parallelism;
         self.name = format!("{}[{}]", ctx.uid, ctx.info.index);
         self.watermark = i64::MIN;
+        self.finite = i64::MIN;
         self.cache.clear();
         self.retracted.clear();
         // What is kept in memory about the state is rebuilt from it.
@@ -477,10 +516,21 @@ impl Operator for WindowOperator {
             Ok(())
         })?;
         let mut reached = HashMap::new();
+        let fingerprint = self.spec.fingerprint();
         backend.for_each(REACHED, |group, scope, bytes| -> Result<()> {
-            let wm: [u8; 8] = bytes.try_into().map_err(|_| {
+            let (wm, made_by) = bytes.split_at_checked(8).ok_or_else(|| {
                 JobError::Other("window state: a watermark of the wrong size".into())
             })?;
+            // Window contents are kept in the order of their aggregates, and only a
+            // window of the same kind and size means the same thing.
+            if made_by != fingerprint.as_bytes() {
+                return Err(JobError::Restore(format!(
+                    "{}: the checkpoint's windows were made by another window definition ({}) than this job file's ({fingerprint}); start without its state, or keep the definition",
+                    ctx.uid,
+                    String::from_utf8_lossy(made_by)
+                )));
+            }
+            let wm: [u8; 8] = wm.try_into().expect("split at 8");
             reached.insert((group.0, scope.to_vec()), i64::from_be_bytes(wm));
             if scoped {
                 scopes.insert(scope.to_vec());
@@ -555,10 +605,10 @@ impl Operator for WindowOperator {
                 key = scoped;
             }
             match self.read(&r) {
-                Ok((t, fields)) => match self.add(&key, t, &fields) {
-                    Ok(true) => {}
-                    Ok(false) => self.late(r, t)?,
-                    Err(e) => self.failed(r, e)?,
+                Ok((t, fields)) => match self.add(&key, t, &fields)? {
+                    Added::Yes => {}
+                    Added::Late => self.late(r, &key, t)?,
+                    Added::Refused(e) => self.failed(r, e)?,
                 },
                 Err(e) => self.failed(r, e)?,
             }
@@ -568,6 +618,9 @@ impl Operator for WindowOperator {
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
+        if watermark < crate::event_time::END_OF_TIME {
+            self.finite = self.finite.max(watermark);
+        }
         let wm = self.watermark;
         if let Some(g) = self.meters.as_ref().map(|m| &m.watermark) {
             if let Some(s) = seconds(wm) {
@@ -617,6 +670,7 @@ impl Operator for WindowOperator {
         pending_dir: &Path,
     ) -> Result<Option<SubtaskSnapshot>> {
         let range = self.backend().key_groups();
+        let fingerprint = self.spec.fingerprint();
         let mut wb = StateBatch::default();
         let unscoped = [Vec::new()];
         let scopes: Vec<&Vec<u8>> = if self.scoped {
@@ -629,13 +683,10 @@ impl Operator for WindowOperator {
                 let reached = self
                     .reached
                     .get(&(g, scope.to_vec()))
-                    .map_or(self.watermark, |r| self.watermark.max(*r));
-                if reached > i64::MIN {
-                    wb.put_raw(
-                        &state_key(KeyGroup(g), REACHED, scope),
-                        &reached.to_be_bytes(),
-                    );
-                }
+                    .map_or(self.finite, |r| self.finite.max(*r));
+                let mut value = reached.to_be_bytes().to_vec();
+                value.extend_from_slice(fingerprint.as_bytes());
+                wb.put_raw(&state_key(KeyGroup(g), REACHED, scope), &value);
             }
         }
         let backend = self.backend.as_mut().expect("opened");
@@ -865,5 +916,119 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no event time"), "{e}");
+    }
+
+    /// Snapshots `op` and opens `spec` again from it.
+    fn reopen(
+        op: &mut WindowOperator,
+        spec: &Arc<WindowSpec>,
+        dir: &Path,
+        id: u64,
+    ) -> Result<WindowOperator> {
+        let pending = dir.join(format!("chk-{id}"));
+        std::fs::create_dir_all(&pending).unwrap();
+        let snap = op.snapshot(CheckpointId(id), &pending).unwrap().unwrap();
+        let restore = vec![lockgate_state::StateRestore::new(pending, snap)];
+        let mut next = WindowOperator::new(spec.clone(), None);
+        let ctx = OperatorContext {
+            info: crate::connector::SubtaskInfo::new("j", "window-0", 0, 1)
+                .with_max_parallelism(8)
+                .with_telemetry(crate::telemetry::Telemetry::new("j", "g", 1, 8)),
+            uid: "window-0".into(),
+            work_dir: dir.join(format!("work-{id}")),
+            restore,
+            state_options: lockgate_state::BackendOptions::default(),
+            partition_scoped: false,
+        };
+        next.open(&ctx).map(|()| next)
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_window_definition_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(TUMBLING);
+        let mut op = open(&s, tmp.path(), Vec::new());
+        op.process(vec![rec("a", 1_000, 5)], &mut Vec::new())
+            .unwrap();
+        let other =
+            spec(&TUMBLING.replace("biggest = \"max:/amount\"", "biggest = \"min:/amount\""));
+        let e = reopen(&mut op, &other, tmp.path(), 1)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.contains("another window definition") && e.contains("biggest=max:/amount"),
+            "{e}"
+        );
+        assert!(
+            reopen(&mut op, &s, tmp.path(), 2).is_ok(),
+            "the same definition restores"
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_bounded_input_is_not_kept_as_the_watermark_reached() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(TUMBLING);
+        let mut op = open(&s, tmp.path(), Vec::new());
+        let mut out = Vec::new();
+        op.process(vec![rec("a", 1_000, 5)], &mut out).unwrap();
+        op.on_watermark(60_000, &mut out).unwrap();
+        op.on_watermark(crate::event_time::END_OF_TIME, &mut out)
+            .unwrap();
+        assert_eq!(docs(&out).len(), 1);
+        // Restored and run live: lateness is judged by the last real watermark (60 s),
+        // not by the end of the bounded input.
+        let mut live = reopen(&mut op, &s, tmp.path(), 1).unwrap();
+        out.clear();
+        live.process(vec![rec("a", 70_000, 1), rec("b", 20_000, 1)], &mut out)
+            .unwrap();
+        assert_eq!(
+            live.meters.as_ref().unwrap().dropped.get(),
+            1,
+            "b at 20 s is late after 60 s, a at 70 s is not"
+        );
+        live.on_watermark(120_000, &mut out).unwrap();
+        assert_eq!(docs(&out).len(), 1);
+        assert_eq!(docs(&out)[0].1["window_id"], "a@60000");
+    }
+
+    #[test]
+    fn a_late_record_that_opens_a_complete_window_is_emitted_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(&format!(
+            "{TUMBLING}\nallowed_lateness_ms = 120000\nlate = \"update\""
+        ));
+        let mut op = open(&s, tmp.path(), Vec::new());
+        let mut out = Vec::new();
+        op.on_watermark(90_000, &mut out).unwrap();
+        // b has no window [0, 60000) yet; it is complete, and within the lateness.
+        op.process(vec![rec("b", 10_000, 3)], &mut out).unwrap();
+        assert_eq!(
+            docs(&out).len(),
+            1,
+            "emitted without waiting for the watermark"
+        );
+        assert_eq!(docs(&out)[0].1["orders"], 1);
+    }
+
+    #[test]
+    fn a_record_refused_midway_changes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(&format!("{TUMBLING}\non_error = \"skip\""));
+        let mut op = open(&s, tmp.path(), Vec::new());
+        let mut out = Vec::new();
+        op.process(
+            vec![rec("a", 1_000, i64::MAX), rec("a", 2_000, 1)],
+            &mut out,
+        )
+        .unwrap();
+        op.on_watermark(60_000, &mut out).unwrap();
+        let d = docs(&out);
+        assert_eq!(
+            d[0].1["orders"], 1,
+            "the overflowing record is not counted: {d:?}"
+        );
+        assert_eq!(d[0].1["amount"], json!(i64::MAX));
     }
 }

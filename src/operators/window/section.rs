@@ -36,6 +36,28 @@ pub struct WindowSpec {
     pub on_error: OnError,
 }
 
+impl WindowSpec {
+    /// What the contents of its windows depend on: the kind and spans, and the
+    /// aggregates in the order they are kept. A checkpoint's windows restore only
+    /// into a window of the same fingerprint.
+    pub fn fingerprint(&self) -> String {
+        let kind = match self.kind {
+            WindowKind::Tumbling { size } => format!("tumbling {size}"),
+            WindowKind::Hopping { size, slide } => format!("hopping {size}/{slide}"),
+            WindowKind::Session { gap } => format!("session {gap}"),
+        };
+        let aggregates: Vec<String> = self
+            .aggregates
+            .iter()
+            .map(|(name, a)| format!("{name}={a}"))
+            .collect();
+        format!("{kind}: {}", aggregates.join(", "))
+    }
+}
+
+/// Windows a record of a hopping window may belong to (`size_ms / slide_ms`).
+pub const MAX_HOPS: i64 = 1_000;
+
 /// Names of the result's own fields.
 pub const RESERVED: [&str; 4] = ["key", "window_start", "window_end", "window_id"];
 
@@ -78,6 +100,12 @@ impl WindowSection {
                     return Err(KeyError::new(
                         "slide_ms",
                         format!("{slide} is longer than size_ms ({size}): records between windows would belong to none"),
+                    ));
+                }
+                if size / slide > MAX_HOPS {
+                    return Err(KeyError::new(
+                        "slide_ms",
+                        format!("{slide} puts each record in {} windows of size_ms {size} (at most {MAX_HOPS})", size / slide),
                     ));
                 }
                 WindowKind::Hopping { size, slide }
