@@ -4,7 +4,8 @@
 //! with what the test computes from the input itself, in a plain run, and under 20
 //! SIGKILLs across a rescale of its members from 2 to 3 (`--rescale-from 2`). Then
 //! an idle partition that holds windows back until `idle_timeout_ms` lets them go,
-//! and a late record under each `late` policy.
+//! a late record under each `late` policy, and hopping windows and sessions emitted
+//! on every change, each exact under ten SIGKILLs.
 
 mod common;
 
@@ -588,4 +589,134 @@ fn sessions_emitted_on_every_change_merge_and_leave_one_document_per_session() {
         "{}",
         tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
     );
+}
+
+/// Runs `config` under `kills` SIGKILLs `300..1500` ms apart (seeded), then to its end.
+fn run_under_kills(config: &Path, kills: usize, seed: u64) {
+    let log = config.with_file_name("kills.log");
+    let mut state = seed;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    for _ in 0..kills {
+        let mut run = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300 + next(1_200)));
+        sigkill(&mut run);
+    }
+    let (code, out) = run_config(config);
+    assert_eq!(code, Some(0), "{}", tail(&out, 30));
+}
+
+/// Clicks on the three active partitions only (every partition moves the watermark,
+/// so windows fire while the job runs and is killed).
+fn active_topic() -> KafkaProcess {
+    KafkaProcess::start(&[(TOPIC, ACTIVE)])
+}
+
+#[test]
+fn hopping_windows_are_exact_under_ten_kills() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = active_topic();
+    let input = clicks(10_000, 0, 21);
+    produce(&kafka.bootstrap, &input);
+    let es = Es::testkit();
+    let x = Extra {
+        source: "bounded = \"latest\"",
+        kind: Some("kind = \"hopping\"\nsize_ms = 60000\nslide_ms = 20000"),
+        ..Extra::default()
+    };
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), 2, &x);
+    run_under_kills(&config, 10, 5);
+    // Per user, every window of a minute starting on each 20 s that holds a click.
+    let mut w: BTreeMap<(String, i64), (i64, i64, i64)> = BTreeMap::new();
+    for c in &input {
+        let last = c.ts - c.ts.rem_euclid(20_000);
+        for start in [last - 40_000, last - 20_000, last] {
+            let e = w.entry((c.user.clone(), start)).or_insert((0, 0, i64::MIN));
+            e.0 += 1;
+            e.1 += c.amount;
+            e.2 = e.2.max(c.amount);
+        }
+    }
+    let want: BTreeMap<String, Value> = w
+        .into_iter()
+        .map(|((user, start), (n, sum, max))| {
+            let id = format!("{user}@{start}");
+            let doc = json!({"key": user, "window_start": start, "window_end": start + MINUTE,
+                "window_id": id, "orders": n, "amount": sum, "biggest": max});
+            (id, doc)
+        })
+        .collect();
+    assert_eq!(documents(&es, "windows"), want);
+}
+
+#[test]
+fn sessions_emitted_on_every_change_are_exact_under_ten_kills() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = active_topic();
+    // Clicks spread twice as far (a user every 1.6 s on average, up to 8 s out of
+    // order, within the job's 10 s bound), so that sessions of a 2 s gap open, merge
+    // and close all along.
+    let mut input = clicks(6_000, 0, 31);
+    for c in &mut input {
+        c.ts = T0 + (c.ts - T0) * 2;
+    }
+    produce(&kafka.bootstrap, &input);
+    let es = Es::testkit();
+    let x = Extra {
+        source: "bounded = \"latest\"",
+        kind: Some("kind = \"session\"\ngap_ms = 2000"),
+        window: "emit = \"update\"",
+        ..Extra::default()
+    };
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), 2, &x);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "max_out_of_orderness_ms = 5000",
+        "max_out_of_orderness_ms = 10000",
+    );
+    std::fs::write(&config, text).unwrap();
+    run_under_kills(&config, 10, 6);
+    // Per user, in time order: a click within the gap of a session's end extends it.
+    let mut by_user: BTreeMap<String, Vec<&Click>> = BTreeMap::new();
+    for c in &input {
+        by_user.entry(c.user.clone()).or_default().push(c);
+    }
+    let mut want = BTreeMap::new();
+    for (user, mut cs) in by_user {
+        cs.sort_by_key(|c| c.ts);
+        let mut sessions: Vec<(i64, i64, Vec<&Click>)> = Vec::new();
+        for c in cs {
+            match sessions.last_mut() {
+                Some((_, end, members)) if c.ts <= *end => {
+                    *end = (*end).max(c.ts + 2_000);
+                    members.push(c);
+                }
+                _ => sessions.push((c.ts, c.ts + 2_000, vec![c])),
+            }
+        }
+        for (start, end, members) in sessions {
+            let id = format!("{user}@{start}");
+            let doc = json!({"key": user, "window_start": start, "window_end": end, "window_id": id,
+                "orders": members.len(), "amount": members.iter().map(|c| c.amount).sum::<i64>(),
+                "biggest": members.iter().map(|c| c.amount).max()});
+            want.insert(id, doc);
+        }
+    }
+    assert!(want.len() > 1_000, "{} sessions", want.len());
+    assert_eq!(documents(&es, "windows"), want);
 }
