@@ -208,7 +208,8 @@ fn an_out_of_order_input_with_an_idle_partition_is_counted_per_user_per_minute_e
     let want = expected(&input, i64::MAX);
     assert!(want.len() > 100, "{} windows", want.len());
     assert_eq!(documents(&es, "windows"), want);
-    // A second run from the final checkpoint adds nothing and changes nothing.
+    // A second run from the final checkpoint (a bounded job stops at the ends it
+    // captured at its first start) adds nothing and changes nothing.
     let (code, log) = run_config(&config);
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
     assert_eq!(documents(&es, "windows"), want);

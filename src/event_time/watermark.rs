@@ -111,12 +111,13 @@ impl<K: Ord + Clone> SplitWatermarks<K> {
     /// The subtask's watermark at `now_ms`: the minimum over its active splits (a
     /// split without a record yet counts as the beginning of time), or
     /// [`Watermark::Idle`] when no split is active (or it owns none). A split is idle
-    /// once looks at least `idle_ms` apart found no record of it in between.
-    pub fn current(&mut self, now_ms: u64) -> Watermark {
+    /// once looks at least `idle_ms` apart found no record of it in between, unless
+    /// `backlog` says it has records left to read (then it is being read, slowly).
+    pub fn current(&mut self, now_ms: u64, backlog: impl Fn(&K) -> bool) -> Watermark {
         let (bound, idle_ms) = (self.bound_ms, self.idle_ms);
         let mut min: Option<i64> = None;
-        for s in self.splits.values_mut() {
-            if std::mem::take(&mut s.seen) {
+        for (k, s) in self.splits.iter_mut() {
+            if std::mem::take(&mut s.seen) || backlog(k) {
                 s.quiet_since = None;
             } else if s.quiet_since.is_none() {
                 s.quiet_since = Some(now_ms);
@@ -263,9 +264,9 @@ mod tests {
         w.observe(&0, 100_000);
         w.observe(&0, 97_000); // out of order, within the bound
         assert_eq!(w.of(&0), Some(95_000));
-        assert_eq!(w.current(3), Watermark::At(95_000));
+        assert_eq!(w.current(3, |_| false), Watermark::At(95_000));
         w.observe(&0, 104_000);
-        assert_eq!(w.current(5), Watermark::At(99_000));
+        assert_eq!(w.current(5, |_| false), Watermark::At(99_000));
     }
 
     #[test]
@@ -276,19 +277,19 @@ mod tests {
         w.observe(&1, 50_000);
         // Split 2 has shown nothing: it holds everything at the beginning of time,
         // and its quiet time starts at this first look.
-        assert_eq!(w.current(100), Watermark::At(i64::MIN));
+        assert_eq!(w.current(100, |_| false), Watermark::At(i64::MIN));
         w.observe(&0, 61_000);
         w.observe(&1, 55_000);
-        assert_eq!(w.current(30_099), Watermark::At(i64::MIN));
+        assert_eq!(w.current(30_099, |_| false), Watermark::At(i64::MIN));
         w.observe(&0, 62_000);
         w.observe(&1, 56_000);
-        assert_eq!(w.current(30_100), Watermark::At(56_000));
+        assert_eq!(w.current(30_100, |_| false), Watermark::At(56_000));
         // A split that speaks again holds the watermark back again.
         w.observe(&2, 40_000);
-        assert_eq!(w.current(30_101), Watermark::At(40_000));
+        assert_eq!(w.current(30_101, |_| false), Watermark::At(40_000));
         // Every split quiet from one look to a look 30 s later: the subtask is idle.
-        assert_eq!(w.current(30_102), Watermark::At(40_000));
-        assert_eq!(w.current(60_102), Watermark::Idle);
+        assert_eq!(w.current(30_102, |_| false), Watermark::At(40_000));
+        assert_eq!(w.current(60_102, |_| false), Watermark::Idle);
     }
 
     #[test]
@@ -299,29 +300,52 @@ mod tests {
         w.assign([&0, &1]);
         w.observe(&0, 10);
         w.observe(&1, 5);
-        assert_eq!(w.current(0), Watermark::At(5));
+        assert_eq!(w.current(0, |_| false), Watermark::At(5));
         w.observe(&0, 20);
-        assert_eq!(w.current(60_000), Watermark::At(5), "split 1 not idle yet");
+        assert_eq!(
+            w.current(60_000, |_| false),
+            Watermark::At(5),
+            "split 1 not idle yet"
+        );
         w.observe(&0, 30);
-        assert_eq!(w.current(89_999), Watermark::At(5));
+        assert_eq!(w.current(89_999, |_| false), Watermark::At(5));
         w.observe(&0, 40);
         assert_eq!(
-            w.current(90_000),
+            w.current(90_000, |_| false),
             Watermark::At(40),
             "quiet from 60 s to 90 s"
         );
     }
 
     #[test]
-    fn a_subtask_without_splits_is_idle_and_a_split_given_away_is_forgotten() {
-        let mut w: SplitWatermarks<i32> = SplitWatermarks::new(0, None);
-        assert_eq!(w.current(0), Watermark::Idle);
+    fn a_split_with_records_left_to_read_is_never_idle() {
+        let mut w = SplitWatermarks::new(0, Some(1_000));
         w.assign([&0, &1]);
         w.observe(&0, 10);
         w.observe(&1, 5);
-        assert_eq!(w.current(0), Watermark::At(5));
+        assert_eq!(w.current(0, |_| false), Watermark::At(5));
+        // Batches of split 0 only, for a long while: split 1 has a backlog.
+        for now in [500, 1_000, 5_000] {
+            w.observe(&0, now as i64);
+            assert_eq!(w.current(now, |k| *k == 1), Watermark::At(5));
+        }
+        // Once it has nothing left, it may turn idle.
+        w.observe(&0, 6_000);
+        assert_eq!(w.current(6_000, |_| false), Watermark::At(5));
+        w.observe(&0, 7_000);
+        assert_eq!(w.current(7_000, |_| false), Watermark::At(7_000));
+    }
+
+    #[test]
+    fn a_subtask_without_splits_is_idle_and_a_split_given_away_is_forgotten() {
+        let mut w: SplitWatermarks<i32> = SplitWatermarks::new(0, None);
+        assert_eq!(w.current(0, |_| false), Watermark::Idle);
+        w.assign([&0, &1]);
+        w.observe(&0, 10);
+        w.observe(&1, 5);
+        assert_eq!(w.current(0, |_| false), Watermark::At(5));
         w.assign([&0]);
-        assert_eq!(w.current(1), Watermark::At(10));
+        assert_eq!(w.current(1, |_| false), Watermark::At(10));
         assert_eq!(w.of(&1), None);
     }
 

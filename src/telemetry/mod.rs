@@ -618,8 +618,9 @@ impl PartitionGauges {
         (position, end.map(|e| position.map_or(e, |p| e.max(p))))
     }
 
-    /// End minus position, once both are known.
-    fn lag(&self) -> Option<i64> {
+    /// End minus position, once both are known: records the partition has that the
+    /// source has not read yet (as of the last fetched end).
+    pub fn lag(&self) -> Option<i64> {
         match self.known() {
             (Some(p), Some(e)) => Some((e - p).max(0)),
             _ => None,

@@ -62,14 +62,16 @@ impl EventClock {
 
     /// The subtask's watermark over the partitions `owned`; [`END_OF_TIME`] once a
     /// bounded source `finished`.
+    /// A partition with a `backlog` is never taken for idle.
     pub(super) fn watermark<'a>(
         &mut self,
         owned: impl IntoIterator<Item = &'a Tp>,
         finished: bool,
+        backlog: impl Fn(&Tp) -> bool,
     ) -> Watermark {
         let now = self.now_ms();
         self.splits.assign(owned);
-        let current = self.splits.current(now);
+        let current = self.splits.current(now, backlog);
         let w = if finished {
             Watermark::At(END_OF_TIME)
         } else {

@@ -1066,8 +1066,17 @@ impl Source for KafkaSource {
     fn watermark(&mut self) -> Option<crate::event_time::Watermark> {
         self.clock.as_ref()?;
         let finished = self.finished();
+        // A partition with records left to read is being read, not idle, however long
+        // the source spends elsewhere (backpressure, other partitions' batches).
+        let metrics = self.metrics.as_ref();
+        let backlog = |tp: &Tp| {
+            metrics
+                .and_then(|m| m.partitions.get(tp))
+                .and_then(|g| g.lag())
+                .is_some_and(|lag| lag > 0)
+        };
         let clock = self.clock.as_mut()?;
-        Some(clock.watermark(self.positions.keys(), finished))
+        Some(clock.watermark(self.positions.keys(), finished, backlog))
     }
 
     fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<SourcePosition>> {

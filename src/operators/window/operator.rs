@@ -68,7 +68,10 @@ struct Entry {
 
 /// The metric handles of a subtask.
 struct Meters {
-    watermark: Gauge,
+    /// Created with the first watermark.
+    watermark: Option<Gauge>,
+    family: Arc<EventTimeMetrics>,
+    job: String,
     open: IntGauge,
     fired: IntCounter,
     dropped: IntCounter,
@@ -321,6 +324,13 @@ impl WindowOperator {
             w.due = !timing.emit_final || w.emitted || timing.complete_at(w.span.end) <= wm;
         }
         let created = wins.len() as i64 - entry.wins.len() as i64;
+        // A merged session's timer goes, unless another window of the key still needs
+        // that moment.
+        stale.retain(|at| {
+            !wins
+                .iter()
+                .any(|w| timing.next_event(w.span.end, w.emitted) == *at)
+        });
         entry.wins = wins;
         entry.dirty = true;
         self.open_windows += created;
@@ -553,7 +563,9 @@ impl Operator for WindowOperator {
             ])
         };
         self.meters = Some(Meters {
-            watermark: e.operator_watermark(m.job(), &ctx.uid, ctx.info.index),
+            watermark: None,
+            family: e.clone(),
+            job: m.job().to_string(),
             open: m.task_gauge(&e.windows_open, &ctx.uid, ctx.info.index),
             fired: m.task_counter(&e.windows_fired, &ctx.uid, ctx.info.index),
             dropped: late("dropped"),
@@ -622,14 +634,22 @@ impl Operator for WindowOperator {
             self.finite = self.finite.max(watermark);
         }
         let wm = self.watermark;
-        if let Some(g) = self.meters.as_ref().map(|m| &m.watermark) {
-            if let Some(s) = seconds(wm) {
-                g.set(s);
-            }
+        if let (Some(m), Some(s)) = (self.meters.as_mut(), seconds(wm)) {
+            // The series appears with its first value, never as 0.
+            m.watermark
+                .get_or_insert_with(|| m.family.operator_watermark(&m.job, &self.uid, self.subtask))
+                .set(s);
         }
         let timing = self.spec.timing;
         let spec = self.spec.clone();
         let fired = self.meters.as_ref().map(|m| m.fired.clone());
+        // Below the end of time the two are one; at it, windows are kept per `finite`
+        // (their timers come back from the state at the next open).
+        let finite = if wm == crate::event_time::END_OF_TIME {
+            self.finite
+        } else {
+            wm
+        };
         while self.timers.first().is_some_and(|(at, _)| *at <= wm) {
             let (_, key) = self.timers.pop_first().expect("looked at");
             let group = self.group(&key);
@@ -647,9 +667,14 @@ impl Operator for WindowOperator {
                         c.inc();
                     }
                 }
-                let keep = timing.purge_at(w.span.end) > wm;
-                if keep {
-                    next.push(timing.next_event(w.span.end, w.emitted));
+                // The end of a bounded input emits every window but deletes only
+                // those past their lateness at the last real watermark: a later run
+                // from this checkpoint adds to the others and emits them whole again,
+                // rather than opening them empty under the same id.
+                let keep = timing.purge_at(w.span.end) > finite;
+                let at = timing.next_event(w.span.end, w.emitted);
+                if keep && at > wm {
+                    next.push(at);
                 }
                 keep
             });
@@ -1030,5 +1055,57 @@ mod tests {
             "the overflowing record is not counted: {d:?}"
         );
         assert_eq!(d[0].1["amount"], json!(i64::MAX));
+    }
+
+    #[test]
+    fn a_bounded_run_after_a_bounded_run_adds_to_the_windows_the_end_emitted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(TUMBLING);
+        let mut op = open(&s, tmp.path(), Vec::new());
+        let mut out = Vec::new();
+        op.process(vec![rec("a", 1_000, 5), rec("a", 30_000, 2)], &mut out)
+            .unwrap();
+        op.on_watermark(25_000, &mut out).unwrap();
+        op.on_watermark(crate::event_time::END_OF_TIME, &mut out)
+            .unwrap();
+        assert_eq!(docs(&out)[0].1["orders"], 2, "the end emits the window");
+        // The next bounded run from this checkpoint reads one more record of it.
+        let mut next = reopen(&mut op, &s, tmp.path(), 1).unwrap();
+        out.clear();
+        next.process(vec![rec("a", 40_000, 1)], &mut out).unwrap();
+        next.on_watermark(crate::event_time::END_OF_TIME, &mut out)
+            .unwrap();
+        let d = docs(&out);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(
+            d[0].1["orders"], 3,
+            "the whole window again, not the new record alone"
+        );
+        assert_eq!(d[0].1["amount"], 8);
+        // A live run from there: a real watermark past it deletes it, emitting nothing.
+        let mut live = reopen(&mut next, &s, tmp.path(), 2).unwrap();
+        assert_eq!(live.open_windows, 1);
+        out.clear();
+        live.on_watermark(60_000, &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(live.open_windows, 0);
+    }
+
+    #[test]
+    fn the_watermark_gauge_appears_with_the_first_watermark() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = spec(TUMBLING);
+        let mut op = open(&s, tmp.path(), Vec::new());
+        assert!(op.meters.as_ref().unwrap().watermark.is_none());
+        op.on_watermark(1_500, &mut Vec::new()).unwrap();
+        let g = op
+            .meters
+            .as_ref()
+            .unwrap()
+            .watermark
+            .as_ref()
+            .unwrap()
+            .get();
+        assert_eq!(g, 1.5);
     }
 }

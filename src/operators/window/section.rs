@@ -102,10 +102,11 @@ impl WindowSection {
                         format!("{slide} is longer than size_ms ({size}): records between windows would belong to none"),
                     ));
                 }
-                if size / slide > MAX_HOPS {
+                let hops = (size + slide - 1) / slide;
+                if hops > MAX_HOPS {
                     return Err(KeyError::new(
                         "slide_ms",
-                        format!("{slide} puts each record in {} windows of size_ms {size} (at most {MAX_HOPS})", size / slide),
+                        format!("{slide} puts each record in {hops} windows of size_ms {size} (at most {MAX_HOPS})"),
                     ));
                 }
                 WindowKind::Hopping { size, slide }
