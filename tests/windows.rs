@@ -49,13 +49,7 @@ impl Click {
 /// `T0` on, each up to `DISORDER_MS` early; users are partitioned (user `u<k>` only
 /// ever on partition `k % ACTIVE`), as a co-partitioned job needs.
 fn clicks(per_partition: i64, from_ms: i64, seed: u64) -> Vec<Click> {
-    let mut state = seed;
-    let mut next = move |n: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % n
-    };
+    let mut next = seeded(seed);
     let mut out = Vec::new();
     for p in 0..ACTIVE {
         for j in 0..per_partition {
@@ -69,6 +63,18 @@ fn clicks(per_partition: i64, from_ms: i64, seed: u64) -> Vec<Click> {
         }
     }
     out
+}
+
+/// A deterministic generator: `next(n)` is in `0..n` (a linear congruential one, so
+/// that the same seed gives the same input and the same kill schedule).
+fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |n| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    }
 }
 
 fn produce(bootstrap: &str, clicks: &[Click]) {
@@ -103,26 +109,6 @@ fn expected(clicks: &[Click], until: i64) -> BTreeMap<String, Value> {
                 "window_id": id, "orders": n, "amount": sum, "biggest": max});
             (id, doc)
         })
-        .collect()
-}
-
-/// Every document of the index: id -> source.
-fn documents(es: &Es, index: &str) -> BTreeMap<String, Value> {
-    es.call("POST", &format!("/{index}/_refresh"), None);
-    let (status, v) = es.call(
-        "POST",
-        &format!("/{index}/_search"),
-        Some(r#"{"query": {"match_all": {}}, "size": 1000000}"#),
-    );
-    if status == 404 {
-        return BTreeMap::new();
-    }
-    assert_eq!(status, 200, "{v}");
-    v["hits"]["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| (h["_id"].as_str().unwrap().to_string(), h["_source"].clone()))
         .collect()
 }
 
@@ -165,7 +151,7 @@ fn job(dir: &Path, bootstrap: &str, es: &str, p: u16, x: &Extra) -> PathBuf {
 fn wait_exact(es: &Es, want: &BTreeMap<String, Value>, what: &str, logs: &dyn Fn() -> String) {
     let deadline = Instant::now() + wait::DEADLINE;
     loop {
-        let got = documents(es, "windows");
+        let got = es.documents("windows");
         if &got == want {
             return;
         }
@@ -207,27 +193,20 @@ fn an_out_of_order_input_with_an_idle_partition_is_counted_per_user_per_minute_e
     // The end of the bounded input fires every window, the last ones included.
     let want = expected(&input, i64::MAX);
     assert!(want.len() > 100, "{} windows", want.len());
-    assert_eq!(documents(&es, "windows"), want);
+    assert_eq!(es.documents("windows"), want);
     // A second run from the final checkpoint (a bounded job stops at the ends it
     // captured at its first start) adds nothing and changes nothing.
     let (code, log) = run_config(&config);
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
-    assert_eq!(documents(&es, "windows"), want);
+    assert_eq!(es.documents("windows"), want);
 }
 
-/// One member process of `count`, logging beside the job file.
-fn member(config: &Path, index: u16, count: u16, extra: &[&str]) -> Child {
-    let log = config.with_file_name(format!("member-{index}-of-{count}.log"));
+/// `lockgate run --config <config> <args>`, its stderr appended to `log`.
+fn spawn_run(config: &Path, args: &[&str], log: &Path) -> Child {
     Command::new(bin())
         .args(["run", "--config"])
         .arg(config)
-        .args([
-            "--member",
-            &index.to_string(),
-            "--members",
-            &count.to_string(),
-        ])
-        .args(extra)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(
             std::fs::OpenOptions::new()
@@ -238,6 +217,26 @@ fn member(config: &Path, index: u16, count: u16, extra: &[&str]) -> Child {
         )
         .spawn()
         .unwrap()
+}
+
+/// SIGTERM: the run completes a final checkpoint and exits 0.
+fn stop(mut run: Child, log: &Path) {
+    signal(&run, libc::SIGTERM);
+    let status = wait_timeout(&mut run, Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "{status}\n{}",
+        tail(&std::fs::read_to_string(log).unwrap_or_default(), 30)
+    );
+}
+
+/// One member process of `count`, logging beside the job file.
+fn member(config: &Path, index: u16, count: u16, extra: &[&str]) -> Child {
+    let log = config.with_file_name(format!("member-{index}-of-{count}.log"));
+    let (i, n) = (index.to_string(), count.to_string());
+    let mut args = vec!["--member", &i, "--members", &n];
+    args.extend_from_slice(extra);
+    spawn_run(config, &args, &log)
 }
 
 fn member_logs(config: &Path) -> String {
@@ -265,13 +264,7 @@ fn kill_members(
     kills: usize,
     seed: u64,
 ) {
-    let mut state = seed;
-    let mut next = move |n: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % n
-    };
+    let mut next = seeded(seed);
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + next(1_200)));
         let i = next(u64::from(count)) as usize;
@@ -371,13 +364,7 @@ fn an_idle_partition_holds_windows_back_until_its_idle_timeout() {
     produce(&kafka.bootstrap, &input);
     // Without an idle timeout, the partition without records holds every window.
     let log = config.with_file_name("run.log");
-    let mut run = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let run = spawn_run(&config, &[], &log);
     // Every record read: the group offsets are committed after a checkpoint.
     wait::until("every record read", wait::DEADLINE, || {
         common::kafka::committed(&kafka.bootstrap, "lockgate-windows", TOPIC, ACTIVE)
@@ -385,9 +372,8 @@ fn an_idle_partition_holds_windows_back_until_its_idle_timeout() {
             .all(|o| *o == Some(3_001))
     });
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(documents(&es, "windows").len(), 0, "no window fired");
-    signal(&run, libc::SIGTERM);
-    assert!(wait_timeout(&mut run, Duration::from_secs(60)).success());
+    assert_eq!(es.documents("windows").len(), 0, "no window fired");
+    stop(run, &log);
     // With one, the windows fire once it passed: restored from the final checkpoint,
     // which holds every record in its windows, the watermark moves again with the
     // next records (one more per active partition, eleven minutes on).
@@ -396,13 +382,7 @@ fn an_idle_partition_holds_windows_back_until_its_idle_timeout() {
         ..Extra::default()
     };
     job(tmp.path(), &kafka.bootstrap, &es.url(), 2, &idle);
-    let mut run = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let run = spawn_run(&config, &[], &log);
     let more = far(11);
     produce(&kafka.bootstrap, &more);
     input.extend(more);
@@ -411,8 +391,7 @@ fn an_idle_partition_holds_windows_back_until_its_idle_timeout() {
     wait_exact(&es, &want, "after the idle timeout", &|| {
         tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
     });
-    signal(&run, libc::SIGTERM);
-    assert!(wait_timeout(&mut run, Duration::from_secs(60)).success());
+    stop(run, &log);
 }
 
 /// A record of `user` at `ms` after `T0` on partition 0.
@@ -430,14 +409,7 @@ fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> (Value, Sc
     };
     let config = job(dir, bootstrap, &es.url(), 1, &x);
     let log = config.with_file_name("run.log");
-    let mut run = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let logs = || tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30);
+    let run = spawn_run(&config, &[], &log);
     produce_raw(
         bootstrap,
         TOPIC,
@@ -446,7 +418,7 @@ fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> (Value, Sc
     );
     let first = format!("a@{T0}");
     wait::until("a's first minute fired", wait::DEADLINE, || {
-        documents(es, "windows").contains_key(&first)
+        es.documents("windows").contains_key(&first)
     });
     produce_raw(
         bootstrap,
@@ -456,15 +428,13 @@ fn late_record(window: &str, bootstrap: &str, es: &Es, dir: &Path) -> (Value, Sc
     );
     let second = format!("b@{}", T0 + MINUTE);
     wait::until("b's minute fired", wait::DEADLINE, || {
-        documents(es, "windows").contains_key(&second)
+        es.documents("windows").contains_key(&second)
     });
     let base = url_from_log(&log);
     let scrape = Scrape::take(&base);
     let operators = get_json(&base, "/api/v1/operators");
-    signal(&run, libc::SIGTERM);
-    let status = wait_timeout(&mut run, Duration::from_secs(60));
-    assert!(status.success(), "{}", logs());
-    (documents(es, "windows")[&first].clone(), scrape, operators)
+    stop(run, &log);
+    (es.documents("windows")[&first].clone(), scrape, operators)
 }
 
 #[test]
@@ -554,14 +524,8 @@ fn sessions_emitted_on_every_change_merge_and_leave_one_document_per_session() {
     };
     let config = job(tmp.path(), &kafka.bootstrap, &es.url(), 1, &x);
     let log = config.with_file_name("run.log");
-    let mut run = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let ids = |es: &Es| -> Vec<String> { documents(es, "windows").into_keys().collect() };
+    let run = spawn_run(&config, &[], &log);
+    let ids = |es: &Es| -> Vec<String> { es.documents("windows").into_keys().collect() };
     let id = |ms: i64| format!("a@{}", T0 + ms);
     // Two sessions, [1000, 3000) and [5000, 7000), each emitted as it changes.
     produce_raw(
@@ -581,46 +545,31 @@ fn sessions_emitted_on_every_change_merge_and_leave_one_document_per_session() {
     // 2500 bridges both: one session [1000, 7000) of four records, under the first's id.
     produce_raw(&kafka.bootstrap, TOPIC, 0, &[&one("a", 2_500)]);
     wait::until("one session", wait::DEADLINE, || ids(&es) == [id(1_000)]);
-    let doc = &documents(&es, "windows")[&id(1_000)];
+    let doc = &es.documents("windows")[&id(1_000)];
     assert_eq!(doc["orders"], json!(4), "{doc}");
     assert_eq!(doc["window_end"], json!(T0 + 7_000), "{doc}");
-    signal(&run, libc::SIGTERM);
-    assert!(
-        wait_timeout(&mut run, Duration::from_secs(60)).success(),
-        "{}",
-        tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
-    );
+    stop(run, &log);
 }
 
-/// Runs `config` under `kills` SIGKILLs `300..1500` ms apart (seeded), then to its end.
+/// Runs `config` under `kills` SIGKILLs `100..700` ms apart (seeded), then to its end.
 fn run_under_kills(config: &Path, kills: usize, seed: u64) {
     let log = config.with_file_name("kills.log");
-    let mut state = seed;
-    let mut next = move |n: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % n
-    };
+    let mut next = seeded(seed);
     for _ in 0..kills {
-        let mut run = Command::new(bin())
-            .args(["run", "--config"])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300 + next(1_200)));
+        let mut run = spawn_run(config, &[], &log);
+        std::thread::sleep(Duration::from_millis(100 + next(600)));
         sigkill(&mut run);
     }
     let (code, out) = run_config(config);
     assert_eq!(code, Some(0), "{}", tail(&out, 30));
+    // The kills landed while the job ran: a run started again before any finished.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let before_end = text.split("job finished").next().unwrap_or_default();
+    assert!(
+        before_end.matches("job starting").count() >= 2,
+        "the first run finished before it was killed:\n{}",
+        tail(&text, 20)
+    );
 }
 
 /// Clicks on the three active partitions only (every partition moves the watermark,
@@ -633,7 +582,7 @@ fn active_topic() -> KafkaProcess {
 fn hopping_windows_are_exact_under_ten_kills() {
     let tmp = tempfile::tempdir().unwrap();
     let kafka = active_topic();
-    let input = clicks(10_000, 0, 21);
+    let input = clicks(60_000, 0, 21);
     produce(&kafka.bootstrap, &input);
     let es = Es::testkit();
     let x = Extra {
@@ -663,7 +612,7 @@ fn hopping_windows_are_exact_under_ten_kills() {
             (id, doc)
         })
         .collect();
-    assert_eq!(documents(&es, "windows"), want);
+    assert_eq!(es.documents("windows"), want);
 }
 
 #[test]
@@ -673,7 +622,7 @@ fn sessions_emitted_on_every_change_are_exact_under_ten_kills() {
     // Clicks spread twice as far (a user every 1.6 s on average, up to 8 s out of
     // order, within the job's 10 s bound), so that sessions of a 2 s gap open, merge
     // and close all along.
-    let mut input = clicks(6_000, 0, 31);
+    let mut input = clicks(40_000, 0, 31);
     for c in &mut input {
         c.ts = T0 + (c.ts - T0) * 2;
     }
@@ -719,5 +668,32 @@ fn sessions_emitted_on_every_change_are_exact_under_ten_kills() {
         }
     }
     assert!(want.len() > 1_000, "{} sessions", want.len());
-    assert_eq!(documents(&es, "windows"), want);
+    assert_eq!(es.documents("windows"), want);
+}
+
+#[test]
+fn a_window_into_elasticsearch_without_ids_of_its_own_is_refused_at_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "127.0.0.1:9",
+        "http://127.0.0.1:9",
+        1,
+        &Extra::default(),
+    );
+    for (from, to, key) in [
+        ("id = \"field:/window_id\"\n", "", "sink.elasticsearch.id"),
+        (
+            "id = \"field:/window_id\"\n",
+            "id = \"field:/window_id\"\nversioning = \"external\"\n",
+            "sink.elasticsearch.versioning",
+        ),
+    ] {
+        let text = std::fs::read_to_string(&config).unwrap().replace(from, to);
+        let bad = tmp.path().join("bad.toml");
+        std::fs::write(&bad, text).unwrap();
+        let (code, out) = run_config(&bad);
+        assert_eq!(code, Some(2), "{out}");
+        assert!(out.contains(key) && out.contains("window"), "{key}: {out}");
+    }
 }

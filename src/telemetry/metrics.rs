@@ -224,6 +224,14 @@ impl Metrics {
         made
     }
 
+    /// The families of type `T` if a subtask made them ([`Metrics::extension`]);
+    /// reading never registers them.
+    pub fn existing_extension<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let ext = self.extensions.lock().unwrap_or_else(|e| e.into_inner());
+        ext.get(&TypeId::of::<T>())
+            .map(|found| found.clone().downcast().expect("stored under its own type"))
+    }
+
     /// Registers a family `collector` (built with `labels` starting with `job`) in this
     /// job's registry; for [`Metrics::extension`]. A name registered twice panics.
     pub fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {

@@ -445,28 +445,14 @@ impl Telemetry {
         }
         // Watermarks of operator subtasks: the series without a partition.
         let now = wall_ms() as f64 / 1000.0;
-        let event_time = crate::event_time::metrics::EventTimeMetrics::of(m);
-        for family in event_time.watermark.collect() {
-            for metric in family.get_metric() {
-                let label = |n: &str| {
-                    metric
-                        .get_label()
-                        .iter()
-                        .find(|l| l.name() == n)
-                        .map(|l| l.value().to_string())
-                };
-                let (Some(operator), Some(Ok(subtask)), Some("")) = (
-                    label("operator"),
-                    label("subtask").map(|s| s.parse::<u16>()),
-                    label("topic").as_deref(),
-                ) else {
-                    continue;
-                };
-                let seconds = metric.get_gauge().get_value();
-                if let Some(view) = out.get_mut(&(operator, subtask)) {
-                    view.watermark_ms = Some((seconds * 1000.0) as i64);
-                    view.watermark_lag_seconds = Some((now - seconds).max(0.0));
-                }
+        let event_time = m.existing_extension::<crate::event_time::metrics::EventTimeMetrics>();
+        for s in event_time.iter().flat_map(|e| task_series(&e.watermark)) {
+            if s.topic.as_deref() != Some("") {
+                continue;
+            }
+            if let Some(view) = out.get_mut(&(s.operator, s.subtask)) {
+                view.watermark_ms = Some((s.value * 1000.0) as i64);
+                view.watermark_lag_seconds = Some((now - s.value).max(0.0));
             }
         }
         out.into_values().collect()
@@ -655,6 +641,8 @@ struct TaskSeries {
     operator: String,
     subtask: u16,
     outcome: Option<String>,
+    /// The `topic` label of per-partition families.
+    topic: Option<String>,
     value: f64,
 }
 
@@ -684,6 +672,7 @@ fn task_series(c: &dyn Collector) -> Vec<TaskSeries> {
                 operator,
                 subtask,
                 outcome: label("outcome"),
+                topic: label("topic"),
                 value,
             });
         }

@@ -182,6 +182,14 @@ impl Es {
         assert_eq!(status, 200, "{body}");
     }
 
+    /// Every document of `index` (after a refresh): id -> source; none when it does
+    /// not exist.
+    pub fn documents(&self, index: &str) -> std::collections::BTreeMap<String, Value> {
+        all_documents(index, |method, path, body| {
+            self.call(method, path, body.map(|b| b.to_string()).as_deref())
+        })
+    }
+
     /// The document count of an index (after a refresh).
     pub fn count(&self, index: &str) -> u64 {
         self.call("POST", &format!("/{index}/_refresh"), None);
@@ -336,22 +344,7 @@ impl EsProcess {
 
     /// Every document of `index`: id -> source.
     pub fn documents(&self, index: &str) -> std::collections::BTreeMap<String, Value> {
-        self.call("POST", &format!("/{index}/_refresh"), None);
-        let (status, v) = self.call(
-            "POST",
-            &format!("/{index}/_search"),
-            Some(json!({"query": {"match_all": {}}, "size": 1_000_000})),
-        );
-        if status == 404 {
-            return Default::default();
-        }
-        assert_eq!(status, 200, "{v}");
-        v["hits"]["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| (h["_id"].as_str().unwrap().to_string(), h["_source"].clone()))
-            .collect()
+        all_documents(index, |method, path, body| self.call(method, path, body))
     }
 
     /// Kills the server (SIGKILL): what it held is gone.
@@ -365,4 +358,28 @@ impl Drop for EsProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Every document of `index` through `call` (method, path, body -> status, body),
+/// after a refresh: id -> source; none when the index does not exist.
+fn all_documents(
+    index: &str,
+    call: impl Fn(&str, &str, Option<Value>) -> (u16, Value),
+) -> std::collections::BTreeMap<String, Value> {
+    call("POST", &format!("/{index}/_refresh"), None);
+    let (status, v) = call(
+        "POST",
+        &format!("/{index}/_search"),
+        Some(json!({"query": {"match_all": {}}, "size": 1_000_000})),
+    );
+    if status == 404 {
+        return Default::default();
+    }
+    assert_eq!(status, 200, "{v}");
+    v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["_id"].as_str().unwrap().to_string(), h["_source"].clone()))
+        .collect()
 }

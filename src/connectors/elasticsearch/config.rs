@@ -779,6 +779,27 @@ impl crate::connector::SinkSection for EsSection {
                 ));
             }
         }
+        // A window's results are made by the job, not read from a source: they have
+        // no coordinates to make ids or versions of.
+        if cx
+            .stateful_transforms
+            .iter()
+            .any(|k| k == crate::operators::window::KIND)
+        {
+            let id = self.id.as_deref().unwrap_or("coordinates");
+            if id == "coordinates" {
+                return Err(KeyError::new(
+                    "id",
+                    "a window's results have no source coordinates to make ids of: use id = \"field:/window_id\" (each window one document, rewritten by a replay)",
+                ));
+            }
+            if self.versioning.as_deref() == Some("external") {
+                return Err(KeyError::new(
+                    "versioning",
+                    "versioning = \"external\" uses Kafka offsets, and a window's results have none: remove versioning",
+                ));
+            }
+        }
         // Several records of one input share its offset: as versions, all but the
         // first would be refused as already written.
         if cx.several_outputs && self.versioning.as_deref() == Some("external") {

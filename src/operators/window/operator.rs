@@ -155,12 +155,12 @@ impl WindowOperator {
 
     /// A state key's partition scope (empty unless scoped) and the key itself.
     fn split<'k>(&self, skey: &'k [u8]) -> (&'k [u8], &'k [u8]) {
-        let at = if self.scoped {
-            scope_of(skey).map_or(0, |(stream, _)| 2 + stream.len() + 4)
+        let key_len = if self.scoped {
+            split_scoped(skey).len()
         } else {
-            0
+            skey.len()
         };
-        skey.split_at(at)
+        skey.split_at(skey.len() - key_len)
     }
 
     /// The key group of a state key (by the key, as the exchange routed it).
@@ -727,6 +727,7 @@ mod tests {
     use super::*;
     use crate::operators::window::section::WindowSection;
     use serde_json::json;
+    use std::path::PathBuf;
 
     fn spec(toml_text: &str) -> Arc<WindowSpec> {
         let s: WindowSection = toml::from_str(toml_text).unwrap();
@@ -743,24 +744,32 @@ mod tests {
         Arc::new(s.spec(&cx).unwrap())
     }
 
-    fn open(
+    /// Subtask 0 of 1 of `spec`, working in `work_dir`, restored from `restore`.
+    fn try_open(
         spec: &Arc<WindowSpec>,
-        dir: &Path,
+        work_dir: PathBuf,
         restore: Vec<lockgate_state::StateRestore>,
-    ) -> WindowOperator {
+    ) -> Result<WindowOperator> {
         let mut op = WindowOperator::new(spec.clone(), None);
         let ctx = OperatorContext {
             info: crate::connector::SubtaskInfo::new("j", "window-0", 0, 1)
                 .with_max_parallelism(8)
                 .with_telemetry(crate::telemetry::Telemetry::new("j", "g", 1, 8)),
             uid: "window-0".into(),
-            work_dir: dir.join("work"),
+            work_dir,
             restore,
             state_options: lockgate_state::BackendOptions::default(),
             partition_scoped: false,
         };
-        op.open(&ctx).unwrap();
-        op
+        op.open(&ctx).map(|()| op)
+    }
+
+    fn open(
+        spec: &Arc<WindowSpec>,
+        dir: &Path,
+        restore: Vec<lockgate_state::StateRestore>,
+    ) -> WindowOperator {
+        try_open(spec, dir.join("work"), restore).unwrap()
     }
 
     fn rec(user: &str, t: i64, amount: i64) -> Record {
@@ -954,18 +963,7 @@ mod tests {
         std::fs::create_dir_all(&pending).unwrap();
         let snap = op.snapshot(CheckpointId(id), &pending).unwrap().unwrap();
         let restore = vec![lockgate_state::StateRestore::new(pending, snap)];
-        let mut next = WindowOperator::new(spec.clone(), None);
-        let ctx = OperatorContext {
-            info: crate::connector::SubtaskInfo::new("j", "window-0", 0, 1)
-                .with_max_parallelism(8)
-                .with_telemetry(crate::telemetry::Telemetry::new("j", "g", 1, 8)),
-            uid: "window-0".into(),
-            work_dir: dir.join(format!("work-{id}")),
-            restore,
-            state_options: lockgate_state::BackendOptions::default(),
-            partition_scoped: false,
-        };
-        next.open(&ctx).map(|()| next)
+        try_open(spec, dir.join(format!("work-{id}")), restore)
     }
 
     #[test]
