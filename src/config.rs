@@ -39,7 +39,19 @@ struct JobFile {
     #[serde(default)]
     metrics: Option<MetricsSection>,
     #[serde(default)]
+    control: Option<ControlSection>,
+    #[serde(default)]
     state: StateSection,
+}
+
+/// `[control]`: the control API on the metrics listener (off unless enabled).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ControlSection {
+    #[serde(default)]
+    enabled: bool,
+    /// A file holding the bearer token every control request must carry.
+    token_file: Option<String>,
 }
 
 /// `[state]`: memory of each keyed subtask's RocksDB instance.
@@ -687,11 +699,33 @@ fn build(
         })?;
         b = b.metrics_listen(addr);
     }
+    if let Some(c) = file.control.as_ref().filter(|c| c.enabled) {
+        if file.metrics.is_none() {
+            return Err(err(
+                "control.enabled",
+                "the control API is served on the metrics listener: set [metrics] listen too"
+                    .into(),
+            ));
+        }
+        let token = match &c.token_file {
+            None => None,
+            Some(f) => {
+                let t = read_secret_file(&resolve(Path::new(f)))
+                    .map_err(|m| err("control.token_file", m))?;
+                if t.expose().trim().is_empty() {
+                    return Err(err("control.token_file", format!("{f} is empty")));
+                }
+                Some(t)
+            }
+        };
+        b = b.control(crate::control::ControlSettings { token });
+    }
 
     // The source first (the sink checks its facts), then the transforms, then the sink;
     // the source is built last, once it knows what the sink reads.
     let (source_name, source) = exactly_one(sources, "source", &source_names, &err)?;
     let source = source(&cx).map_err(at(&format!("source.{source_name}")))?;
+    b = b.source_cluster(source.facts.kafka.clone());
     // The transforms dead-letter to the source's cluster.
     let cx = SectionContext {
         source_kafka: source.facts.kafka.clone(),

@@ -2,6 +2,7 @@
 //! `key_by` exchange), and a sink. The TOML job file is a thin layer over this API.
 
 use crate::connector::{Operator, Sink, SinkSpec, Source, SourceSpec, Step};
+use crate::control::ControlSettings;
 use crate::error::{JobError, Result};
 use crate::operators::keyed::KeyedFunction;
 use crate::operators::FnOperator;
@@ -222,6 +223,11 @@ pub struct JobGraph {
     /// Where `lockgate run` serves the job's metrics, health probes, REST API and
     /// status page (`[metrics] listen`); `None`: nowhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The control API on the metrics listener (`[control]`); `None`: off.
+    pub control: Option<ControlSettings>,
+    /// The Kafka cluster the source reads, when it reads one: `checkpoints alter`
+    /// checks new offsets against its partitions.
+    pub source_cluster: Option<crate::connector::section::KafkaCluster>,
     /// The source's partitions hold every record of a key (`[job] co_partitioned`):
     /// keyed state is then kept per source partition, so that it moves with its
     /// partition when the members of the job change.
@@ -324,6 +330,8 @@ impl Job {
             stages: Vec::new(),
             sink: None,
             metrics_listen: None,
+            control: None,
+            source_cluster: None,
             co_partitioned: false,
             member: crate::member::Member::SOLO,
             across_partitions: Default::default(),
@@ -344,6 +352,8 @@ pub struct JobBuilder {
     stages: Vec<Stage>,
     sink: Option<SinkSpec>,
     metrics_listen: Option<std::net::SocketAddr>,
+    control: Option<ControlSettings>,
+    source_cluster: Option<crate::connector::section::KafkaCluster>,
     state: lockgate_state::BackendOptions,
     co_partitioned: bool,
     member: crate::member::Member,
@@ -368,6 +378,23 @@ impl JobBuilder {
     /// runs under `lockgate run` (see [`crate::telemetry`]).
     pub fn metrics_listen(mut self, addr: std::net::SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Serve the control API (stop, pause, resume, checkpoint now) on the metrics
+    /// listener; see [`crate::control`].
+    pub fn control(mut self, settings: ControlSettings) -> Self {
+        self.control = Some(settings);
+        self
+    }
+
+    /// The Kafka cluster the source reads (`checkpoints alter` asks it for the
+    /// partitions' offsets).
+    pub fn source_cluster(
+        mut self,
+        cluster: Option<crate::connector::section::KafkaCluster>,
+    ) -> Self {
+        self.source_cluster = cluster;
         self
     }
 
@@ -632,6 +659,8 @@ impl JobBuilder {
             stages: self.stages,
             sink,
             metrics_listen: self.metrics_listen,
+            control: self.control,
+            source_cluster: self.source_cluster,
             state: self.state,
             co_partitioned: self.co_partitioned,
             member: self.member,

@@ -50,6 +50,8 @@
 //! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
 //! | failpoints | [`fault`] |
 //! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |
+//! | stop, pause, resume, checkpoint now (the control API) | [`control`] (the requests), `telemetry::control_api` (HTTP), [`checkpoint::coordinator`] (when a requested checkpoint triggers) |
+//! | which offsets an altered checkpoint gets | [`checkpoint::alter`] (pure); `lockgate_state::rewrite` writes it |
 //! | the command line, the chaos harness, the test servers | `cli`, `chaos`, `testkit` (feature `harness`, on by default) |
 
 #[cfg(feature = "harness")]
@@ -60,6 +62,7 @@ pub mod cli;
 pub mod config;
 pub mod connector;
 pub mod connectors;
+pub mod control;
 pub mod error;
 pub mod event_time;
 pub mod fault;

@@ -348,3 +348,106 @@ fn every_example_job_file_is_valid() {
     }
     assert!(n >= 3);
 }
+
+/// Runs `lockgate args` with its stdout a pipe whose reading end is closed before the
+/// process starts: every write fails as it would after `| head` exited.
+fn into_closed_pipe(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(bin())
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_by_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let j = JobDir::new(tmp.path(), Spec::new(2_000));
+    assert!(j.run_to_end(&[]).success(), "{}", j.log_text());
+    let chk = j
+        .complete_checkpoints()
+        .pop()
+        .unwrap()
+        .display()
+        .to_string();
+    let dir = j.checkpoints().display().to_string();
+    for args in [
+        vec!["checkpoints", "inspect", chk.as_str()],
+        vec!["checkpoints", "list", dir.as_str()],
+        vec!["completions", "bash"],
+        vec!["migrate", "kafka-connect", "--table"],
+    ] {
+        let (status, stderr) = into_closed_pipe(&args);
+        // What `cat` does: killed by SIGPIPE (a shell shows 141), nothing on stderr.
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {status} {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn version_names_the_commit_the_features_and_both_c_libraries() {
+    let (code, out, _) = lockgate(&["--version"]);
+    assert_eq!(code, Some(0));
+    let first = out.lines().next().unwrap();
+    assert_eq!(first, format!("lockgate {}", env!("CARGO_PKG_VERSION")));
+    for field in ["commit:", "target:", "features:", "librdkafka:", "RocksDB:"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("{field}: {out}"));
+        let value = line[field.len()..].trim();
+        assert!(!value.is_empty() && value != "unknown", "{line}");
+    }
+    // The commit is the one this tree was built from, when it is a git checkout.
+    if let Ok(head) = Command::new("git").args(["rev-parse", "HEAD"]).output() {
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+        if head.len() == 40 {
+            let commit = out.lines().find(|l| l.starts_with("commit:")).unwrap();
+            assert!(
+                head.starts_with(commit["commit:".len()..].trim()),
+                "{commit} vs {head}"
+            );
+        }
+    }
+    // -V stays one line.
+    let (_, short, _) = lockgate(&["-V"]);
+    assert_eq!(short.trim(), first);
+}
+
+#[test]
+fn completions_are_printed_for_each_shell_and_name_the_commands() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef lockgate"),
+        ("fish", "complete -c lockgate"),
+    ] {
+        let (code, out, err) = lockgate(&["completions", shell]);
+        assert_eq!(code, Some(0), "{shell}: {err}");
+        assert!(
+            out.contains(marker),
+            "{shell}: {}",
+            &out[..200.min(out.len())]
+        );
+        // Options as each shell spells them (`-l set-offset` in fish).
+        for sub in ["run", "checkpoints", "alter", "set-offset", "restore"] {
+            assert!(out.contains(sub), "{shell} completes {sub}");
+        }
+    }
+    let (code, _, err) = lockgate(&["completions", "tcsh"]);
+    assert_eq!(code, Some(2), "{err}");
+}

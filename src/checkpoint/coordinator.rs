@@ -83,6 +83,8 @@ pub struct Coordinator {
     last_end_ms: Option<u64>,
     consecutive_failures: u32,
     stop_requested: bool,
+    /// A checkpoint was asked for (the control API): the next one is due at once.
+    requested: bool,
     final_published: bool,
     completed: u64,
 }
@@ -108,6 +110,7 @@ impl Coordinator {
             last_end_ms: None,
             consecutive_failures: 0,
             stop_requested: false,
+            requested: false,
             final_published: false,
             completed: 0,
         }
@@ -150,7 +153,7 @@ impl Coordinator {
             return Vec::new();
         }
         let is_final = self.wants_final();
-        let due = if is_final {
+        let due = if is_final || self.requested {
             true
         } else if self.cfg.interval_ms == 0 {
             false
@@ -165,6 +168,7 @@ impl Coordinator {
         let id = self.next_id;
         self.next_id = id.next();
         self.last_trigger_ms = now_ms;
+        self.requested = false;
         self.pending = Some(Pending {
             id,
             started_ms: now_ms,
@@ -175,6 +179,13 @@ impl Coordinator {
             publishing: false,
         });
         vec![Action::Trigger { id, is_final }]
+    }
+
+    /// A checkpoint is asked for now: the next one is triggered as soon as none is
+    /// pending, whatever the interval and the minimum pause say (periodic checkpoints
+    /// may even be off).
+    pub fn request_checkpoint(&mut self) {
+        self.requested = true;
     }
 
     /// A task acknowledged checkpoint `id` with its positions and snapshots.
@@ -357,6 +368,37 @@ mod tests {
                 id: CheckpointId(8),
                 is_final: false
             }]
+        );
+    }
+
+    #[test]
+    fn a_requested_checkpoint_waits_for_the_pending_one_but_not_for_the_interval() {
+        // Periodic checkpoints off, a long minimum pause: a request still triggers.
+        let mut c = coord(cfg(0, 10_000, 1000, 0));
+        assert!(c.poll(5).is_empty());
+        c.request_checkpoint();
+        let trigger = |id| {
+            vec![Action::Trigger {
+                id: CheckpointId(id),
+                is_final: false,
+            }]
+        };
+        assert_eq!(c.poll(6), trigger(7));
+        // Asked again while 7 is pending: one at a time, then at once.
+        c.request_checkpoint();
+        assert!(c.poll(7).is_empty());
+        ack_all(&mut c, CheckpointId(7));
+        c.on_published(CheckpointId(7), 8);
+        assert_eq!(
+            c.poll(9),
+            trigger(8),
+            "the minimum pause does not hold a request"
+        );
+        ack_all(&mut c, CheckpointId(8));
+        c.on_published(CheckpointId(8), 10);
+        assert!(
+            c.poll(20_000).is_empty(),
+            "served once; no periodic checkpoints"
         );
     }
 

@@ -4,6 +4,7 @@
 //! [`coordinator::Coordinator`] is a pure state machine over a millisecond clock; the
 //! runtime's driver performs the I/O its actions ask for.
 
+pub mod alter;
 pub mod coordinator;
 pub mod line_plan;
 pub mod lines;

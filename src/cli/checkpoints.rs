@@ -327,3 +327,110 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
         EXIT_FAILURE
     }
 }
+
+/// `checkpoints alter`: writes a copy of `chk` into `out` with the offsets of
+/// `set_offset`, each checked against its partition on the cluster of `config`'s
+/// source, and prints what each change skips or replays.
+pub fn alter(
+    registry: &crate::connector::Registry,
+    chk: &Path,
+    set_offset: &[String],
+    out: &Path,
+    config: &Path,
+) -> i32 {
+    use crate::checkpoint::alter::{apply, SetOffset};
+    if matches!(
+        CheckpointLocation::parse(&chk.to_string_lossy()),
+        Ok(CheckpointLocation::Store(_))
+    ) {
+        eprintln!(
+            "error: {}: alter reads a local chk-N directory (copy the checkpoint from the store first)",
+            chk.display()
+        );
+        return EXIT_USAGE;
+    }
+    let changes: Vec<SetOffset> = match set_offset.iter().map(|s| s.parse()).collect() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: --set-offset {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let job = match crate::config::load_with(config, registry) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut meta = match lockgate_state::verify::verify_checkpoint(chk) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("error: {}: does not verify: {why}", chk.display());
+            return EXIT_FAILURE;
+        }
+    };
+    if meta.job_name != job.name {
+        eprintln!(
+            "error: {} is a checkpoint of job `{}`, not of `{}` ({})",
+            chk.display(),
+            meta.job_name,
+            job.name,
+            config.display()
+        );
+        return EXIT_USAGE;
+    }
+    let Some(cluster) = &job.source_cluster else {
+        eprintln!(
+            "error: {}: the job's source reads no Kafka cluster; alter sets Kafka offsets",
+            config.display()
+        );
+        return EXIT_USAGE;
+    };
+    // Only partitions the checkpoint holds are asked for; `apply` names any other.
+    let wanted: Vec<(String, i32)> = changes
+        .iter()
+        .filter(|c| {
+            meta.positions
+                .iter()
+                .any(|p| p.stream == c.topic && p.partition == c.partition)
+        })
+        .map(|c| (c.topic.clone(), c.partition))
+        .collect();
+    let ranges = match crate::connectors::kafka::offsets::ranges(cluster, &wanted) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let (positions, moved) = match apply(&meta.positions, &changes, &ranges) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: --set-offset {e}");
+            return EXIT_USAGE;
+        }
+    };
+    meta.positions = positions;
+    meta.created_ms = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    match lockgate_state::rewrite::write_copy(chk, &meta, out) {
+        Ok(done) => {
+            for m in &moved {
+                println!("{m}");
+            }
+            println!("written and verified: {}", done.display());
+            println!(
+                "start from it: lockgate run --config {} --restore {}",
+                config.display(),
+                done.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}

@@ -2,14 +2,16 @@
 //!
 //! Exit codes: 0 done, 1 job failure, 2 usage or configuration error.
 
+mod about;
 mod chaos;
 mod checkpoints;
 mod demo;
+mod docs;
 mod migrate;
 mod run;
 mod testkit;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Exit code of a usage or configuration error.
@@ -120,6 +122,20 @@ enum Command {
         /// output is then verified against the repartition stage's input.
         #[arg(long)]
         upstream: Option<PathBuf>,
+    },
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    ///
+    /// bash: `lockgate completions bash > /etc/bash_completion.d/lockgate`; zsh: into a
+    /// directory of `$fpath` as `_lockgate`; fish: `~/.config/fish/completions/lockgate.fish`.
+    /// The Debian package installs all three.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write a man page per command into a directory (lockgate.1, lockgate-run.1, ...).
+    Manpages {
+        /// The directory (created if missing).
+        dir: PathBuf,
     },
     /// Embedded Kafka and Elasticsearch test servers for tests, demos and examples.
     #[command(subcommand)]
@@ -269,6 +285,37 @@ enum CheckpointsCommand {
         /// A `chk-N` directory, or a checkpoint in a store (`s3://bucket/prefix/chk-N`).
         chk: PathBuf,
     },
+    /// Write a copy of a checkpoint with other source offsets: skip a record, or replay.
+    ///
+    /// The copy is `OUT/chk-N` (N as the original's), written with the same state
+    /// (hard links to its files, copies across file systems), published and verified as
+    /// a checkpoint the job takes itself; start the job from it with `lockgate run
+    /// --restore OUT/chk-N`. The original is never modified. Each offset is checked
+    /// against the partition on the cluster of the job file's source: from its earliest
+    /// kept offset to its end (the next offset to be written). A partition continues
+    /// at exactly the offset given: the records between the checkpoint's offset and a
+    /// higher one are skipped (the command says how many), those between a lower one
+    /// and the checkpoint's are read again. Exit codes: 0 written, 1 the checkpoint does
+    /// not verify or the cluster cannot be asked, 2 a refused change.
+    Alter {
+        /// A local `chk-N` directory.
+        chk: PathBuf,
+        /// TOPIC:PARTITION=OFFSET: the partition continues at OFFSET (repeatable).
+        #[arg(
+            long = "set-offset",
+            value_name = "TOPIC:PARTITION=OFFSET",
+            required = true
+        )]
+        set_offset: Vec<String>,
+        /// The checkpoint directory to write the copy into (created if missing; it may
+        /// not hold a checkpoint of the same id).
+        #[arg(long)]
+        out: PathBuf,
+        /// The job file: its source's cluster and settings, and its job name, which
+        /// the checkpoint must carry.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 /// Logs to stderr: human-readable by default, one JSON object per line with
@@ -318,7 +365,14 @@ pub fn main() -> i32 {
 /// looks the job file's sections up in `registry` (start from
 /// `lockgate::connectors::registry::builtin()` and add to it).
 pub fn main_with(registry: crate::connector::Registry) -> i32 {
-    let cli = Cli::parse();
+    // `--version` says more than `-V`: the commit, the features, the C libraries.
+    let matches = Cli::command()
+        .long_version(about::long_version())
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.command.prints() {
+        quiet_on_closed_pipe();
+    }
     if let Err(e) = init_logging() {
         eprintln!("error: {e}");
         return EXIT_USAGE;
@@ -357,6 +411,14 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
         }
         Command::Checkpoints(CheckpointsCommand::List { dir }) => checkpoints::list(&dir),
         Command::Checkpoints(CheckpointsCommand::Inspect { chk }) => checkpoints::inspect(&chk),
+        Command::Checkpoints(CheckpointsCommand::Alter {
+            chk,
+            set_offset,
+            out,
+            config,
+        }) => checkpoints::alter(&registry, &chk, &set_offset, &out, &config),
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Manpages { dir } => docs::manpages(&dir),
         Command::Demo { dir } => demo::demo(dir),
         Command::Migrate(MigrateCommand::KafkaConnect {
             file,
@@ -438,6 +500,32 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             database,
             sql,
         }) => testkit::postgres(port, &database, &sql),
+    }
+}
+
+impl Command {
+    /// Whether the command's output is meant for a terminal or a pipe (and nothing
+    /// else happens once its reader is gone).
+    fn prints(&self) -> bool {
+        matches!(
+            self,
+            Command::Checkpoints(CheckpointsCommand::List { .. })
+                | Command::Checkpoints(CheckpointsCommand::Inspect { .. })
+                | Command::Migrate(_)
+                | Command::Completions { .. }
+        )
+    }
+}
+
+/// Output into a closed pipe (`lockgate checkpoints inspect chk-9 | head`) ends the
+/// process quietly by SIGPIPE, as it does `cat`, instead of a panic. Only for commands
+/// that print: a job's sockets and child processes keep Rust's default (the signal
+/// ignored, the write failing).
+fn quiet_on_closed_pipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE before any other thread
+    // exists; no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

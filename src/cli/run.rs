@@ -5,7 +5,6 @@ use crate::member::Member;
 use crate::runtime::{run as run_job, RunOptions};
 use crate::telemetry::Telemetry;
 use std::path::{Path, PathBuf};
-use tokio::sync::watch;
 use tracing::{error, info};
 
 /// The options of `lockgate run` besides the job file.
@@ -76,10 +75,12 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
             job.parallelism,
             job.max_parallelism,
         );
+        let control = crate::control::JobControl::new();
         if let Some(addr) = job.metrics_listen {
-            match crate::telemetry::server::serve(addr, telemetry.clone()).await {
+            let api = job.control.as_ref().map(|s| (control.clone(), s));
+            match crate::telemetry::server::serve(addr, telemetry.clone(), api).await {
                 Ok(bound) => {
-                    info!(job = %job.name, url = %format!("http://{bound}/"), "serving metrics, probes, the REST API and the status page")
+                    info!(job = %job.name, url = %format!("http://{bound}/"), control_api = job.control.is_some(), token = job.control.as_ref().is_some_and(|c| c.token.is_some()), "serving metrics, probes, the REST API and the status page")
                 }
                 Err(e) => {
                     eprintln!(
@@ -90,7 +91,7 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
                 }
             }
         }
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let signalled = control.clone();
         tokio::spawn(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("SIGTERM handler");
@@ -98,14 +99,15 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
             }
-            let _ = stop_tx.send(true);
+            signalled.stop();
         });
         let opts = RunOptions {
             restore: args.restore,
             allow_non_restored_state: args.allow_non_restored_state,
-            stop: Some(stop_rx),
+            stop: Some(control.stop_signal()),
             telemetry: Some(telemetry),
             rescale_from: args.rescale_from,
+            control: job.control.is_some().then_some(control),
         };
         info!(job = %job.name, graph = %job.describe(), parallelism = job.parallelism, member = %job.member, "job starting");
         match run_job(&job, opts).await {

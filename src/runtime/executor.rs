@@ -51,6 +51,9 @@ pub struct RunOptions {
     /// [`crate::checkpoint::line_plan`]). Ignored once this member's own line holds a newer
     /// checkpoint, so that a restarted member keeps its arguments.
     pub rescale_from: Option<u16>,
+    /// Pause and resume requests and checkpoints asked for (the control API); its stop
+    /// is given as [`RunOptions::stop`].
+    pub control: Option<crate::control::JobControl>,
 }
 
 /// What an attempt restores: one checkpoint, or in a rescale every old member's final
@@ -132,10 +135,17 @@ pub async fn run(job: &JobGraph, opts: RunOptions) -> Result<RunSummary> {
             job.max_parallelism,
         )
     });
+    let control = opts.control.clone();
     let result = run_with(job, opts, &telemetry).await;
     match &result {
         Ok(_) => telemetry.set_state(JobState::Finished),
         Err(e) => telemetry.failed(&e.to_string()),
+    }
+    if let Some(c) = control {
+        c.ended(&match &result {
+            Ok(_) => "the job finished before another checkpoint was triggered".to_string(),
+            Err(e) => format!("the job failed: {e}"),
+        });
     }
     result
 }
@@ -410,7 +420,7 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                     store.as_ref(),
                     restored.as_ref(),
                     &mut next_id,
-                    &mut stop,
+                    (&mut stop, opts.control.as_ref()),
                     &mut summary,
                     telemetry,
                 )
@@ -420,6 +430,9 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
+                if let Some(c) = &opts.control {
+                    c.attempt_failed(&e.to_string());
+                }
                 if matches!(e, JobError::Unrecoverable { .. }) {
                     error!(job = %job.name, error = %e, "job failed; a restart cannot cure this failure");
                     return Err(e);
@@ -772,7 +785,10 @@ async fn run_attempt(
     store: Option<&Arc<CheckpointStore>>,
     restored: Option<&RestoreSet>,
     next_id: &mut CheckpointId,
-    stop: &mut Option<watch::Receiver<bool>>,
+    (stop, control): (
+        &mut Option<watch::Receiver<bool>>,
+        Option<&crate::control::JobControl>,
+    ),
     summary: &mut RunSummary,
     telemetry: &Telemetry,
 ) -> Result<()> {
@@ -826,6 +842,31 @@ async fn run_attempt(
         }
     };
 
+    // The control API's requests are read with the coordinator's clock: a pause holds
+    // across restarts (a new attempt's sources start paused), and a checkpoint asked
+    // for is triggered as soon as none is pending.
+    let mut paused = false;
+    let mut follow_control = |coord: &mut Coordinator| {
+        let Some(c) = control else { return };
+        if c.is_paused() != paused {
+            paused = c.is_paused();
+            send_sources(if paused {
+                Control::Pause
+            } else {
+                Control::Resume
+            });
+            telemetry.set_paused(paused);
+            info!(job = %job.name, paused, "sources {} by the control API", if paused { "paused" } else { "resumed" });
+        }
+        if c.take_requests(coord.next_id()) {
+            info!(job = %job.name, checkpoint = %coord.next_id(), "checkpoint asked for by the control API");
+            coord.request_checkpoint();
+        }
+    };
+    // Before the tasks read their first control message: a paused job's new attempt
+    // reads nothing.
+    follow_control(&mut coord);
+
     // Every return of the loop below leaves through here: a retention pass still
     // running ends before the attempt does, so that nothing of this attempt touches the
     // checkpoint directory afterwards.
@@ -833,7 +874,10 @@ async fn run_attempt(
         loop {
             let mut actions = Vec::new();
             tokio::select! {
-                _ = tick.tick() => actions = coord.poll(now_ms(start)),
+                _ = tick.tick() => {
+                    follow_control(&mut coord);
+                    actions = coord.poll(now_ms(start))
+                }
                 r = report_rx.recv(), if running > 0 => match r {
                     Some(Report::Ack { id, task, positions, snapshots }) => {
                         telemetry.checkpoint_acked(id.0, task_name(task), task.vertex, task.subtask, since_trigger(&triggered_at, id));
@@ -915,6 +959,9 @@ async fn run_attempt(
                                 crate::fault::after_publish();
                                 crate::fault::checkpoint_completed();
                                 send_all(Control::Complete { id, is_final });
+                                if let Some(c) = control {
+                                    c.completed(id, &path.to_string());
+                                }
                                 // Retention is housekeeping after the publish (deleting an old
                                 // checkpoint's files costs as much as it holds): it runs beside
                                 // the job, and its failure does not undo the publish.
@@ -945,6 +992,9 @@ async fn run_attempt(
                             AbortCause::PublishFailed => CheckpointStatus::Failed,
                         };
                         telemetry.checkpoint_aborted(id.0, status, since_trigger(&triggered_at, id), &reason);
+                        if let Some(c) = control {
+                            c.aborted(id, &reason);
+                        }
                         // Removed once a later checkpoint is published (or at the next start).
                         aborted.push(id);
                         send_all(Control::Aborted { id });

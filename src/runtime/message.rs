@@ -24,6 +24,10 @@ pub enum Control {
     Trigger { id: CheckpointId, is_final: bool },
     /// Sources only: stop reading input (stop-with-savepoint); a final checkpoint follows.
     Stop,
+    /// Sources only: read nothing until `Resume`; checkpoints go on.
+    Pause,
+    /// Sources only: read again after a `Pause`.
+    Resume,
     /// Checkpoint `id` is published. After the final one, tasks finish.
     Complete { id: CheckpointId, is_final: bool },
     /// Checkpoint `id` was aborted.

@@ -91,6 +91,7 @@ pub async fn run_source_task(
         chain.info.telemetry.task_opened();
         let mut finished = false;
         let mut stopped = false;
+        let mut paused = false;
         let mut emitted_any = false;
         let mut batch = Vec::with_capacity(1024);
         let m = chain.info.telemetry.metrics();
@@ -101,7 +102,7 @@ pub async fn run_source_task(
         let mut watermark_at = std::time::Instant::now();
         loop {
             loop {
-                let msg = if finished || stopped {
+                let msg = if finished || stopped || paused {
                     io.control.recv().await
                 } else {
                     match io.control.try_recv() {
@@ -121,6 +122,16 @@ pub async fn run_source_task(
                     Control::Stop => {
                         info!("stopping input for a final checkpoint");
                         stopped = true;
+                    }
+                    Control::Pause => {
+                        info!("input paused");
+                        paused = true;
+                    }
+                    Control::Resume => {
+                        if paused {
+                            info!("input resumed");
+                        }
+                        paused = false;
                     }
                     Control::Complete { id, is_final } => {
                         source.notify_checkpoint_complete(id).await?;
@@ -295,6 +306,6 @@ async fn handle_control(c: Control, chain: &mut Chain, aligner: &mut Aligner) ->
             aligner.cancel(id);
             chain.notify_aborted(id).await
         }
-        Control::Trigger { .. } | Control::Stop => Ok(()),
+        Control::Trigger { .. } | Control::Stop | Control::Pause | Control::Resume => Ok(()),
     }
 }

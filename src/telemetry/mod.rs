@@ -7,6 +7,8 @@
 //! the job's life to it. Nothing here blocks the record path: counters are atomics,
 //! the status is behind a mutex taken a few times per checkpoint.
 
+#[cfg(feature = "harness")]
+pub mod control_api;
 pub mod metrics;
 #[cfg(feature = "harness")]
 pub mod server;
@@ -119,6 +121,7 @@ impl Telemetry {
             checkpoints_since_restart: 0,
             last_checkpoint: None,
             periodic_checkpoints: true,
+            paused: false,
             tasks: None,
             tasks_open: 0,
         };
@@ -374,7 +377,15 @@ impl Telemetry {
     pub fn job(&self) -> JobView {
         let mut j = self.status().job.clone();
         j.uptime_seconds = self.inner.started.elapsed().as_secs_f64();
+        if j.paused && j.state == JobState::Running {
+            j.state = JobState::Paused;
+        }
         j
+    }
+
+    /// The sources were paused (`true`) or resumed by the control API.
+    pub fn set_paused(&self, paused: bool) {
+        self.status().job.paused = paused;
     }
 
     /// `/api/v1/checkpoints`: counts and the history, newest first.
@@ -388,7 +399,7 @@ impl Telemetry {
 
     /// Whether the job is ready ([`status::readiness`]).
     pub fn readiness(&self) -> Result<(), String> {
-        status::readiness(&self.status().job)
+        status::readiness(&self.job())
     }
 
     /// `/api/v1/sink`: one entry per sink subtask, read from the sink's metrics.

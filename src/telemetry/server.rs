@@ -12,6 +12,9 @@
 //! | `/api/v1/sink` | pending, in flight and outcomes per sink subtask |
 //! | `/api/v1/operators` | records in and out per operator subtask |
 //! | `/` | the status page (one static file, same-origin requests only) |
+//!
+//! With `[control] enabled = true`, the same listener answers the control API
+//! ([`super::control_api`]: stop, pause, resume, checkpoint now).
 
 use super::Telemetry;
 use axum::extract::State;
@@ -24,8 +27,16 @@ use std::net::SocketAddr;
 /// The status page: one file, no external resources.
 const PAGE: &str = include_str!("page.html");
 
-/// The routes of the listener, over `telemetry`.
-pub fn router(telemetry: Telemetry) -> Router {
+/// The routes of the listener, over `telemetry`; the control API's over `control`
+/// when it is on.
+pub fn router(
+    telemetry: Telemetry,
+    control: Option<(crate::control::JobControl, &crate::control::ControlSettings)>,
+) -> Router {
+    let api = match control {
+        Some((c, settings)) => super::control_api::router(c, settings, telemetry.clone()),
+        None => super::control_api::off(),
+    };
     Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
@@ -52,14 +63,19 @@ pub fn router(telemetry: Telemetry) -> Router {
             get(|State(t): State<Telemetry>| async move { Json(t.sinks()) }),
         )
         .with_state(telemetry)
+        .merge(api)
 }
 
 /// Binds `addr` and serves [`router`] on the current runtime until the process ends.
 /// Returns the bound address (port 0 picks a free one).
-pub async fn serve(addr: SocketAddr, telemetry: Telemetry) -> std::io::Result<SocketAddr> {
+pub async fn serve(
+    addr: SocketAddr,
+    telemetry: Telemetry,
+    control: Option<(crate::control::JobControl, &crate::control::ControlSettings)>,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let app = router(telemetry);
+    let app = router(telemetry, control);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "the metrics listener stopped");
@@ -124,7 +140,7 @@ mod tests {
     #[tokio::test]
     async fn every_route_answers_with_its_format() {
         let t = Telemetry::new("served", "served: source:sequence > sink:file", 2, 128);
-        let addr = serve("127.0.0.1:0".parse().unwrap(), t.clone())
+        let addr = serve("127.0.0.1:0".parse().unwrap(), t.clone(), None)
             .await
             .unwrap();
         let base = format!("http://{addr}");

@@ -16,6 +16,9 @@ pub enum JobState {
     Starting,
     /// Every task is running.
     Running,
+    /// Running, with the sources paused by the control API: nothing is read, the
+    /// records already read drain, checkpoints go on.
+    Paused,
     /// A task failed; waiting to restart from the last completed checkpoint.
     Restarting,
     /// A stop was requested; the final checkpoint is being taken.
@@ -58,6 +61,9 @@ pub struct JobView {
     /// Periodic checkpoints are on (`checkpoint.interval_ms > 0`). Without them a job
     /// checkpoints only when it stops, so readiness cannot wait for one.
     pub periodic_checkpoints: bool,
+    /// The sources are paused by the control API (the state then reads `paused`
+    /// while the job runs).
+    pub paused: bool,
     /// Tasks of the running attempt, and how many of them have opened (connected,
     /// restored their state); the count is unknown (`None`) until the attempt spawned
     /// them all.
@@ -175,6 +181,10 @@ pub fn readiness(job: &JobView) -> Result<(), String> {
                 None => String::new(),
             }
         )),
+        JobState::Paused => Err(
+            "paused through the control API: the sources read nothing until POST /api/v1/job/resume"
+                .into(),
+        ),
         JobState::Starting => Err("starting: restoring state".into()),
         JobState::Restarting => Err(format!(
             "restarting after a failure: {}",
@@ -210,9 +220,16 @@ mod tests {
             checkpoints_since_restart: completed,
             last_checkpoint: None,
             periodic_checkpoints: true,
+            paused: false,
             tasks: Some(3),
             tasks_open: 3,
         }
+    }
+
+    #[test]
+    fn a_paused_job_is_not_ready_and_says_how_to_resume() {
+        let j = job(JobState::Paused, 5);
+        assert!(readiness(&j).unwrap_err().contains("/api/v1/job/resume"));
     }
 
     #[test]

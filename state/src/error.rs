@@ -50,6 +50,9 @@ pub enum StateError {
     /// removed; a start that reads the store decides.
     #[error("checkpoint store: cannot tell whether {url} is complete: {reason}; it is kept, and the restart decides from the store")]
     FateUnknown { url: String, reason: String },
+    /// An operation refused before it touched anything, with the reason.
+    #[error("{0}")]
+    Refused(String),
     /// Encoding a value failed.
     #[error("encoding state: {0}")]
     Encode(String),

@@ -22,6 +22,7 @@ pub mod lock;
 pub mod metadata;
 pub mod names;
 pub mod restore;
+pub mod rewrite;
 pub mod snapshot_dir;
 pub mod store;
 pub mod verify;

@@ -6,6 +6,7 @@ pub mod config;
 mod event_clock;
 pub mod fetcher;
 pub mod metrics;
+pub mod offsets;
 pub mod properties;
 pub mod queues;
 pub mod sink;
