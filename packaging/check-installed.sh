@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Installs the Debian package and checks it as an operator would use it: the binary
+# in /usr/bin (--version, the demo), the man pages and completions, the example job
+# files, the system user, and the lockgate@ unit. Where systemd runs, the unit is
+# started and stopped for a job against test servers; where it does not (a container),
+# the unit is checked with `systemd-analyze verify` and its ExecStart is run as the
+# unit would run it: as the user lockgate, with STATE_DIRECTORY set, stopped by
+# SIGTERM, which must end in a final checkpoint and exit 0.
+#
+# Usage: packaging/check-installed.sh path/to/lockgate_*.deb   (as root)
+set -euo pipefail
+deb="$(realpath "$1")"
+say() { printf '== %s\n' "$*"; }
+
+say "installing $deb with apt (runtime dependencies from the archive)"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >/dev/null
+test "$(command -v lockgate)" = /usr/bin/lockgate
+/usr/bin/lockgate --version
+
+say "man pages, completions, examples, user"
+man -w lockgate-run
+man -P cat lockgate-run 2>/dev/null | grep -q -- '--restore'
+man -P cat lockgate-checkpoints-alter 2>/dev/null | grep -q -- '--set-offset'
+for f in /usr/share/bash-completion/completions/lockgate \
+         /usr/share/zsh/vendor-completions/_lockgate \
+         /usr/share/fish/vendor_completions.d/lockgate.fish \
+         /usr/share/doc/lockgate/examples/service.toml \
+         /usr/share/doc/lockgate/examples/orders-to-es.toml \
+         /lib/systemd/system/lockgate@.service; do
+  test -s "$f" || { echo "missing: $f"; exit 1; }
+done
+getent passwd lockgate >/dev/null
+test "$(stat -c %U /var/lib/lockgate)" = lockgate
+
+work="$(mktemp -d)"
+chmod 755 "$work"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+say "lockgate demo from /usr/bin"
+(cd "$work" && /usr/bin/lockgate demo --dir "$work/demo" > "$work/demo.out")
+tail -n 5 "$work/demo.out"
+
+say "the systemd unit"
+systemd-analyze verify /lib/systemd/system/lockgate@.service
+
+# Test servers from the installed binary, on free ports: Kafka with 20,000 sample
+# orders, and the Elasticsearch test server.
+/usr/bin/lockgate testkit kafka --brokers 1 --topic orders:2 --orders orders:20000 \
+  --bootstrap-file "$work/bootstrap" > /dev/null 2> "$work/kafka.log" &
+pids+=($!)
+/usr/bin/lockgate testkit es --listen 127.0.0.1:0 > "$work/es.url" 2> "$work/es.log" &
+pids+=($!)
+for _ in $(seq 600); do
+  [ -s "$work/bootstrap" ] && [ -s "$work/es.url" ] && break
+  sleep 0.1
+done
+bootstrap="$(cat "$work/bootstrap")"
+es="$(head -n 1 "$work/es.url")"
+
+# The shipped example, pointed at the test servers.
+sed -e "s|^bootstrap_servers = .*|bootstrap_servers = \"$bootstrap\"|" \
+    -e "s|^url = .*|url = \"$es\"|" \
+    -e "s|^listen = .*|listen = \"127.0.0.1:0\"|" \
+    /usr/share/doc/lockgate/examples/service.toml > /etc/lockgate/check.toml
+chgrp lockgate /etc/lockgate/check.toml
+chmod 0640 /etc/lockgate/check.toml
+
+count() {
+  python3 -c 'import json,sys,urllib.request
+try: print(json.load(urllib.request.urlopen(sys.argv[1] + "/orders/_count"))["count"])
+except Exception: print(0)' "$es"
+}
+wait_for_orders() {
+  for _ in $(seq 1200); do
+    [ "$(count)" = 20000 ] && return 0
+    sleep 0.1
+  done
+  echo "the job did not index the 20000 orders"; return 1
+}
+
+if [ -d /run/systemd/system ]; then
+  say "systemd runs: systemctl start lockgate@check"
+  systemctl daemon-reload
+  systemctl start lockgate@check
+  wait_for_orders
+  systemctl stop lockgate@check
+  test "$(systemctl show -p ExecMainStatus --value lockgate@check)" = 0
+else
+  say "no systemd here (PID 1 is $(cat /proc/1/comm)): running the unit's ExecStart as the unit would"
+  state=/var/lib/lockgate/check
+  rm -rf "$state"
+  install -d -m 0750 -o lockgate -g lockgate "$state"
+  exec_start="$(sed -n 's/^ExecStart=//p' /lib/systemd/system/lockgate@.service | sed 's/%i/check/g')"
+  # shellcheck disable=SC2086
+  # setpriv execs the job itself (as systemd does), so that SIGTERM reaches it directly.
+  setpriv --reuid=lockgate --regid=lockgate --init-groups \
+    env STATE_DIRECTORY="$state" $exec_start 2> "$work/job.log" &
+  job=$!
+  wait_for_orders || { tail -n 30 "$work/job.log"; exit 1; }
+  kill -TERM "$job"   # KillSignal=SIGTERM
+  status=0; wait "$job" || status=$?
+  [ "$status" = 0 ] || { echo "the job exited $status on SIGTERM"; tail -n 30 "$work/job.log"; exit 1; }
+  grep -q "is_final=true" "$work/job.log" || { echo "no final checkpoint"; tail -n 30 "$work/job.log"; exit 1; }
+  test "$(stat -c %U "$state/checkpoints")" = lockgate
+  /usr/bin/lockgate checkpoints list "$state/checkpoints" | tail -n 3
+  rm -rf "$state"
+fi
+rm -f /etc/lockgate/check.toml
+say "the package works"
