@@ -32,9 +32,10 @@ fn git_commit() -> Option<String> {
     println!("cargo:rerun-if-changed=.git/HEAD");
     if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
         // Only files that exist: Cargo runs the script again on every build for a
-        // path that does not.
+        // path that does not. The reflog moves with every commit, whether the branch
+        // is a loose ref or a packed one.
         if let Some(r) = head.trim().strip_prefix("ref: ") {
-            for f in [r, "packed-refs"] {
+            for f in [r, "packed-refs", "logs/HEAD"] {
                 if git.join(f).is_file() {
                     println!("cargo:rerun-if-changed=.git/{f}");
                 }

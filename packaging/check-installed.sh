@@ -63,9 +63,11 @@ es="$(head -n 1 "$work/es.url")"
 sed -e "s|^bootstrap_servers = .*|bootstrap_servers = \"$bootstrap\"|" \
     -e "s|^url = .*|url = \"$es\"|" \
     -e "s|^listen = .*|listen = \"127.0.0.1:0\"|" \
+    -e "s|^token_file = .*|token_file = \"/etc/lockgate/check.token\"|" \
     /usr/share/doc/lockgate/examples/service.toml > /etc/lockgate/check.toml
-chgrp lockgate /etc/lockgate/check.toml
-chmod 0640 /etc/lockgate/check.toml
+head -c 24 /dev/urandom | base64 > /etc/lockgate/check.token
+chgrp lockgate /etc/lockgate/check.toml /etc/lockgate/check.token
+chmod 0640 /etc/lockgate/check.toml /etc/lockgate/check.token
 
 count() {
   python3 -c 'import json,sys,urllib.request
@@ -107,5 +109,5 @@ else
   /usr/bin/lockgate checkpoints list "$state/checkpoints" | tail -n 3
   rm -rf "$state"
 fi
-rm -f /etc/lockgate/check.toml
+rm -f /etc/lockgate/check.toml /etc/lockgate/check.token
 say "the package works"

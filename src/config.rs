@@ -715,6 +715,13 @@ fn build(
                 if t.expose().trim().is_empty() {
                     return Err(err("control.token_file", format!("{f} is empty")));
                 }
+                // What a client can send in `Authorization: Bearer <token>`.
+                if !t.expose().bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(err(
+                        "control.token_file",
+                        format!("{f}: a token is one word of visible ASCII characters (no spaces or other characters)"),
+                    ));
+                }
                 Some(t)
             }
         };

@@ -40,11 +40,13 @@ impl std::str::FromStr for SetOffset {
 }
 
 /// The offsets a partition holds now: `earliest` is the first one still kept, `end`
-/// the next one to be written (Kafka's low and high watermarks).
+/// the next one to be written (Kafka's low and high watermarks), and the id of its
+/// topic when the cluster tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionRange {
     pub earliest: i64,
     pub end: i64,
+    pub topic_id: Option<[u8; 16]>,
 }
 
 /// One position that changes, for the report.
@@ -87,7 +89,10 @@ impl std::fmt::Display for Moved {
 /// a partition the checkpoint does not hold (its job never read it, or another member
 /// does); two changes of one partition; an offset before the partition's earliest
 /// kept offset or after its end; an offset after a bounded split's end; a partition
-/// whose range is unknown.
+/// whose range is unknown; a topic that is not the checkpoint's any more (another
+/// topic id: deleted and created again, its offsets start over); and a move back on a
+/// split with upstream marks (`origin_headers`), whose records at or below the marks
+/// would be taken for the upstream stage's duplicates and dropped, not read again.
 pub fn apply(
     positions: &[SourcePosition],
     changes: &[SetOffset],
@@ -133,6 +138,20 @@ pub fn apply(
                 c.offset, range.earliest
             ));
         }
+        if let (Some(was), Some(now)) = (p.stream_id, range.topic_id) {
+            if was != now {
+                return Err(format!(
+                    "{name}: the cluster's topic `{}` is not the checkpoint's (another topic id: it was deleted and created again, and its offsets start over)",
+                    c.topic
+                ));
+            }
+        }
+        if c.offset < p.next.0 && !p.applied.is_empty() {
+            return Err(format!(
+                "{name}={}: moving back a partition read with origin_headers reads nothing again: its records up to the checkpoint's upstream marks count as applied",
+                c.offset
+            ));
+        }
         if let Some(end) = p.end.filter(|e| c.offset > e.0) {
             return Err(format!(
                 "{name}={}: beyond the bounded run's end of this partition ({})",
@@ -155,8 +174,10 @@ mod tests {
     use super::*;
 
     fn positions() -> Vec<SourcePosition> {
+        let mut known = SourcePosition::new("orders", 0, NextOffset(120));
+        known.stream_id = Some([7; 16]);
         vec![
-            SourcePosition::new("orders", 0, NextOffset(120)),
+            known,
             SourcePosition::new("orders", 1, NextOffset(40)).with_end(Some(NextOffset(90))),
         ]
     }
@@ -168,6 +189,7 @@ mod tests {
                 PartitionRange {
                     earliest: 10,
                     end: 500,
+                    topic_id: Some([7; 16]),
                 },
             ),
             (
@@ -175,6 +197,7 @@ mod tests {
                 PartitionRange {
                     earliest: 0,
                     end: 100,
+                    topic_id: None,
                 },
             ),
         ]
@@ -245,5 +268,25 @@ mod tests {
         assert!(twice.unwrap_err().contains("set twice"));
         let unknown = apply(&positions(), &[set("orders:0=130")], &BTreeMap::new());
         assert!(unknown.unwrap_err().contains("did not report its offsets"));
+    }
+
+    #[test]
+    fn a_recreated_topic_and_a_move_back_under_upstream_marks_are_refused() {
+        let mut other = ranges();
+        other.get_mut(&("orders".to_string(), 0)).unwrap().topic_id = Some([8; 16]);
+        let e = apply(&positions(), &[set("orders:0=130")], &other).unwrap_err();
+        assert!(e.contains("not the checkpoint's"), "{e}");
+        let mut marked = positions();
+        marked[0].applied = vec![lockgate_state::UpstreamMark {
+            stream: "raw".into(),
+            partition: 0,
+            offset: 9,
+        }];
+        let e = apply(&marked, &[set("orders:0=100")], &ranges()).unwrap_err();
+        assert!(e.contains("origin_headers"), "{e}");
+        assert!(
+            apply(&marked, &[set("orders:0=121")], &ranges()).is_ok(),
+            "forward is fine"
+        );
     }
 }

@@ -509,18 +509,15 @@ impl Command {
     fn prints(&self) -> bool {
         matches!(
             self,
-            Command::Checkpoints(CheckpointsCommand::List { .. })
-                | Command::Checkpoints(CheckpointsCommand::Inspect { .. })
-                | Command::Migrate(_)
-                | Command::Completions { .. }
+            Command::Checkpoints(_) | Command::Migrate(_) | Command::Completions { .. }
         )
     }
 }
 
 /// Output into a closed pipe (`lockgate checkpoints inspect chk-9 | head`) ends the
 /// process quietly by SIGPIPE, as it does `cat`, instead of a panic. Only for commands
-/// that print: a job's sockets and child processes keep Rust's default (the signal
-/// ignored, the write failing).
+/// that print (`checkpoints alter` prints after its copy is complete): a job's sockets
+/// and child processes keep Rust's default (the signal ignored, the write failing).
 fn quiet_on_closed_pipe() {
     // SAFETY: restoring the default disposition of SIGPIPE before any other thread
     // exists; no handler is installed.

@@ -5,7 +5,7 @@ use crate::member::Member;
 use crate::runtime::{run as run_job, RunOptions};
 use crate::telemetry::Telemetry;
 use std::path::{Path, PathBuf};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// The options of `lockgate run` besides the job file.
 pub struct RunArgs {
@@ -77,6 +77,9 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
         );
         let control = crate::control::JobControl::new();
         if let Some(addr) = job.metrics_listen {
+            if job.control.as_ref().is_some_and(|c| c.token.is_none()) && !addr.ip().is_loopback() {
+                warn!(job = %job.name, listen = %addr, "the control API has no token_file and listens beyond loopback: anyone who reaches it can stop or pause the job");
+            }
             let api = job.control.as_ref().map(|s| (control.clone(), s));
             match crate::telemetry::server::serve(addr, telemetry.clone(), api).await {
                 Ok(bound) => {

@@ -430,9 +430,6 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
         match result {
             Ok(()) => return Ok(summary),
             Err(e) => {
-                if let Some(c) = &opts.control {
-                    c.attempt_failed(&e.to_string());
-                }
                 if matches!(e, JobError::Unrecoverable { .. }) {
                     error!(job = %job.name, error = %e, "job failed; a restart cannot cure this failure");
                     return Err(e);
@@ -453,6 +450,11 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                 };
                 failures_ms.push(now_ms);
                 summary.restarts += 1;
+                // A checkpoint of unknown fate may have landed: its requests wait for
+                // the store's answer and the next attempt.
+                if let (Some(c), None) = (&opts.control, fate_unknown) {
+                    c.attempt_failed(&e.to_string());
+                }
                 telemetry.restarting(e.cause(), &e.to_string());
                 warn!(job = %job.name, error = %e, restart = summary.restarts, delay_ms = delay.as_millis() as u64, "job failed; restarting from the last completed checkpoint");
                 // A stop (SIGTERM) during a backoff of up to minutes ends the run now:
@@ -798,7 +800,14 @@ async fn run_attempt(
         controls,
         mut tasks,
         reports: mut report_rx,
-    } = wire(job, dir.root(), restored, &work, telemetry);
+    } = wire(
+        job,
+        dir.root(),
+        restored,
+        &work,
+        telemetry,
+        control.is_some_and(|c| c.is_paused()),
+    );
 
     // Controls are ordered downstream first: a Complete reaches sinks before sources.
     let all: Vec<TaskId> = controls.iter().map(|c| c.0).collect();
@@ -842,12 +851,16 @@ async fn run_attempt(
         }
     };
 
-    // The control API's requests are read with the coordinator's clock: a pause holds
-    // across restarts (a new attempt's sources start paused), and a checkpoint asked
-    // for is triggered as soon as none is pending.
-    let mut paused = false;
-    let mut follow_control = |coord: &mut Coordinator| {
-        let Some(c) = control else { return };
+    // The control API's requests are read with the coordinator's clock. A pause holds
+    // across in-process restarts (`wire` queued `Pause` before a new attempt's sources
+    // started); the job says paused once every source confirmed it. A checkpoint
+    // asked for is triggered as soon as none is pending.
+    let mut paused = control.is_some_and(|c| c.is_paused());
+    let mut paused_sources: HashSet<TaskId> = HashSet::new();
+    telemetry.set_paused(false);
+    let mut follow_control = |coord: &mut Coordinator| -> Option<bool> {
+        let c = control?;
+        let mut changed = None;
         if c.is_paused() != paused {
             paused = c.is_paused();
             send_sources(if paused {
@@ -855,17 +868,15 @@ async fn run_attempt(
             } else {
                 Control::Resume
             });
-            telemetry.set_paused(paused);
-            info!(job = %job.name, paused, "sources {} by the control API", if paused { "paused" } else { "resumed" });
+            info!(job = %job.name, paused, "{} by the control API", if paused { "pause" } else { "resume" });
+            changed = Some(paused);
         }
         if c.take_requests(coord.next_id()) {
             info!(job = %job.name, checkpoint = %coord.next_id(), "checkpoint asked for by the control API");
             coord.request_checkpoint();
         }
+        changed
     };
-    // Before the tasks read their first control message: a paused job's new attempt
-    // reads nothing.
-    follow_control(&mut coord);
 
     // Every return of the loop below leaves through here: a retention pass still
     // running ends before the attempt does, so that nothing of this attempt touches the
@@ -875,7 +886,10 @@ async fn run_attempt(
             let mut actions = Vec::new();
             tokio::select! {
                 _ = tick.tick() => {
-                    follow_control(&mut coord);
+                    if follow_control(&mut coord) == Some(false) {
+                        paused_sources.clear();
+                        telemetry.set_paused(false);
+                    }
                     actions = coord.poll(now_ms(start))
                 }
                 r = report_rx.recv(), if running > 0 => match r {
@@ -885,6 +899,14 @@ async fn run_attempt(
                     }
                     Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
                     Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
+                    Some(Report::Paused { task }) => {
+                        // A confirmation that raced a resume is stale.
+                        let fresh = control.is_some_and(|c| c.is_paused()) && paused_sources.insert(task);
+                        if fresh && paused_sources.len() == sources.len() {
+                            telemetry.set_paused(true);
+                            info!(job = %job.name, "every source paused: nothing is read until resumed");
+                        }
+                    }
                     None => {}
                 },
                 j = tasks.join_next() => match j {

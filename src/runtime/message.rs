@@ -52,4 +52,6 @@ pub enum Report {
     },
     /// A bounded source subtask reached its end.
     SourceFinished { task: TaskId },
+    /// A source subtask took `Control::Pause`: it reads nothing until resumed.
+    Paused { task: TaskId },
 }

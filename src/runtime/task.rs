@@ -126,6 +126,7 @@ pub async fn run_source_task(
                     Control::Pause => {
                         info!("input paused");
                         paused = true;
+                        io.report(Report::Paused { task: io.id }).await?;
                     }
                     Control::Resume => {
                         if paused {

@@ -192,6 +192,7 @@ pub(super) fn wire(
     restored: Option<&RestoreSet>,
     work: &Path,
     telemetry: &Telemetry,
+    start_paused: bool,
 ) -> Wiring {
     let p = job.parallelism;
     let vs = vertices(job);
@@ -240,6 +241,10 @@ pub(super) fn wire(
                 sink_in,
             };
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+            if v == 0 && start_paused {
+                // Read before the source's first poll.
+                let _ = ctl_tx.send(Control::Pause);
+            }
             controls.push((id, ctl_tx));
             let io = TaskIo {
                 id,

@@ -47,6 +47,9 @@ pub fn router(control: JobControl, settings: &ControlSettings, telemetry: Teleme
         .route_layer(middleware::from_fn(move |req: Request, next: Next| {
             let token = token.clone();
             async move {
+                if let Some(why) = cross_site(&req) {
+                    return error(StatusCode::FORBIDDEN, &why);
+                }
                 match &token {
                     Some(t) if !bearer_matches(&req, t.expose()) => unauthorized(&req),
                     _ => next.run(req).await,
@@ -96,12 +99,42 @@ fn bearer_matches(req: &Request, token: &str) -> bool {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
     else {
         return false;
     };
-    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+    // Compared in full whatever the lengths, so that neither where they differ nor by
+    // how much shows in the time taken.
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    let n = a.len().max(b.len());
+    let differ = (0..n).fold(u8::from(a.len() != b.len()), |d, i| {
+        d | (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0))
+    });
+    differ == 0
+}
+
+/// Why a request comes from a page of another site, if it does: a browser names the
+/// page's origin in `Origin` (and `Sec-Fetch-Site`), which a page cannot forge, so a
+/// control request with no token cannot be sent from any web page an operator has
+/// open. Clients that are not browsers (curl, scripts) send neither.
+fn cross_site(req: &Request) -> Option<String> {
+    let h = req.headers();
+    if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if site != "same-origin" && site != "none" {
+            return Some(format!(
+                "refused: a request from another site (Sec-Fetch-Site: {site})"
+            ));
+        }
+    }
+    let origin = h.get(header::ORIGIN)?.to_str().unwrap_or("");
+    let host = h
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let authority = origin.split_once("://").map_or("", |(_, a)| a);
+    (authority != host).then(|| format!("refused: a request from another origin ({origin})"))
 }
 
 async fn stop(State(api): State<Api>) -> Response {
@@ -169,6 +202,31 @@ mod tests {
             }
         }
         assert!(!control.is_paused() && !control.is_stopping());
+        // A page of another site cannot send one, token or not.
+        let client = reqwest::Client::new();
+        for (name, value) in [
+            ("origin", "http://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+        ] {
+            let r = client
+                .post(format!("{base}/api/v1/job/stop"))
+                .bearer_auth("s3cret")
+                .header(name, value)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 403, "{name}: {value}");
+        }
+        assert!(!control.is_stopping());
+        // The scheme is case-insensitive (RFC 7235).
+        let r = client
+            .post(format!("{base}/api/v1/job/pause"))
+            .header("authorization", "bearer s3cret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        control.set_paused(false);
         assert_eq!(
             post(&base, "/api/v1/job/pause", Some("s3cret")).await.0,
             200

@@ -112,6 +112,12 @@ async fn metrics(State(t): State<Telemetry>) -> Response {
 
 async fn readyz(State(t): State<Telemetry>) -> Response {
     match t.readiness() {
+        Ok(()) if t.job().state == crate::telemetry::status::JobState::Paused => (
+            StatusCode::OK,
+            "ready, paused through the control API: the sources read nothing until POST /api/v1/job/resume\n"
+                .to_string(),
+        )
+            .into_response(),
         Ok(()) => (StatusCode::OK, "ready\n".to_string()).into_response(),
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,

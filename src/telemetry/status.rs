@@ -181,10 +181,12 @@ pub fn readiness(job: &JobView) -> Result<(), String> {
                 None => String::new(),
             }
         )),
-        JobState::Paused => Err(
-            "paused through the control API: the sources read nothing until POST /api/v1/job/resume"
-                .into(),
-        ),
+        // Paused is still ready: a job taken out of a Service could not be resumed
+        // through it. `/readyz` says paused in its body.
+        JobState::Paused => readiness(&JobView {
+            state: JobState::Running,
+            ..job.clone()
+        }),
         JobState::Starting => Err("starting: restoring state".into()),
         JobState::Restarting => Err(format!(
             "restarting after a failure: {}",
@@ -227,9 +229,9 @@ mod tests {
     }
 
     #[test]
-    fn a_paused_job_is_not_ready_and_says_how_to_resume() {
-        let j = job(JobState::Paused, 5);
-        assert!(readiness(&j).unwrap_err().contains("/api/v1/job/resume"));
+    fn a_paused_job_is_ready_as_the_running_job_would_be() {
+        assert_eq!(readiness(&job(JobState::Paused, 5)), Ok(()));
+        assert!(readiness(&job(JobState::Paused, 0)).is_err());
     }
 
     #[test]

@@ -41,7 +41,21 @@ pub fn write_copy(source: &Path, meta: &CheckpointMetadata, out_root: &Path) -> 
         checkpoint: source.to_path_buf(),
         detail,
     })?;
+    let inside = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a.starts_with(b),
+        _ => false,
+    };
     fs::create_dir_all(out_root).map_err(StateError::io("create", out_root))?;
+    if inside(out_root, source) {
+        return Err(StateError::Refused(format!(
+            "{} is inside the checkpoint {} it would copy, which is never modified",
+            out_root.display(),
+            source.display()
+        )));
+    }
+    if let Some(parent) = out_root.parent().filter(|p| !p.as_os_str().is_empty()) {
+        durable::fsync_dir(parent)?;
+    }
     let _lock = DirLock::acquire(out_root)?;
     let done = out_root.join(chk_name(meta.id));
     if done.exists() {
@@ -70,13 +84,13 @@ pub fn write_copy(source: &Path, meta: &CheckpointMetadata, out_root: &Path) -> 
     Ok(done)
 }
 
-/// A hard link to `from` at `to`, or a copy of it made durable where no link can be
-/// made.
+/// A hard link to `from` at `to`, or a copy of it where no link can be made; either
+/// way fsynced, since the original may itself never have been (a checkpoint copied
+/// from a store with plain tools).
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
-    if fs::hard_link(from, to).is_ok() {
-        return Ok(());
+    if fs::hard_link(from, to).is_err() {
+        fs::copy(from, to).map_err(StateError::io("copy", from))?;
     }
-    fs::copy(from, to).map_err(StateError::io("copy", from))?;
     durable::fsync_file(to)
 }
 
@@ -132,6 +146,8 @@ mod tests {
         // Never over an existing checkpoint.
         let again = write_copy(&chk, &meta, &out).unwrap_err();
         assert!(matches!(again, StateError::AlreadyExists { .. }), "{again}");
+        let inside = write_copy(&chk, &meta, &chk.join("copy")).unwrap_err();
+        assert!(inside.to_string().contains("never modified"), "{inside}");
     }
 
     #[test]

@@ -12,8 +12,9 @@ use std::time::Duration;
 /// How long the cluster may take to answer for one partition.
 const TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The earliest kept offset and the end of each of `partitions` on `cluster`. An error
-/// names the partition and the cluster.
+/// The earliest kept offset, the end and the topic id of each of `partitions` on
+/// `cluster`. An error names the partition and the cluster; a cluster that cannot tell
+/// topic ids leaves them unknown.
 pub fn ranges(
     cluster: &KafkaCluster,
     partitions: &[(String, i32)],
@@ -29,6 +30,10 @@ pub fn ranges(
             cluster.bootstrap_servers
         )
     })?;
+    let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+    topics.sort();
+    topics.dedup();
+    let ids = topic_ids(&consumer, &topics);
     let mut out = BTreeMap::new();
     for (topic, partition) in partitions {
         let (earliest, end) = consumer
@@ -39,10 +44,28 @@ pub fn ranges(
                     cluster.bootstrap_servers
                 )
             })?;
+        let topic_id = ids.get(topic).copied().flatten().map(|id| id.bytes());
         out.insert(
             (topic.clone(), *partition),
-            PartitionRange { earliest, end },
+            PartitionRange {
+                earliest,
+                end,
+                topic_id,
+            },
         );
     }
     Ok(out)
+}
+
+/// The topics' ids, asked of the broker that answered a metadata request (as the
+/// source asks them); none when the cluster cannot tell.
+fn topic_ids(
+    consumer: &BaseConsumer,
+    topics: &[String],
+) -> BTreeMap<String, Option<super::topic_ids::TopicId>> {
+    let broker = consumer
+        .fetch_metadata(None, TIMEOUT)
+        .ok()
+        .and_then(|md| Some(md.orig_broker_id()).filter(|id| *id >= 0));
+    super::topic_ids::describe(consumer.client(), topics, broker, TIMEOUT).unwrap_or_default()
 }
