@@ -13,7 +13,7 @@ export CARGO_TARGET_DIR="$target"
 
 if ! command -v dpkg-shlibdeps >/dev/null; then
   S=$([ "$(id -u)" = 0 ] || echo sudo)
-  $S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $S apt-get install -y -qq dpkg-dev
+  $S apt-get update -qq && $S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev
 fi
 tools="$target/tools"
 if ! [ -x "$tools/bin/cargo-deb" ]; then

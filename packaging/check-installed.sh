@@ -11,16 +11,28 @@
 set -euo pipefail
 deb="$(realpath "$1")"
 say() { printf '== %s\n' "$*"; }
+export DEBIAN_FRONTEND=noninteractive
+unset LOCKGATE_LOG_FORMAT
+
+# What the checks use: man, systemd-analyze, python3 (an HTTP client).
+if ! command -v man >/dev/null || ! command -v systemd-analyze >/dev/null || ! command -v python3 >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq man-db systemd python3 >/dev/null
+fi
 
 say "installing $deb with apt (runtime dependencies from the archive)"
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >/dev/null
+# --reinstall: a machine that already has this version gets this build.
+apt-get install -y -qq --reinstall "$deb" >/dev/null
 test "$(command -v lockgate)" = /usr/bin/lockgate
-/usr/bin/lockgate --version
+version="$(/usr/bin/lockgate --version)"
+echo "$version"
+if commit="$(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null)"; then
+  grep -q "^commit: *$commit\$" <<<"$version" || { echo "/usr/bin/lockgate is not this build ($commit)"; exit 1; }
+fi
 
 say "man pages, completions, examples, user"
 man -w lockgate-run
-man -P cat lockgate-run 2>/dev/null | grep -q -- '--restore'
-man -P cat lockgate-checkpoints-alter 2>/dev/null | grep -q -- '--set-offset'
+page="$(man -P cat lockgate-run 2>/dev/null)"; grep -q -- '--restore' <<<"$page"
+page="$(man -P cat lockgate-checkpoints-alter 2>/dev/null)"; grep -q -- '--set-offset' <<<"$page"
 for f in /usr/share/bash-completion/completions/lockgate \
          /usr/share/zsh/vendor-completions/_lockgate \
          /usr/share/fish/vendor_completions.d/lockgate.fish \
@@ -35,11 +47,17 @@ test "$(stat -c %U /var/lib/lockgate)" = lockgate
 work="$(mktemp -d)"
 chmod 755 "$work"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+state=/var/lib/lockgate/check
+cleanup() {
+  if [ -d /run/systemd/system ]; then systemctl stop lockgate@check 2>/dev/null || true; fi
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$work" "$state" /etc/lockgate/check.toml /etc/lockgate/check.token
+}
 trap cleanup EXIT
 
 say "lockgate demo from /usr/bin"
-(cd "$work" && /usr/bin/lockgate demo --dir "$work/demo" > "$work/demo.out")
+(cd "$work" && /usr/bin/lockgate demo --dir "$work/demo" > "$work/demo.out" 2>&1) \
+  || { tail -n 40 "$work/demo.out"; exit 1; }
 tail -n 5 "$work/demo.out"
 
 say "the systemd unit"
@@ -56,6 +74,8 @@ for _ in $(seq 600); do
   [ -s "$work/bootstrap" ] && [ -s "$work/es.url" ] && break
   sleep 0.1
 done
+[ -s "$work/bootstrap" ] && [ -s "$work/es.url" ] \
+  || { echo "the test servers did not start"; cat "$work/kafka.log" "$work/es.log"; exit 1; }
 bootstrap="$(cat "$work/bootstrap")"
 es="$(head -n 1 "$work/es.url")"
 
@@ -74,9 +94,12 @@ count() {
 try: print(json.load(urllib.request.urlopen(sys.argv[1] + "/orders/_count"))["count"])
 except Exception: print(0)' "$es"
 }
+# Polls for the 20000 orders for up to 2 minutes, giving up early once `$1` (the job's
+# pid, when known) is gone.
 wait_for_orders() {
   for _ in $(seq 1200); do
     [ "$(count)" = 20000 ] && return 0
+    if [ -n "${1:-}" ] && ! kill -0 "$1" 2>/dev/null; then break; fi
     sleep 0.1
   done
   echo "the job did not index the 20000 orders"; return 1
@@ -91,23 +114,26 @@ if [ -d /run/systemd/system ]; then
   test "$(systemctl show -p ExecMainStatus --value lockgate@check)" = 0
 else
   say "no systemd here (PID 1 is $(cat /proc/1/comm)): running the unit's ExecStart as the unit would"
-  state=/var/lib/lockgate/check
   rm -rf "$state"
   install -d -m 0750 -o lockgate -g lockgate "$state"
+  cd "$state"   # the unit's WorkingDirectory
   exec_start="$(sed -n 's/^ExecStart=//p' /lib/systemd/system/lockgate@.service | sed 's/%i/check/g')"
   # shellcheck disable=SC2086
   # setpriv execs the job itself (as systemd does), so that SIGTERM reaches it directly.
   setpriv --reuid=lockgate --regid=lockgate --init-groups \
     env STATE_DIRECTORY="$state" $exec_start 2> "$work/job.log" &
   job=$!
-  wait_for_orders || { tail -n 30 "$work/job.log"; exit 1; }
+  pids+=("$job")
+  wait_for_orders "$job" || { tail -n 30 "$work/job.log"; exit 1; }
   kill -TERM "$job"   # KillSignal=SIGTERM
+  # The unit's TimeoutStopSec.
+  for _ in $(seq 1200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then echo "still running 120 s after SIGTERM"; tail -n 30 "$work/job.log"; exit 1; fi
   status=0; wait "$job" || status=$?
   [ "$status" = 0 ] || { echo "the job exited $status on SIGTERM"; tail -n 30 "$work/job.log"; exit 1; }
   grep -q "is_final=true" "$work/job.log" || { echo "no final checkpoint"; tail -n 30 "$work/job.log"; exit 1; }
   test "$(stat -c %U "$state/checkpoints")" = lockgate
   /usr/bin/lockgate checkpoints list "$state/checkpoints" | tail -n 3
-  rm -rf "$state"
+  cd /
 fi
-rm -f /etc/lockgate/check.toml /etc/lockgate/check.token
 say "the package works"

@@ -90,7 +90,8 @@ impl std::fmt::Display for Moved {
 /// does); two changes of one partition; an offset before the partition's earliest
 /// kept offset or after its end; an offset after a bounded split's end; a partition
 /// whose range is unknown; a topic that is not the checkpoint's any more (another
-/// topic id: deleted and created again, its offsets start over); and a move back on a
+/// topic id: deleted and created again, its offsets start over) or whose id the
+/// cluster did not tell when the checkpoint knows it; and a move back on a
 /// split with upstream marks (`origin_headers`), whose records at or below the marks
 /// would be taken for the upstream stage's duplicates and dropped, not read again.
 pub fn apply(
@@ -126,6 +127,22 @@ pub fn apply(
         let range = ranges
             .get(&(c.topic.clone(), c.partition))
             .ok_or_else(|| format!("{name}: the cluster did not report its offsets"))?;
+        // The topic first: another topic's offsets say nothing about this one's.
+        match (p.stream_id, range.topic_id) {
+            (Some(was), Some(now)) if was != now => {
+                return Err(format!(
+                    "{name}: the cluster's topic `{}` is not the checkpoint's (another topic id: it was deleted and created again, and its offsets start over)",
+                    c.topic
+                ))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "{name}: the cluster did not tell the id of topic `{}`, so whether it is still the checkpoint's topic cannot be checked",
+                    c.topic
+                ))
+            }
+            _ => {}
+        }
         if c.offset > range.end {
             return Err(format!(
                 "{name}={}: beyond the partition's end ({}, the next offset to be written)",
@@ -137,14 +154,6 @@ pub fn apply(
                 "{name}={}: before the partition's earliest kept offset ({}); those records were deleted",
                 c.offset, range.earliest
             ));
-        }
-        if let (Some(was), Some(now)) = (p.stream_id, range.topic_id) {
-            if was != now {
-                return Err(format!(
-                    "{name}: the cluster's topic `{}` is not the checkpoint's (another topic id: it was deleted and created again, and its offsets start over)",
-                    c.topic
-                ));
-            }
         }
         if c.offset < p.next.0 && !p.applied.is_empty() {
             return Err(format!(
@@ -274,8 +283,14 @@ mod tests {
     fn a_recreated_topic_and_a_move_back_under_upstream_marks_are_refused() {
         let mut other = ranges();
         other.get_mut(&("orders".to_string(), 0)).unwrap().topic_id = Some([8; 16]);
+        let e = apply(&positions(), &[set("orders:0=9999")], &other).unwrap_err();
+        assert!(
+            e.contains("not the checkpoint's"),
+            "the topic before the range: {e}"
+        );
+        other.get_mut(&("orders".to_string(), 0)).unwrap().topic_id = None;
         let e = apply(&positions(), &[set("orders:0=130")], &other).unwrap_err();
-        assert!(e.contains("not the checkpoint's"), "{e}");
+        assert!(e.contains("did not tell the id"), "{e}");
         let mut marked = positions();
         marked[0].applied = vec![lockgate_state::UpstreamMark {
             stream: "raw".into(),

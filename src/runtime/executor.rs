@@ -450,9 +450,9 @@ async fn run_with(job: &JobGraph, opts: RunOptions, telemetry: &Telemetry) -> Re
                 };
                 failures_ms.push(now_ms);
                 summary.restarts += 1;
-                // A checkpoint of unknown fate may have landed: its requests wait for
-                // the store's answer and the next attempt.
-                if let (Some(c), None) = (&opts.control, fate_unknown) {
+                // Every request the attempt took is answered (one of a checkpoint of
+                // unknown fate too: it may have landed; asking again takes another).
+                if let Some(c) = &opts.control {
                     c.attempt_failed(&e.to_string());
                 }
                 telemetry.restarting(e.cause(), &e.to_string());
@@ -796,18 +796,14 @@ async fn run_attempt(
 ) -> Result<()> {
     telemetry.attempt_starts();
     let work = tokio::task::block_in_place(|| fresh_work_dir(dir.root()))?;
+    // Read once: the pause queued before the sources start and the one followed
+    // below must agree, or a resume in between is lost.
+    let start_paused = control.is_some_and(|c| c.is_paused());
     let Wiring {
         controls,
         mut tasks,
         reports: mut report_rx,
-    } = wire(
-        job,
-        dir.root(),
-        restored,
-        &work,
-        telemetry,
-        control.is_some_and(|c| c.is_paused()),
-    );
+    } = wire(job, dir.root(), restored, &work, telemetry, start_paused);
 
     // Controls are ordered downstream first: a Complete reaches sinks before sources.
     let all: Vec<TaskId> = controls.iter().map(|c| c.0).collect();
@@ -855,9 +851,8 @@ async fn run_attempt(
     // across in-process restarts (`wire` queued `Pause` before a new attempt's sources
     // started); the job says paused once every source confirmed it. A checkpoint
     // asked for is triggered as soon as none is pending.
-    let mut paused = control.is_some_and(|c| c.is_paused());
+    let mut paused = start_paused;
     let mut paused_sources: HashSet<TaskId> = HashSet::new();
-    telemetry.set_paused(false);
     let mut follow_control = |coord: &mut Coordinator| -> Option<bool> {
         let c = control?;
         let mut changed = None;

@@ -50,6 +50,12 @@ pub fn router(control: JobControl, settings: &ControlSettings, telemetry: Teleme
                 if let Some(why) = cross_site(&req) {
                     return error(StatusCode::FORBIDDEN, &why);
                 }
+                if token.is_none() && !addressed_by_ip(&req) {
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        "without a token_file the control API answers only requests addressed to an IP address or localhost (a page served under another host name could reach it by DNS rebinding)",
+                    );
+                }
                 match &token {
                     Some(t) if !bearer_matches(&req, t.expose()) => unauthorized(&req),
                     _ => next.run(req).await,
@@ -113,6 +119,22 @@ fn bearer_matches(req: &Request, token: &str) -> bool {
         d | (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0))
     });
     differ == 0
+}
+
+/// Whether the request names the listener by an IP address or `localhost` (its `Host`
+/// header), as clients that are not browsers do: a web page under another name that
+/// was made to resolve to the listener (DNS rebinding) is not.
+fn addressed_by_ip(req: &Request) -> bool {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// Why a request comes from a page of another site, if it does: a browser names the
@@ -238,6 +260,27 @@ mod tests {
         assert!(control.is_stopping());
         let (status, body) = post(&base, "/api/v1/job/pause", Some("s3cret")).await;
         assert_eq!(status, 409, "{body}");
+    }
+
+    #[tokio::test]
+    async fn without_a_token_only_requests_to_an_ip_address_or_localhost_are_answered() {
+        let control = JobControl::new();
+        let t = Telemetry::new("c", "c: source:sequence > sink:file", 1, 128);
+        let base = serve(router(control.clone(), &ControlSettings::default(), t)).await;
+        let client = reqwest::Client::new();
+        let status = |host: &'static str| {
+            let r = client
+                .post(format!("{base}/api/v1/job/pause"))
+                .header("host", host)
+                .send();
+            async move { r.await.unwrap().status().as_u16() }
+        };
+        assert_eq!(status("rebound.example:9464").await, 403);
+        assert!(!control.is_paused());
+        for host in ["127.0.0.1:9464", "localhost:9464", "[::1]:9464", "10.0.0.7"] {
+            assert_eq!(status(host).await, 200, "{host}");
+        }
+        assert!(control.is_paused());
     }
 
     #[tokio::test]

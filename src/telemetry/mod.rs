@@ -190,6 +190,8 @@ impl Telemetry {
         let mut s = self.status();
         s.job.tasks = None;
         s.job.tasks_open = 0;
+        // Paused again only once the new attempt's sources confirm it.
+        s.job.paused = false;
     }
 
     /// The running attempt spawned `n` tasks.

@@ -41,21 +41,20 @@ pub fn write_copy(source: &Path, meta: &CheckpointMetadata, out_root: &Path) -> 
         checkpoint: source.to_path_buf(),
         detail,
     })?;
-    let inside = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a.starts_with(b),
-        _ => false,
-    };
-    fs::create_dir_all(out_root).map_err(StateError::io("create", out_root))?;
-    if inside(out_root, source) {
+    // Decided before anything is created: nothing may appear inside the original.
+    if resolved(out_root)?.starts_with(resolved(source)?) {
         return Err(StateError::Refused(format!(
             "{} is inside the checkpoint {} it would copy, which is never modified",
             out_root.display(),
             source.display()
         )));
     }
-    if let Some(parent) = out_root.parent().filter(|p| !p.as_os_str().is_empty()) {
-        durable::fsync_dir(parent)?;
-    }
+    fs::create_dir_all(out_root).map_err(StateError::io("create", out_root))?;
+    let parent = match out_root.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    durable::fsync_dir(parent)?;
     let _lock = DirLock::acquire(out_root)?;
     let done = out_root.join(chk_name(meta.id));
     if done.exists() {
@@ -82,6 +81,28 @@ pub fn write_copy(source: &Path, meta: &CheckpointMetadata, out_root: &Path) -> 
         reason,
     })?;
     Ok(done)
+}
+
+/// `path` made absolute with its symbolic links resolved, as far as it exists (the rest
+/// appended as written).
+fn resolved(path: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(path).map_err(StateError::io("resolve", path))?;
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = p;
+            }
+            _ => break,
+        }
+    }
+    let mut out = existing
+        .canonicalize()
+        .map_err(StateError::io("resolve", existing))?;
+    out.extend(rest.iter().rev());
+    Ok(out)
 }
 
 /// A hard link to `from` at `to`, or a copy of it where no link can be made; either
@@ -146,8 +167,12 @@ mod tests {
         // Never over an existing checkpoint.
         let again = write_copy(&chk, &meta, &out).unwrap_err();
         assert!(matches!(again, StateError::AlreadyExists { .. }), "{again}");
-        let inside = write_copy(&chk, &meta, &chk.join("copy")).unwrap_err();
+        let inside = write_copy(&chk, &meta, &chk.join("copy/deeper")).unwrap_err();
         assert!(inside.to_string().contains("never modified"), "{inside}");
+        assert!(
+            !chk.join("copy").exists(),
+            "nothing created inside the original"
+        );
     }
 
     #[test]

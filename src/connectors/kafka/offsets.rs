@@ -64,8 +64,18 @@ fn topic_ids(
     topics: &[String],
 ) -> BTreeMap<String, Option<super::topic_ids::TopicId>> {
     let broker = consumer
-        .fetch_metadata(None, TIMEOUT)
+        .fetch_metadata(topics.first().map(String::as_str), TIMEOUT)
         .ok()
-        .and_then(|md| Some(md.orig_broker_id()).filter(|id| *id >= 0));
-    super::topic_ids::describe(consumer.client(), topics, broker, TIMEOUT).unwrap_or_default()
+        .and_then(|md| {
+            Some(md.orig_broker_id())
+                .filter(|id| *id >= 0)
+                .or_else(|| md.brokers().first().map(|b| b.id()))
+        });
+    match super::topic_ids::describe(consumer.client(), topics, broker, TIMEOUT) {
+        Ok(ids) => ids,
+        Err(e) => {
+            eprintln!("warning: cannot read the topics' ids (DescribeTopics): {e}");
+            BTreeMap::new()
+        }
+    }
 }
