@@ -6,15 +6,6 @@ use common::wait::{self, DEADLINE};
 use common::*;
 use std::process::Command;
 
-fn lockgate(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(bin()).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn config_errors_exit_2_and_name_the_file_and_the_key() {
     let tmp = tempfile::tempdir().unwrap();

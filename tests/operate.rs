@@ -10,7 +10,7 @@ use common::kafka::{
 };
 use common::telemetry::{get, get_json, url_from_log, Scrape};
 use common::wait::{self, DEADLINE};
-use common::{bin, signal, tail, wait_timeout};
+use common::{bin, lockgate, signal, tail, wait_timeout};
 use serde_json::Value;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,17 @@ fn spawn(dir: &Path, extra: &[&str]) -> Child {
         .stderr(log)
         .spawn()
         .unwrap()
+}
+
+/// SIGTERM, then exit 0 (after the final checkpoint).
+fn stop_with_sigterm(child: &mut Child, dir: &Path) {
+    signal(child, libc::SIGTERM);
+    assert_eq!(
+        wait_timeout(child, DEADLINE).code(),
+        Some(0),
+        "{}",
+        log(dir)
+    );
 }
 
 fn log(dir: &Path) -> String {
@@ -244,13 +255,7 @@ fn stop_pause_resume_and_a_checkpoint_now_through_the_control_api() {
         read, 1000.0,
         "the restarted job read only the 2 x 500 new records"
     );
-    signal(&child, libc::SIGTERM);
-    assert_eq!(
-        wait_timeout(&mut child, DEADLINE).code(),
-        Some(0),
-        "{}",
-        log(dir)
-    );
+    stop_with_sigterm(&mut child, dir);
     assert_partitions_exact(&dir.join("out"), "orders", 2, 0, 2500);
 }
 
@@ -282,8 +287,7 @@ fn the_control_api_is_off_by_default_and_its_settings_are_checked_at_load() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "the job runs on");
     assert_eq!(get_json(&base, "/api/v1/job")["state"], "running");
-    signal(&child, libc::SIGTERM);
-    assert_eq!(wait_timeout(&mut child, DEADLINE).code(), Some(0));
+    stop_with_sigterm(&mut child, dir);
 
     // Refused at load, naming the file and the key.
     let cfg = dir.join("job.toml").display().to_string();
@@ -317,16 +321,6 @@ fn the_control_api_is_off_by_default_and_its_settings_are_checked_at_load() {
         assert_eq!(out.status.code(), Some(2), "{key}: {err}");
         assert!(err.contains(&cfg) && err.contains(key), "{key}: {err}");
     }
-}
-
-/// `checkpoints alter` as a command: (exit code, stdout, stderr).
-fn lockgate(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(bin()).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -422,12 +416,6 @@ fn a_record_the_job_fails_on_is_skipped_by_an_altered_checkpoint_and_nothing_els
     // From the altered checkpoint the job runs on; every other record exactly once.
     let mut child = spawn(dir, &["--restore", &altered.display().to_string()]);
     wait_committed(&mut child, dir, &[1000]);
-    signal(&child, libc::SIGTERM);
-    assert_eq!(
-        wait_timeout(&mut child, DEADLINE).code(),
-        Some(0),
-        "{}",
-        log(dir)
-    );
+    stop_with_sigterm(&mut child, dir);
     assert_partitions_exact(&dir.join("out"), "payments", 1, 0, 1000);
 }

@@ -194,6 +194,16 @@ impl JobDir {
     }
 }
 
+/// Runs `lockgate args` to its end: (exit code, stdout, stderr).
+pub fn lockgate(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `lockgate run --config <config>` to its end (failing the test past
 /// [`wait::DEADLINE`]): its exit code and its stderr, where the job logs. The log is
 /// also kept beside the job file (`<config>.log`).
