@@ -697,3 +697,44 @@ fn a_window_into_elasticsearch_without_ids_of_its_own_is_refused_at_load() {
         assert!(out.contains(key) && out.contains("window"), "{key}: {out}");
     }
 }
+
+/// A key is its text: `"1"` twice and `1` once in one minute are one user's three
+/// records, counted into one window whose document says 3 (keyed state by the key's
+/// JSON bytes and ids by its text once kept two windows writing one document: 1).
+#[test]
+fn keys_of_different_json_types_with_one_text_are_one_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[(TOPIC, 1)]);
+    let es = Es::testkit();
+    let record = |user: Value, ms: i64| {
+        format!(r#"{{"user":{user},"amount":1.50,"ts":{}}}"#, T0 + ms).into_bytes()
+    };
+    produce_raw(
+        &kafka.bootstrap,
+        TOPIC,
+        0,
+        &[
+            &record(json!("1"), 1_000),
+            &record(json!(1), 2_000),
+            &record(json!("1"), 3_000),
+            &record(json!("x"), 200_000),
+        ],
+    );
+    let x = Extra {
+        source: "bounded = \"latest\"",
+        ..Extra::default()
+    };
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), 1, &x);
+    let (code, log) = run_config(&config);
+    assert_eq!(code, Some(0), "{}", tail(&log, 30));
+    let docs = es.documents("windows");
+    let id = format!("1@{T0}");
+    let doc = docs
+        .get(&id)
+        .unwrap_or_else(|| panic!("no window {id}: {docs:?}"));
+    assert_eq!(doc["orders"], json!(3), "{doc}");
+    assert_eq!(doc["key"], json!("1"), "{doc}");
+    // The sum of three 1.50s is exact, with the inputs' scale.
+    assert_eq!(doc["amount"].to_string(), "4.50", "{doc}");
+    assert_eq!(doc["biggest"].to_string(), "1.50", "{doc}");
+}

@@ -443,11 +443,7 @@ fn expected_totals(t: &Target, inputs: &[Input]) -> (Vec<Option<i64>>, BTreeMap<
         let mut running: HashMap<String, i64> = HashMap::new();
         for &i in &order {
             let r = &inputs[i];
-            let key = r
-                .value
-                .pointer(key_ptr)
-                .map(|k| k.to_string())
-                .unwrap_or_default();
+            let key = key_of(&r.value, key_ptr);
             let n = as_i64(r.value.pointer(field_ptr)).unwrap_or(0);
             let sum = running.entry(key.clone()).or_insert(0);
             *sum += n;
@@ -458,11 +454,7 @@ fn expected_totals(t: &Target, inputs: &[Input]) -> (Vec<Option<i64>>, BTreeMap<
                 .insert((r.topic.clone(), r.partition));
         }
         for (i, r) in inputs.iter().enumerate() {
-            let key = r
-                .value
-                .pointer(key_ptr)
-                .map(|k| k.to_string())
-                .unwrap_or_default();
+            let key = key_of(&r.value, key_ptr);
             if partitions_of[&key].len() > 1 {
                 expected_total[i] = None;
             }
@@ -601,7 +593,7 @@ fn verify_latest(
 fn key_of(value: &Value, key_ptr: &str) -> String {
     value
         .pointer(key_ptr)
-        .map(|k| k.to_string())
+        .map(crate::operators::rolling_sum::key_text)
         .unwrap_or_default()
 }
 
@@ -774,11 +766,7 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
                     if expected_total[i].is_some() {
                         continue;
                     }
-                    let key = r
-                        .value
-                        .pointer(key_ptr)
-                        .map(|k| k.to_string())
-                        .unwrap_or_default();
+                    let key = key_of(&r.value, key_ptr);
                     if let Some(total) = docs.get(id).and_then(|d| as_i64(d.pointer(out))) {
                         let e = largest.entry(key).or_insert(i64::MIN);
                         *e = (*e).max(total);

@@ -220,6 +220,11 @@ enum TestkitCommand {
         /// The address to listen on (port 0: any free port, printed at start).
         #[arg(long, default_value = "127.0.0.1:8081")]
         listen: std::net::SocketAddr,
+        /// A file the registrations are kept in (as a registry keeps them in its
+        /// `_schemas` topic): a restart on the same file serves the same schemas under
+        /// the same ids. Without it nothing is kept across restarts.
+        #[arg(long)]
+        state: Option<std::path::PathBuf>,
     },
     /// A PostgreSQL server for trying the Postgres sink, serving until killed.
     ///
@@ -492,8 +497,8 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             basic_auth,
             api_key,
         }) => testkit::es(listen, tls, cert_out, basic_auth, api_key),
-        Command::Testkit(TestkitCommand::SchemaRegistry { listen }) => {
-            testkit::schema_registry(listen)
+        Command::Testkit(TestkitCommand::SchemaRegistry { listen, state }) => {
+            testkit::schema_registry(listen, state)
         }
         Command::Testkit(TestkitCommand::Postgres {
             port,

@@ -185,9 +185,9 @@ pub fn es(
 }
 
 /// Serves the in-memory Schema Registry until killed; prints its URL.
-pub fn schema_registry(listen: std::net::SocketAddr) -> i32 {
+pub fn schema_registry(listen: std::net::SocketAddr, state: Option<std::path::PathBuf>) -> i32 {
     super::runtime().block_on(async move {
-        match crate::testkit::schema_registry::SchemaRegistry::start(listen).await {
+        match crate::testkit::schema_registry::SchemaRegistry::start_kept(listen, state).await {
             Ok(registry) => {
                 println!("{}", registry.url());
                 eprintln!(

@@ -241,8 +241,9 @@ mod tests {
     #[test]
     fn decimals_keep_their_sign_and_scale() {
         for (b64, scale, want) in [
-            ("AJY=", "2", json!(1.5)),  // 150
-            ("/2o=", "2", json!(-1.5)), // -150
+            // The scale's digits stay: 150 at scale 2 is 1.50, not 1.5.
+            ("AJY=", "2", Value::Number("1.50".parse().unwrap())),
+            ("/2o=", "2", Value::Number("-1.50".parse().unwrap())),
             ("AQ==", "0", json!(1)),
             ("", "0", json!(0)),
         ] {

@@ -1,8 +1,9 @@
 //! `rolling_sum`: a keyed running sum kept in RocksDB (Flink's rolling addition).
 //!
 //! For each record, the number at `field` is added to the key's sum and the new sum is
-//! written into the record at `output`. Integer sums stay exact (i64, overflow is an
-//! error); a float anywhere turns the key's sum into a float.
+//! written into the record at `output`. Sums are exact ([`Sum`]): integers as `i64`
+//! (overflow is an error), and from the first number that is not an integer on, a
+//! decimal. A key is its text ([`json_key`]).
 
 use super::keyed::{KeyedFunction, KeyedState};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
@@ -11,41 +12,54 @@ use crate::record::{Batch, Record};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A running sum.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A running sum: exact in both of its forms. Integers add as `i64` (an overflow is an
+/// error, never a wrap or a rounding); the first number that is not an integer turns
+/// the sum into a decimal, added exactly digit by digit (`1.50 + 2.25` is `3.75`, and
+/// `0.1 + 0.2` is `0.3`), whose scale is the largest scale added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Sum {
     Int(i64),
-    Float(f64),
+    /// The decimal's text.
+    Decimal(String),
 }
 
 impl Sum {
     /// The sum with `v` added; `None` when an integer sum overflows.
-    pub fn plus(self, v: &serde_json::Number) -> Option<Sum> {
+    pub fn plus(&self, v: &serde_json::Number) -> Option<Sum> {
         match (self, v.as_i64()) {
             (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
-            (Sum::Int(a), None) => Some(Sum::Float(a as f64 + v.as_f64()?)),
-            (Sum::Float(a), _) => Some(Sum::Float(a + v.as_f64()?)),
+            (a, _) => Some(Sum::Decimal(
+                (a.decimal()? + decimal(v.as_str())?).to_string(),
+            )),
         }
     }
 
     /// Two sums added; `None` when an integer sum overflows.
-    pub fn merge(self, other: Sum) -> Option<Sum> {
+    pub fn merge(&self, other: &Sum) -> Option<Sum> {
         match (self, other) {
-            (Sum::Int(a), Sum::Int(b)) => a.checked_add(b).map(Sum::Int),
-            (Sum::Int(a), Sum::Float(b)) | (Sum::Float(b), Sum::Int(a)) => {
-                Some(Sum::Float(a as f64 + b))
-            }
-            (Sum::Float(a), Sum::Float(b)) => Some(Sum::Float(a + b)),
+            (Sum::Int(a), Sum::Int(b)) => a.checked_add(*b).map(Sum::Int),
+            (a, b) => Some(Sum::Decimal((a.decimal()? + b.decimal()?).to_string())),
+        }
+    }
+
+    fn decimal(&self) -> Option<bigdecimal::BigDecimal> {
+        match self {
+            Sum::Int(i) => Some((*i).into()),
+            Sum::Decimal(d) => decimal(d),
         }
     }
 
     /// The sum as a JSON number.
-    pub fn to_json(self) -> Value {
+    pub fn to_json(&self) -> Value {
         match self {
-            Sum::Int(i) => Value::from(i),
-            Sum::Float(f) => Value::from(f),
+            Sum::Int(i) => Value::from(*i),
+            Sum::Decimal(d) => Value::Number(d.parse().expect("a decimal's text is a number")),
         }
     }
+}
+
+fn decimal(text: &str) -> Option<bigdecimal::BigDecimal> {
+    text.parse().ok()
 }
 
 /// Where a record came from, for error messages.
@@ -56,14 +70,32 @@ pub fn describe(record: &Record) -> String {
     }
 }
 
-/// Extracts the key at JSON pointer `pointer` as its canonical JSON text.
+/// Extracts the key at JSON pointer `pointer` as its canonical form: the key's text
+/// (a JSON string's own text; any other value's compact JSON, a number exactly as
+/// written) encoded as a JSON string. A key is its text, as a document id or a table's
+/// key column sees it: `"1"` and `1` are one key, so that keyed state and the id of a
+/// result never disagree (two states writing one document).
 pub fn json_key(record: &Record, pointer: &str) -> Result<Vec<u8>> {
     let v: Value = serde_json::from_slice(&record.value)
         .map_err(|e| JobError::Other(format!("{} is not valid JSON: {e}", describe(record))))?;
     let k = v
         .pointer(pointer)
         .ok_or_else(|| JobError::Other(format!("{} has no key at {pointer}", describe(record))))?;
-    Ok(serde_json::to_vec(k).expect("a JSON value serializes"))
+    Ok(canonical_key(k))
+}
+
+/// The canonical form of a key's value (see [`json_key`]).
+pub fn canonical_key(k: &Value) -> Vec<u8> {
+    let text = key_text(k);
+    serde_json::to_vec(&Value::String(text)).expect("a JSON string serializes")
+}
+
+/// A key's text: a JSON string's own text, any other value's compact JSON.
+pub fn key_text(k: &Value) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Sets the value at JSON pointer `pointer`, creating the last member if absent.
@@ -203,6 +235,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_key_is_its_text_whatever_its_json_type() {
+        let key = |v: &str| json_key(&Record::from_value(v.as_bytes().to_vec()), "/k").unwrap();
+        assert_eq!(key(r#"{"k":"1"}"#), key(r#"{"k":1}"#));
+        assert_eq!(key(r#"{"k":"true"}"#), key(r#"{"k":true}"#));
+        assert_eq!(key(r#"{"k":"1.50"}"#), key(r#"{"k":1.50}"#));
+        assert_ne!(key(r#"{"k":1.5}"#), key(r#"{"k":1.50}"#));
+        assert_eq!(key(r#"{"k":"u-1"}"#), br#""u-1""#.to_vec());
+        // The same text as the result's id (the window's `key`, an id by field).
+        let k = key(r#"{"k":12345678901234567890123456789012345678}"#);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&k).unwrap(),
+            json!("12345678901234567890123456789012345678")
+        );
+    }
+
+    #[test]
     fn set_pointer_creates_last_member_only() {
         let mut d = json!({"a": {"b": 1}});
         assert!(set_pointer(&mut d, "/total", json!(5)));
@@ -216,7 +264,7 @@ mod tests {
         let s = Sum::Int(1).plus(&serde_json::Number::from(2)).unwrap();
         assert_eq!(s, Sum::Int(3));
         let f = s.plus(&serde_json::Number::from_f64(0.5).unwrap()).unwrap();
-        assert_eq!(f, Sum::Float(3.5));
+        assert_eq!(f, Sum::Decimal("3.5".into()));
         assert!(Sum::Int(i64::MAX)
             .plus(&serde_json::Number::from(1))
             .is_none());

@@ -11,7 +11,8 @@
 //! | `GET /subjects/{s}/versions/{v}` (`latest` or a number) | as `POST /subjects/{s}`, or 404 (40401 subject, 40402 version) |
 //!
 //! `schemaType` is omitted for Avro, as the registry does. No compatibility checks, no
-//! deletes, no modes: nothing is kept across restarts. `GET /_lockgate/stats` counts the
+//! deletes, no modes. Registrations are kept across restarts only in a state file
+//! ([`SchemaRegistry::start_kept`]), as a registry keeps them in its `_schemas` topic. `GET /_lockgate/stats` counts the
 //! schema lookups by id (what a client's cache saves).
 
 use axum::extract::{Path, State};
@@ -40,6 +41,8 @@ struct Registry {
     /// Per subject, its versions (from 1) as schema ids.
     subjects: BTreeMap<String, Vec<u32>>,
     lookups_by_id: u64,
+    /// Where each registration is appended (one JSON line), if anywhere.
+    kept: Option<std::path::PathBuf>,
 }
 
 type Shared = Arc<Mutex<Registry>>;
@@ -55,7 +58,40 @@ pub struct SchemaRegistry {
 impl SchemaRegistry {
     /// Starts serving on `addr` (port 0 picks a free port) on the current runtime.
     pub async fn start(addr: SocketAddr) -> std::io::Result<SchemaRegistry> {
-        let state: Shared = Arc::default();
+        SchemaRegistry::start_kept(addr, None).await
+    }
+
+    /// [`SchemaRegistry::start`] with its registrations kept in `state` (a file of one
+    /// JSON line per registration): what the file holds is served from the start.
+    pub async fn start_kept(
+        addr: SocketAddr,
+        state: Option<std::path::PathBuf>,
+    ) -> std::io::Result<SchemaRegistry> {
+        let mut registry = Registry::default();
+        if let Some(path) = &state {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => return Err(e),
+            };
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let v: Value = serde_json::from_str(line).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                let stored = stored_of(&v).ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: a line without a schema", path.display()),
+                    )
+                })?;
+                registry.add(v["subject"].as_str().unwrap_or_default(), stored);
+            }
+        }
+        registry.kept = state;
+        let state: Shared = Arc::new(Mutex::new(registry));
         let app = Router::new()
             .route("/subjects", get(subjects))
             .route("/subjects/{subject}", post(lookup))
@@ -109,7 +145,29 @@ impl SchemaRegistry {
 }
 
 impl Registry {
+    /// Registers `stored` under `subject` and appends the registration to the state
+    /// file (replayed in order at start, it gives every schema its id again).
     fn register(&mut self, subject: &str, stored: Stored) -> u32 {
+        if let Some(path) = &self.kept {
+            use std::io::Write;
+            let line = json!({"subject": subject, "schema": stored.schema,
+                "schemaType": stored.schema_type, "references": stored.references});
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| writeln!(f, "{line}").and_then(|_| f.sync_data()));
+            if let Err(e) = appended {
+                eprintln!(
+                    "schema registry: cannot keep a registration in {}: {e}",
+                    path.display()
+                );
+            }
+        }
+        self.add(subject, stored)
+    }
+
+    fn add(&mut self, subject: &str, stored: Stored) -> u32 {
         let id = match self.schemas.iter().position(|s| *s == stored) {
             Some(i) => i as u32 + 1,
             None => {

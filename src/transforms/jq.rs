@@ -243,8 +243,8 @@ impl Program {
         limits: Limits,
         mut out: impl FnMut(Value) -> ControlFlow<()>,
     ) -> Result<(), String> {
-        let input = Val::deserialize(input).map_err(|e| format!("the value: {e}"))?;
-        let meta = Val::deserialize(meta).map_err(|e| format!("$meta: {e}"))?;
+        let input = val(input).map_err(|e| format!("the value: {e}"))?;
+        let meta = val(meta).map_err(|e| format!("$meta: {e}"))?;
         FUEL.with(|f| f.set(limits.work));
         EXHAUSTED.with(|e| e.set(false));
         let exhausted = || EXHAUSTED.with(Cell::get);
@@ -278,6 +278,14 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// `v` as jq sees it, through its text: a number keeps its digits (jq's own reader keeps
+/// a decimal as written until arithmetic makes a new one, and integers of any size
+/// exact), where a conversion through serde would round it through a double.
+fn val(v: &Value) -> Result<Val, String> {
+    let text = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+    jaq_json::read::parse_single(&text).map_err(|e| e.to_string())
 }
 
 /// The name of a definition in `term` that calls itself, if one does.

@@ -19,6 +19,8 @@
 //! `errors.tolerance = none` does.
 
 pub mod debezium;
+#[cfg(test)]
+mod exact_numbers;
 pub mod fields;
 pub mod filter;
 pub mod jq;

@@ -99,8 +99,19 @@ pub struct RegistryProcess {
 impl RegistryProcess {
     /// Starts the registry on `listen` (port 0: a free one).
     pub fn start_on(listen: &str) -> RegistryProcess {
-        let mut child = Command::new(super::bin())
-            .args(["testkit", "schema-registry", "--listen", listen])
+        RegistryProcess::start_kept(listen, None)
+    }
+
+    /// Starts the registry on `listen` keeping its registrations in `state` (a restart
+    /// on the same file serves the same schemas, as a registry restarted on its
+    /// `_schemas` topic does).
+    pub fn start_kept(listen: &str, state: Option<&std::path::Path>) -> RegistryProcess {
+        let mut command = Command::new(super::bin());
+        command.args(["testkit", "schema-registry", "--listen", listen]);
+        if let Some(state) = state {
+            command.arg("--state").arg(state);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

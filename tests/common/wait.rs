@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 /// for a busy machine.
 pub const DEADLINE: Duration = Duration::from_secs(120);
 
+/// The longest a [`progressing`] wait goes on, progress or not.
+pub const PROGRESS_CAP: Duration = Duration::from_secs(900);
+
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
 pub fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -19,6 +22,40 @@ pub fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
             "timed out after {timeout:?} waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `done` every 100 ms until it holds, for as long as `progress` keeps changing:
+/// fails (with `what` and `context()`) when `progress` stood still for `stall`, or
+/// after [`PROGRESS_CAP`] whatever it does. A loaded machine makes the wait longer,
+/// never the test wrong; a job that is stuck fails it after `stall`.
+pub fn progressing<P: PartialEq + std::fmt::Debug>(
+    what: &str,
+    stall: Duration,
+    mut progress: impl FnMut() -> P,
+    mut done: impl FnMut() -> bool,
+    context: &dyn Fn() -> String,
+) {
+    let mut last = progress();
+    let mut since = Instant::now();
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < PROGRESS_CAP,
+            "{what}: not done after {PROGRESS_CAP:?} (last {last:?})\n{}",
+            context()
+        );
+        let now = progress();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+        assert!(
+            since.elapsed() < stall,
+            "{what}: no progress for {stall:?} (last {last:?})\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

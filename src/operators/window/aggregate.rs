@@ -79,38 +79,57 @@ impl std::fmt::Display for AggSpec {
     }
 }
 
-/// A number as JSON wrote it: an integer stays exact.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A number as JSON wrote it: an integer as `i64`, any other number as its text, so
+/// that `min` and `max` give back the very number a record carried (`1.50`, a 38-digit
+/// decimal), compared exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Num {
     Int(i64),
-    Float(f64),
+    /// The number's text.
+    Text(String),
 }
 
 impl Num {
     fn of(n: &serde_json::Number) -> Option<Num> {
-        n.as_i64()
-            .map(Num::Int)
-            .or_else(|| n.as_f64().map(Num::Float))
+        match n.as_i64() {
+            Some(i) => Some(Num::Int(i)),
+            None => n.as_f64().map(|_| Num::Text(n.as_str().to_string())),
+        }
     }
 
-    fn cmp(self, other: Num) -> Ordering {
+    fn cmp(&self, other: &Num) -> Ordering {
         match (self, other) {
-            (Num::Int(a), Num::Int(b)) => a.cmp(&b),
-            (a, b) => a.f64().total_cmp(&b.f64()),
+            (Num::Int(a), Num::Int(b)) => a.cmp(b),
+            // Rounding to a double keeps order, so differing doubles decide; equal
+            // ones are compared exactly.
+            (a, b) => a
+                .f64()
+                .total_cmp(&b.f64())
+                .then_with(|| match (a.decimal(), b.decimal()) {
+                    (Some(x), Some(y)) => x.cmp(&y),
+                    _ => Ordering::Equal,
+                }),
         }
     }
 
-    fn f64(self) -> f64 {
+    fn f64(&self) -> f64 {
         match self {
-            Num::Int(i) => i as f64,
-            Num::Float(f) => f,
+            Num::Int(i) => *i as f64,
+            Num::Text(t) => t.parse().unwrap_or(f64::NAN),
         }
     }
 
-    fn json(self) -> Value {
+    fn decimal(&self) -> Option<bigdecimal::BigDecimal> {
         match self {
-            Num::Int(i) => Value::from(i),
-            Num::Float(f) => Value::from(f),
+            Num::Int(i) => Some((*i).into()),
+            Num::Text(t) => t.parse().ok(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            Num::Int(i) => Value::from(*i),
+            Num::Text(t) => t.parse().map(Value::Number).unwrap_or(Value::Null),
         }
     }
 }
@@ -146,8 +165,8 @@ impl Acc {
         match self {
             Acc::Count(_) => unreachable!("counted above"),
             Acc::Sum(s) => *s = s.plus(n).ok_or("the sum overflows a 64-bit integer")?,
-            Acc::Min(m) => *m = Some(m.map_or(num, |m| min(m, num))),
-            Acc::Max(m) => *m = Some(m.map_or(num, |m| max(m, num))),
+            Acc::Min(m) => *m = Some(pick(m.take(), Some(num), min).expect("one given")),
+            Acc::Max(m) => *m = Some(pick(m.take(), Some(num), max).expect("one given")),
             Acc::Avg { sum, n } => {
                 *sum += num.f64();
                 *n += 1;
@@ -161,10 +180,10 @@ impl Acc {
         match (self, other) {
             (Acc::Count(a), Acc::Count(b)) => *a += b,
             (Acc::Sum(a), Acc::Sum(b)) => {
-                *a = a.merge(*b).ok_or("the sum overflows a 64-bit integer")?
+                *a = a.merge(b).ok_or("the sum overflows a 64-bit integer")?
             }
-            (Acc::Min(a), Acc::Min(b)) => *a = pick(*a, *b, min),
-            (Acc::Max(a), Acc::Max(b)) => *a = pick(*a, *b, max),
+            (Acc::Min(a), Acc::Min(b)) => *a = pick(a.take(), b.clone(), min),
+            (Acc::Max(a), Acc::Max(b)) => *a = pick(a.take(), b.clone(), max),
             (Acc::Avg { sum, n }, Acc::Avg { sum: s2, n: n2 }) => {
                 *sum += s2;
                 *n += n2;
@@ -179,7 +198,7 @@ impl Acc {
         match self {
             Acc::Count(c) => Value::from(*c),
             Acc::Sum(s) => s.to_json(),
-            Acc::Min(m) | Acc::Max(m) => m.map_or(Value::Null, Num::json),
+            Acc::Min(m) | Acc::Max(m) => m.as_ref().map_or(Value::Null, Num::json),
             Acc::Avg { n: 0, .. } => Value::Null,
             Acc::Avg { sum, n } => Value::from(sum / *n as f64),
         }
@@ -187,7 +206,7 @@ impl Acc {
 }
 
 fn min(a: Num, b: Num) -> Num {
-    if b.cmp(a) == Ordering::Less {
+    if b.cmp(&a) == Ordering::Less {
         b
     } else {
         a
@@ -195,7 +214,7 @@ fn min(a: Num, b: Num) -> Num {
 }
 
 fn max(a: Num, b: Num) -> Num {
-    if b.cmp(a) == Ordering::Greater {
+    if b.cmp(&a) == Ordering::Greater {
         b
     } else {
         a
@@ -239,6 +258,29 @@ mod tests {
         assert_eq!(run("avg:/x", &[json!(null)]), json!(null));
         assert_eq!(run("min:/x", &[]), json!(null));
         assert_eq!(run("max:/x", &[json!(1), json!(1.5)]), json!(1.5));
+    }
+
+    #[test]
+    fn min_and_max_give_back_the_number_as_written_and_sums_are_exact() {
+        let n = |t: &str| Value::Number(t.parse().unwrap());
+        let big = "12345678901234567890123456789012345678";
+        let vals = [n("1.50"), n("-0.000000000000000000001"), n(big), n("2")];
+        assert_eq!(run("max:/x", &vals).to_string(), big);
+        assert_eq!(run("min:/x", &vals).to_string(), "-0.000000000000000000001");
+        assert_eq!(run("min:/x", &[n("1.50"), n("2")]).to_string(), "1.50");
+        // Two decimals one double apart from neither: compared exactly.
+        let (a, b) = ("0.10000000000000000001", "0.10000000000000000002");
+        assert_eq!(run("max:/x", &[n(b), n(a)]).to_string(), b);
+        assert_eq!(run("min:/x", &[n(b), n(a)]).to_string(), a);
+        assert_eq!(run("sum:/x", &[n("0.1"), n("0.2")]).to_string(), "0.3");
+        assert_eq!(
+            run("sum:/x", &[n("1.50"), n("2.25"), n("1")]).to_string(),
+            "4.75"
+        );
+        assert_eq!(
+            run("sum:/x", &[n(big), n("1")]).to_string(),
+            "12345678901234567890123456789012345679"
+        );
     }
 
     #[test]
