@@ -223,16 +223,29 @@ pub fn run_config(config: &Path) -> (Option<i32>, String) {
     )
 }
 
-/// Waits for a child, killing it (and failing) after `timeout`.
+/// Waits for a child, killing it (and failing) once it made no progress for
+/// `timeout`: progress is CPU time the child spends, so a loaded machine that runs it
+/// slowly extends the wait, and a child that is stuck (or waits forever) fails it.
+/// Three times `timeout` bounds the wait whatever the child does.
 pub fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
     let start = Instant::now();
+    let mut since = Instant::now();
+    let mut cpu = wait::cpu_ticks(child.id());
     loop {
         if let Some(s) = child.try_wait().unwrap() {
             return s;
         }
-        if start.elapsed() > timeout {
+        let now = wait::cpu_ticks(child.id());
+        if now > cpu {
+            cpu = now;
+            since = Instant::now();
+        }
+        if since.elapsed() > timeout || start.elapsed() > timeout * 3 {
             let _ = child.kill();
-            panic!("process did not finish within {timeout:?}");
+            panic!(
+                "process made no progress for {timeout:?} (or ran past {:?})",
+                timeout * 3
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -10,8 +10,25 @@ use std::time::{Duration, Instant};
 /// for a busy machine.
 pub const DEADLINE: Duration = Duration::from_secs(120);
 
+/// The CPU time (clock ticks, user and system, its own and its waited-for children's)
+/// process `pid` has spent so far; 0 when it cannot be read.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // The command name (field 2) may hold spaces: fields are counted after its `)`.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    rest.split_whitespace()
+        .skip(11) // fields 3..=13
+        .take(4) // utime, stime, cutime, cstime
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum()
+}
+
 /// The longest a [`progressing`] wait goes on, progress or not.
-pub const PROGRESS_CAP: Duration = Duration::from_secs(900);
+pub const PROGRESS_CAP: Duration = Duration::from_secs(360);
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
 pub fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
@@ -74,7 +91,9 @@ pub fn count(path: &Path, needle: &str) -> usize {
 }
 
 /// Polls `cond` every 20 ms until it holds while `child` keeps running. Fails at once,
-/// with the tail of `log`, if the child exits before `cond` holds, and after `timeout`.
+/// with the tail of `log`, if the child exits before `cond` holds, and once the child
+/// spent no CPU time for `timeout` (a loaded machine slows it, not fails it), or after
+/// three times `timeout`.
 pub fn while_running(
     child: &mut Child,
     log: &Path,
@@ -83,6 +102,8 @@ pub fn while_running(
     mut cond: impl FnMut() -> bool,
 ) {
     let start = Instant::now();
+    let mut since = Instant::now();
+    let mut cpu = cpu_ticks(child.id());
     let log_tail = || super::tail(&std::fs::read_to_string(log).unwrap_or_default(), 40);
     loop {
         if cond() {
@@ -97,7 +118,12 @@ pub fn while_running(
                 log_tail()
             );
         }
-        if start.elapsed() > timeout {
+        let now = cpu_ticks(child.id());
+        if now > cpu {
+            cpu = now;
+            since = Instant::now();
+        }
+        if since.elapsed() > timeout || start.elapsed() > timeout * 3 {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
