@@ -29,7 +29,7 @@ impl Sum {
         match (self, v.as_i64()) {
             (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
             (a, _) => Some(Sum::Decimal(
-                (a.decimal()? + decimal(v.as_str())?).to_string(),
+                (a.decimal()? + decimal(v.as_str())?).to_plain_string(),
             )),
         }
     }
@@ -38,7 +38,9 @@ impl Sum {
     pub fn merge(&self, other: &Sum) -> Option<Sum> {
         match (self, other) {
             (Sum::Int(a), Sum::Int(b)) => a.checked_add(*b).map(Sum::Int),
-            (a, b) => Some(Sum::Decimal((a.decimal()? + b.decimal()?).to_string())),
+            (a, b) => Some(Sum::Decimal(
+                (a.decimal()? + b.decimal()?).to_plain_string(),
+            )),
         }
     }
 

@@ -273,6 +273,12 @@ mod tests {
         assert_eq!(run("max:/x", &[n(b), n(a)]).to_string(), b);
         assert_eq!(run("min:/x", &[n(b), n(a)]).to_string(), a);
         assert_eq!(run("sum:/x", &[n("0.1"), n("0.2")]).to_string(), "0.3");
+        // Written out, never in exponent form.
+        let tiny = "-0.000000000000000000001";
+        assert_eq!(
+            run("sum:/x", &[n(tiny), n(tiny)]).to_string(),
+            "-0.000000000000000000002"
+        );
         assert_eq!(
             run("sum:/x", &[n("1.50"), n("2.25"), n("1")]).to_string(),
             "4.75"
