@@ -276,8 +276,9 @@ mod tests {
     #[test]
     fn decimals_keep_their_sign_and_scale() {
         for (b64, scale, want) in [
-            ("AJY=", "2", json!(1.5)),  // 150
-            ("/2o=", "2", json!(-1.5)), // -150
+            // The scale's digits are kept: the number's text is `1.50`.
+            ("AJY=", "2", serde_json::from_str("1.50").unwrap()), // 150
+            ("/2o=", "2", serde_json::from_str("-1.50").unwrap()), // -150
             ("AQ==", "0", json!(1)),
             ("", "0", json!(0)),
         ] {
