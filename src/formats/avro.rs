@@ -334,10 +334,9 @@ impl AvroDecoder {
                 let at = r.at;
                 let n = r.long()?;
                 match hint {
-                    Some(Hint::Semantic(s)) => string(
-                        out,
-                        &s.integer(n).map_err(|e| format!("{e} at byte {at}"))?,
-                    ),
+                    Some(Hint::Semantic(s)) => {
+                        string(out, &s.integer(n).map_err(|e| format!("{e} at byte {at}"))?)
+                    }
                     _ => number(out, n),
                 }
             }
@@ -975,23 +974,84 @@ mod tests {
             ])
         };
         let cases: Vec<(String, Value, &str)> = vec![
-            (named("int", "time.Date"), Value::Int(19_844), r#""2024-05-01""#),
+            (
+                named("int", "time.Date"),
+                Value::Int(19_844),
+                r#""2024-05-01""#,
+            ),
             (named("int", "time.Date"), Value::Int(-1), r#""1969-12-31""#),
-            (named("int", "time.Time"), Value::Int(45_296_789), r#""12:34:56.789""#),
-            (named("long", "time.MicroTime"), Value::Long(45_296_789_012), r#""12:34:56.789012""#),
-            (named("long", "time.NanoTime"), Value::Long(45_296_789_012_345), r#""12:34:56.789012345""#),
-            (named("long", "time.Timestamp"), Value::Long(-1), r#""1969-12-31T23:59:59.999""#),
-            (named("long", "time.MicroTimestamp"), Value::Long(1_714_566_896_789_012), r#""2024-05-01T12:34:56.789012""#),
-            (named("long", "time.MicroTimestamp"), Value::Long(-1_000_001), r#""1969-12-31T23:59:58.999999""#),
-            (named("long", "time.NanoTimestamp"), Value::Long(-1), r#""1969-12-31T23:59:59.999999999""#),
-            (named("string", "time.ZonedTimestamp"), Value::String("2024-05-01T12:00:00Z".into()), r#""2024-05-01T12:00:00Z""#),
+            (
+                named("int", "time.Time"),
+                Value::Int(45_296_789),
+                r#""12:34:56.789""#,
+            ),
+            (
+                named("long", "time.MicroTime"),
+                Value::Long(45_296_789_012),
+                r#""12:34:56.789012""#,
+            ),
+            (
+                named("long", "time.NanoTime"),
+                Value::Long(45_296_789_012_345),
+                r#""12:34:56.789012345""#,
+            ),
+            (
+                named("long", "time.Timestamp"),
+                Value::Long(-1),
+                r#""1969-12-31T23:59:59.999""#,
+            ),
+            (
+                named("long", "time.MicroTimestamp"),
+                Value::Long(1_714_566_896_789_012),
+                r#""2024-05-01T12:34:56.789012""#,
+            ),
+            (
+                named("long", "time.MicroTimestamp"),
+                Value::Long(-1_000_001),
+                r#""1969-12-31T23:59:58.999999""#,
+            ),
+            (
+                named("long", "time.NanoTimestamp"),
+                Value::Long(-1),
+                r#""1969-12-31T23:59:59.999999999""#,
+            ),
+            (
+                named("string", "time.ZonedTimestamp"),
+                Value::String("2024-05-01T12:00:00Z".into()),
+                r#""2024-05-01T12:00:00Z""#,
+            ),
             (named("int", "time.Year"), Value::Int(2024), "2024"),
             (vsd.to_string(), decimal(2, &[0x04, 0xce]), "12.30"),
             (vsd.to_string(), decimal(2, &[0xfb, 0x32]), "-12.30"),
             // In a union, an array and a map.
-            (format!(r#"["null",{}]"#, named("long", "time.MicroTimestamp")), Value::Union(1, Box::new(Value::Long(0))), r#""1970-01-01T00:00:00.000000""#),
-            (format!(r#"{{"type":"array","items":{}}}"#, named("int", "time.Date")), Value::Array(vec![Value::Int(19_844), Value::Int(0)]), r#"["2024-05-01","1970-01-01"]"#),
-            (format!(r#"{{"type":"map","values":["null",{}]}}"#, named("int", "time.Date")), Value::Map([("a".to_string(), Value::Union(1, Box::new(Value::Int(19_844))))].into_iter().collect()), r#"{"a":"2024-05-01"}"#),
+            (
+                format!(r#"["null",{}]"#, named("long", "time.MicroTimestamp")),
+                Value::Union(1, Box::new(Value::Long(0))),
+                r#""1970-01-01T00:00:00.000000""#,
+            ),
+            (
+                format!(
+                    r#"{{"type":"array","items":{}}}"#,
+                    named("int", "time.Date")
+                ),
+                Value::Array(vec![Value::Int(19_844), Value::Int(0)]),
+                r#"["2024-05-01","1970-01-01"]"#,
+            ),
+            (
+                format!(
+                    r#"{{"type":"map","values":["null",{}]}}"#,
+                    named("int", "time.Date")
+                ),
+                Value::Map(
+                    [(
+                        "a".to_string(),
+                        Value::Union(1, Box::new(Value::Int(19_844))),
+                    )]
+                    .into_iter()
+                    .collect(),
+                ),
+                r#"{"a":"2024-05-01"}"#,
+            ),
             // A plain long is a number.
             (r#""long""#.into(), Value::Long(19_844), "19844"),
         ];
@@ -1001,9 +1061,11 @@ mod tests {
             );
             for temporal in [Temporal::EpochMillis, Temporal::Iso8601] {
                 let d = AvroDecoder::parse(&schema, temporal).unwrap();
-                let datum =
-                    apache_avro::to_avro_datum(&d.schema, Value::Record(vec![("v".into(), value.clone())]))
-                        .unwrap();
+                let datum = apache_avro::to_avro_datum(
+                    &d.schema,
+                    Value::Record(vec![("v".into(), value.clone())]),
+                )
+                .unwrap();
                 let got = String::from_utf8(d.to_json(&datum).unwrap()).unwrap();
                 assert_eq!(got, format!(r#"{{"v":{want}}}"#), "{ty}");
             }
@@ -1030,9 +1092,13 @@ mod tests {
         let d = AvroDecoder::parse(&named("int", "time.Date"), Temporal::EpochMillis).unwrap();
         assert_eq!(d.to_json(&[0x88, 0xb6, 0x02]).unwrap(), br#""2024-05-01""#);
         // A time of day out of the day is the record's error.
-        let d = AvroDecoder::parse(&named("long", "time.MicroTime"), Temporal::EpochMillis).unwrap();
+        let d =
+            AvroDecoder::parse(&named("long", "time.MicroTime"), Temporal::EpochMillis).unwrap();
         let e = d.to_json(&[0x01]).unwrap_err();
-        assert!(e.contains("io.debezium.time.MicroTime") && e.contains("byte 0"), "{e}");
+        assert!(
+            e.contains("io.debezium.time.MicroTime") && e.contains("byte 0"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -311,21 +311,86 @@ mod tests {
     fn debezium_semantic_types_are_decoded() {
         let num = |text: &str| serde_json::from_str::<Value>(text).unwrap();
         let cases: &[(&str, &str, Value, Value)] = &[
-            ("int32", "io.debezium.time.Date", json!(19_844), json!("2024-05-01")),
-            ("int32", "io.debezium.time.Date", json!(-1), json!("1969-12-31")),
-            ("int32", "io.debezium.time.Time", json!(45_296_789), json!("12:34:56.789")),
-            ("int64", "io.debezium.time.MicroTime", json!(45_296_789_012i64), json!("12:34:56.789012")),
-            ("int64", "io.debezium.time.NanoTime", json!(45_296_789_012_345i64), json!("12:34:56.789012345")),
-            ("int64", "io.debezium.time.Timestamp", json!(-1), json!("1969-12-31T23:59:59.999")),
-            ("int64", "io.debezium.time.MicroTimestamp", json!(1_714_566_896_789_012i64), json!("2024-05-01T12:34:56.789012")),
-            ("int64", "io.debezium.time.MicroTimestamp", json!(-1_000_001), json!("1969-12-31T23:59:58.999999")),
-            ("int64", "io.debezium.time.NanoTimestamp", json!(1_714_566_896_789_012_345i64), json!("2024-05-01T12:34:56.789012345")),
-            ("string", "io.debezium.time.ZonedTimestamp", json!("2024-05-01T12:34:56.789012Z"), json!("2024-05-01T12:34:56.789012Z")),
-            ("string", "io.debezium.time.ZonedTime", json!("12:34:56Z"), json!("12:34:56Z")),
+            (
+                "int32",
+                "io.debezium.time.Date",
+                json!(19_844),
+                json!("2024-05-01"),
+            ),
+            (
+                "int32",
+                "io.debezium.time.Date",
+                json!(-1),
+                json!("1969-12-31"),
+            ),
+            (
+                "int32",
+                "io.debezium.time.Time",
+                json!(45_296_789),
+                json!("12:34:56.789"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTime",
+                json!(45_296_789_012i64),
+                json!("12:34:56.789012"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.NanoTime",
+                json!(45_296_789_012_345i64),
+                json!("12:34:56.789012345"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.Timestamp",
+                json!(-1),
+                json!("1969-12-31T23:59:59.999"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTimestamp",
+                json!(1_714_566_896_789_012i64),
+                json!("2024-05-01T12:34:56.789012"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTimestamp",
+                json!(-1_000_001),
+                json!("1969-12-31T23:59:58.999999"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.NanoTimestamp",
+                json!(1_714_566_896_789_012_345i64),
+                json!("2024-05-01T12:34:56.789012345"),
+            ),
+            (
+                "string",
+                "io.debezium.time.ZonedTimestamp",
+                json!("2024-05-01T12:34:56.789012Z"),
+                json!("2024-05-01T12:34:56.789012Z"),
+            ),
+            (
+                "string",
+                "io.debezium.time.ZonedTime",
+                json!("12:34:56Z"),
+                json!("12:34:56Z"),
+            ),
             ("int32", "io.debezium.time.Year", json!(2024), json!(2024)),
             // 1230 = 0x04CE, -1230 = 0xFB32.
-            ("struct", "io.debezium.data.VariableScaleDecimal", json!({"scale": 2, "value": "BM4="}), num("12.30")),
-            ("struct", "io.debezium.data.VariableScaleDecimal", json!({"scale": 2, "value": "+zI="}), num("-12.30")),
+            (
+                "struct",
+                "io.debezium.data.VariableScaleDecimal",
+                json!({"scale": 2, "value": "BM4="}),
+                num("12.30"),
+            ),
+            (
+                "struct",
+                "io.debezium.data.VariableScaleDecimal",
+                json!({"scale": 2, "value": "+zI="}),
+                num("-12.30"),
+            ),
         ];
         for (ty, name, payload, want) in cases {
             let schema = json!({"type": ty, "name": name, "version": 1});
@@ -350,8 +415,13 @@ mod tests {
             ("io.debezium.time.Time", json!(86_400_001)),
             ("io.debezium.data.VariableScaleDecimal", json!({"scale": 2})),
         ] {
-            let e = convert(&json!({"type": "int64", "name": name}), payload, Temporal::Iso8601, "day")
-                .unwrap_err();
+            let e = convert(
+                &json!({"type": "int64", "name": name}),
+                payload,
+                Temporal::Iso8601,
+                "day",
+            )
+            .unwrap_err();
             assert!(e.starts_with("day: ") && e.contains(name), "{e}");
         }
     }

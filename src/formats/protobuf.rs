@@ -518,9 +518,10 @@ fn variable_scale_decimal(m: &DynamicMessage) -> Option<Result<String, String>> 
     let value = desc
         .get_field_by_name("value")
         .filter(|f| matches!(f.kind(), Kind::Bytes) && !f.is_list())?;
-    let (Value::I32(scale), Value::Bytes(unscaled)) =
-        (m.get_field(&scale).into_owned(), m.get_field(&value).into_owned())
-    else {
+    let (Value::I32(scale), Value::Bytes(unscaled)) = (
+        m.get_field(&scale).into_owned(),
+        m.get_field(&value).into_owned(),
+    ) else {
         return None;
     };
     Some(super::debezium_types::variable_scale_decimal(
@@ -895,8 +896,10 @@ message Order {
             );
             amount.set_field_by_name("scale", Value::I32(scale));
             amount.set_field_by_name("value", Value::Bytes(bytes.to_vec().into()));
-            let mut row =
-                DynamicMessage::new(pool.get_message_by_name("db.inventory.orders.Value").unwrap());
+            let mut row = DynamicMessage::new(
+                pool.get_message_by_name("db.inventory.orders.Value")
+                    .unwrap(),
+            );
             row.set_field_by_name("day", Value::I32(19_844));
             row.set_field_by_name("amount", Value::Message(amount));
             let mut body = vec![0];

@@ -156,8 +156,7 @@ fn unwrapped_key(key: &mut Option<Vec<u8>>, temporal: Temporal) -> Result<(), St
     };
     match serde_json::from_slice::<Value>(k) {
         Ok(v) if connect_json::is_envelope(&v) => {
-            let payload = connect_json::unwrap(v, temporal)
-                .map_err(|e| format!("the key: {e}"))?;
+            let payload = connect_json::unwrap(v, temporal).map_err(|e| format!("the key: {e}"))?;
             *key = Some(match payload {
                 Value::String(s) => s.into_bytes(),
                 other => serde_json::to_vec(&other).expect("a JSON value serializes"),
@@ -364,9 +363,7 @@ mod tests {
     /// reaches the row as ISO 8601 text or its exact digits, never the bare number.
     #[test]
     fn debezium_semantic_types_in_the_envelope_are_decoded() {
-        let field = |name: &str, ty: &str, semantic: &str| {
-            json!({"field": name, "type": ty, "optional": true, "name": semantic, "version": 1})
-        };
+        let field = |name: &str, ty: &str, semantic: &str| json!({"field": name, "type": ty, "optional": true, "name": semantic, "version": 1});
         let row = json!({"type": "struct", "optional": true, "name": "db.public.orders.Value", "fields": [
             {"field": "id", "type": "int32"},
             field("day", "int32", "io.debezium.time.Date"),

@@ -501,7 +501,10 @@ mod tests {
             let kind = Kind::of(typname, "D", -1);
             for n in ["19844", "86400000", "1714566896789012", "-1", "0", "1.5e3"] {
                 let e = conv(&kind, n).unwrap_err();
-                assert!(e.contains("bare number") && e.contains(n), "{typname} {n}: {e}");
+                assert!(
+                    e.contains("bare number") && e.contains(n),
+                    "{typname} {n}: {e}"
+                );
             }
             // A string of digits is no date either.
             assert!(conv(&kind, "\"19844\"").is_err(), "{typname}");
