@@ -756,3 +756,104 @@ fn a_bare_number_for_a_date_column_is_dead_lettered_not_written() {
         "{why}"
     );
 }
+
+/// The same through Avro and the Schema Registry: Debezium's AvroConverter names each
+/// type in its field's `connect.name`, and the rows hold the days, instants and digits.
+#[test]
+fn debezium_avro_dates_and_micro_timestamps_are_written_as_the_days_and_instants_they_count() {
+    use apache_avro::types::Value as Avro;
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let registry = common::confluent::RegistryProcess::start_on("127.0.0.1:0");
+    let schema = r#"{"type": "record", "name": "Envelope", "namespace": "db.public.orders",
+      "connect.name": "db.public.orders.Envelope", "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+          {"name": "id", "type": "long"},
+          {"name": "day", "type": ["null", {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Date"}], "default": null},
+          {"name": "at", "type": ["null", {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}], "default": null},
+          {"name": "amount", "type": ["null", {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+            "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+            "connect.version": 1, "connect.name": "io.debezium.data.VariableScaleDecimal"}], "default": null}],
+          "connect.name": "db.public.orders.Value"}], "default": null},
+        {"name": "after", "type": ["null", "Value"], "default": null},
+        {"name": "op", "type": "string"}]}"#;
+    let registered: serde_json::Value = reqwest::blocking::Client::new()
+        .post(format!("{}/subjects/orders-value/versions", registry.url))
+        .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        .json(&serde_json::json!({ "schema": schema }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = registered["id"].as_u64().expect("a schema id") as u32;
+    let parsed = apache_avro::Schema::parse_str(schema).unwrap();
+    let event = |row: i64, days: i32, micros: i64, unscaled: &[u8]| {
+        let after = Avro::Record(vec![
+            ("id".into(), Avro::Long(row)),
+            ("day".into(), Avro::Union(1, Box::new(Avro::Int(days)))),
+            ("at".into(), Avro::Union(1, Box::new(Avro::Long(micros)))),
+            (
+                "amount".into(),
+                Avro::Union(
+                    1,
+                    Box::new(Avro::Record(vec![
+                        ("scale".into(), Avro::Int(2)),
+                        ("value".into(), Avro::Bytes(unscaled.to_vec())),
+                    ])),
+                ),
+            ),
+        ]);
+        let value = Avro::Record(vec![
+            ("before".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("after".into(), Avro::Union(1, Box::new(after))),
+            ("op".into(), Avro::String("c".into())),
+        ]);
+        let mut framed = vec![0];
+        framed.extend_from_slice(&id.to_be_bytes());
+        framed.extend(apache_avro::to_avro_datum(&parsed, value).unwrap());
+        framed
+    };
+    let events = [
+        event(1, 19_844, 1_714_566_896_789_012, &[0x04, 0xce]),
+        event(2, -3_653, -1, &[0xfb, 0x32]),
+    ];
+    let payloads: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, day date, at timestamp(6), amount numeric)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "debezium-avro-times",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        &format!(
+            "mode = \"upsert\"\nkey = [\"id\"]\n\n[[transform]]\ntype = \"debezium\"\n\n\
+             [source.kafka.schema_registry]\nurl = \"{}\"\n",
+            registry.url
+        ),
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("bounded = \"latest\"\n", "bounded = \"latest\"\nformat = \"avro\"\n");
+    std::fs::write(&config, text).unwrap();
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    let rows = pg
+        .query(
+            "app",
+            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY id",
+        )
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "2024-05-01", "2024-05-01 12:34:56.789012", "12.30"],
+            vec!["2", "1960-01-01", "1969-12-31 23:59:59.999999", "-12.30"],
+        ]
+    );
+}
