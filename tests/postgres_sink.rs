@@ -837,9 +837,10 @@ fn debezium_avro_dates_and_micro_timestamps_are_written_as_the_days_and_instants
             registry.url
         ),
     );
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("bounded = \"latest\"\n", "bounded = \"latest\"\nformat = \"avro\"\n");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "bounded = \"latest\"\n",
+        "bounded = \"latest\"\nformat = \"avro\"\n",
+    );
     std::fs::write(&config, text).unwrap();
     let (code, log) = common::run_config(&config);
     assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
