@@ -649,3 +649,212 @@ fn jsonb_column_holds_the_whole_record_beside_its_key() {
         r#"{"n": 2, "id": "a", "tags": ["x", "y"]}"#
     );
 }
+
+/// A Debezium change event as its JsonConverter writes it with schemas (the
+/// PostgreSQL connector's default `time.precision.mode = adaptive`): a `date` column is
+/// `io.debezium.time.Date` (days), a `timestamp(6)` a `MicroTimestamp`, a `numeric`
+/// without scale a `VariableScaleDecimal`.
+fn debezium_event(id: i64, days: i64, micros: i64, amount_b64: &str) -> String {
+    let fields = serde_json::json!([
+        {"field": "id", "type": "int64"},
+        {"field": "day", "type": "int32", "optional": true, "name": "io.debezium.time.Date", "version": 1},
+        {"field": "at", "type": "int64", "optional": true, "name": "io.debezium.time.MicroTimestamp", "version": 1},
+        {"field": "amount", "type": "struct", "optional": true, "name": "io.debezium.data.VariableScaleDecimal",
+         "version": 1, "fields": [{"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}]}
+    ]);
+    serde_json::json!({
+        "schema": {"type": "struct", "name": "db.public.orders.Envelope", "fields": [
+            {"field": "before", "type": "struct", "optional": true, "fields": fields},
+            {"field": "after", "type": "struct", "optional": true, "fields": fields},
+            {"field": "op", "type": "string"}
+        ]},
+        "payload": {"before": null, "op": "c", "after": {
+            "id": id, "day": days, "at": micros, "amount": {"scale": 2, "value": amount_b64}}}
+    })
+    .to_string()
+}
+
+/// Debezium's days and microseconds reach `date` and `timestamp(6)` columns as the
+/// days and instants they count (19844 days is 2024-05-01, not 1970-01-01), before
+/// 1970 too, and a VariableScaleDecimal its exact digits.
+#[test]
+fn debezium_dates_and_micro_timestamps_are_written_as_the_days_and_instants_they_count() {
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    // 1230 (0x04CE) and -1230 (0xFB32) at scale 2.
+    let events = [
+        debezium_event(1, 19_844, 1_714_566_896_789_012, "BM4="),
+        debezium_event(2, -3_653, -1, "+zI="),
+    ];
+    let payloads: Vec<&[u8]> = events.iter().map(|e| e.as_bytes()).collect();
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, day date, at timestamp(6), amount numeric)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "debezium-times",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        "mode = \"upsert\"\nkey = [\"id\"]\n\n[[transform]]\ntype = \"debezium\"",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    let rows = pg
+        .query(
+            "app",
+            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY id",
+        )
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "2024-05-01", "2024-05-01 12:34:56.789012", "12.30"],
+            vec!["2", "1960-01-01", "1969-12-31 23:59:59.999999", "-12.30"],
+        ]
+    );
+}
+
+/// A bare number for a `date` column is refused by the item error policy (here
+/// dead-lettered with the reason), never written in a unit guessed for it.
+#[test]
+fn a_bare_number_for_a_date_column_is_dead_lettered_not_written() {
+    let kafka = KafkaProcess::start(&[("orders", 1), ("dlq", 1)]);
+    let rows = [
+        br#"{"id":1,"day":19844}"#.as_slice(),
+        br#"{"id":2,"day":"2024-05-01"}"#.as_slice(),
+    ];
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &rows);
+    let pg = server();
+    pg.query("app", "CREATE TABLE days (id bigint PRIMARY KEY, day date)")
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "bare-number",
+        &kafka.bootstrap,
+        &pg,
+        "days",
+        "mode = \"insert\"\non_item_error = \"dead-letter:dlq\"",
+    );
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    assert_eq!(
+        pg.query("app", "SELECT id::text, day::text FROM days ORDER BY id")
+            .unwrap(),
+        vec![vec!["2", "2024-05-01"]]
+    );
+    let letters = dead_letters(&kafka.bootstrap, 1);
+    assert_eq!(letters[0].0, rows[0]);
+    let why = &letters[0].1["lockgate.error"];
+    assert!(
+        why.contains("column `day`") && why.contains("bare number"),
+        "{why}"
+    );
+}
+
+/// The same through Avro and the Schema Registry: Debezium's AvroConverter names each
+/// type in its field's `connect.name`, and the rows hold the days, instants and digits.
+#[test]
+fn debezium_avro_dates_and_micro_timestamps_are_written_as_the_days_and_instants_they_count() {
+    use apache_avro::types::Value as Avro;
+    let kafka = KafkaProcess::start(&[("orders", 1)]);
+    let registry = common::confluent::RegistryProcess::start_on("127.0.0.1:0");
+    let schema = r#"{"type": "record", "name": "Envelope", "namespace": "db.public.orders",
+      "connect.name": "db.public.orders.Envelope", "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+          {"name": "id", "type": "long"},
+          {"name": "day", "type": ["null", {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Date"}], "default": null},
+          {"name": "at", "type": ["null", {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}], "default": null},
+          {"name": "amount", "type": ["null", {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+            "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+            "connect.version": 1, "connect.name": "io.debezium.data.VariableScaleDecimal"}], "default": null}],
+          "connect.name": "db.public.orders.Value"}], "default": null},
+        {"name": "after", "type": ["null", "Value"], "default": null},
+        {"name": "op", "type": "string"}]}"#;
+    let registered: serde_json::Value = reqwest::blocking::Client::new()
+        .post(format!("{}/subjects/orders-value/versions", registry.url))
+        .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        .json(&serde_json::json!({ "schema": schema }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = registered["id"].as_u64().expect("a schema id") as u32;
+    let parsed = apache_avro::Schema::parse_str(schema).unwrap();
+    let event = |row: i64, days: i32, micros: i64, unscaled: &[u8]| {
+        let after = Avro::Record(vec![
+            ("id".into(), Avro::Long(row)),
+            ("day".into(), Avro::Union(1, Box::new(Avro::Int(days)))),
+            ("at".into(), Avro::Union(1, Box::new(Avro::Long(micros)))),
+            (
+                "amount".into(),
+                Avro::Union(
+                    1,
+                    Box::new(Avro::Record(vec![
+                        ("scale".into(), Avro::Int(2)),
+                        ("value".into(), Avro::Bytes(unscaled.to_vec())),
+                    ])),
+                ),
+            ),
+        ]);
+        let value = Avro::Record(vec![
+            ("before".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("after".into(), Avro::Union(1, Box::new(after))),
+            ("op".into(), Avro::String("c".into())),
+        ]);
+        let mut framed = vec![0];
+        framed.extend_from_slice(&id.to_be_bytes());
+        framed.extend(apache_avro::to_avro_datum(&parsed, value).unwrap());
+        framed
+    };
+    let events = [
+        event(1, 19_844, 1_714_566_896_789_012, &[0x04, 0xce]),
+        event(2, -3_653, -1, &[0xfb, 0x32]),
+    ];
+    let payloads: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
+    let pg = server();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, day date, at timestamp(6), amount numeric)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(
+        tmp.path(),
+        "debezium-avro-times",
+        &kafka.bootstrap,
+        &pg,
+        "orders",
+        &format!(
+            "mode = \"upsert\"\nkey = [\"id\"]\n\n[[transform]]\ntype = \"debezium\"\n\n\
+             [source.kafka.schema_registry]\nurl = \"{}\"\n",
+            registry.url
+        ),
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "bounded = \"latest\"\n",
+        "bounded = \"latest\"\nformat = \"avro\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, log) = common::run_config(&config);
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    let rows = pg
+        .query(
+            "app",
+            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY id",
+        )
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "2024-05-01", "2024-05-01 12:34:56.789012", "12.30"],
+            vec!["2", "1960-01-01", "1969-12-31 23:59:59.999999", "-12.30"],
+        ]
+    );
+}

@@ -17,9 +17,15 @@
 //! | map | an object |
 //! | `float`, `double` | a number; NaN and the infinities as the strings `"NaN"`, `"Infinity"`, `"-Infinity"` (Protobuf's JSON rule: JSON has no such numbers) |
 //!
+//! Debezium's semantic types (a primitive or record whose `connect.name` is
+//! `io.debezium.time.Date`, `io.debezium.time.MicroTimestamp`,
+//! `io.debezium.data.VariableScaleDecimal`, ...) are written as
+//! [`super::debezium_types`] says, whatever `temporal` is.
+//!
 //! A value that does not match its schema (a truncated body, a union index out of range,
 //! a string that is not UTF-8, bytes left over) is an error that says what and where.
 
+use super::debezium_types::{self, Semantic};
 use super::json_out::{base64, decimal, float, float32, number, string};
 use apache_avro::schema::{Name, Schema};
 use std::collections::HashMap;
@@ -44,6 +50,112 @@ pub struct AvroDecoder {
     /// The schemas its named types come from: its references', then its own.
     roots: Vec<Schema>,
     temporal: Temporal,
+    /// The Debezium semantic types of the schema's record fields.
+    hints: Hints,
+    /// The Debezium semantic type of the schema itself.
+    root_hint: Option<Hint>,
+}
+
+/// Where a schema names a Debezium semantic type on a primitive: the `connect.name`
+/// that Avro's parser does not keep, kept beside the schema, shaped as the type that
+/// holds it.
+#[derive(Debug, Clone, PartialEq)]
+enum Hint {
+    Semantic(Semantic),
+    /// A union: the hint of each branch.
+    Union(Vec<Option<Hint>>),
+    Items(Box<Hint>),
+    Values(Box<Hint>),
+}
+
+/// The hints of each record's fields (by field index), for records with any.
+type Hints = HashMap<Name, Vec<Option<Hint>>>;
+
+/// The hint of schema `v` (JSON) whose enclosing namespace is `namespace`, adding
+/// those of the records it defines to `hints`.
+fn find_hints(v: &serde_json::Value, namespace: Option<&str>, hints: &mut Hints) -> Option<Hint> {
+    use serde_json::Value;
+    match v {
+        Value::Array(branches) => {
+            let branches: Vec<Option<Hint>> = branches
+                .iter()
+                .map(|b| find_hints(b, namespace, hints))
+                .collect();
+            branches
+                .iter()
+                .any(Option::is_some)
+                .then_some(Hint::Union(branches))
+        }
+        Value::Object(o) => {
+            let ty = o.get("type");
+            match ty.and_then(Value::as_str) {
+                Some("record" | "error") => {
+                    let name = o.get("name").and_then(Value::as_str)?;
+                    let (full, inner_ns) = match (name.rsplit_once('.'), o.get("namespace")) {
+                        (Some((ns, _)), _) => (name.to_string(), Some(ns.to_string())),
+                        (None, Some(Value::String(ns))) if !ns.is_empty() => {
+                            (format!("{ns}.{name}"), Some(ns.clone()))
+                        }
+                        (None, Some(Value::String(_))) => (name.to_string(), None),
+                        _ => (
+                            namespace.map_or_else(|| name.to_string(), |ns| format!("{ns}.{name}")),
+                            namespace.map(String::from),
+                        ),
+                    };
+                    let fields: Vec<Option<Hint>> = o
+                        .get("fields")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .map(|f| {
+                            f.get("type")
+                                .and_then(|t| find_hints(t, inner_ns.as_deref(), hints))
+                        })
+                        .collect();
+                    if fields.iter().any(Option::is_some) {
+                        if let Ok(name) = Name::new(&full) {
+                            hints.insert(name, fields);
+                        }
+                    }
+                    None
+                }
+                Some("array") => o
+                    .get("items")
+                    .and_then(|i| find_hints(i, namespace, hints))
+                    .map(|h| Hint::Items(Box::new(h))),
+                Some("map") => o
+                    .get("values")
+                    .and_then(|i| find_hints(i, namespace, hints))
+                    .map(|h| Hint::Values(Box::new(h))),
+                Some("int" | "long") => o
+                    .get("connect.name")
+                    .and_then(Value::as_str)
+                    .and_then(Semantic::named)
+                    .filter(|s| *s != Semantic::VariableScaleDecimal)
+                    .map(Hint::Semantic),
+                Some(_) => None,
+                None => ty.and_then(|t| find_hints(t, namespace, hints)),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The hints of the schema texts `texts`, and of the last one itself.
+fn hints_of(texts: &[&str]) -> Result<(Hints, Option<Hint>), String> {
+    let mut hints = Hints::new();
+    let mut root = None;
+    for text in texts {
+        // Only a schema that names one has any.
+        if !text.contains("io.debezium.") {
+            root = None;
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not a valid Avro schema: {e}"))?;
+        root = find_hints(&v, None, &mut hints);
+    }
+    Ok((hints, root))
 }
 
 /// The deepest nesting of the JSON written (records, arrays, maps, durations): a recursive
@@ -103,6 +215,8 @@ impl AvroDecoder {
             schema,
             names,
             temporal,
+            hints: Hints::new(),
+            root_hint: None,
         })
     }
 
@@ -111,7 +225,12 @@ impl AvroDecoder {
         let json = keep_fixed_uuids(json)?;
         let schema =
             Schema::parse_str(&json).map_err(|e| format!("not a valid Avro schema: {e}"))?;
-        AvroDecoder::new(schema, temporal)
+        let (hints, root_hint) = hints_of(&[&json])?;
+        Ok(AvroDecoder {
+            hints,
+            root_hint,
+            ..AvroDecoder::new(schema, temporal)?
+        })
     }
 
     /// A decoder of the schema in `json`, whose named types may be defined in the
@@ -133,11 +252,16 @@ impl AvroDecoder {
             .map_err(|e| format!("not a valid Avro schema with its references: {e}"))?;
         roots.push(schema.clone());
         let names = named_types(&roots)?;
+        let mut texts: Vec<&str> = references.iter().map(String::as_str).collect();
+        texts.push(&json);
+        let (hints, root_hint) = hints_of(&texts)?;
         Ok(AvroDecoder {
             schema,
             names,
             roots,
             temporal,
+            hints,
+            root_hint,
         })
     }
 
@@ -161,7 +285,7 @@ impl AvroDecoder {
             depth: 0,
             items: datum.len() as u64 + MAX_EMPTY_ITEMS,
         };
-        self.value(&self.schema, &mut r, &mut out)?;
+        self.value(&self.schema, self.root_hint.as_ref(), &mut r, &mut out)?;
         if r.at != datum.len() {
             return Err(format!(
                 "{} bytes left after the value (of {})",
@@ -172,7 +296,13 @@ impl AvroDecoder {
         Ok(out)
     }
 
-    fn value(&self, schema: &Schema, r: &mut Reader, out: &mut Vec<u8>) -> Result<(), String> {
+    fn value(
+        &self,
+        schema: &Schema,
+        hint: Option<&Hint>,
+        r: &mut Reader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
         // What nests in the JSON nests here; a union or a named reference between two
         // levels adds a call, not a level.
         let nests = matches!(
@@ -185,15 +315,31 @@ impl AvroDecoder {
                 return Err(r.error(&format!("values nest deeper than {MAX_DEPTH}")));
             }
         }
-        self.inner(schema, r, out)?;
+        self.inner(schema, hint, r, out)?;
         if nests {
             r.depth -= 1;
         }
         Ok(())
     }
 
-    fn inner(&self, schema: &Schema, r: &mut Reader, out: &mut Vec<u8>) -> Result<(), String> {
+    fn inner(
+        &self,
+        schema: &Schema,
+        hint: Option<&Hint>,
+        r: &mut Reader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
         match schema {
+            Schema::Int | Schema::Long if hint.is_some() => {
+                let at = r.at;
+                let n = r.long()?;
+                match hint {
+                    Some(Hint::Semantic(s)) => {
+                        string(out, &s.integer(n).map_err(|e| format!("{e} at byte {at}"))?)
+                    }
+                    _ => number(out, n),
+                }
+            }
             Schema::Null => out.extend_from_slice(b"null"),
             Schema::Boolean => match r.byte()? {
                 0 => out.extend_from_slice(b"false"),
@@ -221,24 +367,45 @@ impl AvroDecoder {
                 string(out, symbol);
             }
             Schema::Union(u) => {
-                let branch = r.index("union", u.variants())?;
-                self.value(branch, r, out)?;
+                let (i, branch) = r.indexed("union", u.variants())?;
+                let hint = match hint {
+                    Some(Hint::Union(branches)) => branches.get(i).and_then(Option::as_ref),
+                    _ => None,
+                };
+                self.value(branch, hint, r, out)?;
             }
             Schema::Array(a) => {
+                let items = match hint {
+                    Some(Hint::Items(h)) => Some(&**h),
+                    _ => None,
+                };
                 out.push(b'[');
-                self.blocks(r, out, |d, r, out| d.value(&a.items, r, out))?;
+                self.blocks(r, out, |d, r, out| d.value(&a.items, items, r, out))?;
                 out.push(b']');
             }
             Schema::Map(m) => {
+                let values = match hint {
+                    Some(Hint::Values(h)) => Some(&**h),
+                    _ => None,
+                };
                 out.push(b'{');
                 self.blocks(r, out, |d, r, out| {
                     string(out, r.str()?);
                     out.push(b':');
-                    d.value(&m.types, r, out)
+                    d.value(&m.types, values, r, out)
                 })?;
                 out.push(b'}');
             }
+            Schema::Record(rec) if is_variable_scale_decimal(rec) => {
+                let at = r.at;
+                let scale = r.long()?;
+                let unscaled = r.bytes()?;
+                let text = debezium_types::variable_scale_decimal(scale, unscaled)
+                    .map_err(|e| format!("{e} at byte {at}"))?;
+                out.extend_from_slice(text.as_bytes());
+            }
             Schema::Record(rec) => {
+                let hints = self.hints.get(&rec.name);
                 out.push(b'{');
                 for (i, field) in rec.fields.iter().enumerate() {
                     if i > 0 {
@@ -246,7 +413,8 @@ impl AvroDecoder {
                     }
                     string(out, &field.name);
                     out.push(b':');
-                    self.value(&field.schema, r, out)?;
+                    let hint = hints.and_then(|h| h.get(i)).and_then(Option::as_ref);
+                    self.value(&field.schema, hint, r, out)?;
                 }
                 out.push(b'}');
             }
@@ -291,7 +459,7 @@ impl AvroDecoder {
                     .names
                     .get(name)
                     .ok_or_else(|| format!("the schema names {name:?} without defining it"))?;
-                self.value(named, r, out)?;
+                self.value(named, hint, r, out)?;
             }
         }
         Ok(())
@@ -359,6 +527,20 @@ impl AvroDecoder {
         }
         Ok(())
     }
+}
+
+/// Whether `rec` is Debezium's `VariableScaleDecimal`: its name, an integer `scale`
+/// and the unscaled `value` bytes.
+fn is_variable_scale_decimal(rec: &apache_avro::schema::RecordSchema) -> bool {
+    rec.name.name == "VariableScaleDecimal"
+        && rec.name.namespace.as_deref() == Some("io.debezium.data")
+        && matches!(
+            rec.fields.as_slice(),
+            [scale, value] if scale.name == "scale"
+                && matches!(scale.schema, Schema::Int | Schema::Long)
+                && value.name == "value"
+                && matches!(value.schema, Schema::Bytes)
+        )
 }
 
 /// RFC 3339 without the offset, with the unit's fractional digits.
@@ -437,10 +619,15 @@ impl<'a> Reader<'a> {
     /// The element of `of` that the next number indexes (an enum's symbol, a union's
     /// branch), `what` naming it in the error.
     fn index<'s, T>(&mut self, what: &str, of: &'s [T]) -> Result<&'s T, String> {
+        self.indexed(what, of).map(|(_, t)| t)
+    }
+
+    /// [`Reader::index`] with the index.
+    fn indexed<'s, T>(&mut self, what: &str, of: &'s [T]) -> Result<(usize, &'s T), String> {
         let i = self.long()?;
         usize::try_from(i)
             .ok()
-            .and_then(|i| of.get(i))
+            .and_then(|i| Some((i, of.get(i)?)))
             .ok_or_else(|| self.error(&format!("{what} index {i} of {}", of.len())))
     }
 
@@ -767,6 +954,151 @@ mod tests {
             Temporal::Iso8601,
         );
         assert_eq!(never, json!("9999-12-31T23:59:59.999999Z"));
+    }
+
+    /// Debezium's semantic types as Confluent's AvroConverter names them
+    /// (`connect.name`): each written the one way `debezium_types` says, under either
+    /// `temporal`.
+    #[test]
+    fn debezium_semantic_types_are_decoded() {
+        let vsd = r#"{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data",
+            "fields":[{"name":"scale","type":"int"},{"name":"value","type":"bytes"}],
+            "connect.name":"io.debezium.data.VariableScaleDecimal"}"#;
+        let named = |ty: &str, name: &str| {
+            format!(r#"{{"type":"{ty}","connect.version":1,"connect.name":"io.debezium.{name}"}}"#)
+        };
+        let decimal = |scale: i32, bytes: &[u8]| {
+            Value::Record(vec![
+                ("scale".into(), Value::Int(scale)),
+                ("value".into(), Value::Bytes(bytes.to_vec())),
+            ])
+        };
+        let cases: Vec<(String, Value, &str)> = vec![
+            (
+                named("int", "time.Date"),
+                Value::Int(19_844),
+                r#""2024-05-01""#,
+            ),
+            (named("int", "time.Date"), Value::Int(-1), r#""1969-12-31""#),
+            (
+                named("int", "time.Time"),
+                Value::Int(45_296_789),
+                r#""12:34:56.789""#,
+            ),
+            (
+                named("long", "time.MicroTime"),
+                Value::Long(45_296_789_012),
+                r#""12:34:56.789012""#,
+            ),
+            (
+                named("long", "time.NanoTime"),
+                Value::Long(45_296_789_012_345),
+                r#""12:34:56.789012345""#,
+            ),
+            (
+                named("long", "time.Timestamp"),
+                Value::Long(-1),
+                r#""1969-12-31T23:59:59.999""#,
+            ),
+            (
+                named("long", "time.MicroTimestamp"),
+                Value::Long(1_714_566_896_789_012),
+                r#""2024-05-01T12:34:56.789012""#,
+            ),
+            (
+                named("long", "time.MicroTimestamp"),
+                Value::Long(-1_000_001),
+                r#""1969-12-31T23:59:58.999999""#,
+            ),
+            (
+                named("long", "time.NanoTimestamp"),
+                Value::Long(-1),
+                r#""1969-12-31T23:59:59.999999999""#,
+            ),
+            (
+                named("string", "time.ZonedTimestamp"),
+                Value::String("2024-05-01T12:00:00Z".into()),
+                r#""2024-05-01T12:00:00Z""#,
+            ),
+            (named("int", "time.Year"), Value::Int(2024), "2024"),
+            (vsd.to_string(), decimal(2, &[0x04, 0xce]), "12.30"),
+            (vsd.to_string(), decimal(2, &[0xfb, 0x32]), "-12.30"),
+            // In a union, an array and a map.
+            (
+                format!(r#"["null",{}]"#, named("long", "time.MicroTimestamp")),
+                Value::Union(1, Box::new(Value::Long(0))),
+                r#""1970-01-01T00:00:00.000000""#,
+            ),
+            (
+                format!(
+                    r#"{{"type":"array","items":{}}}"#,
+                    named("int", "time.Date")
+                ),
+                Value::Array(vec![Value::Int(19_844), Value::Int(0)]),
+                r#"["2024-05-01","1970-01-01"]"#,
+            ),
+            (
+                format!(
+                    r#"{{"type":"map","values":["null",{}]}}"#,
+                    named("int", "time.Date")
+                ),
+                Value::Map(
+                    [(
+                        "a".to_string(),
+                        Value::Union(1, Box::new(Value::Int(19_844))),
+                    )]
+                    .into_iter()
+                    .collect(),
+                ),
+                r#"{"a":"2024-05-01"}"#,
+            ),
+            // A plain long is a number.
+            (r#""long""#.into(), Value::Long(19_844), "19844"),
+        ];
+        for (ty, value, want) in cases {
+            let schema = format!(
+                r#"{{"type":"record","name":"Value","namespace":"db.inventory.orders","fields":[{{"name":"v","type":{ty}}}]}}"#
+            );
+            for temporal in [Temporal::EpochMillis, Temporal::Iso8601] {
+                let d = AvroDecoder::parse(&schema, temporal).unwrap();
+                let datum = apache_avro::to_avro_datum(
+                    &d.schema,
+                    Value::Record(vec![("v".into(), value.clone())]),
+                )
+                .unwrap();
+                let got = String::from_utf8(d.to_json(&datum).unwrap()).unwrap();
+                assert_eq!(got, format!(r#"{{"v":{want}}}"#), "{ty}");
+            }
+        }
+        // A record defined once and referred to by name keeps its fields' types; the
+        // top-level schema may be one itself.
+        let schema = format!(
+            r#"{{"type":"record","name":"Row","fields":[
+                {{"name":"a","type":{{"type":"record","name":"Inner","fields":[{{"name":"d","type":{}}}]}}}},
+                {{"name":"b","type":"Inner"}}]}}"#,
+            named("int", "time.Date")
+        );
+        let d = AvroDecoder::parse(&schema, Temporal::EpochMillis).unwrap();
+        let inner = |n| Value::Record(vec![("d".into(), Value::Int(n))]);
+        let datum = apache_avro::to_avro_datum(
+            &d.schema,
+            Value::Record(vec![("a".into(), inner(0)), ("b".into(), inner(19_844))]),
+        )
+        .unwrap();
+        assert_eq!(
+            d.to_json(&datum).unwrap(),
+            br#"{"a":{"d":"1970-01-01"},"b":{"d":"2024-05-01"}}"#
+        );
+        let d = AvroDecoder::parse(&named("int", "time.Date"), Temporal::EpochMillis).unwrap();
+        assert_eq!(d.to_json(&[0x88, 0xb6, 0x02]).unwrap(), br#""2024-05-01""#);
+        // A time of day out of the day is the record's error.
+        let d =
+            AvroDecoder::parse(&named("long", "time.MicroTime"), Temporal::EpochMillis).unwrap();
+        let e = d.to_json(&[0x01]).unwrap_err();
+        assert!(
+            e.contains("io.debezium.time.MicroTime") && e.contains("byte 0"),
+            "{e}"
+        );
     }
 
     #[test]

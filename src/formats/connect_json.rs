@@ -10,9 +10,15 @@
 //! | `Date` | days since the epoch (Connect writes epoch milliseconds of midnight in some versions: both are read) | `"YYYY-MM-DD"` |
 //! | `Time` | milliseconds after midnight | as `temporal` says: the number, or `"HH:MM:SS.fff"` |
 //!
+//! Debezium's semantic types (`io.debezium.time.Date`, `MicroTimestamp`,
+//! `io.debezium.data.VariableScaleDecimal`, ...) are written as
+//! [`super::debezium_types`] says, whatever `temporal` is: ISO 8601 text with the
+//! unit's full precision, and a decimal's exact digits.
+//!
 //! Structs, arrays and maps are followed into; anything else is the payload as it is.
 
 use super::avro::Temporal;
+use super::debezium_types::{self, Semantic};
 use super::{DecodeError, Decoded, Decoder, Format, Output};
 use serde_json::Value;
 
@@ -58,7 +64,11 @@ fn convert(
             format!("{path}: {what}")
         }
     };
-    match schema.get("name").and_then(Value::as_str) {
+    let name = schema.get("name").and_then(Value::as_str);
+    if let Some(semantic) = name.and_then(Semantic::named) {
+        return debezium(semantic, payload).map_err(at);
+    }
+    match name {
         Some(DECIMAL) => {
             let scale = match &schema["parameters"]["scale"] {
                 Value::String(s) => s.parse::<usize>().ok(),
@@ -167,6 +177,31 @@ fn convert(
     }
 }
 
+/// A payload of Debezium's semantic type `semantic` as lockgate writes it.
+fn debezium(semantic: Semantic, payload: Value) -> Result<Value, String> {
+    if semantic == Semantic::VariableScaleDecimal {
+        let scale = payload.get("scale").and_then(Value::as_i64);
+        let value = payload.get("value").and_then(Value::as_str);
+        let (Some(scale), Some(b64)) = (scale, value) else {
+            return Err(format!(
+                "a {} is an object of an integer `scale` and a base64 `value`, not {payload}",
+                semantic.name()
+            ));
+        };
+        use base64::Engine;
+        let unscaled = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| format!("a {}'s base64: {e}", semantic.name()))?;
+        let text = debezium_types::variable_scale_decimal(scale, &unscaled)?;
+        // The number keeps its text (`12.30`): serde_json holds numbers as text.
+        return serde_json::from_str(&text).map_err(|e| e.to_string());
+    }
+    let n = payload
+        .as_i64()
+        .ok_or_else(|| format!("a {} is an integer, not {payload}", semantic.name()))?;
+    Ok(Value::String(semantic.integer(n)?))
+}
+
 /// `format = "json"` with `connect_envelope = true`: each value is an envelope,
 /// written out as its decoded payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,6 +303,127 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("total: ") && e.contains("base64"), "{e}");
+    }
+
+    /// Debezium's semantic types, as its JsonConverter writes them: each the one way
+    /// `debezium_types` says, under either `temporal`.
+    #[test]
+    fn debezium_semantic_types_are_decoded() {
+        let num = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        let cases: &[(&str, &str, Value, Value)] = &[
+            (
+                "int32",
+                "io.debezium.time.Date",
+                json!(19_844),
+                json!("2024-05-01"),
+            ),
+            (
+                "int32",
+                "io.debezium.time.Date",
+                json!(-1),
+                json!("1969-12-31"),
+            ),
+            (
+                "int32",
+                "io.debezium.time.Time",
+                json!(45_296_789),
+                json!("12:34:56.789"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTime",
+                json!(45_296_789_012i64),
+                json!("12:34:56.789012"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.NanoTime",
+                json!(45_296_789_012_345i64),
+                json!("12:34:56.789012345"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.Timestamp",
+                json!(-1),
+                json!("1969-12-31T23:59:59.999"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTimestamp",
+                json!(1_714_566_896_789_012i64),
+                json!("2024-05-01T12:34:56.789012"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.MicroTimestamp",
+                json!(-1_000_001),
+                json!("1969-12-31T23:59:58.999999"),
+            ),
+            (
+                "int64",
+                "io.debezium.time.NanoTimestamp",
+                json!(1_714_566_896_789_012_345i64),
+                json!("2024-05-01T12:34:56.789012345"),
+            ),
+            (
+                "string",
+                "io.debezium.time.ZonedTimestamp",
+                json!("2024-05-01T12:34:56.789012Z"),
+                json!("2024-05-01T12:34:56.789012Z"),
+            ),
+            (
+                "string",
+                "io.debezium.time.ZonedTime",
+                json!("12:34:56Z"),
+                json!("12:34:56Z"),
+            ),
+            ("int32", "io.debezium.time.Year", json!(2024), json!(2024)),
+            // 1230 = 0x04CE, -1230 = 0xFB32.
+            (
+                "struct",
+                "io.debezium.data.VariableScaleDecimal",
+                json!({"scale": 2, "value": "BM4="}),
+                num("12.30"),
+            ),
+            (
+                "struct",
+                "io.debezium.data.VariableScaleDecimal",
+                json!({"scale": 2, "value": "+zI="}),
+                num("-12.30"),
+            ),
+        ];
+        for (ty, name, payload, want) in cases {
+            let schema = json!({"type": ty, "name": name, "version": 1});
+            for temporal in [Temporal::EpochMillis, Temporal::Iso8601] {
+                let got = convert(&schema, payload.clone(), temporal, "at").unwrap();
+                assert_eq!(&got, want, "{name} {payload}");
+                // Numbers keep their text: `12.30`, not `12.3`.
+                assert_eq!(got.to_string(), want.to_string(), "{name} {payload}");
+            }
+        }
+        let decimal = convert(
+            &json!({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}),
+            json!({"scale": 2, "value": "BM4="}),
+            Temporal::EpochMillis,
+            "",
+        )
+        .unwrap();
+        assert_eq!(decimal.to_string(), "12.30");
+        for (name, payload) in [
+            ("io.debezium.time.Date", json!("2024-05-01")),
+            ("io.debezium.time.MicroTime", json!(-1)),
+            ("io.debezium.time.Time", json!(86_400_001)),
+            ("io.debezium.data.VariableScaleDecimal", json!({"scale": 2})),
+        ] {
+            let e = convert(
+                &json!({"type": "int64", "name": name}),
+                payload,
+                Temporal::Iso8601,
+                "day",
+            )
+            .unwrap_err();
+            assert!(e.starts_with("day: ") && e.contains(name), "{e}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod avro_format;
 pub mod catalog;
 pub mod confluent;
 pub mod connect_json;
+pub mod debezium_types;
 pub mod json;
 pub mod json_out;
 pub mod json_schema;

@@ -15,6 +15,12 @@
 //! | `Struct`, `Value`, `ListValue` | the JSON they hold |
 //! | `google.type.Date` | `YYYY-MM-DD` (`YYYY`, `YYYY-MM` or `--MM-DD` when partial; `null` when empty) |
 //! | `confluent.type.Decimal` | a number with exactly its digits and scale |
+//! | a message named `VariableScaleDecimal` of an `int32 scale` and `bytes value` (Debezium's `io.debezium.data.VariableScaleDecimal`) | a number with exactly its digits and scale |
+//!
+//! Debezium's temporal types (`io.debezium.time.Date`, `MicroTimestamp`, ...) cannot be
+//! known here: Confluent's ProtobufConverter writes a Connect schema's name into the
+//! Protobuf schema only for its own logical types and for structs (as the message's
+//! name), so such a field is a plain `int32` or `int64` and is written as the number.
 //!
 //! With a Schema Registry, a value's frame names its writer schema and, by message
 //! indexes, the message of that schema's file it holds. The schema is a `.proto` text
@@ -380,6 +386,10 @@ impl Writer {
             }
             _ => {}
         }
+        if let Some(text) = variable_scale_decimal(m) {
+            out.extend_from_slice(text?.as_bytes());
+            return Ok(());
+        }
         out.push(b'{');
         let mut first = true;
         for f in desc.fields() {
@@ -491,6 +501,33 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// Debezium's `VariableScaleDecimal` as Confluent's ProtobufConverter writes it: a
+/// message named by the struct's name without its namespace, `VariableScaleDecimal`, of
+/// an `int32 scale` and the unscaled `bytes value`; its exact digits. None for any
+/// other message.
+fn variable_scale_decimal(m: &DynamicMessage) -> Option<Result<String, String>> {
+    let desc = m.descriptor();
+    if desc.name() != "VariableScaleDecimal" || desc.fields().len() != 2 {
+        return None;
+    }
+    let scale = desc
+        .get_field_by_name("scale")
+        .filter(|f| matches!(f.kind(), Kind::Int32) && !f.is_list())?;
+    let value = desc
+        .get_field_by_name("value")
+        .filter(|f| matches!(f.kind(), Kind::Bytes) && !f.is_list())?;
+    let (Value::I32(scale), Value::Bytes(unscaled)) = (
+        m.get_field(&scale).into_owned(),
+        m.get_field(&value).into_owned(),
+    ) else {
+        return None;
+    };
+    Some(super::debezium_types::variable_scale_decimal(
+        i64::from(scale),
+        &unscaled,
+    ))
 }
 
 fn seconds_nanos(m: &DynamicMessage) -> (i64, i32) {
@@ -830,6 +867,56 @@ message Order {
             codec.decode(&compiled, &body, true).unwrap(),
             br#"{"a":"x"}"#
         );
+    }
+
+    /// Debezium's VariableScaleDecimal as Confluent's ProtobufConverter writes it (a
+    /// nested message of the struct's short name) is its exact digits; its temporal
+    /// types are plain integers in Protobuf and stay numbers.
+    #[test]
+    fn a_variable_scale_decimal_message_is_its_digits() {
+        let text = "syntax = \"proto3\";\npackage db.inventory.orders;\nmessage Value {\n  int32 day = 1;\n  VariableScaleDecimal amount = 2;\n  message VariableScaleDecimal {\n    int32 scale = 1;\n    bytes value = 2;\n  }\n}\n";
+        let schema = ResolvedSchema {
+            schema: Arc::new(RegisteredSchema {
+                id: 1,
+                schema: text.into(),
+                schema_type: SchemaType::Protobuf,
+                references: vec![],
+            }),
+            references: vec![],
+        };
+        let codec = ProtobufCodec {
+            temporal: Temporal::Iso8601,
+        };
+        let compiled = codec.compile(&schema).unwrap();
+        let message = |scale: i32, bytes: &[u8]| {
+            let pool = &compiled.pool;
+            let mut amount = DynamicMessage::new(
+                pool.get_message_by_name("db.inventory.orders.Value.VariableScaleDecimal")
+                    .unwrap(),
+            );
+            amount.set_field_by_name("scale", Value::I32(scale));
+            amount.set_field_by_name("value", Value::Bytes(bytes.to_vec().into()));
+            let mut row = DynamicMessage::new(
+                pool.get_message_by_name("db.inventory.orders.Value")
+                    .unwrap(),
+            );
+            row.set_field_by_name("day", Value::I32(19_844));
+            row.set_field_by_name("amount", Value::Message(amount));
+            let mut body = vec![0];
+            body.extend(row.encode_to_vec());
+            String::from_utf8(codec.decode(&compiled, &body, true).unwrap()).unwrap()
+        };
+        for (scale, bytes, want) in [
+            (2, &[0x04, 0xce][..], "12.30"),
+            (2, &[0xfb, 0x32][..], "-12.30"),
+            (21, &[0xff][..], "-0.000000000000000000001"),
+            (0, &[][..], "0"),
+        ] {
+            assert_eq!(
+                message(scale, bytes),
+                format!(r#"{{"day":19844,"amount":{want}}}"#)
+            );
+        }
     }
 
     /// Every built-in file compiles, so a schema that imports any of them does.

@@ -10,7 +10,10 @@
 //!
 //! The event is read as Debezium writes it with `JsonConverter` (with or without the
 //! `{"schema", "payload"}` envelope, whose logical types are decoded: decimals become
-//! numbers) or as the Avro format decodes it; a key in an envelope becomes its
+//! numbers, Debezium's semantic types (`io.debezium.time.Date`, `MicroTimestamp`,
+//! `io.debezium.data.VariableScaleDecimal`, ...) ISO 8601 text and exact numbers, as
+//! [`crate::formats::debezium_types`] says, Kafka Connect's `Timestamp` and `Time` as
+//! `temporal` says) or as the Avro format decodes it; a key in an envelope becomes its
 //! payload, so that `id = "field:/id"` finds the id of a delete without a `before`.
 
 use super::{Meta, OnError, Parts, Smt, SmtConfig};
@@ -40,6 +43,11 @@ pub struct DebeziumConfig {
     /// change event becomes.
     #[serde(default)]
     pub on_error: Option<String>,
+    /// `epoch-millis` (default) or `iso8601`: how Kafka Connect's own `Timestamp` and
+    /// `Time` in an envelope are written (`time.precision.mode = connect`), as the
+    /// source's `temporal`.
+    #[serde(default)]
+    pub temporal: Option<String>,
 }
 
 fn yes() -> bool {
@@ -62,6 +70,8 @@ pub struct Debezium {
     /// Each added field: its path in the event and its name in the row.
     pub add_fields: Vec<(Vec<String>, String)>,
     pub on_error: OnError,
+    /// How Kafka Connect's `Timestamp` and `Time` in an envelope are written.
+    pub temporal: Temporal,
 }
 
 impl SmtConfig for DebeziumConfig {
@@ -76,6 +86,16 @@ impl SmtConfig for DebeziumConfig {
                 return Err(KeyError::new(
                     "delete_handling",
                     format!("`{other}` is not one of delete, drop, rewrite"),
+                ))
+            }
+        };
+        let temporal = match self.temporal.as_deref() {
+            None | Some("epoch-millis") => Temporal::EpochMillis,
+            Some("iso8601") => Temporal::Iso8601,
+            Some(other) => {
+                return Err(KeyError::new(
+                    "temporal",
+                    format!("`{other}` is not one of epoch-millis, iso8601"),
                 ))
             }
         };
@@ -99,6 +119,7 @@ impl SmtConfig for DebeziumConfig {
             drop_tombstones: self.drop_tombstones,
             add_fields,
             on_error: super::on_error(self.on_error.as_deref(), cx)?,
+            temporal,
         }))
     }
 }
@@ -129,14 +150,13 @@ impl Debezium {
 }
 
 /// The key out of its envelope, if it is in one.
-fn unwrapped_key(key: &mut Option<Vec<u8>>) -> Result<(), String> {
+fn unwrapped_key(key: &mut Option<Vec<u8>>, temporal: Temporal) -> Result<(), String> {
     let Some(k) = key.as_ref() else {
         return Ok(());
     };
     match serde_json::from_slice::<Value>(k) {
         Ok(v) if connect_json::is_envelope(&v) => {
-            let payload = connect_json::unwrap(v, Temporal::EpochMillis)
-                .map_err(|e| format!("the key: {e}"))?;
+            let payload = connect_json::unwrap(v, temporal).map_err(|e| format!("the key: {e}"))?;
             *key = Some(match payload {
                 Value::String(s) => s.into_bytes(),
                 other => serde_json::to_vec(&other).expect("a JSON value serializes"),
@@ -161,7 +181,7 @@ impl Smt for Debezium {
     }
 
     fn expand(&self, mut parts: Parts, _: &Meta, out: &mut Vec<Parts>) -> Result<(), String> {
-        unwrapped_key(&mut parts.key)?;
+        unwrapped_key(&mut parts.key, self.temporal)?;
         if parts.tombstone {
             if !self.drop_tombstones {
                 out.push(parts);
@@ -170,7 +190,7 @@ impl Smt for Debezium {
         }
         let value = std::mem::take(&mut parts.value);
         let event = if connect_json::is_envelope(&value) {
-            connect_json::unwrap(value, Temporal::EpochMillis)?
+            connect_json::unwrap(value, self.temporal)?
         } else {
             value
         };
@@ -335,6 +355,64 @@ mod tests {
         let out = run(&d, value, Some(key)).unwrap();
         assert_eq!(out[0].value, json!({"id": 7, "price": 5094.61}));
         assert_eq!(out[0].key.as_deref(), Some(&br#"{"id":7}"#[..]));
+    }
+
+    /// Debezium's PostgreSQL connector with its default `time.precision.mode =
+    /// adaptive`: a `date` is `io.debezium.time.Date` (days), a `timestamp(6)` a
+    /// `MicroTimestamp`, a `numeric` without scale a `VariableScaleDecimal`; each
+    /// reaches the row as ISO 8601 text or its exact digits, never the bare number.
+    #[test]
+    fn debezium_semantic_types_in_the_envelope_are_decoded() {
+        let field = |name: &str, ty: &str, semantic: &str| json!({"field": name, "type": ty, "optional": true, "name": semantic, "version": 1});
+        let row = json!({"type": "struct", "optional": true, "name": "db.public.orders.Value", "fields": [
+            {"field": "id", "type": "int32"},
+            field("day", "int32", "io.debezium.time.Date"),
+            field("old_day", "int32", "io.debezium.time.Date"),
+            field("at", "int64", "io.debezium.time.MicroTimestamp"),
+            field("at_ms", "int64", "io.debezium.time.Timestamp"),
+            field("t", "int64", "io.debezium.time.MicroTime"),
+            field("zoned", "string", "io.debezium.time.ZonedTimestamp"),
+            field("year", "int32", "io.debezium.time.Year"),
+            {"field": "amount", "type": "struct", "optional": true,
+             "name": "io.debezium.data.VariableScaleDecimal", "version": 1, "fields": [
+                {"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}]},
+            {"field": "connect_at", "type": "int64", "optional": true,
+             "name": "org.apache.kafka.connect.data.Timestamp", "version": 1}
+        ]});
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": row["fields"].clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": row["fields"].clone()},
+                {"field": "op", "type": "string"}
+            ]},
+            "payload": {"before": null, "op": "c", "after": {
+                "id": 7, "day": 19_844, "old_day": -3_653, "at": 1_714_566_896_789_012i64,
+                "at_ms": -1, "t": 45_296_789_012i64, "zoned": "2024-05-01T10:34:56.789012Z",
+                "year": 2024, "amount": {"scale": 2, "value": "BM4="},
+                "connect_at": 1_714_566_896_789i64}}
+        });
+        let out = run(&debezium(""), value.clone(), None).unwrap();
+        let amount: Value = serde_json::from_str("12.30").unwrap();
+        assert_eq!(
+            out[0].value,
+            json!({"id": 7, "day": "2024-05-01", "old_day": "1960-01-01",
+                   "at": "2024-05-01T12:34:56.789012", "at_ms": "1969-12-31T23:59:59.999",
+                   "t": "12:34:56.789012", "zoned": "2024-05-01T10:34:56.789012Z",
+                   "year": 2024, "amount": amount, "connect_at": 1_714_566_896_789i64})
+        );
+        // The decimal keeps its text.
+        assert_eq!(out[0].value["amount"].to_string(), "12.30");
+        // Connect's own Timestamp as `temporal` says.
+        let out = run(&debezium("temporal = \"iso8601\""), value, None).unwrap();
+        assert_eq!(out[0].value["connect_at"], "2024-05-01T12:34:56.789Z");
+        assert_eq!(out[0].value["day"], "2024-05-01");
+        let c: DebeziumConfig = toml::from_str("temporal = \"unix\"").unwrap();
+        let e = c
+            .build(&crate::testkit::conformance::section_context(
+                std::path::Path::new("."),
+            ))
+            .unwrap_err();
+        assert_eq!(e.key, "temporal");
     }
 
     #[test]

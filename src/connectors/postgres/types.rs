@@ -25,12 +25,13 @@ pub enum Kind {
     Bool,
     /// `json`, `jsonb`: the value's JSON text.
     Json,
-    /// `timestamp with time zone`: RFC 3339, or epoch milliseconds.
+    /// `timestamp with time zone`: RFC 3339 with an offset. A bare number is refused:
+    /// nothing says whether it counts days, milliseconds or microseconds.
     Timestamptz,
-    /// `timestamp without time zone`: RFC 3339 (converted to UTC), a local
-    /// `YYYY-MM-DDTHH:MM:SS[.f]`, or epoch milliseconds (UTC).
+    /// `timestamp without time zone`: RFC 3339 (converted to UTC) or a local
+    /// `YYYY-MM-DDTHH:MM:SS[.f]`; a bare number is refused.
     Timestamp,
-    /// `date`: `YYYY-MM-DD`, RFC 3339 (its UTC date), or epoch milliseconds.
+    /// `date`: `YYYY-MM-DD` or RFC 3339 (its UTC date); a bare number is refused.
     Date,
     /// Text types; `max_chars` for `varchar(n)` and `char(n)`; `padded` for `char(n)`,
     /// whose trailing spaces do not count.
@@ -285,30 +286,28 @@ pub fn canonical_key(kind: &Kind, value: &str) -> String {
     }
 }
 
+/// The text of a time column's value: a string the sink reads as a date or time. A
+/// bare number is refused whatever its size: Debezium alone counts days (`Date`),
+/// milliseconds, microseconds or nanoseconds (`MicroTimestamp`, ...) in plain
+/// integers, and only the schema that names the type can tell which.
 fn time(
     kind: &Kind,
     text: &str,
     is_number: bool,
     string: impl FnOnce() -> Result<String, String>,
 ) -> Result<String, String> {
-    let utc = if is_number {
-        let ms = integer(text).ok_or_else(|| format!("{text} is not epoch milliseconds"))?;
-        Some(
-            DateTime::<Utc>::from_timestamp_millis(ms)
-                .ok_or_else(|| format!("{ms} ms is out of range"))?,
-        )
-    } else {
-        None
-    };
-    let s = match utc {
-        Some(_) => String::new(),
-        None => string()?,
-    };
-    let parsed = utc.or_else(|| {
-        DateTime::parse_from_rfc3339(s.trim())
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
-    });
+    if is_number {
+        return Err(format!(
+            "{text} is a bare number, and the sink does not guess whether it counts days, \
+             milliseconds or microseconds: send ISO 8601 text (a format decodes Debezium's \
+             types from their schema; `temporal = \"iso8601\"` writes Kafka Connect's, Avro's \
+             and Protobuf's timestamps as text)"
+        ));
+    }
+    let s = string()?;
+    let parsed = DateTime::parse_from_rfc3339(s.trim())
+        .ok()
+        .map(|d| d.with_timezone(&Utc));
     Ok(match (kind, parsed) {
         (Kind::Timestamptz, Some(t)) => t.to_rfc3339_opts(SecondsFormat::AutoSi, true),
         (Kind::Timestamp, Some(t)) => t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
@@ -329,7 +328,7 @@ fn time(
         },
         (Kind::Timestamptz, None) => {
             return Err(format!(
-                "`{s}` is not an RFC 3339 time with an offset (2024-05-01T12:00:00Z) or epoch milliseconds"
+                "`{s}` is not an RFC 3339 time with an offset (2024-05-01T12:00:00Z)"
             ))
         }
         _ => unreachable!("time() is called for time kinds only"),
@@ -461,12 +460,8 @@ mod tests {
     }
 
     #[test]
-    fn times_from_rfc3339_or_epoch_milliseconds() {
+    fn times_from_rfc3339_text() {
         let tz = Kind::of("timestamptz", "D", -1);
-        assert_eq!(
-            conv(&tz, "1700000000123").unwrap().as_deref(),
-            Some("2023-11-14T22:13:20.123Z")
-        );
         assert_eq!(
             conv(&tz, "\"2024-05-01T12:00:00+02:00\"")
                 .unwrap()
@@ -485,7 +480,35 @@ mod tests {
             conv(&d, "\"2024-05-01\"").unwrap().as_deref(),
             Some("2024-05-01")
         );
-        assert_eq!(conv(&d, "86400000").unwrap().as_deref(), Some("1970-01-02"));
+        assert_eq!(
+            conv(&d, "\"1969-12-31\"").unwrap().as_deref(),
+            Some("1969-12-31")
+        );
+        let micros = Kind::of("timestamp", "D", -1);
+        assert_eq!(
+            conv(&micros, "\"2024-05-01T12:34:56.789012\"")
+                .unwrap()
+                .as_deref(),
+            Some("2024-05-01T12:34:56.789012")
+        );
+    }
+
+    /// A bare number for a time column is refused, never read in a unit guessed for
+    /// it: Debezium's 19844 (days: 2024-05-01) was once written as 1970-01-01.
+    #[test]
+    fn a_bare_number_for_a_time_column_is_refused() {
+        for typname in ["date", "timestamp", "timestamptz"] {
+            let kind = Kind::of(typname, "D", -1);
+            for n in ["19844", "86400000", "1714566896789012", "-1", "0", "1.5e3"] {
+                let e = conv(&kind, n).unwrap_err();
+                assert!(
+                    e.contains("bare number") && e.contains(n),
+                    "{typname} {n}: {e}"
+                );
+            }
+            // A string of digits is no date either.
+            assert!(conv(&kind, "\"19844\"").is_err(), "{typname}");
+        }
     }
 
     #[test]
