@@ -175,3 +175,262 @@ fn connect_decimals_through_transforms_into_a_rolling_sum_keep_their_digits() {
     // 1.50, then 1.50 + 2.25, then + 0.01: exact, with the inputs' scale.
     assert_eq!(totals, ["1.50", "3.75", "3.76"]);
 }
+
+/// 2026-01-01T00:00:00Z.
+const T0: i64 = 1_767_225_600_000;
+const EVENTS: i64 = 16_000;
+const IDS: i64 = 600;
+const PARTITIONS: i32 = 4;
+
+/// Event `i`: a Debezium change of row `i % IDS` (on partition `id % PARTITIONS`)
+/// with a `DATE` (days), a `timestamp(6)` (microseconds), a 38-digit decimal of scale
+/// 2, and a user that is the number `i % 7` in even events and the string `"<i % 7>"`
+/// in odd ones (two schemas of one table, as after an `ALTER COLUMN ... TYPE`).
+struct Event {
+    id: i64,
+    day: i64,
+    micros: i64,
+    unscaled: i128,
+    user: i64,
+    user_is_text: bool,
+}
+
+impl Event {
+    fn of(i: i64) -> Event {
+        Event {
+            id: i % IDS,
+            // 2024-05-01 is day 19844; days before 1970 too (down to 1925).
+            day: 19_844 - (i % 9_000) * 4,
+            micros: 1_714_566_896_123_456 + i * 1_000_001 - 2_000_000_000_000_000 * (i % 2),
+            unscaled: 12_345_678_901_234_567_890_123_456_789_012_345_678 - i128::from(i) * 7,
+            user: i % 7,
+            user_is_text: i % 2 == 1,
+        }
+    }
+
+    fn partition(&self) -> i32 {
+        (self.id % i64::from(PARTITIONS)) as i32
+    }
+
+    fn json(&self) -> Vec<u8> {
+        use base64::Engine;
+        let user_type = if self.user_is_text { "string" } else { "int64" };
+        let user = if self.user_is_text {
+            format!("\"{}\"", self.user)
+        } else {
+            self.user.to_string()
+        };
+        let row = format!(
+            r#"{{"type":"struct","optional":true,"name":"shop.public.orders.Value","fields":[{{"field":"id","type":"int64"}},{{"field":"day","type":"int32","name":"io.debezium.time.Date","version":1}},{{"field":"at","type":"int64","name":"io.debezium.time.MicroTimestamp","version":1}},{{"field":"amount","type":"bytes","name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"2"}}}},{{"field":"user","type":"{user_type}"}}]}}"#
+        );
+        let schema = format!(
+            r#"{{"type":"struct","name":"shop.public.orders.Envelope","fields":[{{"field":"before","type":"struct","optional":true,"fields":[]}},{{"field":"after",{}}},{{"field":"op","type":"string"}},{{"field":"ts_ms","type":"int64","optional":true}}]}}"#,
+            &row[1..row.len() - 1]
+        );
+        let amount = base64::engine::general_purpose::STANDARD.encode(self.unscaled.to_be_bytes());
+        format!(
+            r#"{{"schema":{schema},"payload":{{"before":null,"after":{{"id":{},"day":{},"at":{},"amount":"{amount}","user":{user}}},"op":"c","ts_ms":1}}}}"#,
+            self.id, self.day, self.micros
+        )
+        .into_bytes()
+    }
+
+    /// The row's cells as Postgres prints them: `date`, `timestamp(6)`, `numeric`.
+    fn cells(&self) -> Vec<String> {
+        let day = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+            + chrono::TimeDelta::days(self.day);
+        let at = chrono::DateTime::from_timestamp_micros(self.micros)
+            .unwrap()
+            .naive_utc();
+        let digits = self.unscaled.to_string();
+        let (whole, cents) = digits.split_at(digits.len() - 2);
+        vec![
+            self.id.to_string(),
+            day.format("%Y-%m-%d").to_string(),
+            at.format("%Y-%m-%d %H:%M:%S.%6f").to_string(),
+            format!("{whole}.{cents}"),
+        ]
+    }
+}
+
+fn produce_events(bootstrap: &str) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    for i in 0..EVENTS {
+        let e = Event::of(i);
+        let payload = e.json();
+        let key = format!(r#"{{"id":{}}}"#, e.id);
+        loop {
+            let r = BaseRecord::to("cdc")
+                .partition(e.partition())
+                .key(&key)
+                .payload(&payload)
+                .timestamp(T0 + i * 50);
+            match p.send(r) {
+                Ok(()) => break,
+                Err((_, _)) => {
+                    p.poll(std::time::Duration::from_millis(50));
+                }
+            }
+        }
+        p.poll(std::time::Duration::ZERO);
+    }
+    p.flush(std::time::Duration::from_secs(60)).unwrap();
+}
+
+/// Starts `config` and SIGKILLs it `kills` times at seeded moments (each run after
+/// the first resumes from its last checkpoint), then runs it to its end; asserts that
+/// kills landed while the job ran.
+fn run_under_kills(config: &Path, kills: usize, seed: u64) {
+    use std::process::{Command, Stdio};
+    let log = config.with_file_name("kills.log");
+    let mut state = seed;
+    let mut next = |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    for _ in 0..kills {
+        let mut run = Command::new(common::bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(300)")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200 + next(600)));
+        common::sigkill(&mut run);
+    }
+    let (code, out) = run_config(config);
+    assert_eq!(code, Some(0), "{}", tail(&out, 30));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let before_end = text.split("job finished").next().unwrap_or_default();
+    let landed = before_end.matches("job starting").count();
+    assert!(
+        landed >= 5,
+        "the job finished after {landed} runs, before five kills landed (seed {seed}):\n{}",
+        tail(&text, 20)
+    );
+}
+
+fn cdc_job(dir: &Path, name: &str, bootstrap: &str, rest: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let text = format!(
+        "[job]\nname = \"{name}\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"cdc\"]\nbounded = \"latest\"\n\
+         format = \"json\"\nconnect_envelope = true\n\n\
+         [[transform]]\ntype = \"debezium\"\n\n{rest}\n"
+    );
+    let path = dir.join("job.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Debezium JSON with schemas (dates, micro-timestamps, 38-digit decimals) ->
+/// `debezium` -> `insert_field` -> Postgres upsert, and the same topic -> a window
+/// count keyed by a field of mixed JSON types -> Elasticsearch, each through 20
+/// SIGKILLs: the table and the index equal a plain computation of the input, read
+/// back with `psql` and Elasticsearch's API.
+#[test]
+fn debezium_types_into_postgres_and_mixed_keys_into_windows_are_exact_under_twenty_kills() {
+    use lockgate::testkit::postgres::{PgOptions, PgServer};
+    let tmp = tempfile::tempdir().unwrap();
+    let kafka = KafkaProcess::start(&[("cdc", PARTITIONS)]);
+    produce_events(&kafka.bootstrap);
+
+    // Into Postgres: each row its last event.
+    let pg = PgServer::start(PgOptions::default()).expect("a PostgreSQL server");
+    pg.create_database("app").unwrap();
+    pg.query(
+        "app",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, day date, at timestamp(6), amount numeric, \"user\" text, source text)",
+    )
+    .unwrap();
+    let config = cdc_job(
+        &tmp.path().join("pg"),
+        "cdc-to-postgres",
+        &kafka.bootstrap,
+        &format!(
+            "[[transform]]\ntype = \"insert_field\"\nstatic = {{ source = \"cdc\" }}\n\n\
+             [sink.postgres]\nurl = \"{}\"\ntable = \"orders\"\nsslmode = \"disable\"\nmode = \"upsert\"\nkey = [\"id\"]\n",
+            pg.url("app")
+        ),
+    );
+    run_under_kills(&config, 20, 45);
+    let mut want: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for i in 0..EVENTS {
+        let e = Event::of(i);
+        let mut cells = e.cells();
+        cells.push(e.user.to_string());
+        cells.push("cdc".into());
+        want.insert(e.id, cells);
+    }
+    let got = pg
+        .query(
+            "app",
+            "SELECT id::text, day::text, to_char(at, 'YYYY-MM-DD HH24:MI:SS.US'), amount::text, \"user\", source FROM orders ORDER BY orders.id",
+        )
+        .unwrap();
+    assert_eq!(got.len(), want.len(), "rows");
+    for (row, (_, cells)) in got.iter().zip(&want) {
+        assert_eq!(row, cells);
+    }
+
+    // Into Elasticsearch: orders per user per minute, "3" and 3 one user.
+    let es = common::es::Es::testkit();
+    let config = cdc_job(
+        &tmp.path().join("es"),
+        "cdc-windows",
+        &kafka.bootstrap,
+        &format!(
+            "[[transform]]\ntype = \"window\"\nkind = \"tumbling\"\nsize_ms = 60000\nkey = \"/user\"\n\
+             aggregates = {{ orders = \"count\", spent = \"sum:/amount\" }}\n\n\
+             [sink.elasticsearch]\nurl = \"{}\"\nindex = \"windows\"\nid = \"field:/window_id\"\n\
+             bulk_flush_interval_ms = 100\nretry_initial_ms = 20\nretry_max_ms = 500\nretry_max_attempts = 1000\n",
+            es.url()
+        ),
+    );
+    // Windows need event time: the Kafka timestamps.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "connect_envelope = true\n",
+        "connect_envelope = true\n\n[source.kafka.watermark]\nmax_out_of_orderness_ms = 1000\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    run_under_kills(&config, 20, 46);
+    let mut windows: std::collections::BTreeMap<String, (u64, bigdecimal::BigDecimal)> =
+        Default::default();
+    for i in 0..EVENTS {
+        let e = Event::of(i);
+        let t = T0 + i * 50;
+        let start = t - t.rem_euclid(60_000);
+        let w = windows.entry(format!("{}@{start}", e.user)).or_default();
+        w.0 += 1;
+        w.1 += bigdecimal::BigDecimal::new(e.unscaled.into(), 2);
+    }
+    let docs = es.documents("windows");
+    assert_eq!(docs.len(), windows.len(), "windows");
+    for (id, (orders, spent)) in windows {
+        let doc = docs.get(&id).unwrap_or_else(|| panic!("no window {id}"));
+        assert_eq!(doc["orders"], serde_json::json!(orders), "{id}: {doc}");
+        // Exact, with the amounts' scale (two).
+        assert_eq!(
+            doc["spent"].to_string(),
+            spent.to_plain_string(),
+            "{id}: {doc}"
+        );
+    }
+}
