@@ -15,16 +15,27 @@ use serde_json::Value;
 /// A running sum: exact in both of its forms. Integers add as `i64` (an overflow is an
 /// error, never a wrap or a rounding); the first number that is not an integer turns
 /// the sum into a decimal, added exactly digit by digit (`1.50 + 2.25` is `3.75`, and
-/// `0.1 + 0.2` is `0.3`), whose scale is the largest scale added.
+/// `0.1 + 0.2` is `0.3`), whose scale is the largest scale added. A number whose
+/// exponent is beyond ±[`MAX_EXPONENT`] is refused: its digits written out would be
+/// megabytes in state for every record.
+///
+/// The variants keep their order in state: `Float` is a sum an earlier build kept as a
+/// double, read back and continued as a decimal of its shortest text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Sum {
     Int(i64),
+    /// Kept by an earlier build; never written now.
+    Float(f64),
     /// The decimal's text.
     Decimal(String),
 }
 
+/// The largest exponent (either sign) of a number a sum adds.
+pub const MAX_EXPONENT: i64 = 1000;
+
 impl Sum {
-    /// The sum with `v` added; `None` when an integer sum overflows.
+    /// The sum with `v` added; `None` when an integer sum overflows or `v`'s exponent
+    /// is beyond ±[`MAX_EXPONENT`].
     pub fn plus(&self, v: &serde_json::Number) -> Option<Sum> {
         match (self, v.as_i64()) {
             (Sum::Int(a), Some(b)) => a.checked_add(b).map(Sum::Int),
@@ -47,6 +58,7 @@ impl Sum {
     fn decimal(&self) -> Option<bigdecimal::BigDecimal> {
         match self {
             Sum::Int(i) => Some((*i).into()),
+            Sum::Float(f) => decimal(&Value::from(*f).to_string()),
             Sum::Decimal(d) => decimal(d),
         }
     }
@@ -55,13 +67,18 @@ impl Sum {
     pub fn to_json(&self) -> Value {
         match self {
             Sum::Int(i) => Value::from(*i),
-            Sum::Decimal(d) => Value::Number(d.parse().expect("a decimal's text is a number")),
+            Sum::Float(f) => Value::from(*f),
+            Sum::Decimal(d) => d.parse().map(Value::Number).unwrap_or(Value::Null),
         }
     }
 }
 
+/// `text` as a decimal, unless its exponent is beyond ±[`MAX_EXPONENT`].
 fn decimal(text: &str) -> Option<bigdecimal::BigDecimal> {
-    text.parse().ok()
+    let d: bigdecimal::BigDecimal = text.parse().ok()?;
+    let (digits, scale) = d.as_bigint_and_exponent();
+    let exponent = digits.to_string().trim_start_matches('-').len() as i64 - scale;
+    (exponent.abs() <= MAX_EXPONENT && scale.abs() <= MAX_EXPONENT).then_some(d)
 }
 
 /// Where a record came from, for error messages.
@@ -213,7 +230,10 @@ impl KeyedFunction for RollingSum {
         };
         let prev = state.get::<Sum>(STATE)?.unwrap_or(Sum::Int(0));
         let sum = prev.plus(&n).ok_or_else(|| {
-            JobError::Other(format!("{}: rolling_sum overflows i64", describe(&record)))
+            JobError::Other(format!(
+                "{}: rolling_sum overflows i64, or the number's exponent is beyond ±1000",
+                describe(&record)
+            ))
         })?;
         state.put(STATE, &sum)?;
         if !set_pointer(&mut doc, &self.output, sum.to_json()) {
@@ -249,6 +269,26 @@ mod tests {
         assert_eq!(
             serde_json::from_slice::<Value>(&k).unwrap(),
             json!("12345678901234567890123456789012345678")
+        );
+    }
+
+    #[test]
+    fn a_number_beyond_the_exponent_bound_is_refused_and_old_double_sums_go_on() {
+        let n = |t: &str| t.parse::<serde_json::Number>().unwrap();
+        assert_eq!(Sum::Int(1).plus(&n("1e2000000")), None);
+        assert_eq!(Sum::Int(1).plus(&n("1e-2000")), None);
+        // An exponent form is not an integer literal: added as a decimal, written out.
+        assert_eq!(
+            Sum::Int(1).plus(&n("1e3")),
+            Some(Sum::Decimal("1001".into()))
+        );
+        assert_eq!(
+            Sum::Int(1).plus(&n("1.5e2")),
+            Some(Sum::Decimal("151".into()))
+        );
+        assert_eq!(
+            Sum::Float(1.5).plus(&n("0.25")),
+            Some(Sum::Decimal("1.75".into()))
         );
     }
 

@@ -85,6 +85,9 @@ impl std::fmt::Display for AggSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Num {
     Int(i64),
+    /// Kept by an earlier build (the variants keep their order in state); never
+    /// written now.
+    Float(f64),
     /// The number's text.
     Text(String),
 }
@@ -115,6 +118,7 @@ impl Num {
     fn f64(&self) -> f64 {
         match self {
             Num::Int(i) => *i as f64,
+            Num::Float(f) => *f,
             Num::Text(t) => t.parse().unwrap_or(f64::NAN),
         }
     }
@@ -122,6 +126,7 @@ impl Num {
     fn decimal(&self) -> Option<bigdecimal::BigDecimal> {
         match self {
             Num::Int(i) => Some((*i).into()),
+            Num::Float(f) => Value::from(*f).to_string().parse().ok(),
             Num::Text(t) => t.parse().ok(),
         }
     }
@@ -129,6 +134,7 @@ impl Num {
     fn json(&self) -> Value {
         match self {
             Num::Int(i) => Value::from(*i),
+            Num::Float(f) => Value::from(*f),
             Num::Text(t) => t.parse().map(Value::Number).unwrap_or(Value::Null),
         }
     }
@@ -164,7 +170,11 @@ impl Acc {
         let num = Num::of(n).ok_or_else(|| format!("{n} is not a number"))?;
         match self {
             Acc::Count(_) => unreachable!("counted above"),
-            Acc::Sum(s) => *s = s.plus(n).ok_or("the sum overflows a 64-bit integer")?,
+            Acc::Sum(s) => {
+                *s = s.plus(n).ok_or(
+                    "the sum overflows a 64-bit integer, or a number's exponent is beyond ±1000",
+                )?
+            }
             Acc::Min(m) => *m = Some(pick(m.take(), Some(num), min).expect("one given")),
             Acc::Max(m) => *m = Some(pick(m.take(), Some(num), max).expect("one given")),
             Acc::Avg { sum, n } => {
@@ -287,6 +297,63 @@ mod tests {
             run("sum:/x", &[n(big), n("1")]).to_string(),
             "12345678901234567890123456789012345679"
         );
+    }
+
+    /// State written by an earlier build, whose sums, minima and maxima were doubles,
+    /// reads back as what it said and goes on exactly.
+    #[test]
+    fn accumulators_kept_as_doubles_by_an_earlier_build_read_back() {
+        #[derive(Serialize)]
+        enum OldSum {
+            #[allow(dead_code)]
+            Int(i64),
+            Float(f64),
+        }
+        #[derive(Serialize)]
+        enum OldNum {
+            #[allow(dead_code)]
+            Int(i64),
+            Float(f64),
+        }
+        #[derive(Serialize)]
+        enum OldAcc {
+            #[allow(dead_code)]
+            Count(u64),
+            Sum(OldSum),
+            #[allow(dead_code)]
+            Min(Option<OldNum>),
+            Max(Option<OldNum>),
+        }
+        let config = bincode::config::standard();
+        let old = vec![
+            OldAcc::Sum(OldSum::Float(1.5)),
+            OldAcc::Max(Some(OldNum::Float(0.1))),
+        ];
+        let bytes = bincode::serde::encode_to_vec(&old, config).unwrap();
+        let (mut accs, _): (Vec<Acc>, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(accs[0].json().to_string(), "1.5");
+        assert_eq!(accs[1].json().to_string(), "0.1");
+        accs[0]
+            .add(Some(&Value::Number("0.25".parse().unwrap())))
+            .unwrap();
+        assert_eq!(accs[0].json().to_string(), "1.75");
+        accs[1]
+            .add(Some(&Value::Number("0.2".parse().unwrap())))
+            .unwrap();
+        assert_eq!(accs[1].json().to_string(), "0.2");
+    }
+
+    #[test]
+    fn a_number_beyond_the_exponent_bound_is_refused_by_a_sum() {
+        let spec = AggSpec::parse("sum:/x").unwrap();
+        let mut acc = spec.empty();
+        acc.add(Some(&Value::Number("1.5".parse().unwrap())))
+            .unwrap();
+        assert!(acc
+            .add(Some(&Value::Number("1e2000000".parse().unwrap())))
+            .is_err());
+        assert_eq!(acc.json().to_string(), "1.5");
     }
 
     #[test]
