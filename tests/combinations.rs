@@ -10,7 +10,9 @@
 //! | JSON with schemas (Connect `Decimal`) | `insert_field` + `jq` | `rolling_sum` | file | the same through a rolling sum | `connect_decimals_through_transforms_into_a_rolling_sum_keep_their_digits` |
 //! | Avro, Protobuf, JSON Schema (Confluent's serializers) | none | none, `rolling_sum` | ES | a format's decimal (exact text, scale kept) into the index; the chaos run of a rolling sum over Avro | `tests/schema_registry_formats.rs` |
 //! | JSON with schemas (Debezium's `io.debezium.time.*`, `VariableScaleDecimal`) | `debezium` | none | Postgres (`date`, `timestamp`, `numeric`), ES | Debezium's semantic types | `tests/cdc.rs`, `tests/postgres_sink.rs` |
-//! | any | any | `window`, `rolling_sum` | ES by `field:/window_id` or `field:/<key>`, Postgres upsert by key, Kafka by key | a key is its text: one state, one id | `tests/windows.rs` (`keys_of_different_json_types_with_one_text_are_one_key`), `src/operators/rolling_sum.rs` |
+//! | any | any | `window`, `rolling_sum` | ES by `field:/window_id` or `field:/<key>`, Kafka by key | a key is its text: one state, one id | `tests/windows.rs` (`keys_of_different_json_types_with_one_text_are_one_key`), the combined run below, `src/operators/rolling_sum.rs` |
+//! | any | any | `window`, `rolling_sum` | Postgres upsert by a key column of a numeric type | the column compares by value (`1` and `1.0` one row), the key by text | documented (README, "Numbers keep their text") |
+//! | any | any | any | ES `operation = "upsert"` | Elasticsearch rewrites a merged document's numbers itself | documented; `index` keeps them |
 //! | any | any | `window` | ES by coordinates, external versions | results have no source coordinates | refused at load (`tests/windows.rs`) |
 //! | any | `jq` with several outputs | any | Kafka (a repartition stage) | outputs share their coordinates | refused at load unless `max_outputs = 1` |
 //! | any | any | any | ES with `pipeline` and deletes (tombstones, CDC deletes, session deletes) | a rerouting pipeline makes a delete miss | refused at load unless the pipeline is declared not to reroute |

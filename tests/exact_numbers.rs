@@ -53,13 +53,16 @@ fn run(config: &Path) {
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
 }
 
-/// Asserts that `text` holds each number as a JSON member's value, exactly as written.
+/// Asserts that the JSON object `text` (a document, or Elasticsearch's answer holding
+/// it as `_source`) holds each number exactly as written, at the top level and nested.
 fn assert_exact(what: &str, text: &str) {
-    for n in [BIG, SCALED, TINY] {
-        assert!(
-            text.contains(&format!(":{n},")) || text.contains(&format!(":{n}}}")),
-            "{what}: {n} did not keep its text in {text}"
-        );
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    let doc = v.get("_source").unwrap_or(&v);
+    for at in ["", "/nested"] {
+        for (field, n) in [("big", BIG), ("price", SCALED), ("tiny", TINY)] {
+            let got = doc.pointer(&format!("{at}/{field}")).map(|x| x.to_string());
+            assert_eq!(got.as_deref(), Some(n), "{what}: {at}/{field} in {text}");
+        }
     }
 }
 
