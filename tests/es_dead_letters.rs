@@ -28,11 +28,11 @@ use std::time::Duration;
 const RECORDS: [&str; 3] = [r#"{"n":1}"#, r#"{"n":"x"}"#, r#"{"n":2}"#];
 
 /// A bounded job from `orders` to the index `docs`, one document per Kafka key,
-/// versions by offset, every write sent (no coalescing), refused documents
-/// dead-lettered to `dlq`. Nothing is sent before the end of the input (no flush
+/// versions by offset, every write sent (no coalescing), refused documents as
+/// `on_item_error` says (`dead-letter:dlq` or `fail`). Nothing is sent before the end of the input (no flush
 /// interval or checkpoint comes first): without the rule, one request would carry all
 /// three writes of `k`.
-fn job(dir: &Path, bootstrap: &str, es: &str) -> std::path::PathBuf {
+fn job(dir: &Path, bootstrap: &str, es: &str, on_item_error: &str) -> std::path::PathBuf {
     let text = format!(
         "[job]\nname = \"dead-letters\"\nparallelism = 1\n\n\
          [checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 600000\n\n\
@@ -40,7 +40,7 @@ fn job(dir: &Path, bootstrap: &str, es: &str) -> std::path::PathBuf {
          [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\n\n\
          [sink.elasticsearch]\nurl = \"{es}\"\nindex = \"docs\"\nid = \"key\"\n\
          operation = \"index\"\nversioning = \"external\"\ncoalesce = false\n\
-         on_item_error = \"dead-letter:dlq\"\nbulk_flush_interval_ms = 600000\n"
+         on_item_error = \"{on_item_error}\"\nbulk_flush_interval_ms = 600000\n"
     );
     let path = dir.join("job.toml");
     std::fs::write(&path, text).unwrap();
@@ -53,8 +53,13 @@ fn produce(bootstrap: &str) {
         .create()
         .unwrap();
     for value in RECORDS {
-        p.send(BaseRecord::to("orders").partition(0).key("k").payload(value))
-            .unwrap();
+        p.send(
+            BaseRecord::to("orders")
+                .partition(0)
+                .key("k")
+                .payload(value),
+        )
+        .unwrap();
     }
     p.flush(Duration::from_secs(60)).unwrap();
 }
@@ -105,7 +110,10 @@ fn run(config: &Path, failpoints: Option<&str>) -> (std::process::ExitStatus, St
         None => cmd.env_remove("LOCKGATE_FAILPOINTS"),
     };
     let status = wait_timeout(&mut cmd.spawn().unwrap(), common::wait::DEADLINE);
-    (status, std::fs::read_to_string(&log_path).unwrap_or_default())
+    (
+        status,
+        std::fs::read_to_string(&log_path).unwrap_or_default(),
+    )
 }
 
 /// For each bulk request of the first run in turn: the run is aborted once
@@ -121,7 +129,7 @@ fn a_refused_write_is_dead_lettered_after_a_crash_whatever_request_it_hit() {
         es.create_index("docs", &[("n", "long")]);
         produce(&kafka.bootstrap);
         let tmp = tempfile::tempdir().unwrap();
-        let config = job(tmp.path(), &kafka.bootstrap, &es.url());
+        let config = job(tmp.path(), &kafka.bootstrap, &es.url(), "dead-letter:dlq");
         // The n-th bulk response aborts the process.
         let spec = format!("bulk-response={}*off->exit", n - 1);
         let (status, log) = run(&config, Some(&spec));
@@ -148,4 +156,36 @@ fn a_refused_write_is_dead_lettered_after_a_crash_whatever_request_it_hit() {
             "request {n}: the last write, at its version"
         );
     }
+}
+
+/// Under `on_item_error = "fail"` the same crash (after the first bulk request was
+/// applied) must not let the next run go past the refused record: it fails on it,
+/// naming it, as the first run would have.
+#[test]
+fn under_fail_the_run_after_a_crash_fails_on_the_refused_record_again() {
+    let kafka = KafkaProcess::start(&[("orders", 1), ("dlq", 1)]);
+    let es = Es::testkit();
+    es.create_index("docs", &[("n", "long")]);
+    produce(&kafka.bootstrap);
+    let tmp = tempfile::tempdir().unwrap();
+    let config = job(tmp.path(), &kafka.bootstrap, &es.url(), "fail");
+    let (status, log) = run(&config, Some("bulk-response=exit"));
+    assert!(
+        !status.success() && log.contains("failpoint bulk-response: exit"),
+        "the first run aborted at its first bulk response ({status}): {}",
+        tail(&log, 20)
+    );
+    let (status, log) = run(&config, None);
+    assert!(
+        !status.success() && log.contains("document_parsing_exception"),
+        "the next run fails on the refused record ({status}): {}",
+        tail(&log, 30)
+    );
+    let docs = es.get_many("docs", &["k".to_string()]);
+    let doc: Vec<(&Value, i64)> = docs.iter().map(|(_, s, v)| (s, *v)).collect();
+    assert_eq!(
+        doc,
+        vec![(&json!({"n": 1}), 0)],
+        "nothing after the refused record is written"
+    );
 }

@@ -182,11 +182,18 @@ mod tests {
         b.add(Some("e".into()), Effect::of(&index(9)), 10, 9);
         let (id, payloads) = b.next_request(0, true).unwrap();
         assert_eq!(payloads, vec![&0, &9], "the first write of d, and e");
-        assert!(b.next_request(0, true).is_none(), "d waits for its first write");
+        assert!(
+            b.next_request(0, true).is_none(),
+            "d waits for its first write"
+        );
         b.on_response(id, Response::Items(vec![refused(), ok()]), 1, 0.5);
         let mut resolved = b.drain_resolved();
         let refusal = match resolved.remove(0) {
-            Resolution::Refused { refusal, payload: 0, .. } => refusal,
+            Resolution::Refused {
+                refusal,
+                payload: 0,
+                ..
+            } => refusal,
             other => panic!("{other:?}"),
         };
         assert!(matches!(resolved[..], [Resolution::Written(9)]));
