@@ -120,6 +120,15 @@ fn main() {
                 ..base("index-external-versions-coalesced")
             },
         ),
+        (
+            "index-external-versions-not-coalesced",
+            EsSinkConfig {
+                operation: Operation::Index,
+                versioning: Versioning::External,
+                coalesce: false,
+                ..base("index-external-versions-not-coalesced")
+            },
+        ),
     ];
     eprintln!("{RECORDS} records, {USERS} documents, {LATENCY_MS} ms per response:");
     let mut results = serde_json::Map::new();

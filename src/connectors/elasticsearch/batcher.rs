@@ -29,6 +29,7 @@ mod tests {
             max_in_flight,
             flush_interval_ms: 1000,
             coalesce,
+            one_action_per_document: false,
             retry_max_attempts: u32::MAX,
             retry_initial_ms: 10,
             retry_max_ms: 100,
@@ -162,6 +163,72 @@ mod tests {
             1,
             "the last one failed after the write: retried"
         );
+    }
+
+    /// With one action per document (external versions), the chain goes one write per
+    /// request, and the write after a refused one is sent only once the failure
+    /// handler settled the refusal (its dead letter acknowledged); other documents
+    /// still share the request.
+    #[test]
+    fn with_one_action_per_document_a_refusal_is_settled_before_the_next_write_is_sent() {
+        let l = Limits {
+            one_action_per_document: true,
+            ..limits(1000, 2, false)
+        };
+        let mut b = Batcher::new(l, 0);
+        for v in 0..3 {
+            b.add(Some("d".into()), Effect::of(&index(v)), 10, v);
+        }
+        b.add(Some("e".into()), Effect::of(&index(9)), 10, 9);
+        let (id, payloads) = b.next_request(0, true).unwrap();
+        assert_eq!(payloads, vec![&0, &9], "the first write of d, and e");
+        assert!(
+            b.next_request(0, true).is_none(),
+            "d waits for its first write"
+        );
+        b.on_response(id, Response::Items(vec![refused(), ok()]), 1, 0.5);
+        let mut resolved = b.drain_resolved();
+        let refusal = match resolved.remove(0) {
+            Resolution::Refused {
+                refusal,
+                payload: 0,
+                ..
+            } => refusal,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(resolved[..], [Resolution::Written(9)]));
+        assert!(
+            b.next_request(1, true).is_none(),
+            "nothing of d is sent while the handler holds its refused write"
+        );
+        b.settle_refused(refusal);
+        let (id, payloads) = b.next_request(1, true).unwrap();
+        assert_eq!(payloads, vec![&1], "then the next write alone");
+        b.on_response(id, Response::Items(vec![ok()]), 2, 0.5);
+        let (_, payloads) = b.next_request(2, true).unwrap();
+        assert_eq!(payloads, vec![&2]);
+    }
+
+    /// With one action per document and coalescing, a retried write is sent again, not
+    /// set aside by the queued write behind it: it may already have been refused, and
+    /// is resolved before anything later on its document is sent.
+    #[test]
+    fn with_one_action_per_document_a_retry_is_resent_not_set_aside() {
+        let l = Limits {
+            one_action_per_document: true,
+            ..limits(1000, 1, true)
+        };
+        let mut b = Batcher::new(l, 0);
+        b.add(Some("d".into()), Effect::of(&index(0)), 10, 0);
+        let (id, _) = b.next_request(0, true).unwrap();
+        b.add(Some("d".into()), Effect::of(&index(1)), 10, 1);
+        b.on_response(id, Response::Items(vec![too_many()]), 1, 0.5);
+        let (id, payloads) = b.next_request(10_000, true).unwrap();
+        assert_eq!(payloads, vec![&0], "the retry, alone");
+        b.on_response(id, Response::Items(vec![ok()]), 10_001, 0.5);
+        let (_, payloads) = b.next_request(10_001, true).unwrap();
+        assert_eq!(payloads, vec![&1]);
+        assert_eq!(b.counters().superseded, 0);
     }
 
     #[test]
@@ -445,8 +512,15 @@ mod tests {
         max_actions: usize,
         max_in_flight: usize,
         coalesce: bool,
+        one_per_document: bool,
     ) -> Result<(), TestCaseError> {
-        let mut b: Batcher<usize> = Batcher::new(limits(max_actions, max_in_flight, coalesce), 0);
+        let l = Limits {
+            one_action_per_document: one_per_document,
+            ..limits(max_actions, max_in_flight, coalesce)
+        };
+        let mut b: Batcher<usize> = Batcher::new(l, 0);
+        // Each action ever sent (a requeued copy counts on its own).
+        let mut sent: Vec<bool> = Vec::new();
         let mut actions: Vec<BulkAction> = Vec::new();
         let mut resolved: Vec<bool> = Vec::new();
         let mut store = Store::new();
@@ -508,6 +582,37 @@ mod tests {
                     resolved[seq] = true;
                 }
             }
+        };
+        // With one action per document, an action is sent only when every earlier
+        // action of its document that was ever sent is resolved (written, or settled
+        // by the handler: a dead letter acknowledged): a crash after the target applied
+        // it can never leave an earlier refusal unacted on, so a 409 on the replay of
+        // the earlier one truly means written or dead-lettered.
+        let check_sent = |sent: &mut Vec<bool>,
+                          resolved: &[bool],
+                          actions: &[BulkAction],
+                          order: &[usize],
+                          seqs: &[usize]|
+         -> Result<(), TestCaseError> {
+            sent.resize(actions.len(), false);
+            for &s in seqs {
+                sent[s] = true;
+            }
+            if !one_per_document {
+                return Ok(());
+            }
+            for &s in seqs {
+                let at = order.iter().position(|&x| x == s).expect("a placed action");
+                for &x in &order[..at] {
+                    prop_assert!(
+                        actions[x].id != actions[s].id || !sent[x] || resolved[x],
+                        "action {} sent while the earlier action {} of its document was sent and not resolved",
+                        s,
+                        x
+                    );
+                }
+            }
+            Ok(())
         };
         let expected = |actions: &[BulkAction], order: &[usize]| {
             let mut s = Store::new();
@@ -583,7 +688,8 @@ mod tests {
                 }
                 Step::Send(force) => {
                     while let Some((id, p)) = b.next_request(now, force) {
-                        let seqs = p.into_iter().copied().collect();
+                        let seqs: Vec<usize> = p.into_iter().copied().collect();
+                        check_sent(&mut sent, &resolved, &actions, &order, &seqs)?;
                         requests.push((id, seqs));
                     }
                 }
@@ -634,7 +740,8 @@ mod tests {
             }
             now += 1000;
             while let Some((id, p)) = b.next_request(now, true) {
-                let seqs = p.into_iter().copied().collect();
+                let seqs: Vec<usize> = p.into_iter().copied().collect();
+                check_sent(&mut sent, &resolved, &actions, &order, &seqs)?;
                 requests.push((id, seqs));
             }
             for (id, seqs) in std::mem::take(&mut requests) {
@@ -674,28 +781,34 @@ mod tests {
 
         /// For any interleaving of adds, sends and responses (success, per-item 429,
         /// whole-request failure, a response lost after the bulk was applied, 413, and
-        /// writes the server always refuses, dead-lettered), the final documents equal
-        /// applying every action in order (a refused one changing nothing), and
-        /// `pending` is 0 exactly when everything is acknowledged.
+        /// writes the server always refuses, dead-lettered), with or without one action
+        /// per document, the final documents equal applying every action in order (a
+        /// refused one changing nothing), and `pending` is 0 exactly when everything is
+        /// acknowledged.
         #[test]
         fn the_last_write_per_document_wins(
             steps in prop::collection::vec(step(false), 1..80),
             max_actions in 1usize..6,
             max_in_flight in 1usize..4,
             coalesce in any::<bool>(),
+            one_per_document in any::<bool>(),
         ) {
-            run_model(steps, false, max_actions, max_in_flight, coalesce)?;
+            run_model(steps, false, max_actions, max_in_flight, coalesce, one_per_document)?;
         }
 
-        /// The same with external versions (the record's offset).
+        /// The same with external versions (the record's offset), with and without one
+        /// action per document (what the sink sets with external versions); with it,
+        /// also: no action is sent while an earlier action of its document that was
+        /// sent is unresolved.
         #[test]
         fn the_last_write_per_document_wins_with_external_versions(
             steps in prop::collection::vec(step(true), 1..80),
             max_actions in 1usize..6,
             max_in_flight in 1usize..4,
             coalesce in any::<bool>(),
+            one_per_document in any::<bool>(),
         ) {
-            run_model(steps, true, max_actions, max_in_flight, coalesce)?;
+            run_model(steps, true, max_actions, max_in_flight, coalesce, one_per_document)?;
         }
     }
 }

@@ -247,6 +247,7 @@ impl bulk::BulkProcessor<EsTarget> {
             max_in_flight: cfg.max_in_flight.max(1),
             flush_interval_ms: cfg.bulk_flush_interval_ms.max(1),
             coalesce: cfg.coalesces(),
+            one_action_per_document: cfg.one_write_per_document(),
             retry_max_attempts: cfg.retry_max_attempts,
             retry_initial_ms: cfg.retry_initial_ms,
             retry_max_ms: cfg.retry_max_ms,

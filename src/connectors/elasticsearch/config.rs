@@ -200,6 +200,33 @@ impl EsSinkConfig {
         self.coalesce && self.pipeline.is_none() && self.routing.is_none()
     }
 
+    /// Whether a bulk request carries at most one write per document, so that a later
+    /// write of a document is sent only once the earlier one is resolved: written,
+    /// dead-lettered (the broker acknowledged the letter), or failed on (the job stops
+    /// sending). The batcher's [`Limits::one_action_per_document`].
+    ///
+    /// With external versions, a replayed write answered with 409 counts as already
+    /// written ([`super::item_result::classify`]): the document holds that version or a
+    /// newer one. If a newer write of the document could be applied while this one was
+    /// refused and its refusal not yet acted on (one request carrying both), a crash
+    /// in between would leave the refused record neither indexed nor dead-lettered,
+    /// and a `fail` policy that failed the job on it would let the restarted job go on.
+    /// Resolving each write before the next is sent makes the 409 mean "written,
+    /// dead-lettered or failed on". It is needed whatever `on_item_error` (both
+    /// account for every refused record) and whether or not writes are coalesced (a
+    /// refused write's replaced writes go back and would share a request).
+    ///
+    /// Without versions a 409 means already written only for `create`, and what may
+    /// follow a create in the same request is a delete, which leaves the document
+    /// absent: the replayed create is judged again. So the answer is: with external
+    /// versions. It bounds each document to one write per round trip when writes are
+    /// not coalesced.
+    ///
+    /// [`Limits::one_action_per_document`]: crate::connector::kit::bulk::Limits
+    pub fn one_write_per_document(&self) -> bool {
+        self.versioning == Versioning::External
+    }
+
     /// Checks combinations Elasticsearch refuses; the error names both keys.
     pub fn validate(&self) -> Result<(), (String, String)> {
         if self.operation == Operation::Upsert && self.versioning == Versioning::External {
@@ -866,6 +893,46 @@ impl Versioning {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// When a request may carry several writes of one document: never where a 409 on a
+    /// replay counts as already written and a newer write in the same request could
+    /// hide a refusal (external versions), whatever the policy, coalescing or
+    /// pipeline; always otherwise.
+    #[test]
+    fn one_write_per_document_table() {
+        use ItemErrorPolicy::{DeadLetter, Fail};
+        use Operation::*;
+        let dlq = || DeadLetter("dlq".into());
+        let cases: &[(Versioning, Operation, ItemErrorPolicy, bool, bool, bool)] = &[
+            // versioning, operation, on_item_error, coalesce, pipeline, one per request
+            (Versioning::External, Index, dlq(), false, false, true),
+            (Versioning::External, Index, dlq(), true, false, true),
+            (Versioning::External, Index, Fail, false, false, true),
+            (Versioning::External, Index, Fail, true, false, true),
+            (Versioning::External, Index, dlq(), true, true, true),
+            (Versioning::External, Create, dlq(), false, false, true),
+            (Versioning::External, Create, Fail, true, false, true),
+            (Versioning::None, Index, dlq(), false, false, false),
+            (Versioning::None, Index, Fail, true, false, false),
+            (Versioning::None, Create, dlq(), false, false, false),
+            (Versioning::None, Create, Fail, true, true, false),
+            (Versioning::None, Upsert, dlq(), false, false, false),
+            (Versioning::None, Upsert, Fail, true, false, false),
+        ];
+        for (versioning, operation, policy, coalesce, pipeline, want) in cases {
+            let mut c = EsSinkConfig::new("http://localhost:9200", "i");
+            c.versioning = *versioning;
+            c.operation = *operation;
+            c.on_item_error = policy.clone();
+            c.coalesce = *coalesce;
+            c.pipeline = pipeline.then(|| "p".to_string());
+            assert_eq!(
+                c.one_write_per_document(),
+                *want,
+                "{versioning:?} {operation:?} {policy:?} coalesce={coalesce} pipeline={pipeline}"
+            );
+        }
+    }
 
     #[test]
     fn aws_sigv4_is_checked_and_takes_no_other_credentials() {

@@ -5,6 +5,13 @@ use super::action::OpType;
 pub use crate::connector::kit::bulk::{Outcome, RequestOutcome};
 
 /// Classifies one item result.
+///
+/// A 409 under `create` or external versions is already written: the document exists
+/// (`create`) or holds this version or a newer one. For a replayed write refused the
+/// first time (a mapping error) that is only so because the sink never lets a newer
+/// write of the document be applied before the refusal was acted on
+/// ([`super::config::EsSinkConfig::one_write_per_document`]): a newer version means the
+/// earlier write was written, dead-lettered or failed on.
 pub fn classify(
     op: OpType,
     external_version: bool,

@@ -29,12 +29,17 @@
 //! - **Order**: a document is sent only when none of its actions is in a request,
 //!   awaiting a retry or awaiting the failure handler. A request carries its first
 //!   queued action plus the following ones while each supersedes the one before it
-//!   (a target applies the items of one document in request order).
+//!   (a target applies the items of one document in request order) — or only the
+//!   first with [`Limits::one_action_per_document`], so that no later action of a
+//!   document is applied while an earlier one may be refused and not yet settled.
 //! - **Partial failure**: a retriable failure followed, in the same request, by a
 //!   written action that supersedes it is not retried ([`Resolution::Superseded`]). A
 //!   retried action keeps its place in the list; with coalescing, one that the queued
 //!   action behind it supersedes is set aside by that action, as a queued one would be
-//!   (resolved as superseded once that action is written).
+//!   (resolved as superseded once that action is written) — except with one action
+//!   per document, where every action sent is resolved before the next one of its
+//!   document is sent (a retried action is then never set aside, by a retry coming
+//!   due or by a newer action added).
 //! - **Refusals**: a refused action keeps its place until the failure handler answers
 //!   ([`Batcher::settle_refused`] or [`Batcher::requeue`]); replacements on the same
 //!   document take exactly that place. What the refused action had set aside stays set
@@ -68,6 +73,14 @@ pub struct Limits {
     pub max_in_flight: usize,
     pub flush_interval_ms: u64,
     pub coalesce: bool,
+    /// A request carries at most one action per document, so a later action on a
+    /// document is sent only once every earlier one is resolved: written, or settled
+    /// by the failure handler (a dead letter acknowledged). Needed where the target
+    /// answers a replayed action by comparing it with the document's newest write
+    /// (Elasticsearch's 409 under external versions): that answer then says the earlier
+    /// action was written or settled, never that it was refused and the refusal lost.
+    /// It bounds a document to one write per round trip when writes are not coalesced.
+    pub one_action_per_document: bool,
     pub retry_max_attempts: u32,
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
@@ -837,8 +850,11 @@ impl<T, E: Supersedes> Batcher<T, E> {
             // request, awaiting a retry or a handler) keeps its place.
             while let Some(&s) = self.group(g).items.as_slice().last() {
                 let older = self.entry(s);
+                // With one action per document, a retried action (sent, so perhaps
+                // already refused) is resolved before anything later is sent.
                 if older.state != State::Queued
                     || older.restored
+                    || (older.retried && self.limits.one_action_per_document)
                     || !effect.supersedes(&older.effect)
                 {
                     break;
@@ -1009,9 +1025,10 @@ impl<T, E: Supersedes> Batcher<T, E> {
         self.settle_refused(Refusal(slot));
     }
 
-    /// Retries due at `now_ms` become queued again, in place. With coalescing, one that
-    /// the queued action behind it makes irrelevant is set aside by that action instead
-    /// (resolved as superseded once it is written, back in its place if not).
+    /// Retries due at `now_ms` become queued again, in place. With coalescing (and not
+    /// [`Limits::one_action_per_document`]), one that the queued action behind it makes
+    /// irrelevant is set aside by that action instead (resolved as superseded once it
+    /// is written, back in its place if not).
     fn promote_due(&mut self, now_ms: u64) {
         if self.retries.iter().all(|(due, _)| *due > now_ms) {
             return;
@@ -1026,7 +1043,11 @@ impl<T, E: Supersedes> Batcher<T, E> {
                 .iter()
                 .position(|&x| x == slot)
                 .and_then(|at| items.get(at + 1).copied());
+            // A retry may already be applied or refused: with one action per document
+            // it is resolved before anything later on its document is sent, so it is
+            // sent again rather than set aside.
             let superseded = self.limits.coalesce
+                && !self.limits.one_action_per_document
                 && behind.is_some_and(|b| {
                     let b = self.entry(b);
                     b.state == State::Queued && b.effect.supersedes(&self.entry(slot).effect)
@@ -1084,10 +1105,11 @@ impl<T, E: Supersedes> Batcher<T, E> {
         let mut bytes = 0;
         while let Some(g) = self.ready.pop_front() {
             let items = self.group(g).items.as_slice();
-            // The first action, and those after it that each supersede the one before.
+            // The first action, and those after it that each supersede the one before
+            // (unless the target needs an action settled before the next is sent).
             let mut take = 1;
             let mut take_bytes = self.entry(items[0]).bytes;
-            while take < items.len() {
+            while !self.limits.one_action_per_document && take < items.len() {
                 let (prev, next) = (self.entry(items[take - 1]), self.entry(items[take]));
                 if !next.effect.supersedes(&prev.effect)
                     || batch.len() + take + 1 > max_actions
