@@ -112,6 +112,11 @@ struct JobSection {
     /// kept per source partition, so that the job can run as several members.
     #[serde(default)]
     co_partitioned: bool,
+    /// Steps of the configuration this file was translated from that it does not do
+    /// (`lockgate migrate`): `lockgate run` refuses the file while any is listed,
+    /// unless given `--allow-left-out`.
+    #[serde(default)]
+    left_out: Vec<String>,
 }
 
 fn one() -> u16 {
@@ -684,6 +689,7 @@ fn build(
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
         .co_partitioned(j.co_partitioned)
+        .left_out(j.left_out.clone())
         .restart(restart)
         .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
         .checkpointing(c);
