@@ -198,6 +198,10 @@ pub struct SinkContext<'a> {
 pub struct PreparedSink {
     pub spec: SinkSpec,
     pub config: AnyConfig,
+    /// The first step before the sink that may send it deletes besides tombstones
+    /// (`transform.N (debezium)`, a session window retracting a merged session), by
+    /// its job-file key.
+    pub deletes: Option<String>,
     /// The sink says what a tombstone means (see [`SourceWiring::tombstones`]).
     pub reads_tombstones: bool,
 }

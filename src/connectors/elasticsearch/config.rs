@@ -345,6 +345,9 @@ pub struct EsSection {
     pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
     pipeline: Option<String>,
+    /// Whether `pipeline` may send a document elsewhere (set `_index` or `_id`, or
+    /// `reroute`); `false` declares it does not, which deletes need.
+    pipeline_reroutes: Option<bool>,
     routing: Option<String>,
     require_alias: Option<bool>,
     data_stream: Option<DataStream>,
@@ -386,6 +389,45 @@ pub struct EsContext {
 }
 
 impl EsSection {
+    /// Why `pipeline` cannot go with the deletes this sink gets, if it cannot. A
+    /// delete runs no ingest pipeline: it names the index and id the document would
+    /// have had without one, so a pipeline that sends the document elsewhere (another
+    /// index, another id) leaves it there, and the delete's 404 counts as done. Deletes
+    /// come from tombstones (`on_null_value = "delete"`, when the source passes
+    /// tombstones: `tombstones`) and from the steps before the sink (`deletes`, the
+    /// first of them by key). `pipeline_reroutes = false` declares that the pipeline
+    /// sends no document elsewhere.
+    pub fn pipeline_deletes(
+        &self,
+        tombstones: bool,
+        deletes: Option<&str>,
+    ) -> Option<crate::connector::KeyError> {
+        use crate::connector::KeyError;
+        if self.pipeline.is_none() {
+            return self.pipeline_reroutes.is_some().then(|| {
+                KeyError::new(
+                    "pipeline_reroutes",
+                    "says what the ingest pipeline does, and there is no pipeline",
+                )
+            });
+        }
+        if self.pipeline_reroutes == Some(false) {
+            return None;
+        }
+        let tombstone_deletes = tombstones && self.on_null_value.as_deref() == Some("delete");
+        let from = match (tombstone_deletes, deletes) {
+            (true, _) => "tombstones (on_null_value = \"delete\")".to_string(),
+            (false, Some(step)) => step.to_string(),
+            (false, None) => return None,
+        };
+        Some(KeyError::new(
+            "pipeline",
+            format!(
+                "deletes from {from} run no ingest pipeline: they delete the index and id the document would have without one, so a pipeline that sends it elsewhere (sets _index or _id, or reroutes) leaves it in place while the delete's 404 counts as done; if the pipeline never does, say so with pipeline_reroutes = false, else remove the pipeline or what makes deletes"
+            ),
+        ))
+    }
+
     /// Whether the section says what a tombstone means (`on_null_value`): only then do
     /// tombstones reach the sink as records.
     pub fn reads_tombstones(&self) -> bool {
@@ -787,6 +829,9 @@ impl crate::connector::SinkSection for EsSection {
             .any(|k| k == crate::operators::window::KIND)
         {
             let id = self.id.as_deref().unwrap_or("coordinates");
+        if let Some(why) = self.pipeline_deletes(cx.source.tombstones, cx.deletes.as_deref()) {
+            return Err(why);
+        }
             if id == "coordinates" {
                 return Err(KeyError::new(
                     "id",
@@ -969,6 +1014,80 @@ tls_verify = "certificate"
 compression = "gzip"
 headers = { "x-tenant" = "blue" }
 index = "i"
+    #[test]
+    fn a_pipeline_goes_with_deletes_only_when_declared_not_to_reroute() {
+        let section = |extra: &str| -> EsSection {
+            toml::from_str(&format!(
+                "url = \"http://es:9200\"\nindex = \"i\"\nid = \"key\"\n{extra}"
+            ))
+            .unwrap()
+        };
+        let session = Some("transform.0 (window, session)");
+        // (keys, the source passes tombstones, a step's deletes) -> the refused key
+        let table: [(&str, bool, Option<&str>, Option<&str>); 10] = [
+            (
+                "pipeline = \"p\"\non_null_value = \"delete\"",
+                true,
+                None,
+                Some("pipeline"),
+            ),
+            (
+                "pipeline = \"p\"\non_null_value = \"delete\"",
+                false,
+                None,
+                None,
+            ),
+            (
+                "pipeline = \"p\"\non_null_value = \"skip\"",
+                true,
+                None,
+                None,
+            ),
+            ("pipeline = \"p\"", true, session, Some("pipeline")),
+            (
+                "pipeline = \"p\"\npipeline_reroutes = true",
+                true,
+                session,
+                Some("pipeline"),
+            ),
+            (
+                "pipeline = \"p\"\npipeline_reroutes = false\non_null_value = \"delete\"",
+                true,
+                session,
+                None,
+            ),
+            ("pipeline = \"p\"", true, None, None),
+            ("on_null_value = \"delete\"", true, session, None),
+            (
+                "pipeline_reroutes = false",
+                true,
+                None,
+                Some("pipeline_reroutes"),
+            ),
+            (
+                "pipeline_reroutes = false\non_null_value = \"delete\"",
+                true,
+                None,
+                Some("pipeline_reroutes"),
+            ),
+        ];
+        for (keys, tombstones, deletes, refused) in table {
+            let got = section(keys).pipeline_deletes(tombstones, deletes);
+            assert_eq!(
+                got.as_ref().map(|e| e.key.as_str()),
+                refused,
+                "{keys} {tombstones} {deletes:?}"
+            );
+            if let Some(e) = got.filter(|e| e.key == "pipeline") {
+                assert!(
+                    e.message.contains("pipeline_reroutes = false"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
+    }
+
 id = "key"
 operation = "create"
 versioning = "external"
