@@ -802,6 +802,24 @@ impl EsSection {
     }
 }
 
+/// Which key of `c` names documents or versions by Kafka coordinates, and what that
+/// does when a partition's offsets start again at 0 (a recreated topic), if any.
+pub fn restarted_positions_collide(c: &EsSinkConfig) -> Option<(&'static str, &'static str)> {
+    if c.id == IdStrategy::Coordinates {
+        return Some((
+            "id",
+            "ids made of topic, partition and offset (id = \"coordinates\", a data stream's) repeat the old topic's documents' ids: a create answers 409, counted as already written, and an index overwrites the old document",
+        ));
+    }
+    if c.versioning == Versioning::External {
+        return Some((
+            "versioning",
+            "versions made of offsets (versioning = \"external\") go back below those of the documents written from the old topic: Elasticsearch refuses the writes as stale (409), counted as already written",
+        ));
+    }
+    None
+}
+
 /// The sink kind of the Elasticsearch sink in a job graph.
 pub const KIND: &str = "elasticsearch";
 
@@ -811,6 +829,9 @@ impl crate::connector::SinkSection for EsSection {
         cx: &crate::connector::SinkContext<'_>,
     ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
         use crate::connector::KeyError;
+        if let Some(why) = self.pipeline_deletes(cx.source.tombstones, cx.deletes.as_deref()) {
+            return Err(why);
+        }
         // Tombstones pass record transforms unchanged; a keyed one sums values, and a
         // record without a value has none.
         if let Some(kind) = cx.stateful_transforms.first() {
@@ -829,9 +850,6 @@ impl crate::connector::SinkSection for EsSection {
             .any(|k| k == crate::operators::window::KIND)
         {
             let id = self.id.as_deref().unwrap_or("coordinates");
-        if let Some(why) = self.pipeline_deletes(cx.source.tombstones, cx.deletes.as_deref()) {
-            return Err(why);
-        }
             if id == "coordinates" {
                 return Err(KeyError::new(
                     "id",
@@ -877,6 +895,14 @@ impl crate::connector::SinkSection for EsSection {
             base_dir: cx.section.base_dir.clone(),
         };
         let (spec, config) = self.spec(&ctx)?;
+        if let Some(key) = &cx.source.positions_restart {
+            if let Some((ours, why)) = restarted_positions_collide(&config) {
+                return Err(KeyError::absolute(
+                    format!("{key} and sink.elasticsearch.{ours}"),
+                    format!("a recreated topic is read again from offset 0 (on_topic_recreated = \"restart\"), and {why}: the new topic's records would be taken for the old topic's and not written; give documents ids of their own (id = \"key\" or \"field:/p\", without versioning = \"external\"), or set on_topic_recreated = \"fail\""),
+                ));
+            }
+        }
         Ok(crate::connector::PreparedSink {
             spec,
             config,
@@ -988,32 +1014,6 @@ mod tests {
         );
     }
 
-    /// A self-signed CA certificate (PEM) for the `ca_cert` tests.
-    const CA_PEM: &str = include_str!("testdata/ca.pem");
-
-    fn ctx_in(dir: &std::path::Path) -> EsContext {
-        EsContext {
-            dead_letter_kafka: None,
-            checkpoint_timeout_ms: 60_000,
-            base_dir: dir.to_path_buf(),
-            offsets_per_partition: false,
-        }
-    }
-
-    #[test]
-    fn every_key_of_the_section_is_applied_and_errors_name_the_key() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), CA_PEM).unwrap();
-        std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
-        let text = r#"
-urls = ["https://es-1:9200", "https://es-2:9201/"]
-username = "writer"
-password_file = "pw"
-ca_cert = "ca.pem"
-tls_verify = "certificate"
-compression = "gzip"
-headers = { "x-tenant" = "blue" }
-index = "i"
     #[test]
     fn a_pipeline_goes_with_deletes_only_when_declared_not_to_reroute() {
         let section = |extra: &str| -> EsSection {
@@ -1088,6 +1088,32 @@ index = "i"
         }
     }
 
+    /// A self-signed CA certificate (PEM) for the `ca_cert` tests.
+    const CA_PEM: &str = include_str!("testdata/ca.pem");
+
+    fn ctx_in(dir: &std::path::Path) -> EsContext {
+        EsContext {
+            dead_letter_kafka: None,
+            checkpoint_timeout_ms: 60_000,
+            base_dir: dir.to_path_buf(),
+            offsets_per_partition: false,
+        }
+    }
+
+    #[test]
+    fn every_key_of_the_section_is_applied_and_errors_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), CA_PEM).unwrap();
+        std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
+        let text = r#"
+urls = ["https://es-1:9200", "https://es-2:9201/"]
+username = "writer"
+password_file = "pw"
+ca_cert = "ca.pem"
+tls_verify = "certificate"
+compression = "gzip"
+headers = { "x-tenant" = "blue" }
+index = "i"
 id = "key"
 operation = "create"
 versioning = "external"
