@@ -24,22 +24,13 @@ pub struct Translation {
 }
 
 /// Choices the configuration does not hold.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The Kafka cluster (a worker setting, absent from a connector's configuration);
     /// `None`: not known, reported as left out (the file says `localhost:9092`).
     pub bootstrap_servers: Option<String>,
     /// Where the job keeps its checkpoints (default `/var/lib/lockgate/<name>`).
     pub checkpoint_dir: Option<String>,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            bootstrap_servers: None,
-            checkpoint_dir: None,
-        }
-    }
 }
 
 /// The connector classes of Kafka Connect's Elasticsearch sink.
