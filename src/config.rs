@@ -112,6 +112,11 @@ struct JobSection {
     /// kept per source partition, so that the job can run as several members.
     #[serde(default)]
     co_partitioned: bool,
+    /// Steps of the configuration this file was translated from that it does not do
+    /// (`lockgate migrate`): `lockgate run` refuses the file while any is listed,
+    /// unless given `--allow-left-out`.
+    #[serde(default)]
+    left_out: Vec<String>,
 }
 
 fn one() -> u16 {
@@ -684,6 +689,7 @@ fn build(
         .parallelism(j.parallelism)
         .max_parallelism(j.max_parallelism)
         .co_partitioned(j.co_partitioned)
+        .left_out(j.left_out.clone())
         .restart(restart)
         .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
         .checkpointing(c);
@@ -749,6 +755,8 @@ fn build(
     // earlier step: output numbers restart in each step, so only one step may number.
     let mut several: Option<String> = None;
     let mut several_before = false;
+    // The first step that may send the sink deletes.
+    let mut deletes: Option<String> = None;
     // Consecutive record transforms run as one step that parses each record once.
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
@@ -757,6 +765,9 @@ fn build(
             Some(a) => {
                 reads_headers |= a.0.reads_headers();
                 reads_tombstones |= a.0.reads_tombstones();
+                if a.0.may_delete() && deletes.is_none() {
+                    deletes = Some(format!("{key} ({kind}, which makes deletes)"));
+                }
                 if a.0.several() {
                     if several_before {
                         return Err(err(
@@ -774,6 +785,15 @@ fn build(
             }
             None => {
                 several_before |= several.is_some();
+                let merges = prepared
+                    .config
+                    .downcast_ref::<crate::operators::window::WindowSpec>()
+                    .is_some_and(|w| w.kind.merges());
+                if merges && deletes.is_none() {
+                    deletes = Some(format!(
+                        "{key} (session windows, which delete the result of a session merged into another)"
+                    ));
+                }
                 stateful.push(kind.clone());
                 if !chain.is_empty() {
                     steps.push(crate::transforms::chain_step(
@@ -799,6 +819,7 @@ fn build(
         transforms: transform_count,
         stateful_transforms: stateful,
         several_outputs: several.is_some(),
+        deletes,
     };
     let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
     let not_split_keyed = source.facts.not_split_keyed.clone();

@@ -232,6 +232,10 @@ pub struct JobGraph {
     /// keyed state is then kept per source partition, so that it moves with its
     /// partition when the members of the job change.
     pub co_partitioned: bool,
+    /// Steps of the configuration the job file was translated from that it does not
+    /// do (`[job] left_out`): `lockgate run` refuses to run it unless told
+    /// `--allow-left-out`.
+    pub left_out: Vec<String>,
     /// Which member of the job this process is (`lockgate run --member I --members N`):
     /// it reads its share of the source's partitions and keeps its own checkpoint line.
     pub member: crate::member::Member,
@@ -333,6 +337,7 @@ impl Job {
             control: None,
             source_cluster: None,
             co_partitioned: false,
+            left_out: Vec::new(),
             member: crate::member::Member::SOLO,
             across_partitions: Default::default(),
             one_process_only: None,
@@ -356,6 +361,7 @@ pub struct JobBuilder {
     source_cluster: Option<crate::connector::section::KafkaCluster>,
     state: lockgate_state::BackendOptions,
     co_partitioned: bool,
+    left_out: Vec<String>,
     member: crate::member::Member,
     across_partitions: std::collections::BTreeSet<String>,
     one_process_only: Option<(&'static str, String)>,
@@ -404,6 +410,12 @@ impl JobBuilder {
     /// Part of the graph's fingerprint.
     pub fn co_partitioned(mut self, yes: bool) -> Self {
         self.co_partitioned = yes;
+        self
+    }
+
+    /// The steps the job file says it does not do (`[job] left_out`).
+    pub fn left_out(mut self, steps: Vec<String>) -> Self {
+        self.left_out = steps;
         self
     }
 
@@ -663,6 +675,7 @@ impl JobBuilder {
             source_cluster: self.source_cluster,
             state: self.state,
             co_partitioned: self.co_partitioned,
+            left_out: self.left_out,
             member: self.member,
             across_partitions: self.across_partitions,
             one_process_only: self.one_process_only,

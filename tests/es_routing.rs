@@ -386,3 +386,108 @@ fn invalid_index_and_tombstone_settings_are_refused_at_load_naming_the_key() {
         );
     }
 }
+
+/// A delete runs no ingest pipeline: with a pipeline that may send documents elsewhere,
+/// deletes (tombstones under on_null_value = "delete", a debezium transform's deletes)
+/// would miss them and count the 404 as done. Refused at load naming the keys and the
+/// file, unless the pipeline is declared not to reroute.
+#[test]
+fn a_pipeline_with_deletes_is_refused_at_load_unless_declared_not_to_reroute() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "index = \"e\"\nid = \"key\"\npipeline = \"enrich\"\non_null_value = \"delete\"",
+            "sink.elasticsearch.pipeline",
+            "on_null_value = \"delete\"",
+        ),
+        (
+            "index = \"e\"\nid = \"key\"\npipeline = \"enrich\"\npipeline_reroutes = true\non_null_value = \"delete\"",
+            "sink.elasticsearch.pipeline",
+            "pipeline_reroutes = false",
+        ),
+        (
+            "index = \"e\"\nid = \"key\"\npipeline = \"enrich\"\n\n[[transform]]\ntype = \"debezium\"\n",
+            "sink.elasticsearch.pipeline",
+            "transform",
+        ),
+        (
+            "index = \"e\"\nid = \"key\"\npipeline_reroutes = false\non_null_value = \"delete\"",
+            "sink.elasticsearch.pipeline_reroutes",
+            "there is no pipeline",
+        ),
+    ];
+    for (extra, key, why) in cases {
+        let out = load_error(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra}: {stderr}");
+        assert!(
+            stderr.contains("job.toml") && stderr.contains(key) && stderr.contains(why),
+            "{extra}: {stderr}"
+        );
+    }
+    // Declared not to reroute, or with deletes dropped: past the sink's checks (the
+    // job then fails to reach Kafka, at 127.0.0.1:1).
+    for extra in [
+        "index = \"e\"\nid = \"key\"\npipeline = \"enrich\"\npipeline_reroutes = false\non_null_value = \"delete\"",
+        "index = \"e\"\nid = \"key\"\npipeline = \"enrich\"\n\n[[transform]]\ntype = \"debezium\"\ndelete_handling = \"drop\"\n",
+    ] {
+        let out = load_error(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("sink.elasticsearch.pipeline"),
+            "{extra}: {stderr}"
+        );
+    }
+}
+
+/// Under on_topic_recreated = "restart" a recreated topic's offsets start at 0 again:
+/// ids or versions made of them would take the new records for written ones (409).
+/// Refused at load, naming both keys and the file.
+#[test]
+fn ids_or_versions_of_offsets_are_refused_with_a_topic_read_again_from_0() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "data_stream = { type = \"logs\", dataset = \"app\", namespace = \"default\" }",
+            "sink.elasticsearch.id",
+        ),
+        (
+            "index = \"e\"\nid = \"coordinates\"",
+            "sink.elasticsearch.id",
+        ),
+        (
+            "index = \"e\"\nid = \"key\"\nversioning = \"external\"",
+            "sink.elasticsearch.versioning",
+        ),
+    ];
+    for (extra, key) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let job = write_job(tmp.path(), "127.0.0.1:1", "http://127.0.0.1:1", extra);
+        let text = std::fs::read_to_string(&job).unwrap().replace(
+            "bounded = \"latest\"",
+            "bounded = \"latest\"\non_topic_recreated = \"restart\"",
+        );
+        std::fs::write(&job, &text).unwrap();
+        let out = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&job)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra}: {stderr}");
+        assert!(
+            stderr.contains("job.toml")
+                && stderr.contains("source.kafka.on_topic_recreated")
+                && stderr.contains(key)
+                && stderr.contains("409"),
+            "{extra}: {stderr}"
+        );
+        // The same sink with the topic's recreation failing the job loads.
+        std::fs::write(&job, text.replace("\"restart\"", "\"fail\"")).unwrap();
+        let out = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&job)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("on_topic_recreated"), "{extra}: {stderr}");
+    }
+}

@@ -13,18 +13,25 @@ use common::{bin, tail, wait_timeout};
 use std::path::Path;
 use std::process::Command;
 
-/// Runs the command on `config` (written to `dir`); returns the exit code, the job
-/// file and stderr.
+/// Runs the command on `config` (written to `dir`; the cluster `kafka-1:9092` unless
+/// `extra` names one); returns the exit code, the job file and stderr.
 fn migrate(dir: &Path, name: &str, config: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let input = dir.join(name);
     std::fs::write(&input, config).unwrap();
     let out = dir.join(format!("{name}.toml"));
+    let _ = std::fs::remove_file(&out);
+    let cluster: &[&str] = if extra.contains(&"--bootstrap-servers") {
+        &[]
+    } else {
+        &["--bootstrap-servers", "kafka-1:9092"]
+    };
     let o = Command::new(bin())
         .args(["migrate", "kafka-connect"])
         .arg(&input)
         .arg("--out")
         .arg(&out)
         .args(["--check", "--checkpoint-dir", "checkpoints"])
+        .args(cluster)
         .args(extra)
         .output()
         .unwrap();
@@ -355,6 +362,16 @@ fn real_configurations_translate_load_and_report_what_has_no_equivalent() {
 
     let (code, job, err) = migrate(dir, "stream.json", DATA_STREAM, &[]);
     assert_eq!(code, Some(3), "{err}\n{job}");
+    assert!(
+        job.is_empty(),
+        "settings that change records are left out: {job}"
+    );
+    let (code, job, err) = migrate(dir, "stream.json", DATA_STREAM, &["--allow-left-out"]);
+    assert_eq!(code, Some(3), "{err}\n{job}");
+    assert!(
+        err.contains("checked: the job file loads with --allow-left-out"),
+        "{err}"
+    );
     let mut reported = left_out(&err);
     reported.sort();
     assert_eq!(
@@ -465,9 +482,11 @@ fn a_migrated_job_continues_from_the_connectors_committed_offset() {
             "value.converter": "io.confluent.connect.avro.AvroConverter",
             "value.converter.schema.registry.url": "{reg}",
             "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "orders-dlq",
-            "transforms": "stamp,trim",
+            "transforms": "stamp,wrapkey,trim",
             "transforms.stamp.type": "org.apache.kafka.connect.transforms.InsertField$Value",
             "transforms.stamp.static.field": "migrated", "transforms.stamp.static.value": "yes",
+            "transforms.wrapkey.type": "org.apache.kafka.connect.transforms.HoistField$Key",
+            "transforms.wrapkey.field": "k",
             "transforms.trim.type": "org.apache.kafka.connect.transforms.ReplaceField$Value",
             "transforms.trim.exclude": "ts"
         }}}}"#,
@@ -475,13 +494,16 @@ fn a_migrated_job_continues_from_the_connectors_committed_offset() {
         reg = registry.url()
     );
     let tmp = tempfile::tempdir().unwrap();
+    // HoistField$Key has no lockgate transform; the keys are ignored here, so the
+    // documents are the connector's, and the user says so twice: to migrate and to run.
     let (code, job, err) = migrate(
         tmp.path(),
         "orders-es.json",
         &config,
-        &["--bootstrap-servers", &kafka.bootstrap],
+        &["--bootstrap-servers", &kafka.bootstrap, "--allow-left-out"],
     );
-    assert_eq!(code, Some(0), "{err}\n{job}");
+    assert_eq!(code, Some(3), "{err}\n{job}");
+    assert_eq!(left_out(&err), vec!["transforms.wrapkey.type"], "{err}");
     // The connector runs forever; the test's job ends at the topic's end.
     let mut t = toml_of(&job);
     t["source"]["kafka"]
@@ -490,9 +512,22 @@ fn a_migrated_job_continues_from_the_connectors_committed_offset() {
         .insert("bounded".into(), toml::Value::String("latest".into()));
     let path = tmp.path().join("job.toml");
     std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
+    let refused = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let refusal = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{refusal}");
+    assert!(
+        refusal.contains("job.left_out") && refusal.contains("transforms.wrapkey.type"),
+        "{refusal}"
+    );
+    assert_eq!(es.count("orders"), 0, "a refused file writes nothing");
     let log = tmp.path().join("job.log");
     let mut child = Command::new(bin())
-        .args(["run", "--config"])
+        .args(["run", "--allow-left-out", "--config"])
         .arg(&path)
         .current_dir(tmp.path())
         .stdout(std::fs::File::create(&log).unwrap())
@@ -547,7 +582,7 @@ fn secrets_providers_deletes_versions_and_routers_are_never_translated_wrongly()
         "transforms.route.regex": "(.*)",
         "transforms.route.replacement": "x-$1"
     }}"#;
-    let (code, job, err) = migrate(tmp.path(), "edge.json", config, &[]);
+    let (code, job, err) = migrate(tmp.path(), "edge.json", config, &["--allow-left-out"]);
     assert_eq!(code, Some(3), "{err}\n{job}");
     for secret in [
         "URLSECRET1",
@@ -603,4 +638,116 @@ fn secrets_providers_deletes_versions_and_routers_are_never_translated_wrongly()
         "{err}"
     );
     assert!(err.contains("JAAS"), "{err}");
+}
+
+/// A transform in the middle of a chain that lockgate does not have, and a cluster the
+/// connector's configuration cannot name, make no job file (stdout or `--out`) unless
+/// `--allow-left-out` is given; then the file marks the missing step between its
+/// neighbours and lists it under `[job] left_out`, and `lockgate run` refuses that
+/// file (exit 2, naming the file, the key and the steps) unless told the same.
+#[test]
+fn a_step_left_out_of_the_chain_writes_no_runnable_job_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let config = r#"{"name": "orders-es", "config": {
+        "connector.class": "io.confluent.connect.elasticsearch.ElasticsearchSinkConnector",
+        "topics": "orders", "connection.url": "http://es:9200",
+        "key.ignore": "true", "schema.ignore": "true",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "false",
+        "transforms": "stamp,wrap,trim",
+        "transforms.stamp.type": "org.apache.kafka.connect.transforms.InsertField$Value",
+        "transforms.stamp.static.field": "migrated", "transforms.stamp.static.value": "yes",
+        "transforms.wrap.type": "org.apache.kafka.connect.transforms.HoistField$Value",
+        "transforms.wrap.field": "order",
+        "transforms.trim.type": "org.apache.kafka.connect.transforms.ReplaceField$Value",
+        "transforms.trim.exclude": "ts"
+    }}"#;
+    // Without the opt-in: no file, exit 3, and stderr says why.
+    let (code, job, err) = migrate(dir, "chain.json", config, &[]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(job.is_empty(), "{job}");
+    assert!(!dir.join("chain.json.toml").exists());
+    assert!(
+        err.contains("no job file written") && err.contains("transforms.wrap.type"),
+        "{err}"
+    );
+    // Nor on stdout.
+    let o = Command::new(bin())
+        .args(["migrate", "kafka-connect"])
+        .arg(dir.join("chain.json"))
+        .args(["--bootstrap-servers", "kafka-1:9092"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // The cluster: without --bootstrap-servers it is left out too.
+    let full = config.replace("stamp,wrap,trim", "stamp,trim").replace(
+        "\"transforms.wrap.type\": \"org.apache.kafka.connect.transforms.HoistField$Value\",\n        \"transforms.wrap.field\": \"order\",\n",
+        "",
+    );
+    assert!(!full.contains("wrap"), "{full}");
+    let o = Command::new(bin())
+        .args(["migrate", "kafka-connect"])
+        .arg({
+            std::fs::write(dir.join("full.json"), &full).unwrap();
+            dir.join("full.json")
+        })
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(left_out(&err), vec!["bootstrap.servers"], "{err}");
+    let (code, _, err) = migrate(dir, "full.json", &full, &[]);
+    assert_eq!(
+        code,
+        Some(0),
+        "with --bootstrap-servers everything translates: {err}"
+    );
+
+    // With the opt-in: the file, the mark in the chain's place, the list.
+    let (code, job, err) = migrate(dir, "chain.json", config, &["--allow-left-out"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("checked: the job file loads with --allow-left-out"),
+        "{err}"
+    );
+    let stamp = job.find("\"insert_field\"").expect("insert_field");
+    let mark = job
+        .find("# LEFT OUT: transforms.wrap.type: transform wrap (org.apache.kafka.connect.transforms.HoistField$Value)")
+        .unwrap_or_else(|| panic!("the mark: {job}"));
+    let trim = job.find("\"replace_field\"").expect("replace_field");
+    assert!(stamp < mark && mark < trim, "{job}");
+    let t = toml_of(&job);
+    assert_eq!(
+        t["job"]["left_out"],
+        toml::Value::Array(vec!["transforms.wrap.type".into()])
+    );
+    // lockgate run refuses it before anything starts.
+    let path = dir.join("chain.json.toml");
+    let o = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&path.display().to_string())
+            && err.contains("job.left_out")
+            && err.contains("transforms.wrap.type")
+            && err.contains("--allow-left-out"),
+        "{err}"
+    );
 }

@@ -8,7 +8,7 @@ mod common;
 use common::kafka::{
     assert_partitions_exact, committed_output, produce, produce_raw, write_job, KafkaProcess,
 };
-use common::telemetry::{get, get_json, url_from_log, Scrape};
+use common::telemetry::{get, url_from_log, Scrape};
 use common::wait::{self, DEADLINE};
 use common::{bin, lockgate, signal, tail, wait_timeout};
 use serde_json::Value;
@@ -91,6 +91,32 @@ fn post(base: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     )
 }
 
+/// `GET base + path` with `Authorization: Bearer TOKEN` and `Host: host` (the
+/// listener's own address when `None`): (status, body).
+fn get_as(base: &str, path: &str, token: Option<&str>, host: Option<&str>) -> (u16, String) {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut r = client.get(format!("{base}{path}"));
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(h) = host {
+        r = r.header("host", h);
+    }
+    let r = r.send().unwrap();
+    (r.status().as_u16(), r.text().unwrap_or_default())
+}
+
+/// `GET base + path` with the tests' token (answered alike without one configured), as
+/// JSON, which must answer 200.
+fn api_json(base: &str, path: &str) -> Value {
+    let (status, body) = get_as(base, path, Some(TOKEN), None);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
+
 /// Records committed per partition of the output.
 fn committed(dir: &Path) -> Vec<usize> {
     let out = dir.join("out");
@@ -111,7 +137,7 @@ fn wait_committed(child: &mut Child, dir: &Path, want: &[usize]) {
 }
 
 fn completed_checkpoints(base: &str) -> u64 {
-    get_json(base, "/api/v1/checkpoints")["counts"]["completed"]
+    api_json(base, "/api/v1/checkpoints")["counts"]["completed"]
         .as_u64()
         .unwrap()
 }
@@ -169,7 +195,7 @@ fn stop_pause_resume_and_a_checkpoint_now_through_the_control_api() {
         "{body}"
     );
     wait::until("the job to say paused", DEADLINE, || {
-        get_json(&base, "/api/v1/job")["state"] == "paused"
+        api_json(&base, "/api/v1/job")["state"] == "paused"
     });
     // Still ready (a paused job stays reachable through a Service), and it says paused.
     let (status, ready) = get(&base, "/readyz").unwrap();
@@ -184,7 +210,7 @@ fn stop_pause_resume_and_a_checkpoint_now_through_the_control_api() {
             vec![1000, 1000],
             "nothing read while paused"
         );
-        for p in get_json(&base, "/api/v1/partitions").as_array().unwrap() {
+        for p in api_json(&base, "/api/v1/partitions").as_array().unwrap() {
             assert_eq!(p["position"], 1000, "{p}");
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -203,13 +229,13 @@ fn stop_pause_resume_and_a_checkpoint_now_through_the_control_api() {
         "{body}"
     );
     wait_committed(&mut child, dir, &[2000, 2000]);
-    assert_eq!(get_json(&base, "/api/v1/job")["state"], "running");
+    assert_eq!(api_json(&base, "/api/v1/job")["state"], "running");
     assert_eq!(get(&base, "/readyz").unwrap(), (200, "ready\n".to_string()));
 
     // A checkpoint now: its id, once it is published.
     // The newest checkpoint at the request, completed or in progress: the answer is
     // one triggered after it.
-    let last = get_json(&base, "/api/v1/checkpoints")["history"][0]["id"]
+    let last = api_json(&base, "/api/v1/checkpoints")["history"][0]["id"]
         .as_u64()
         .unwrap();
     let (status, body) = post(&base, "/api/v1/checkpoints", Some(TOKEN));
@@ -259,6 +285,99 @@ fn stop_pause_resume_and_a_checkpoint_now_through_the_control_api() {
     assert_partitions_exact(&dir.join("out"), "orders", 2, 0, 2500);
 }
 
+/// The listener's reading paths are guarded as its control paths are: with a token
+/// configured, job state, checkpoints, partitions, sink and operators answer only
+/// with the token (the probes, /metrics and the page's file without); without one,
+/// every path but /metrics and the page's file answers only requests addressed to an
+/// IP address or localhost (DNS rebinding), the control API on or off.
+#[test]
+fn reading_the_job_takes_the_token_and_the_host_check() {
+    let kafka = KafkaProcess::start(&[("orders", 1), ("events", 1)]);
+    let api = [
+        "/api/v1/job",
+        "/api/v1/checkpoints",
+        "/api/v1/partitions",
+        "/api/v1/sink",
+        "/api/v1/operators",
+    ];
+    // A token configured.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+    job(
+        dir,
+        &kafka.bootstrap,
+        "orders",
+        1,
+        "[control]\nenabled = true\ntoken_file = \"token\"",
+    );
+    produce(&kafka.bootstrap, "orders", 1, 0, 10);
+    let mut child = spawn(dir, &[]);
+    let base = url_from_log(&dir.join("run.log"));
+    wait_committed(&mut child, dir, &[10]);
+    for path in api {
+        for (token, host) in [
+            (None, None),
+            (Some("wrong"), None),
+            (None, Some("rebound.example:9464")),
+        ] {
+            let (status, body) = get_as(&base, path, token, host);
+            assert_eq!(status, 401, "{path} {token:?} {host:?}: {body}");
+            assert!(!body.contains("orders"), "{path}: {body}");
+        }
+        assert_eq!(get_as(&base, path, Some(TOKEN), None).0, 200, "{path}");
+        // The token is what a rebinding page cannot have: with it, any host name.
+        assert_eq!(
+            get_as(&base, path, Some(TOKEN), Some("lockgate.internal:9464")).0,
+            200,
+            "{path}"
+        );
+    }
+    for path in ["/healthz", "/readyz", "/metrics", "/"] {
+        assert_eq!(get_as(&base, path, None, None).0, 200, "{path}");
+    }
+    assert_eq!(
+        get_as(&base, "/readyz", None, Some("rebound.example")).0,
+        403
+    );
+    assert_eq!(
+        get_as(&base, "/metrics", None, Some("rebound.example")).0,
+        200
+    );
+    stop_with_sigterm(&mut child, dir);
+
+    // No token, the control API off: the host check on every path but /metrics and
+    // the page's file.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    job(dir, &kafka.bootstrap, "events", 1, "");
+    produce(&kafka.bootstrap, "events", 1, 0, 10);
+    let mut child = spawn(dir, &[]);
+    let base = url_from_log(&dir.join("run.log"));
+    wait_committed(&mut child, dir, &[10]);
+    let port = base.rsplit(':').next().unwrap().to_string();
+    for path in api.iter().chain(&["/healthz", "/readyz"]) {
+        let (status, body) = get_as(&base, path, None, Some(&format!("rebound.example:{port}")));
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("DNS rebinding"), "{path}: {body}");
+        for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+            assert_eq!(
+                get_as(&base, path, None, Some(&host)).0,
+                200,
+                "{path} {host}"
+            );
+        }
+    }
+    for path in ["/metrics", "/"] {
+        assert_eq!(
+            get_as(&base, path, None, Some("rebound.example")).0,
+            200,
+            "{path}"
+        );
+    }
+    stop_with_sigterm(&mut child, dir);
+}
+
 #[test]
 fn the_control_api_is_off_by_default_and_its_settings_are_checked_at_load() {
     let kafka = KafkaProcess::start(&[("events", 1)]);
@@ -286,7 +405,7 @@ fn the_control_api_is_off_by_default_and_its_settings_are_checked_at_load() {
     }
     std::thread::sleep(Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "the job runs on");
-    assert_eq!(get_json(&base, "/api/v1/job")["state"], "running");
+    assert_eq!(api_json(&base, "/api/v1/job")["state"], "running");
     stop_with_sigterm(&mut child, dir);
 
     // Refused at load, naming the file and the key.

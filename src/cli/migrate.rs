@@ -11,7 +11,9 @@ pub struct Args {
     pub file: Option<PathBuf>,
     pub out: Option<PathBuf>,
     pub check: bool,
-    pub bootstrap_servers: String,
+    pub bootstrap_servers: Option<String>,
+    /// Write the file although steps that change records are left out.
+    pub allow_left_out: bool,
     pub checkpoint_dir: Option<String>,
     pub table: bool,
 }
@@ -55,6 +57,17 @@ pub fn kafka_connect(a: Args) -> i32 {
         file.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned())
     );
     let job = t.job.render(&preamble);
+    if !t.changes_records.is_empty() && !a.allow_left_out {
+        // A file that runs would write other records than the connector: none is
+        // written, whatever the caller does with the exit code.
+        report(&t);
+        eprintln!(
+            "error: no job file written: the translation leaves out {} that change what the job reads or writes ({}): do them another way, or give --allow-left-out to write the file with their places marked (lockgate run then refuses it without --allow-left-out)",
+            if t.changes_records.len() == 1 { "a setting".to_string() } else { format!("{} settings", t.changes_records.len()) },
+            t.changes_records.join(", ")
+        );
+        return EXIT_LEFT_OUT;
+    }
     let written = match &a.out {
         Some(out) => match std::fs::write(out, &job) {
             Ok(()) => out.clone(),
@@ -68,18 +81,17 @@ pub fn kafka_connect(a: Args) -> i32 {
             PathBuf::new()
         }
     };
-    for (key, why) in &t.left_out {
-        eprintln!("left out: {key}: {why}");
-    }
-    for n in &t.notes {
-        eprintln!("note: {n}");
-    }
+    report(&t);
     if a.check {
-        if let Err(e) = check(&job, &written) {
+        if let Err(e) = check(&job, &written, a.allow_left_out) {
             eprintln!("error: the job file does not load: {e}");
             return EXIT_USAGE;
         }
-        eprintln!("checked: the job file loads");
+        if t.changes_records.is_empty() {
+            eprintln!("checked: the job file loads");
+        } else {
+            eprintln!("checked: the job file loads with --allow-left-out (lockgate run refuses it without: job.left_out)");
+        }
     }
     if t.left_out.is_empty() {
         0
@@ -88,9 +100,20 @@ pub fn kafka_connect(a: Args) -> i32 {
     }
 }
 
+/// Prints what was left out and the notes, on stderr.
+fn report(t: &crate::migrate::Translation) {
+    for (key, why) in &t.left_out {
+        eprintln!("left out: {key}: {why}");
+    }
+    for n in &t.notes {
+        eprintln!("note: {n}");
+    }
+}
+
 /// Loads `job` (written at `path`, or a temporary file beside the current directory)
-/// with placeholders for the `${VARS}` it references that are not set.
-fn check(job: &str, path: &Path) -> Result<(), String> {
+/// with placeholders for the `${VARS}` it references that are not set, and refuses
+/// it as `lockgate run` would: a file listing left-out steps only with the opt-in.
+fn check(job: &str, path: &Path, allow_left_out: bool) -> Result<(), String> {
     let mut rest = job;
     while let Some(i) = rest.find("${") {
         let after = &rest[i + 2..];
@@ -119,7 +142,7 @@ fn check(job: &str, path: &Path) -> Result<(), String> {
     } else {
         path.to_path_buf()
     };
-    crate::config::load(&path)
-        .map(drop)
-        .map_err(|e| e.to_string())
+    let graph = crate::config::load(&path).map_err(|e| e.to_string())?;
+    super::run::refuse_left_out(&graph.left_out, allow_left_out)
+        .map_err(|e| format!("{}: job.left_out: {e}", path.display()))
 }

@@ -49,6 +49,11 @@ enum Command {
         /// Accept a checkpoint of another job graph, restoring the state that matches.
         #[arg(long)]
         allow_non_restored_state: bool,
+        /// Run a job file that lists steps it does not do (`[job] left_out`, written
+        /// by `lockgate migrate ... --allow-left-out`); without it such a file is
+        /// refused (exit 2).
+        #[arg(long)]
+        allow_left_out: bool,
         /// Run as member I (from 0) of --members N: this process reads its share of the
         /// partitions and keeps its own checkpoint line, `member-I-of-N/` below the
         /// checkpoint directory.
@@ -160,8 +165,13 @@ enum MigrateCommand {
     /// Reads the REST API's `{"name", "config"}` (`GET /connectors/NAME`), a bare config
     /// object, or a `.properties` file; writes the job file (stdout, or --out) with a
     /// comment above each key naming the setting it came from. Every setting without an
-    /// equivalent is listed on stderr with the reason. Exit codes: 0 everything
-    /// translated, 3 something left out, 2 an unreadable or foreign configuration (or a
+    /// equivalent is listed on stderr with the reason. When a left-out setting changes
+    /// what the job reads or writes (a transform, a converter, a setting of what is
+    /// written, the Kafka cluster), no job file is written unless --allow-left-out is
+    /// given; then the file marks each such step `# LEFT OUT:` where it belongs and
+    /// lists them as `[job] left_out`, which `lockgate run` refuses without its own
+    /// --allow-left-out. Exit codes: 0 everything translated, 3 something left out
+    /// (with or without a file), 2 an unreadable or foreign configuration (or a
     /// --check that fails).
     KafkaConnect {
         /// The connector configuration (JSON or .properties).
@@ -173,9 +183,15 @@ enum MigrateCommand {
         /// Load the job file through lockgate's loader (unset ${VARS} take placeholders).
         #[arg(long)]
         check: bool,
-        /// The Kafka cluster (a Connect worker setting, absent from the connector's).
-        #[arg(long, default_value = "localhost:9092")]
-        bootstrap_servers: String,
+        /// The Kafka cluster (a Connect worker setting, absent from the connector's);
+        /// without it the cluster is reported as left out.
+        #[arg(long)]
+        bootstrap_servers: Option<String>,
+        /// Write the job file even when steps that change records are left out (each
+        /// is marked in the file, which `lockgate run` then refuses without its own
+        /// --allow-left-out).
+        #[arg(long)]
+        allow_left_out: bool,
         /// The job's checkpoint directory (default /var/lib/lockgate/NAME).
         #[arg(long)]
         checkpoint_dir: Option<String>,
@@ -391,6 +407,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             config,
             restore,
             allow_non_restored_state,
+            allow_left_out,
             member,
             members,
             member_from_hostname,
@@ -411,6 +428,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
                     allow_non_restored_state,
                     member,
                     rescale_from,
+                    allow_left_out,
                 },
             )
         }
@@ -430,6 +448,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             out,
             check,
             bootstrap_servers,
+            allow_left_out,
             checkpoint_dir,
             table,
         }) => migrate::kafka_connect(migrate::Args {
@@ -437,6 +456,7 @@ pub fn main_with(registry: crate::connector::Registry) -> i32 {
             out,
             check,
             bootstrap_servers,
+            allow_left_out,
             checkpoint_dir,
             table,
         }),

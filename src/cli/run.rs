@@ -13,6 +13,8 @@ pub struct RunArgs {
     pub allow_non_restored_state: bool,
     pub member: Member,
     pub rescale_from: Option<u16>,
+    /// Run a job file that lists steps it does not do (`[job] left_out`).
+    pub allow_left_out: bool,
 }
 
 /// The member this process is, from `--member I --members N` or
@@ -48,6 +50,20 @@ fn hostname() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Whether a job file that lists `left_out` steps may run: only with the opt-in
+/// (`--allow-left-out`), as its records differ from those of what it was translated
+/// from. The error says which steps and what to do.
+pub fn refuse_left_out(left_out: &[String], allowed: bool) -> Result<(), String> {
+    if left_out.is_empty() || allowed {
+        return Ok(());
+    }
+    Err(format!(
+        "the file does not do {} of the configuration it was translated from ({}; each marked `# LEFT OUT:` in the file), so its records differ: do them another way and delete job.left_out, or run with --allow-left-out",
+        if left_out.len() == 1 { "a step".to_string() } else { format!("{} steps", left_out.len()) },
+        left_out.join(", ")
+    ))
+}
+
 /// Runs the job of `config` to its end; SIGTERM or Ctrl-C stop it with a final
 /// checkpoint and exit 0.
 pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) -> i32 {
@@ -58,6 +74,10 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
             return EXIT_USAGE;
         }
     };
+    if let Err(e) = refuse_left_out(&job.left_out, args.allow_left_out) {
+        eprintln!("error: {}: job.left_out: {e}", config.display());
+        return EXIT_USAGE;
+    }
     job.member = args.member;
     if let Err((key, e)) = job.check_members() {
         eprintln!("error: {}: {key}: {e}", config.display());

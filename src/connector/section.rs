@@ -133,6 +133,11 @@ pub struct SourceFacts {
     /// Why keyed state kept per split (`job.co_partitioned`) would not be each key's
     /// whole state with this source; `None`: it would.
     pub not_split_keyed: Option<String>,
+    /// The key in full that lets the source read a split again from its start after
+    /// its positions were used (`source.kafka.on_topic_recreated`, a recreated topic
+    /// read from EARLIEST): positions then name other records than before, so a sink
+    /// must not make ids or versions of them. `None`: positions never go back.
+    pub positions_restart: Option<String>,
 }
 
 impl SourceFacts {
@@ -147,6 +152,7 @@ impl SourceFacts {
             tombstones: false,
             event_time: false,
             not_split_keyed: None,
+            positions_restart: None,
         }
     }
 }
@@ -192,6 +198,10 @@ pub struct SinkContext<'a> {
     /// A transform before the sink may make several records of one (`jq`): they share
     /// the input's key and coordinates, told apart by [`crate::record::Record::output`].
     pub several_outputs: bool,
+    /// The first step before the sink that may send it deletes besides tombstones
+    /// (`transform.N (debezium)`, a session window retracting a merged session), by
+    /// its job-file key.
+    pub deletes: Option<String>,
 }
 
 /// A validated sink section.

@@ -1,6 +1,9 @@
 //! The job file a translation writes: sections of keys, each key with a comment naming
 //! the Kafka Connect settings it came from.
 
+/// The comment that marks the place of a step the file does not do.
+pub const LEFT_OUT_MARK: &str = "LEFT OUT:";
+
 /// One `key = value` line and where it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
@@ -11,9 +14,12 @@ pub struct Entry {
     pub from: Vec<String>,
     /// A note written above the key.
     pub why: Option<String>,
+    /// A step of the connector's that the file does not do (`setting: why`): written
+    /// as a `# LEFT OUT:` comment in the key's place, and no key.
+    pub left_out: Option<String>,
 }
 
-/// A `[section]` (or `[[section]]` with `array`).
+/// A `[section]` (or `[[section]]` with `array`; with an empty header, comments only).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Section {
     pub header: String,
@@ -56,13 +62,26 @@ impl JobFile {
         self.sections.last_mut().expect("pushed")
     }
 
+    /// A comment-only place after the sections so far (between two `[[transform]]`s),
+    /// saying that a step of the connector is missing there.
+    pub fn left_out_step(&mut self, at: usize, setting: &str, why: &str) {
+        self.sections.insert(
+            at,
+            Section {
+                header: String::new(),
+                array: false,
+                entries: vec![Entry::left_out(setting, why)],
+            },
+        );
+    }
+
     /// The value of `key` in section `header`, if set.
     pub fn get(&self, header: &str, key: &str) -> Option<&toml::Value> {
         self.sections
             .iter()
             .filter(|s| s.header == header && !s.array)
             .flat_map(|s| &s.entries)
-            .find(|e| e.key == key)
+            .find(|e| e.key == key && e.left_out.is_none())
             .map(|e| &e.value)
     }
 
@@ -77,12 +96,18 @@ impl JobFile {
                 continue;
             }
             out.push('\n');
-            if s.array {
+            if s.header.is_empty() {
+                // Comments only: a missing step between two sections.
+            } else if s.array {
                 out.push_str(&format!("[[{}]]\n", s.header));
             } else {
                 out.push_str(&format!("[{}]\n", s.header));
             }
             for e in &s.entries {
+                if let Some(what) = &e.left_out {
+                    out.push_str(&format!("# {LEFT_OUT_MARK} {what}\n"));
+                    continue;
+                }
                 if let Some(why) = &e.why {
                     for line in why.lines() {
                         out.push_str(&format!("# {line}\n"));
@@ -106,6 +131,7 @@ impl Section {
             value: value.into(),
             from: from.iter().map(|s| s.to_string()).collect(),
             why: None,
+            left_out: None,
         };
         match self.entries.iter().position(|e| e.key == key) {
             Some(i) => {
@@ -121,6 +147,17 @@ impl Section {
 }
 
 impl Entry {
+    /// The place of a missing step: `setting` and why it is missing.
+    pub fn left_out(setting: &str, why: &str) -> Entry {
+        Entry {
+            key: String::new(),
+            value: toml::Value::Boolean(false),
+            from: Vec::new(),
+            why: None,
+            left_out: Some(format!("{setting}: {why}")),
+        }
+    }
+
     /// Adds a note above the key.
     pub fn because(&mut self, why: impl Into<String>) -> &mut Entry {
         self.why = Some(why.into());

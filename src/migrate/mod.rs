@@ -5,6 +5,7 @@
 
 pub mod input;
 pub mod job_file;
+pub mod left_out;
 pub mod settings;
 pub mod table;
 pub mod transforms;

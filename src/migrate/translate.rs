@@ -14,26 +14,23 @@ pub struct Translation {
     pub job: JobFile,
     /// Settings with no equivalent: `(setting, why)`, by setting name.
     pub left_out: Vec<(String, String)>,
+    /// Those of [`Translation::left_out`] that change what the job reads or writes
+    /// ([`super::left_out::changes_records`]): the job file marks their places and
+    /// lists them as `[job] left_out`, which `lockgate run` refuses without
+    /// `--allow-left-out`.
+    pub changes_records: Vec<String>,
     /// Semantics that differ, and what to set before starting (environment variables).
     pub notes: Vec<String>,
 }
 
 /// Choices the configuration does not hold.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// The Kafka cluster (a worker setting, absent from a connector's configuration).
-    pub bootstrap_servers: String,
+    /// The Kafka cluster (a worker setting, absent from a connector's configuration);
+    /// `None`: not known, reported as left out (the file says `localhost:9092`).
+    pub bootstrap_servers: Option<String>,
     /// Where the job keeps its checkpoints (default `/var/lib/lockgate/<name>`).
     pub checkpoint_dir: Option<String>,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            bootstrap_servers: "localhost:9092".into(),
-            checkpoint_dir: None,
-        }
-    }
 }
 
 /// The connector classes of Kafka Connect's Elasticsearch sink.
@@ -151,9 +148,25 @@ pub fn translate(cfg: &ConnectorConfig, opts: &Options) -> Result<Translation, S
     }
     let mut left_out = s.left_out;
     left_out.sort_by_key(|(k, _)| cfg.config.keys().position(|c| c == k).unwrap_or(usize::MAX));
+    let missing: Vec<(String, String)> = left_out
+        .iter()
+        .filter(|(k, _)| super::left_out::changes_records(k))
+        .cloned()
+        .collect();
+    let chain: Vec<&str> = resolved
+        .get("transforms")
+        .map(|t| {
+            t.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    super::left_out::mark(&mut f, &chain, &missing);
     Ok(Translation {
         job: f,
         left_out,
+        changes_records: missing.into_iter().map(|(k, _)| k).collect(),
         notes,
     })
 }
@@ -278,10 +291,20 @@ fn source(
     notes: &mut Vec<String>,
 ) {
     let src = f.section("source.kafka");
-    src.set("bootstrap_servers", opts.bootstrap_servers.as_str(), &[])
-        .because(
-            "the Kafka cluster of the Connect worker (bootstrap.servers of its configuration)",
-        );
+    match &opts.bootstrap_servers {
+        Some(servers) => {
+            src.set("bootstrap_servers", servers.as_str(), &[]).because(
+                "the Kafka cluster of the Connect worker (bootstrap.servers of its configuration)",
+            );
+        }
+        None => {
+            src.set("bootstrap_servers", "localhost:9092", &[]);
+            s.left_out.push((
+                super::left_out::CLUSTER.into(),
+                "a connector's configuration does not name its worker's Kafka cluster: give it with --bootstrap-servers (the file says localhost:9092)".into(),
+            ));
+        }
+    }
     if let Some(t) = s.get("topics") {
         let topics: Vec<toml::Value> = t
             .split(',')
@@ -1056,7 +1079,11 @@ mod tests {
         config.insert("connection.password".into(), "s3cret".into());
         config.insert("schema.ignore".into(), "true".into());
         config.insert("made.up".into(), "1".into());
-        let t = translate(&ConnectorConfig { name: None, config }, &Options::default()).unwrap();
+        let opts = Options {
+            bootstrap_servers: Some("kafka:9092".into()),
+            ..Options::default()
+        };
+        let t = translate(&ConnectorConfig { name: None, config }, &opts).unwrap();
         assert_eq!(
             t.left_out,
             vec![(

@@ -80,11 +80,11 @@ pub fn off() -> Router {
     })
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
-fn unauthorized(req: &Request) -> Response {
+pub(crate) fn unauthorized(req: &Request) -> Response {
     let message = if req.headers().contains_key(header::AUTHORIZATION) {
         "the bearer token is wrong"
     } else {
@@ -100,7 +100,7 @@ fn unauthorized(req: &Request) -> Response {
 
 /// Whether `req` carries `Authorization: Bearer <token>`, compared in time that does
 /// not depend on where the two first differ.
-fn bearer_matches(req: &Request, token: &str) -> bool {
+pub(crate) fn bearer_matches(req: &Request, token: &str) -> bool {
     let Some(given) = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -124,7 +124,7 @@ fn bearer_matches(req: &Request, token: &str) -> bool {
 /// Whether the request names the listener by an IP address or `localhost` (its `Host`
 /// header), as clients that are not browsers do: a web page under another name that
 /// was made to resolve to the listener (DNS rebinding) is not.
-fn addressed_by_ip(req: &Request) -> bool {
+pub(crate) fn addressed_by_ip(req: &Request) -> bool {
     let host = req
         .headers()
         .get(header::HOST)

@@ -15,6 +15,15 @@
 //!
 //! With `[control] enabled = true`, the same listener answers the control API
 //! ([`super::control_api`]: stop, pause, resume, checkpoint now).
+//!
+//! Who may read what ([`access`]): `/metrics` answers anyone (scrapers carry no token
+//! and often name the host by a DNS name; it holds counts and names, never error text
+//! or record values); the status page's file answers anyone (it holds no job data).
+//! With a `[control] token_file`, every other path asks for the token except the
+//! probes; without one, every other path (probes included) answers only requests that
+//! name the listener by an IP address or `localhost`, so that a web page under another
+//! name made to resolve to the listener (DNS rebinding) reads no job state, no error
+//! text and no record value quoted in one.
 
 use super::Telemetry;
 use axum::extract::State;
@@ -33,6 +42,7 @@ pub fn router(
     telemetry: Telemetry,
     control: Option<(crate::control::JobControl, &crate::control::ControlSettings)>,
 ) -> Router {
+    let token = control.as_ref().and_then(|(_, s)| s.token.clone());
     let api = match control {
         Some((c, settings)) => super::control_api::router(c, settings, telemetry.clone()),
         None => super::control_api::off(),
@@ -64,6 +74,80 @@ pub fn router(
         )
         .with_state(telemetry)
         .merge(api)
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let token = token.clone();
+                async move {
+                    let class = PathClass::of(req.uri().path());
+                    let token_ok = token
+                        .as_ref()
+                        .is_some_and(|t| super::control_api::bearer_matches(&req, t.expose()));
+                    match access(
+                        class,
+                        token.is_some(),
+                        token_ok,
+                        super::control_api::addressed_by_ip(&req),
+                    ) {
+                        Access::Answer => next.run(req).await,
+                        Access::NeedsToken => super::control_api::unauthorized(&req),
+                        Access::WrongHost => super::control_api::error(
+                            StatusCode::FORBIDDEN,
+                            "this path answers a request without the token only when it names the listener by an IP address or localhost (a page served under another host name could reach it by DNS rebinding): address it so, or set a [control] token_file and send its token",
+                        ),
+                    }
+                }
+            },
+        ))
+}
+
+/// What a path is, for who may read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathClass {
+    /// `/metrics`: counts and names, for scrapers.
+    Metrics,
+    /// `/healthz`, `/readyz`: for the orchestrator's probes.
+    Probe,
+    /// `/`: the status page's static file.
+    Page,
+    /// Everything else: the REST and control API (job state, error text).
+    Api,
+}
+
+impl PathClass {
+    pub fn of(path: &str) -> PathClass {
+        match path {
+            "/metrics" => PathClass::Metrics,
+            "/healthz" | "/readyz" => PathClass::Probe,
+            "/" => PathClass::Page,
+            _ => PathClass::Api,
+        }
+    }
+}
+
+/// The answer to a request before its route sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Answer,
+    /// 401: a token is configured and the request does not carry it.
+    NeedsToken,
+    /// 403: no token is configured and the request names the listener by a host
+    /// name (DNS rebinding).
+    WrongHost,
+}
+
+/// Who may read `class`: with a token configured (`token_set`), the API only with it
+/// (`token_ok`); without one, everything but `/metrics` and the page only when the
+/// request is addressed to an IP address or localhost (`by_ip`). A request carrying
+/// the right token is answered whatever its host.
+pub fn access(class: PathClass, token_set: bool, token_ok: bool, by_ip: bool) -> Access {
+    match class {
+        PathClass::Metrics | PathClass::Page => Access::Answer,
+        _ if token_ok => Access::Answer,
+        PathClass::Api if token_set => Access::NeedsToken,
+        // The probes under a token: a rebinding page cannot name the listener by IP.
+        _ if by_ip => Access::Answer,
+        _ => Access::WrongHost,
+    }
 }
 
 /// Binds `addr` and serves [`router`] on the current runtime until the process ends.
@@ -129,6 +213,43 @@ async fn readyz(State(t): State<Telemetry>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn who_may_read_what() {
+        use Access::*;
+        use PathClass::*;
+        // (class, token set, token sent and right, addressed by IP) -> access
+        let table = [
+            (Metrics, false, false, false, Answer),
+            (Metrics, true, false, false, Answer),
+            (Page, false, false, false, Answer),
+            (Page, true, false, false, Answer),
+            (Probe, false, false, true, Answer),
+            (Probe, false, false, false, WrongHost),
+            (Probe, true, false, true, Answer),
+            (Probe, true, false, false, WrongHost),
+            (Probe, true, true, false, Answer),
+            (Api, false, false, true, Answer),
+            (Api, false, false, false, WrongHost),
+            (Api, true, false, true, NeedsToken),
+            (Api, true, false, false, NeedsToken),
+            (Api, true, true, true, Answer),
+            (Api, true, true, false, Answer),
+        ];
+        for (class, set, ok, by_ip, want) in table {
+            assert_eq!(
+                access(class, set, ok, by_ip),
+                want,
+                "{class:?} {set} {ok} {by_ip}"
+            );
+        }
+        assert_eq!(PathClass::of("/api/v1/job"), Api);
+        assert_eq!(PathClass::of("/api/v1/job/stop"), Api);
+        assert_eq!(PathClass::of("/readyz"), Probe);
+        assert_eq!(PathClass::of("/metrics"), Metrics);
+        assert_eq!(PathClass::of("/"), Page);
+        assert_eq!(PathClass::of("/index.html"), Api);
+    }
+
     use super::*;
     use crate::telemetry::status::JobState;
 

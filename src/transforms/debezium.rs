@@ -168,6 +168,10 @@ fn unwrapped_key(key: &mut Option<Vec<u8>>, temporal: Temporal) -> Result<(), St
 }
 
 impl Smt for Debezium {
+    fn may_delete(&self) -> bool {
+        matches!(self.deletes, DeleteHandling::Delete)
+    }
+
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String> {
         let mut out = Vec::with_capacity(1);
         self.expand(parts.clone(), meta, &mut out)?;

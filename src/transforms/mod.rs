@@ -102,6 +102,13 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// Whether it may turn a record into a delete (`debezium` with
+    /// `delete_handling = "delete"`): a sink then checks that its deletes reach what
+    /// its writes wrote.
+    fn may_delete(&self) -> bool {
+        false
+    }
+
     /// Whether it reads tombstones (`filter` with `is_tombstone`): the source then
     /// passes them on even to a sink that does not say what they mean.
     fn reads_tombstones(&self) -> bool {

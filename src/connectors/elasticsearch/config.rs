@@ -372,6 +372,9 @@ pub struct EsSection {
     pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
     pipeline: Option<String>,
+    /// Whether `pipeline` may send a document elsewhere (set `_index` or `_id`, or
+    /// `reroute`); `false` declares it does not, which deletes need.
+    pipeline_reroutes: Option<bool>,
     routing: Option<String>,
     require_alias: Option<bool>,
     data_stream: Option<DataStream>,
@@ -413,6 +416,45 @@ pub struct EsContext {
 }
 
 impl EsSection {
+    /// Why `pipeline` cannot go with the deletes this sink gets, if it cannot. A
+    /// delete runs no ingest pipeline: it names the index and id the document would
+    /// have had without one, so a pipeline that sends the document elsewhere (another
+    /// index, another id) leaves it there, and the delete's 404 counts as done. Deletes
+    /// come from tombstones (`on_null_value = "delete"`, when the source passes
+    /// tombstones: `tombstones`) and from the steps before the sink (`deletes`, the
+    /// first of them by key). `pipeline_reroutes = false` declares that the pipeline
+    /// sends no document elsewhere.
+    pub fn pipeline_deletes(
+        &self,
+        tombstones: bool,
+        deletes: Option<&str>,
+    ) -> Option<crate::connector::KeyError> {
+        use crate::connector::KeyError;
+        if self.pipeline.is_none() {
+            return self.pipeline_reroutes.is_some().then(|| {
+                KeyError::new(
+                    "pipeline_reroutes",
+                    "says what the ingest pipeline does, and there is no pipeline",
+                )
+            });
+        }
+        if self.pipeline_reroutes == Some(false) {
+            return None;
+        }
+        let tombstone_deletes = tombstones && self.on_null_value.as_deref() == Some("delete");
+        let from = match (tombstone_deletes, deletes) {
+            (true, _) => "tombstones (on_null_value = \"delete\")".to_string(),
+            (false, Some(step)) => step.to_string(),
+            (false, None) => return None,
+        };
+        Some(KeyError::new(
+            "pipeline",
+            format!(
+                "deletes from {from} run no ingest pipeline: they delete the index and id the document would have without one, so a pipeline that sends it elsewhere (sets _index or _id, or reroutes) leaves it in place while the delete's 404 counts as done; if the pipeline never does, say so with pipeline_reroutes = false, else remove the pipeline or what makes deletes"
+            ),
+        ))
+    }
+
     /// Whether the section says what a tombstone means (`on_null_value`): only then do
     /// tombstones reach the sink as records.
     pub fn reads_tombstones(&self) -> bool {
@@ -787,6 +829,24 @@ impl EsSection {
     }
 }
 
+/// Which key of `c` names documents or versions by Kafka coordinates, and what that
+/// does when a partition's offsets start again at 0 (a recreated topic), if any.
+pub fn restarted_positions_collide(c: &EsSinkConfig) -> Option<(&'static str, &'static str)> {
+    if c.id == IdStrategy::Coordinates {
+        return Some((
+            "id",
+            "ids made of topic, partition and offset (id = \"coordinates\", a data stream's) repeat the old topic's documents' ids: a create answers 409, counted as already written, and an index overwrites the old document",
+        ));
+    }
+    if c.versioning == Versioning::External {
+        return Some((
+            "versioning",
+            "versions made of offsets (versioning = \"external\") go back below those of the documents written from the old topic: Elasticsearch refuses the writes as stale (409), counted as already written",
+        ));
+    }
+    None
+}
+
 /// The sink kind of the Elasticsearch sink in a job graph.
 pub const KIND: &str = "elasticsearch";
 
@@ -796,6 +856,9 @@ impl crate::connector::SinkSection for EsSection {
         cx: &crate::connector::SinkContext<'_>,
     ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
         use crate::connector::KeyError;
+        if let Some(why) = self.pipeline_deletes(cx.source.tombstones, cx.deletes.as_deref()) {
+            return Err(why);
+        }
         // Tombstones pass record transforms unchanged; a keyed one sums values, and a
         // record without a value has none.
         if let Some(kind) = cx.stateful_transforms.first() {
@@ -859,6 +922,14 @@ impl crate::connector::SinkSection for EsSection {
             base_dir: cx.section.base_dir.clone(),
         };
         let (spec, config) = self.spec(&ctx)?;
+        if let Some(key) = &cx.source.positions_restart {
+            if let Some((ours, why)) = restarted_positions_collide(&config) {
+                return Err(KeyError::absolute(
+                    format!("{key} and sink.elasticsearch.{ours}"),
+                    format!("a recreated topic is read again from offset 0 (on_topic_recreated = \"restart\"), and {why}: the new topic's records would be taken for the old topic's and not written; give documents ids of their own (id = \"key\" or \"field:/p\", without versioning = \"external\"), or set on_topic_recreated = \"fail\""),
+                ));
+            }
+        }
         Ok(crate::connector::PreparedSink {
             spec,
             config,
@@ -1008,6 +1079,80 @@ mod tests {
             section.config(&ctx).unwrap(),
             EsSinkConfig::new("http://es:9200", "orders")
         );
+    }
+
+    #[test]
+    fn a_pipeline_goes_with_deletes_only_when_declared_not_to_reroute() {
+        let section = |extra: &str| -> EsSection {
+            toml::from_str(&format!(
+                "url = \"http://es:9200\"\nindex = \"i\"\nid = \"key\"\n{extra}"
+            ))
+            .unwrap()
+        };
+        let session = Some("transform.0 (window, session)");
+        // (keys, the source passes tombstones, a step's deletes) -> the refused key
+        let table: [(&str, bool, Option<&str>, Option<&str>); 10] = [
+            (
+                "pipeline = \"p\"\non_null_value = \"delete\"",
+                true,
+                None,
+                Some("pipeline"),
+            ),
+            (
+                "pipeline = \"p\"\non_null_value = \"delete\"",
+                false,
+                None,
+                None,
+            ),
+            (
+                "pipeline = \"p\"\non_null_value = \"skip\"",
+                true,
+                None,
+                None,
+            ),
+            ("pipeline = \"p\"", true, session, Some("pipeline")),
+            (
+                "pipeline = \"p\"\npipeline_reroutes = true",
+                true,
+                session,
+                Some("pipeline"),
+            ),
+            (
+                "pipeline = \"p\"\npipeline_reroutes = false\non_null_value = \"delete\"",
+                true,
+                session,
+                None,
+            ),
+            ("pipeline = \"p\"", true, None, None),
+            ("on_null_value = \"delete\"", true, session, None),
+            (
+                "pipeline_reroutes = false",
+                true,
+                None,
+                Some("pipeline_reroutes"),
+            ),
+            (
+                "pipeline_reroutes = false\non_null_value = \"delete\"",
+                true,
+                None,
+                Some("pipeline_reroutes"),
+            ),
+        ];
+        for (keys, tombstones, deletes, refused) in table {
+            let got = section(keys).pipeline_deletes(tombstones, deletes);
+            assert_eq!(
+                got.as_ref().map(|e| e.key.as_str()),
+                refused,
+                "{keys} {tombstones} {deletes:?}"
+            );
+            if let Some(e) = got.filter(|e| e.key == "pipeline") {
+                assert!(
+                    e.message.contains("pipeline_reroutes = false"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
     }
 
     /// A self-signed CA certificate (PEM) for the `ca_cert` tests.

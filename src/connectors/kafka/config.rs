@@ -455,6 +455,8 @@ impl crate::connector::SourceSection for KafkaSection {
             not_split_keyed: self.not_one_topic().map(|(key, what)| {
                 format!("source.kafka.{key} {what}, and keyed state kept per partition would give a key of two topics two states: {CO_PARTITIONED_FIX}")
             }),
+            positions_restart: (cfg.on_topic_recreated == RecreatedPolicy::Restart)
+                .then(|| "source.kafka.on_topic_recreated".to_string()),
         };
         Ok(crate::connector::PreparedSource {
             facts,

@@ -397,6 +397,7 @@ pub fn sink_from_section(
         transforms: 0,
         stateful_transforms: Vec::new(),
         several_outputs: false,
+        deletes: None,
     };
     let prepared = registry
         .prepare_sink(name, table(text)?, &sink_cx)
