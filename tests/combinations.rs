@@ -15,8 +15,9 @@
 //! | any | any | any | ES `operation = "upsert"` | Elasticsearch rewrites a merged document's numbers itself | documented; `index` keeps them |
 //! | any | any | `window` | ES by coordinates, external versions | results have no source coordinates | refused at load (`tests/windows.rs`) |
 //! | any | `jq` with several outputs | any | Kafka (a repartition stage) | outputs share their coordinates | refused at load unless `max_outputs = 1` |
-//! | any | any | any | ES with `pipeline` and deletes (tombstones, CDC deletes, session deletes) | a rerouting pipeline makes a delete miss | refused at load unless the pipeline is declared not to reroute |
-//! | Kafka `on_topic_recreated = "restart"` | any | any | ES data stream or ids by coordinates | offsets restart at 0 and collide with the old topic's documents | see the README (topic recreation) |
+//! | any | any | any | ES with `pipeline` and deletes (tombstones, CDC deletes, session deletes) | a rerouting pipeline makes a delete miss | refused at load unless `pipeline_reroutes = false` (`tests/es_routing.rs`) |
+//! | any | any | any | ES with external versions, a refused record and a later write of its document | a replayed 409 hid the refused record | one write per document per request (`tests/es_dead_letters.rs`) |
+//! | Kafka `on_topic_recreated = "restart"` | any | any | ES data stream, ids by coordinates or external versions | offsets restart at 0 and collide with the old topic's documents | refused at load (`tests/es_routing.rs`) |
 //!
 //! A number becomes a double only where something computes one (`cast` to a float, jq
 //! arithmetic, `avg`): the README lists each place.
