@@ -31,23 +31,6 @@ use std::path::Path;
 const BIG: &str = "12345678901234567890123456789012345678";
 const TINY: &str = "-0.000000000000000000001";
 
-/// The committed lines of a file sink's `out` directory.
-fn committed(dir: &Path) -> Vec<String> {
-    let mut lines = Vec::new();
-    for e in std::fs::read_dir(dir.join("out")).unwrap() {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with("part-") {
-            lines.extend(
-                std::fs::read_to_string(e.path())
-                    .unwrap()
-                    .lines()
-                    .map(String::from),
-            );
-        }
-    }
-    lines
-}
-
 fn run(dir: &Path, name: &str, source: &str, steps: &str) -> Vec<String> {
     let text = format!(
         "[job]\nname = \"{name}\"\nparallelism = 2\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
@@ -59,7 +42,7 @@ fn run(dir: &Path, name: &str, source: &str, steps: &str) -> Vec<String> {
     std::fs::write(&config, text).unwrap();
     let (code, log) = run_config(&config);
     assert_eq!(code, Some(0), "{}", tail(&log, 30));
-    committed(dir)
+    common::committed_lines_in(&dir.join("out"))
 }
 
 /// A decimal's unscaled value as Avro's bytes (big-endian two's complement).

@@ -81,17 +81,11 @@ fn numbers_keep_their_text_into_every_sink() {
         &kafka.bootstrap,
         "[sink.file]\ndir = \"out\"\n",
     ));
-    let mut lines = 0;
-    for e in std::fs::read_dir(tmp.path().join("out")).unwrap() {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with("part-") {
-            for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-                assert_exact("file sink", line);
-                lines += 1;
-            }
-        }
+    let lines = common::committed_lines_in(&tmp.path().join("out"));
+    for line in &lines {
+        assert_exact("file sink", line);
     }
-    assert_eq!(lines, RECORDS);
+    assert_eq!(lines.len(), RECORDS);
 
     // Elasticsearch: the documents' _source as the server returns it, as text.
     for (server, start) in Es::each() {

@@ -686,7 +686,19 @@ fn debezium_dates_and_micro_timestamps_are_written_as_the_days_and_instants_they
         debezium_event(2, -3_653, -1, "+zI="),
     ];
     let payloads: Vec<&[u8]> = events.iter().map(|e| e.as_bytes()).collect();
-    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
+    debezium_rows_are_the_days_and_instants(&kafka, &payloads, "debezium-times", "");
+}
+
+/// Produces `payloads` (the two events of the Debezium tests) to `orders`, runs
+/// `kafka -> debezium -> postgres upsert` (`source_extra` added to the source, `sink_extra` to the
+/// sink), and asserts the rows as `psql` prints them.
+fn debezium_rows_are_the_days_and_instants(
+    kafka: &KafkaProcess,
+    payloads: &[&[u8]],
+    name: &str,
+    source_extra: &str,
+) {
+    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, payloads);
     let pg = server();
     pg.query(
         "app",
@@ -696,18 +708,23 @@ fn debezium_dates_and_micro_timestamps_are_written_as_the_days_and_instants_they
     let tmp = tempfile::tempdir().unwrap();
     let config = job(
         tmp.path(),
-        "debezium-times",
+        name,
         &kafka.bootstrap,
         &pg,
         "orders",
         "mode = \"upsert\"\nkey = [\"id\"]\n\n[[transform]]\ntype = \"debezium\"",
     );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "bounded = \"latest\"\n",
+        &format!("bounded = \"latest\"\n{source_extra}"),
+    );
+    std::fs::write(&config, text).unwrap();
     let (code, log) = common::run_config(&config);
     assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
     let rows = pg
         .query(
             "app",
-            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY id",
+            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY orders.id",
         )
         .unwrap();
     assert_eq!(
@@ -817,44 +834,13 @@ fn debezium_avro_dates_and_micro_timestamps_are_written_as_the_days_and_instants
         event(2, -3_653, -1, &[0xfb, 0x32]),
     ];
     let payloads: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
-    common::kafka::produce_raw(&kafka.bootstrap, "orders", 0, &payloads);
-    let pg = server();
-    pg.query(
-        "app",
-        "CREATE TABLE orders (id bigint PRIMARY KEY, day date, at timestamp(6), amount numeric)",
-    )
-    .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = job(
-        tmp.path(),
+    debezium_rows_are_the_days_and_instants(
+        &kafka,
+        &payloads,
         "debezium-avro-times",
-        &kafka.bootstrap,
-        &pg,
-        "orders",
         &format!(
-            "mode = \"upsert\"\nkey = [\"id\"]\n\n[[transform]]\ntype = \"debezium\"\n\n\
-             [source.kafka.schema_registry]\nurl = \"{}\"\n",
+            "format = \"avro\"\n\n[source.kafka.schema_registry]\nurl = \"{}\"\n",
             registry.url
         ),
-    );
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "bounded = \"latest\"\n",
-        "bounded = \"latest\"\nformat = \"avro\"\n",
-    );
-    std::fs::write(&config, text).unwrap();
-    let (code, log) = common::run_config(&config);
-    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
-    let rows = pg
-        .query(
-            "app",
-            "SELECT id::text, day::text, at::text, amount::text FROM orders ORDER BY id",
-        )
-        .unwrap();
-    assert_eq!(
-        rows,
-        vec![
-            vec!["1", "2024-05-01", "2024-05-01 12:34:56.789012", "12.30"],
-            vec!["2", "1960-01-01", "1969-12-31 23:59:59.999999", "-12.30"],
-        ]
     );
 }

@@ -148,18 +148,7 @@ impl JobDir {
 
     /// All committed lines, sorted (to compare two runs).
     pub fn committed_lines(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for e in std::fs::read_dir(self.out()).unwrap() {
-            let e = e.unwrap();
-            if e.file_name().to_string_lossy().starts_with("part-") {
-                lines.extend(
-                    std::fs::read_to_string(e.path())
-                        .unwrap()
-                        .lines()
-                        .map(String::from),
-                );
-            }
-        }
+        let mut lines = committed_lines_in(&self.out());
         lines.sort();
         lines
     }
@@ -221,6 +210,23 @@ pub fn run_config(config: &Path) -> (Option<i32>, String) {
         status.code(),
         std::fs::read_to_string(&log).unwrap_or_default(),
     )
+}
+
+/// The lines of the committed part files of a file sink's directory `out`.
+pub fn committed_lines_in(out: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("part-") {
+            lines.extend(
+                std::fs::read_to_string(e.path())
+                    .unwrap()
+                    .lines()
+                    .map(String::from),
+            );
+        }
+    }
+    lines
 }
 
 /// Waits for a child, killing it (and failing) once it made no progress for
