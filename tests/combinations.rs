@@ -11,7 +11,7 @@
 //! | Avro, Protobuf, JSON Schema (Confluent's serializers) | none | none, `rolling_sum` | ES | a format's decimal (exact text, scale kept) into the index; the chaos run of a rolling sum over Avro | `tests/schema_registry_formats.rs` |
 //! | JSON with schemas (Debezium's `io.debezium.time.*`, `VariableScaleDecimal`) | `debezium` | none | Postgres (`date`, `timestamp`, `numeric`), ES | Debezium's semantic types | `tests/cdc.rs`, `tests/postgres_sink.rs` |
 //! | any | any | `window`, `rolling_sum` | ES by `field:/window_id` or `field:/<key>`, Kafka by key | a key is its text: one state, one id | `tests/windows.rs` (`keys_of_different_json_types_with_one_text_are_one_key`), the combined run below, `src/operators/rolling_sum.rs` |
-//! | any | any | `window`, `rolling_sum` | Postgres upsert by a key column of a numeric type | the column compares by value (`1` and `1.0` one row), the key by text | documented (README, "Numbers keep their text") |
+//! | any | any | `window`, `rolling_sum` | Postgres upsert by a key column of a numeric type | the column compares by value (`1` and `1.0` one row), the key by text | refused when the sink opens (`connectors::postgres::table` tests) |
 //! | any | any | any | ES `operation = "upsert"` | Elasticsearch rewrites a merged document's numbers itself | documented; `index` keeps them |
 //! | any | any | `window` | ES by coordinates, external versions | results have no source coordinates | refused at load (`tests/windows.rs`) |
 //! | any | `jq` with several outputs | any | Kafka (a repartition stage) | outputs share their coordinates | refused at load unless `max_outputs = 1` |

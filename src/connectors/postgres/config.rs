@@ -102,6 +102,10 @@ pub struct PgConfig {
     /// How long a statement may wait for a row lock (the job's checkpoint timeout: a
     /// lock held longer would time the checkpoint out anyway).
     pub lock_timeout_ms: u64,
+    /// The first transform before the sink that keeps state per key (`rolling_sum`,
+    /// `window`), if any: it keys records by their text, which an upsert's key column
+    /// of a numeric type does not (see [`super::table::layout`]).
+    pub keyed_before: Option<String>,
 }
 
 /// `[sink.postgres]` as written in a job file.
@@ -273,6 +277,7 @@ impl PgSection {
             job: job.clone(),
             connect_timeout_ms: self.connect_timeout_ms.unwrap_or(30_000),
             lock_timeout_ms: cx.section.checkpoint_timeout_ms.max(1000),
+            keyed_before: cx.stateful_transforms.first().cloned(),
         })
     }
 

@@ -209,6 +209,15 @@ pub fn layout(cfg: &PgConfig, table: &Table) -> Result<Layout, String> {
             .position(|w| w.column.name == *k)
             .ok_or_else(|| format!("key column `{k}` is not written"))?;
         key.push(at);
+        let column = &written[at].column;
+        if let (Mode::Upsert, Some(kind), Kind::Numeric | Kind::Float) =
+            (cfg.mode, &cfg.keyed_before, &column.kind)
+        {
+            return Err(format!(
+                "key column `{k}` of {} is {}, which compares numbers by value (1 and 1.0 are one row), while the `{kind}` before the sink keys records by their text (1 and 1.0 are two keys, whose states would write one row): key the table by a text column, or give the key field one spelling and a text key column",
+                table.qualified, column.sql_type
+            ));
+        }
     }
     if cfg.mode == Mode::Upsert {
         let mut want: Vec<&str> = cfg.key.iter().map(String::as_str).collect();
@@ -278,7 +287,34 @@ pub(crate) mod tests {
             job: "j".into(),
             connect_timeout_ms: 1000,
             lock_timeout_ms: 1000,
+            keyed_before: None,
         }
+    }
+
+    /// An upsert keyed by a numeric column after a keyed transform is refused: the
+    /// column makes `1` and `1.0` one row, the transform two keys (two states, one row).
+    #[test]
+    fn a_numeric_upsert_key_after_a_keyed_transform_is_refused() {
+        let numeric = Table {
+            columns: vec![column("user", "numeric"), column("total", "int8")],
+            ..table()
+        };
+        let mut c = cfg(Mode::Upsert, &["user"], None);
+        assert!(layout(&c, &numeric).is_ok(), "without a keyed transform");
+        c.keyed_before = Some("rolling_sum".into());
+        let e = layout(&c, &numeric).unwrap_err();
+        assert!(
+            e.contains("key column `user`") && e.contains("rolling_sum"),
+            "{e}"
+        );
+        assert!(layout(&c, &table()).is_ok(), "a text key column");
+        let float = Table {
+            columns: vec![column("user", "float8"), column("total", "int8")],
+            ..table()
+        };
+        assert!(layout(&c, &float).is_err());
+        c.mode = Mode::Insert;
+        assert!(layout(&c, &numeric).is_ok(), "inserts have no row identity");
     }
 
     #[test]
