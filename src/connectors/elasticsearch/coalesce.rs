@@ -8,6 +8,7 @@
 
 use super::action::{BulkAction, OpType};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What an action does to its document, as far as coalescing needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,8 +18,10 @@ pub enum Effect {
     /// Deletes the document (`delete`; a missing document counts as deleted).
     Delete { version: Option<i64> },
     /// Merges these fields into the document, creating it if absent (an `update` with
-    /// `{"doc": ..., "doc_as_upsert": true}` and nothing else).
-    Merge(Shape),
+    /// `{"doc": ..., "doc_as_upsert": true}` and nothing else). Shared: the actions
+    /// of one sink mostly have a few shapes, and a held action then costs a pointer
+    /// for its shape rather than a map of field names ([`Shapes`]).
+    Merge(Arc<Shape>),
     /// Anything else (`create`, scripted or partial updates): never coalesced.
     Opaque,
 }
@@ -57,12 +60,22 @@ impl Effect {
 
     /// What an action of type `op` with this version and body does to its document.
     pub fn of_parts(op: OpType, version: Option<i64>, body: Option<&[u8]>) -> Effect {
+        Effect::of_shared(op, version, body, &mut Shapes::default())
+    }
+
+    /// [`Effect::of_parts`], with a merge's shape shared through `shapes`.
+    pub fn of_shared(
+        op: OpType,
+        version: Option<i64>,
+        body: Option<&[u8]>,
+        shapes: &mut Shapes,
+    ) -> Effect {
         match op {
             OpType::Index => Effect::Replace { version },
             OpType::Delete => Effect::Delete { version },
             OpType::Update if version.is_none() => body
                 .and_then(upsert_shape)
-                .map_or(Effect::Opaque, Effect::Merge),
+                .map_or(Effect::Opaque, |s| Effect::Merge(shapes.share(s))),
             OpType::Update | OpType::Create => Effect::Opaque,
         }
     }
@@ -97,6 +110,35 @@ impl Effect {
 impl crate::connector::kit::bulk::Supersedes for Effect {
     fn supersedes(&self, older: &Effect) -> bool {
         Effect::supersedes(self, older)
+    }
+}
+
+/// The shapes seen last, so that actions of the same shape share one: without it, each
+/// held upsert kept its own map of field names, several times the size of its request
+/// lines, outside what `buffer_max_bytes` counts.
+#[derive(Debug, Default)]
+pub struct Shapes {
+    recent: Vec<Arc<Shape>>,
+}
+
+/// Distinct shapes [`Shapes`] keeps (a sink's actions mostly have one or two).
+const RECENT_SHAPES: usize = 8;
+
+impl Shapes {
+    /// `shape`, or an equal one seen recently.
+    pub fn share(&mut self, shape: Shape) -> Arc<Shape> {
+        if let Some(at) = self.recent.iter().position(|s| **s == shape) {
+            // Most recent last: a steady shape is found at the first comparison.
+            let s = self.recent.remove(at);
+            self.recent.push(s.clone());
+            return s;
+        }
+        if self.recent.len() == RECENT_SHAPES {
+            self.recent.remove(0);
+        }
+        let s = Arc::new(shape);
+        self.recent.push(s.clone());
+        s
     }
 }
 
@@ -155,6 +197,25 @@ mod tests {
             "no upsert: 404 if absent"
         );
         assert!(matches!(upsert(r#"{"n":1}"#), Effect::Merge(_)));
+        // Equal shapes are one allocation; another shape is its own.
+        let mut shapes = Shapes::default();
+        let mut merge = |doc: &str| match Effect::of_shared(
+            OpType::Update,
+            None,
+            Some(format!(r#"{{"doc":{doc},"doc_as_upsert":true}}"#).as_bytes()),
+            &mut shapes,
+        ) {
+            Effect::Merge(s) => s,
+            e => panic!("{e:?}"),
+        };
+        let (a, b, c) = (
+            merge(r#"{"n":1}"#),
+            merge(r#"{"n":2}"#),
+            merge(r#"{"m":1}"#),
+        );
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(*a, *b);
         for body in [
             r#"{"doc":{"n":1},"doc_as_upsert":false}"#,
             r#"{"doc":{"n":1},"doc_as_upsert":true,"detect_noop":false}"#,

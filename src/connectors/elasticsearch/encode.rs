@@ -15,7 +15,7 @@
 use super::action::{frame, BulkAction, OpType};
 use super::batcher::DocKey;
 use super::bulk::EsTarget;
-use super::coalesce::Effect;
+use super::coalesce::{Effect, Shapes};
 use super::params::ActionParams;
 use crate::error::Result;
 use crate::record::Origin;
@@ -100,12 +100,21 @@ pub(crate) fn action_line(
 /// The body of an upsert of `doc` (`{"doc":...,"doc_as_upsert":true}`), as
 /// [`BulkAction::upsert`] makes it; returns where `doc` is in `buf`.
 pub(crate) fn upsert_body(buf: &mut Vec<u8>, doc: &[u8]) -> Range<usize> {
-    buf.extend_from_slice(b"{\"doc\":");
+    buf.extend_from_slice(UPSERT_PREFIX);
     let start = buf.len();
     buf.extend_from_slice(doc);
     let end = buf.len();
-    buf.extend_from_slice(b",\"doc_as_upsert\":true}");
+    buf.extend_from_slice(UPSERT_SUFFIX);
     start..end
+}
+
+const UPSERT_PREFIX: &[u8] = b"{\"doc\":";
+const UPSERT_SUFFIX: &[u8] = b",\"doc_as_upsert\":true}";
+
+/// The `doc` of a body [`upsert_body`] wrote, if `body` is one.
+fn upsert_doc(body: &[u8]) -> Option<&[u8]> {
+    body.strip_prefix(UPSERT_PREFIX)?
+        .strip_suffix(UPSERT_SUFFIX)
 }
 
 pub(crate) fn json_string(buf: &mut Vec<u8>, s: &str) {
@@ -245,8 +254,19 @@ pub struct Encoder {
     slots: Vec<Slot>,
     /// What `buffer_max_bytes` counts for the invalid actions held.
     invalid_bytes: usize,
+    /// Encoded actions held, and the bytes of their own copies of their records.
+    encoded: usize,
+    copies: usize,
     /// Reused by builders that build [`BulkAction`]s first.
     scratch: Vec<BulkAction>,
+    /// Upserts of one shape share it.
+    shapes: Shapes,
+}
+
+/// What `buffer_max_bytes` counts for an encoded action beyond its request lines: the
+/// item and the bulk processor's bookkeeping for it.
+fn held_per_action() -> usize {
+    std::mem::size_of::<Item>() + crate::connector::kit::bulk::bookkeeping_bytes::<Item, Effect>()
 }
 
 impl Encoder {
@@ -266,9 +286,10 @@ impl Encoder {
     }
 
     /// What `buffer_max_bytes` counts for the actions added since the last batch was
-    /// taken: the lines of the encoded ones, an estimate for the others.
+    /// taken: for an encoded one its lines, its own copy of its record and what the
+    /// processor holds for it; an estimate for the others.
     pub fn bytes(&self) -> usize {
-        self.buf.len() + self.invalid_bytes
+        self.buf.len() + self.copies + self.invalid_bytes + self.encoded * held_per_action()
     }
 
     fn push_invalid(&mut self, action: BulkAction, why: String) {
@@ -296,7 +317,12 @@ impl Encoder {
                 }
             }
         }
-        let effect = Effect::of(&action);
+        let effect = Effect::of_shared(
+            action.op,
+            action.version,
+            action.body.as_deref(),
+            &mut self.shapes,
+        );
         let start = self.buf.len();
         let key = action_line(
             &mut self.buf,
@@ -322,8 +348,23 @@ impl Encoder {
                 // Dead letters fall back to the body, which is the same bytes.
                 Original::None
             }
+            // The `doc` of an upsert built around the record: where the direct path
+            // points too, so the record is held once.
+            Some(r)
+                if body
+                    .as_ref()
+                    .is_some_and(|b| upsert_doc(&self.buf[start..][b.clone()]) == Some(&r[..])) =>
+            {
+                let b = body.clone().expect("a body");
+                let at = b.start + UPSERT_PREFIX.len();
+                Original::At(at..at + r.len())
+            }
             Some(r) => Original::Copy(Bytes::from(r)),
         };
+        if let Original::Copy(b) = &original {
+            self.copies += b.len();
+        }
+        self.encoded += 1;
         self.slots.push(Slot::Pending(Pending {
             lines: start..self.buf.len(),
             key: key.map(|k| k.start - start..k.end - start),
@@ -402,15 +443,22 @@ impl Encoder {
         let effect = match op {
             OpType::Index => Effect::Replace { version },
             OpType::Delete => Effect::Delete { version },
-            OpType::Update | OpType::Create => {
-                Effect::of_parts(op, version, Some(&self.buf[start..][body.clone()]))
-            }
+            OpType::Update | OpType::Create => Effect::of_shared(
+                op,
+                version,
+                Some(&self.buf[start..][body.clone()]),
+                &mut self.shapes,
+            ),
         };
         let original = match (reframed.is_some(), upsert) {
             (true, _) => Original::Copy(Bytes::copy_from_slice(record)),
             (false, true) => Original::At(doc_at.start - start..doc_at.end - start),
             (false, false) => Original::None,
         };
+        if let Original::Copy(b) = &original {
+            self.copies += b.len();
+        }
+        self.encoded += 1;
         self.slots.push(Slot::Pending(Pending {
             lines: start..self.buf.len(),
             key: key.map(|k| k.start - start..k.end - start),
@@ -428,6 +476,8 @@ impl Encoder {
     pub(crate) fn take_batch(&mut self) -> EncodedBatch {
         let bytes = self.bytes();
         self.invalid_bytes = 0;
+        self.encoded = 0;
+        self.copies = 0;
         // The frozen buffer lives as long as any of its actions, and the byte budget
         // counts what is written, not what is allocated: it is frozen without spare
         // capacity, and the next one is sized from this batch, not from the largest.
@@ -443,8 +493,12 @@ impl Encoder {
             .map(|slot| match slot {
                 Slot::Pending(p) => {
                     let lines = buf.slice(p.lines);
+                    let copy = match &p.original {
+                        Original::Copy(b) => b.len(),
+                        Original::None | Original::At(_) => 0,
+                    };
                     Added::Encoded(Encoded {
-                        bytes: lines.len(),
+                        bytes: lines.len() + copy + held_per_action(),
                         doc: p.key.map(|k| DocKey::new(lines.slice(k))),
                         item: Item {
                             lines,
@@ -825,33 +879,60 @@ mod tests {
         assert_eq!((e.len(), e.is_empty()), (0, true));
     }
 
-    /// `bytes` counts the lines of the encoded actions exactly, and for an action kept
-    /// whole (which never goes into a request, but is held all the same) at least its
-    /// body, within a bounded overhead; a batch taken carries that count and leaves
+    /// `bytes` counts an encoded action as its lines, its own copy of its record and
+    /// the bookkeeping held for it, and for an action kept whole (which never goes
+    /// into a request, but is held all the same) at least its body, within a bounded
+    /// overhead; a batch taken carries that count, each action its share, and leaves
     /// the encoder at 0.
     #[test]
-    fn bytes_count_encoded_lines_and_an_estimate_for_invalid_actions() {
+    fn bytes_count_what_each_action_holds() {
+        let held = held_per_action();
+        assert!(
+            (64..2048).contains(&held),
+            "bookkeeping of {held} bytes per action"
+        );
         let mut e = Encoder::new();
         let valid = BulkAction::index("i", Some("d".into()), br#"{"n":1}"#.to_vec());
         let mut lines = Vec::new();
         valid.encode(&mut lines);
         e.push(valid);
-        assert_eq!(e.bytes(), lines.len());
+        assert_eq!(e.bytes(), lines.len() + held);
         let body = vec![b'x'; 300];
         e.push(BulkAction::index("i", Some("d".into()), body.clone()));
-        let invalid = e.bytes() - lines.len();
+        let invalid = e.bytes() - lines.len() - held;
         assert!(
             (body.len()..body.len() + 1024).contains(&invalid),
             "an invalid action counts {invalid} bytes"
         );
         e.push(BulkAction::index("i", Some("d".into()), body.clone()));
-        assert_eq!(e.bytes(), lines.len() + 2 * invalid);
+        assert_eq!(e.bytes(), lines.len() + held + 2 * invalid);
         let before = e.bytes();
         let batch = e.take_batch();
         assert_eq!(batch.bytes, before);
+        let encoded: usize = batch
+            .actions
+            .iter()
+            .map(|a| match a {
+                Added::Encoded(e) => e.bytes,
+                Added::Invalid(..) => 0,
+            })
+            .sum();
+        assert_eq!(encoded, lines.len() + held, "the encoded action's share");
         assert_eq!(e.bytes(), 0);
         e.push(BulkAction::index("i", Some("d".into()), body));
         assert_eq!(e.bytes(), invalid, "nothing of the last batch is counted");
+        // A record re-serialized on one line is kept as its own copy: counted too.
+        let mut e = Encoder::new();
+        let record = b"{\n  \"n\": 1\n}".to_vec();
+        let mut a = BulkAction::index("i", Some("d".into()), record.clone());
+        a.record = Some(record.clone());
+        e.push(a);
+        let batch = e.take_batch();
+        let Added::Encoded(enc) = &batch.actions[0] else {
+            panic!("encoded")
+        };
+        assert_eq!(enc.bytes, enc.item.lines.len() + record.len() + held);
+        assert_eq!(batch.bytes, enc.bytes);
     }
 
     /// The actions of a batch share one buffer: written directly or built, each one

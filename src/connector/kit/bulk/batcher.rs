@@ -409,6 +409,22 @@ pub struct Batcher<T, E> {
     scratch: Vec<usize>,
 }
 
+/// What the batcher and the processor hold for one action besides what the target
+/// encodes (its entry, its place in its document's list, the document's group and key,
+/// its resolution): a target adds it to each action's `bytes`, so that
+/// `buffer_max_bytes` bounds the memory actions take, not only their request lines. A
+/// small action's bookkeeping is as large as its lines.
+pub fn bookkeeping_bytes<T, E>() -> usize {
+    use std::mem::size_of;
+    size_of::<Option<Entry<T, E>>>()
+        + size_of::<Resolution<T>>()
+        + size_of::<Option<Group>>()
+        // The document map's entry (key, group, and the map's control byte and slack).
+        + 2 * size_of::<(DocKey, usize)>()
+        // Free lists, the ready queue, a request's slot list.
+        + 4 * size_of::<usize>()
+}
+
 /// The processor takes more actions while fewer than this many requests' worth
 /// (`INTAKE_REQUESTS × max_actions`) are queued ([`Batcher::has_room`]).
 pub const INTAKE_REQUESTS: usize = 4;

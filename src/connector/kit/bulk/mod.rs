@@ -22,7 +22,7 @@ pub mod processor;
 pub mod retry;
 pub mod target;
 
-pub use batcher::{Batcher, DocKey, Limits, Supersedes};
+pub use batcher::{bookkeeping_bytes, Batcher, DocKey, Limits, Supersedes};
 pub use metrics::{ItemLabel, RequestLabel, SinkMetrics};
 pub use outcome::{ItemFailure, Outcome, RequestOutcome};
 pub use processor::{BulkProcessor, Shared, INVALID_DOCUMENT};
