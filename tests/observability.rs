@@ -10,6 +10,7 @@ use common::kafka::KafkaProcess;
 use common::telemetry::{get, get_json, url_from_log, Scrape};
 use common::wait::{self, DEADLINE};
 use common::{bin, tail, wait_timeout};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -167,6 +168,15 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
     let mut produced = 2_000.0;
     // The most the pending gauge showed: it must have moved for its 0 to mean anything.
     let mut most_pending = 0.0f64;
+    // The most each stage of `lockgate_buffered_bytes` showed.
+    let mut most_buffered: BTreeMap<String, f64> = BTreeMap::new();
+    let mut note_buffered = |s: &Scrape| {
+        for stage in ["source", "exchange", "sink"] {
+            let b = s.sum("lockgate_buffered_bytes", &[("stage", stage)]);
+            let most = most_buffered.entry(stage.to_string()).or_default();
+            *most = most.max(b);
+        }
+    };
     let mut checkpoints_seen = Vec::new();
     for burst in 0..3u64 {
         if burst > 0 {
@@ -177,6 +187,7 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
         // and every partition's lag is 0.
         let drained = scrape_until(&mut child, dir, &base, "the burst drained", |s| {
             most_pending = most_pending.max(s.sum("lockgate_sink_pending_actions", &[]));
+            note_buffered(s);
             let lags = s.series("lockgate_kafka_partition_lag", &[]);
             records(s) == (produced, produced, produced)
                 && lags.len() == PARTITIONS as usize
@@ -196,9 +207,19 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
             "a checkpoint after the burst",
             |s| {
                 most_pending = most_pending.max(s.sum("lockgate_sink_pending_actions", &[]));
+                note_buffered(s);
                 completed(s) >= before + 1.0
             },
         );
+        // Drained and flushed: nothing waits anywhere.
+        for stage in ["source", "exchange", "sink"] {
+            let b = after.series("lockgate_buffered_bytes", &[("stage", stage)]);
+            assert_eq!(b.len(), 1, "one series per stage: {b:?}");
+            assert!(
+                b.values().all(|v| *v == 0.0),
+                "{stage} holds bytes after the burst drained and a checkpoint flushed: {b:?}"
+            );
+        }
         let pending = after.series("lockgate_sink_pending_actions", &[]);
         assert_eq!(pending.len(), 2, "one series per sink subtask: {pending:?}");
         assert!(
@@ -212,6 +233,13 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
     assert!(
         most_pending > 0.0,
         "the pending gauge never showed the actions the sink held between checkpoints"
+    );
+    // The sink's bytes moved with its actions, and stayed within both subtasks'
+    // `buffer_max_bytes` (8 MiB by default) plus one batch each.
+    let sink_most = most_buffered["sink"];
+    assert!(
+        sink_most > 0.0 && sink_most <= 2.0 * (8.0 + 1.0) * 1048576.0,
+        "{most_buffered:?}"
     );
     assert!(
         checkpoints_seen.windows(2).all(|w| w[1] > w[0]),
@@ -237,6 +265,8 @@ fn metrics_follow_a_running_job_through_bursts_of_input() {
     assert_eq!(job["name"], "orders-watched");
     assert_eq!(job["state"], "running");
     assert_eq!(job["parallelism"], 2);
+    let stages: Vec<&String> = job["buffered_bytes"].as_object().unwrap().keys().collect();
+    assert_eq!(stages, ["exchange", "sink", "source"], "{job}");
     let partitions = get_json(&base, "/api/v1/partitions");
     assert_eq!(partitions.as_array().unwrap().len(), PARTITIONS as usize);
     assert_eq!(get(&base, "/readyz").map(|r| r.0), Some(200));

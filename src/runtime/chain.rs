@@ -55,6 +55,9 @@ pub struct Exchange {
     pub buffers: Vec<Batch>,
     /// The bytes of each buffer.
     pub buffer_bytes: Vec<usize>,
+    /// The bytes of the records sent and not yet received, for
+    /// `lockgate_buffered_bytes{stage="exchange"}`.
+    pub in_channels: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Exchange {
@@ -63,6 +66,13 @@ impl Exchange {
             .send(msg)
             .await
             .map_err(|_| JobError::Other("downstream task stopped".into()))
+    }
+
+    /// Buffer `to` is being sent: its bytes move to the channels' count.
+    fn count_sent(&mut self, to: usize) {
+        let bytes = std::mem::take(&mut self.buffer_bytes[to]);
+        self.in_channels
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn route(&mut self, batch: Batch) -> Result<()> {
@@ -79,7 +89,7 @@ impl Exchange {
             {
                 let full =
                     std::mem::replace(&mut self.buffers[to], Vec::with_capacity(EXCHANGE_BATCH));
-                self.buffer_bytes[to] = 0;
+                self.count_sent(to);
                 self.send(to, Message::Records(full)).await?;
             }
         }
@@ -90,7 +100,7 @@ impl Exchange {
         for to in 0..self.buffers.len() {
             if !self.buffers[to].is_empty() {
                 let b = std::mem::take(&mut self.buffers[to]);
-                self.buffer_bytes[to] = 0;
+                self.count_sent(to);
                 self.send(to, Message::Records(b)).await?;
             }
         }
@@ -272,6 +282,7 @@ mod tests {
             max_parallelism: 128,
             buffers: vec![Vec::new()],
             buffer_bytes: vec![0],
+            in_channels: Default::default(),
         };
         (x, rx)
     }

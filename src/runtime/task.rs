@@ -23,6 +23,9 @@ pub struct TaskIo {
     pub reports: mpsc::Sender<Report>,
     /// The checkpoint directory (pending checkpoints are written under it).
     pub checkpoint_root: PathBuf,
+    /// The bytes of records in the attempt's exchange channels (senders add what they
+    /// send, the receiving task takes off what it receives).
+    pub in_channels: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TaskIo {
@@ -256,7 +259,12 @@ pub async fn run_input_task(
                         return Err(JobError::task(&chain.info.name, "an input closed before its end (upstream task failed)"));
                     };
                     let event = match m {
-                        Message::Records(b) => { chain.process(b).await?; AlignEvent::Waiting }
+                        Message::Records(b) => {
+                            let bytes = b.iter().map(crate::record::Record::size_bytes).sum();
+                            io.in_channels.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                            chain.process(b).await?;
+                            AlignEvent::Waiting
+                        }
                         Message::Watermark(w) => {
                             if let Some(w) = watermarks.on_watermark(i, w) {
                                 chain.watermark(w).await?;

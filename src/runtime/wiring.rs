@@ -10,11 +10,14 @@ use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::connector::{Operator, OperatorContext, SubtaskInfo};
 use crate::error::Result;
 use crate::job::{JobGraph, KeyFn, OperatorFactory, Stage};
+use crate::telemetry::metrics::{Buffered, Stage as BufferStage};
 use crate::telemetry::Telemetry;
 use lockgate_state::StateRestore;
 use prometheus::IntCounter;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::warn;
@@ -202,6 +205,13 @@ pub(super) fn wire(
     let mut tasks = JoinSet::new();
     let sink_restore = sink_restore(restored);
     let (mut senders, mut receivers) = exchanges(vs.len(), p);
+    // The bytes in this attempt's exchange channels; they leave the gauge with the
+    // attempt.
+    let in_channels = Arc::new(AtomicUsize::new(0));
+    let part: Arc<dyn Buffered> = in_channels.clone();
+    telemetry
+        .metrics()
+        .count_buffered(BufferStage::Exchange, &part);
     for (v, vertex) in vs.iter().enumerate().rev() {
         for i in 0..p {
             let id = TaskId {
@@ -226,6 +236,7 @@ pub(super) fn wire(
                     max_parallelism: job.max_parallelism,
                     buffers: (0..p).map(|_| Vec::new()).collect(),
                     buffer_bytes: vec![0; usize::from(p)],
+                    in_channels: in_channels.clone(),
                 }),
                 None => Tail::Sink((job.sink.factory)(i)),
             };
@@ -251,6 +262,7 @@ pub(super) fn wire(
                 control: ctl_rx,
                 reports: report_tx.clone(),
                 checkpoint_root: checkpoint_root.to_path_buf(),
+                in_channels: in_channels.clone(),
             };
             let sr = sink_restore.clone();
             if v == 0 {

@@ -45,10 +45,50 @@ pub struct Metrics {
     pub sink_retry_backoff: HistogramVec,
     pub sink_request_duration: HistogramVec,
     pub sink_bytes_sent: IntCounterVec,
+    /// Bytes waiting between the source and the sink, by [`Stage`].
+    pub buffered_bytes: IntGaugeVec,
+    buffered_parts: std::sync::Mutex<Vec<(Stage, std::sync::Weak<dyn Buffered>)>>,
     // Job.
     pub restarts: IntCounterVec,
     pub dead_letters: IntCounterVec,
     pub uptime: prometheus::Gauge,
+}
+
+/// Where records wait between the source and the sink (`lockgate_buffered_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Fetched by a source's client and handed over, not yet read by its task.
+    Source,
+    /// In the channels between tasks.
+    Exchange,
+    /// Taken by the sink and not yet acknowledged by the target.
+    Sink,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 3] = [Stage::Source, Stage::Exchange, Stage::Sink];
+
+    /// The `stage` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::Source => "source",
+            Stage::Exchange => "exchange",
+            Stage::Sink => "sink",
+        }
+    }
+}
+
+/// A part of a job where records wait (a channel, a sink's buffer), counted in
+/// `lockgate_buffered_bytes` ([`Metrics::count_buffered`]).
+pub trait Buffered: Send + Sync {
+    /// The bytes it holds now.
+    fn buffered_bytes(&self) -> usize;
+}
+
+impl Buffered for std::sync::atomic::AtomicUsize {
+    fn buffered_bytes(&self) -> usize {
+        self.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Label names of per-task series.
@@ -176,6 +216,12 @@ impl Metrics {
                 "Bytes of bulk request bodies sent, before compression.",
                 TASK,
             ),
+            buffered_bytes: gauge(
+                "lockgate_buffered_bytes",
+                "Bytes of records waiting between the source and the sink, by stage: source (fetched and handed over, not yet read by the source's task), exchange (in the channels between tasks), sink (actions taken by the sink and not yet acknowledged, their bookkeeping included). Each stage is bounded; a backlog makes the source wait.",
+                &["job", "stage"],
+            ),
+            buffered_parts: Default::default(),
             restarts: counter(
                 "lockgate_restarts_total",
                 "In-process restarts of the job by cause.",
@@ -209,6 +255,37 @@ impl Metrics {
     /// The job label of every series.
     pub fn job(&self) -> &str {
         &self.job
+    }
+
+    /// Counts what `part` holds at `stage` in `lockgate_buffered_bytes` for as long as
+    /// `part` lives: the gauge is the sum over the live parts, taken when it is read
+    /// ([`Metrics::refresh_buffered`]), so a part that goes away (a failed attempt's
+    /// channels and sinks) takes its bytes with it.
+    pub fn count_buffered(&self, stage: Stage, part: &Arc<dyn Buffered>) {
+        let mut parts = self.buffered_parts.lock().expect("lock");
+        parts.retain(|(_, p)| p.strong_count() > 0);
+        parts.push((stage, Arc::downgrade(part)));
+    }
+
+    /// Sets `lockgate_buffered_bytes` from the live parts; returns the bytes by stage,
+    /// in the order of [`Stage::ALL`].
+    pub fn refresh_buffered(&self) -> [u64; 3] {
+        let mut sums = [0u64; 3];
+        let mut parts = self.buffered_parts.lock().expect("lock");
+        parts.retain(|(stage, p)| match p.upgrade() {
+            Some(p) => {
+                let at = Stage::ALL.iter().position(|s| s == stage).expect("a stage");
+                sums[at] += p.buffered_bytes() as u64;
+                true
+            }
+            None => false,
+        });
+        for (stage, sum) in Stage::ALL.iter().zip(sums) {
+            self.buffered_bytes
+                .with_label_values(&[self.job.as_str(), stage.label()])
+                .set(sum as i64);
+        }
+        sums
     }
 
     /// The metric families a connector defines for itself: `make` registers them in
@@ -275,5 +352,42 @@ impl Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").field("job", &self.job).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The gauge of a stage is the sum over its live parts; a part that goes away
+    /// (a failed attempt's channels) takes its bytes with it.
+    #[test]
+    fn buffered_bytes_sum_the_live_parts_of_each_stage() {
+        let m = Metrics::new("j");
+        let a = Arc::new(AtomicUsize::new(5));
+        let b = Arc::new(AtomicUsize::new(7));
+        let c = Arc::new(AtomicUsize::new(11));
+        for (stage, part) in [(Stage::Sink, &a), (Stage::Sink, &b), (Stage::Exchange, &c)] {
+            let part: Arc<dyn Buffered> = part.clone();
+            m.count_buffered(stage, &part);
+        }
+        assert_eq!(m.refresh_buffered(), [0, 11, 12]);
+        let gauge = |stage: Stage| {
+            m.buffered_bytes
+                .with_label_values(&["j", stage.label()])
+                .get()
+        };
+        assert_eq!((gauge(Stage::Source), gauge(Stage::Sink)), (0, 12));
+        b.store(1, Ordering::Relaxed);
+        drop(c);
+        assert_eq!(m.refresh_buffered(), [0, 0, 6]);
+        assert_eq!((gauge(Stage::Exchange), gauge(Stage::Sink)), (0, 6));
+        drop((a, b));
+        assert_eq!(m.refresh_buffered(), [0, 0, 0]);
+        assert!(
+            m.buffered_parts.lock().unwrap().is_empty(),
+            "dead parts are pruned"
+        );
     }
 }

@@ -110,6 +110,7 @@ impl Telemetry {
             state: JobState::Starting,
             started_at_ms: wall_ms(),
             uptime_seconds: 0.0,
+            buffered_bytes: Default::default(),
             parallelism,
             max_parallelism,
             member: 0,
@@ -165,6 +166,7 @@ impl Telemetry {
             self.inner.started.elapsed().as_secs_f64()
         };
         m.checkpoint_last_age.set(age.max(0.0));
+        m.refresh_buffered();
         self.export_partitions();
         m.encode()
     }
@@ -379,6 +381,12 @@ impl Telemetry {
     pub fn job(&self) -> JobView {
         let mut j = self.status().job.clone();
         j.uptime_seconds = self.inner.started.elapsed().as_secs_f64();
+        let bytes = self.inner.metrics.refresh_buffered();
+        j.buffered_bytes = metrics::Stage::ALL
+            .iter()
+            .zip(bytes)
+            .map(|(s, b)| (s.label().to_string(), b))
+            .collect();
         if j.paused && j.state == JobState::Running {
             j.state = JobState::Paused;
         }

@@ -39,6 +39,9 @@ pub struct JobView {
     /// When the process started the job, in milliseconds since the Unix epoch.
     pub started_at_ms: u64,
     pub uptime_seconds: f64,
+    /// Bytes of records waiting between the source and the sink, by stage (`source`,
+    /// `exchange`, `sink`): `lockgate_buffered_bytes`.
+    pub buffered_bytes: std::collections::BTreeMap<String, u64>,
     pub parallelism: u16,
     pub max_parallelism: u16,
     /// Which member of the job this process is (`--member I --members N`; 0 of 1 for
@@ -211,6 +214,7 @@ mod tests {
             state,
             started_at_ms: 0,
             uptime_seconds: 0.0,
+            buffered_bytes: Default::default(),
             parallelism: 1,
             max_parallelism: 128,
             member: 0,

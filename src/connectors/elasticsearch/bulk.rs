@@ -12,7 +12,7 @@ use super::encode::{EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request};
 use super::sigv4::SignedNode;
 use crate::connector::kit::bulk::{
-    self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent, SinkMetrics,
+    self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
 };
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::secret::redact_url;
@@ -264,7 +264,7 @@ impl bulk::BulkProcessor<EsTarget> {
             limits,
             cfg.buffer_max_bytes,
             dead_letter,
-            SinkMetrics::new(metrics, subtask),
+            (metrics, subtask),
             name,
         ))
     }

@@ -20,7 +20,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -169,6 +169,22 @@ pub struct FetchedBatch {
     pub all_headers: Vec<Vec<HeaderAt>>,
 }
 
+impl FetchedBatch {
+    /// What the batch holds in memory: its buffer and its per-record entries.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.bytes.len()
+            + self.records.len() * size_of::<Fetched>()
+            + self.runs.len() * size_of::<Run>()
+            + self.headers.len() * size_of::<OriginHeaders>()
+            + self
+                .all_headers
+                .iter()
+                .map(|h| size_of::<Vec<HeaderAt>>() + h.len() * size_of::<HeaderAt>())
+                .sum::<usize>()
+    }
+}
+
 /// Where one header's name and value (None: no value) are in its batch's buffer.
 pub type HeaderAt = (Range<usize>, Option<Range<usize>>);
 
@@ -212,6 +228,9 @@ pub const QUEUED: usize = 2;
 pub struct Fetcher {
     rx: mpsc::Receiver<Handover>,
     stop: Arc<AtomicBool>,
+    /// The bytes of the batches handed over and not yet taken
+    /// (`lockgate_buffered_bytes{stage="source"}`).
+    queued: Arc<AtomicUsize>,
 }
 
 impl Fetcher {
@@ -220,18 +239,30 @@ impl Fetcher {
     pub fn start(consumer: Arc<KafkaConsumer>, name: String, copy: HeaderCopy) -> Fetcher {
         let (tx, rx) = mpsc::channel(QUEUED);
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (flag, count) = (stop.clone(), queued.clone());
         std::thread::Builder::new()
             .name(format!("kafka-{name}"))
-            .spawn(move || poll_loop(&consumer, &tx, &flag, copy))
+            .spawn(move || poll_loop(&consumer, (&tx, &count), &flag, copy))
             .expect("spawn the Kafka poll thread");
-        Fetcher { rx, stop }
+        Fetcher { rx, stop, queued }
+    }
+
+    /// The bytes of the batches handed over and not yet taken, for
+    /// `lockgate_buffered_bytes{stage="source"}`.
+    pub fn queued(&self) -> Arc<AtomicUsize> {
+        self.queued.clone()
     }
 
     /// The next handed-over item, waiting at most `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<Handover> {
         match tokio::time::timeout(wait, self.rx.recv()).await {
-            Ok(Some(h)) => Some(h),
+            Ok(Some(h)) => {
+                if let Handover::Batch(b) = &h {
+                    self.queued.fetch_sub(b.held_bytes(), Ordering::Relaxed);
+                }
+                Some(h)
+            }
             Ok(None) => Some(Handover::Fatal("the Kafka poll thread stopped".into())),
             Err(_) => None,
         }
@@ -358,7 +389,7 @@ impl BatchBuilder {
 
 fn poll_loop(
     consumer: &KafkaConsumer,
-    tx: &mpsc::Sender<Handover>,
+    (tx, queued): (&mpsc::Sender<Handover>, &AtomicUsize),
     stop: &AtomicBool,
     copy: HeaderCopy,
 ) {
@@ -398,8 +429,14 @@ fn poll_loop(
         if n > 0 && !batch.is_full() {
             continue;
         }
-        if !batch.is_empty() && tx.blocking_send(Handover::Batch(batch.take())).is_err() {
-            return;
+        if !batch.is_empty() {
+            let b = batch.take();
+            // Counted before the send, so that the taker never takes off more than
+            // was added.
+            queued.fetch_add(b.held_bytes(), Ordering::Relaxed);
+            if tx.blocking_send(Handover::Batch(b)).is_err() {
+                return;
+            }
         }
     }
     drop(queues);

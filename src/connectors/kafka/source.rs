@@ -836,14 +836,19 @@ impl Source for KafkaSource {
                     ),
             );
         }
-        self.fetcher = Some(Fetcher::start(
+        let fetcher = Fetcher::start(
             consumer.clone(),
             self.name.clone(),
             HeaderCopy {
                 origin: cfg.origin_headers,
                 all: cfg.headers,
             },
-        ));
+        );
+        let part: Arc<dyn crate::telemetry::metrics::Buffered> = fetcher.queued();
+        info.telemetry
+            .metrics()
+            .count_buffered(crate::telemetry::metrics::Stage::Source, &part);
+        self.fetcher = Some(fetcher);
         if cfg.partition_discovery_ms > 0 {
             let (tx, rx) = mpsc::channel(1);
             self.discovered = Some(rx);

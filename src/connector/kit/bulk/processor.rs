@@ -28,6 +28,7 @@ use super::nodes::NodeSelector;
 use super::outcome::{ItemFailure, Outcome, RequestOutcome};
 use super::target::{Added, BulkTarget, Decision, EncodedBatch, Sent};
 use crate::connectors::dead_letter::DeadLetterWriter;
+use crate::telemetry::metrics::{Buffered, Metrics, Stage};
 use rand::{Rng, SeedableRng};
 use std::future::Future;
 use std::pin::Pin;
@@ -41,6 +42,12 @@ use tracing::{debug, warn};
 /// The `error_type` of an action that was never sent because no valid request could be
 /// made of its record; the reason names the record and what is wrong with it.
 pub const INVALID_DOCUMENT: &str = "invalid_document";
+
+impl Buffered for Shared {
+    fn buffered_bytes(&self) -> usize {
+        Shared::buffered_bytes(self)
+    }
+}
 
 /// State shared between the processor task and the sink.
 pub struct Shared {
@@ -122,7 +129,8 @@ impl Shared {
     }
 
     /// Bytes of the actions added and not yet resolved: what `buffer_max_bytes`
-    /// bounds (each action counted as the size of its bulk request lines).
+    /// bounds (each action counted as its target counts it: its request lines, its
+    /// own copies, and the bookkeeping held for it).
     pub fn buffered_bytes(&self) -> usize {
         self.held_bytes.load(Ordering::SeqCst) + self.transit_bytes.load(Ordering::SeqCst)
     }
@@ -209,16 +217,24 @@ impl<T: BulkTarget> Drop for BulkProcessor<T> {
 
 impl<T: BulkTarget> BulkProcessor<T> {
     /// Starts the processor task for `target` on the current runtime. `name` names the
-    /// sink in logs; `dead_letter` writes what the failure policy dead-letters.
+    /// sink in logs; `dead_letter` writes what the failure policy dead-letters; it
+    /// reports in `metrics` as subtask `subtask` of the sink.
     pub fn spawn(
         target: T,
         limits: Limits,
         buffer_max_bytes: usize,
         dead_letter: Option<DeadLetterWriter>,
-        metrics: SinkMetrics,
+        (metrics, subtask): (&Metrics, u16),
         name: String,
     ) -> BulkProcessor<T> {
-        let shared = Arc::new(Shared::new(target.system(), metrics));
+        let shared = Arc::new(Shared::new(
+            target.system(),
+            SinkMetrics::new(metrics, subtask),
+        ));
+        // What the sink holds counts in `lockgate_buffered_bytes{stage="sink"}` for as
+        // long as it lives.
+        let part: Arc<dyn Buffered> = shared.clone();
+        metrics.count_buffered(Stage::Sink, &part);
         let (tx, rx) = mpsc::channel(4);
         let service = Service {
             selector: NodeSelector::new(target.nodes().max(1)),
