@@ -22,17 +22,16 @@
 
 mod common;
 
+use common::bin;
 use common::es::Es;
 use common::kafka::KafkaProcess;
-use common::{bin, tail};
+use common::peak::run_to_end;
 use rand::{Rng, SeedableRng};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::json;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const MIB: u64 = 1024 * 1024;
 const PARTITIONS: i32 = 64;
@@ -120,51 +119,13 @@ fn run_job(
     );
     let config = dir.join("job.toml");
     std::fs::write(&config, text).unwrap();
-    let log = dir.join("run.log");
-    let child = Command::new(bin())
-        .args(["run", "--config"])
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--config"])
         .arg(&config)
         .env("LOCKGATE_LOG", "info")
         .env_remove("LOCKGATE_FAILPOINTS")
-        .env("MALLOC_MMAP_THRESHOLD_", "131072")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
-    // A watchdog: a job that hangs is killed, and the test fails below.
-    let done = Arc::new(AtomicBool::new(false));
-    let watchdog = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !done.load(Ordering::SeqCst) {
-                if start.elapsed() > Duration::from_secs(300) {
-                    // SAFETY: kill(2) on our child, not yet reaped (done is false).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
-    let mut status = 0i32;
-    // SAFETY: zeroed rusage is a valid out-parameter.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4(2) on our own child; std's Child is not waited on afterwards.
-    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    done.store(true, Ordering::SeqCst);
-    watchdog.join().unwrap();
-    drop(child);
-    assert_eq!(rc, pid);
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the job did not end with exit 0 (status {status}):\n{}",
-        tail(&text, 30)
-    );
-    // Linux reports ru_maxrss in KiB.
-    usage.ru_maxrss as u64 * 1024
+        .env("MALLOC_MMAP_THRESHOLD_", "131072");
+    run_to_end(cmd, &dir.join("run.log"), Duration::from_secs(300))
 }
 
 /// Every document of the topic is in the index, exactly as produced.

@@ -131,40 +131,58 @@ pub fn checkpoint_overhead(orders: u64, partitions: i32, rounds: usize) -> serde
     })
 }
 
-/// Peak resident memory of the demo's job over `orders` orders (1 s checkpoints).
-pub fn demo_memory(orders: u64, runs: usize) -> serde_json::Value {
-    let kafka = Server::kafka("orders", 4, orders);
-    let es = Server::elasticsearch();
+/// Peak resident memory of the demo's job (1 s checkpoints), `runs` times over `small`
+/// orders and `runs` times over `large`, alternating; every run's index is verified
+/// exactly. The ratio of the largest peaks says whether memory grows with the backlog.
+pub fn demo_memory(small: u64, large: u64, runs: usize) -> serde_json::Value {
     let work = tempfile::tempdir().expect("tempdir");
-    let expected = expected_totals(orders);
-    let mut peaks = Vec::new();
+    let servers = |orders| {
+        (
+            Server::kafka("orders", 4, orders),
+            Server::elasticsearch(),
+            expected_totals(orders),
+        )
+    };
+    let (small_servers, large_servers) = (servers(small), servers(large));
+    let (mut peaks_small, mut peaks_large) = (Vec::new(), Vec::new());
     let mut secs = Vec::new();
     let mut spawner = 0u64;
     for run in 0..runs {
-        let r = once(work.path(), &kafka, &es, run, 1000, &expected);
-        eprintln!(
-            "demo job, run {run}: {:.2} s, peak RSS {:.1} MiB",
-            r.secs,
-            r.peak_rss_bytes as f64 / 1048576.0
-        );
-        assert!(
-            r.spawner_rss_bytes < r.peak_rss_bytes / 2,
-            "this process ({} bytes) is too large to measure the job's peak ({} bytes): \
-             run the memory measurement first",
-            r.spawner_rss_bytes,
-            r.peak_rss_bytes
-        );
-        spawner = spawner.max(r.spawner_rss_bytes);
-        peaks.push(r.peak_rss_bytes as f64);
-        secs.push(r.secs);
+        for (orders, (kafka, es, expected), peaks) in [
+            (small, &small_servers, &mut peaks_small),
+            (large, &large_servers, &mut peaks_large),
+        ] {
+            let r = once(work.path(), kafka, es, run, 1000, expected);
+            eprintln!(
+                "demo job, {orders} orders, run {run}: {:.2} s, peak RSS {:.1} MiB",
+                r.secs,
+                r.peak_rss_bytes as f64 / 1048576.0
+            );
+            assert!(
+                r.spawner_rss_bytes < r.peak_rss_bytes / 2,
+                "this process ({} bytes) is too large to measure the job's peak ({} bytes): \
+                 run the memory measurement first",
+                r.spawner_rss_bytes,
+                r.peak_rss_bytes
+            );
+            spawner = spawner.max(r.spawner_rss_bytes);
+            peaks.push(r.peak_rss_bytes as f64);
+            if orders == large {
+                secs.push(r.secs);
+            }
+        }
     }
     let mib = |b: f64| (b / 1048576.0 * 10.0).round() / 10.0;
+    let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
     serde_json::json!({
         "job": "the demo's job: Kafka (4 partitions) -> rolling_sum by user -> Elasticsearch upsert, parallelism 2, 1 s checkpoints",
-        "records": orders,
+        "records": large,
         "runs": runs,
-        "peak_rss_mib_median": mib(median(peaks.clone())),
-        "peak_rss_mib_max": mib(peaks.iter().cloned().fold(0.0, f64::max)),
+        "peak_rss_mib_median": mib(median(peaks_large.clone())),
+        "peak_rss_mib_max": mib(max(&peaks_large)),
+        "small_records": small,
+        "small_peak_rss_mib_max": mib(max(&peaks_small)),
+        "ratio_large_over_small": round3(max(&peaks_large) / max(&peaks_small)),
         "seconds_median": (median(secs) * 100.0).round() / 100.0,
         "spawner_rss_mib": mib(spawner as f64),
     })

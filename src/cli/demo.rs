@@ -88,6 +88,7 @@ fn run(dir: Option<PathBuf>) -> Result<bool, String> {
         std::env::temp_dir().join(format!("lockgate-demo-{}", std::process::id()))
     });
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    super::heap_trim::start();
     println!("lockgate demo: Kafka -> rolling_sum by user -> Elasticsearch (upsert by user)");
     let kafka = EmbeddedKafka::start(3, &[("orders-a".into(), 4)])?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@ mod chaos;
 mod checkpoints;
 mod demo;
 mod docs;
+mod heap_trim;
 mod migrate;
 mod run;
 mod testkit;

@@ -87,6 +87,7 @@ pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) 
         eprintln!("error: --rescale-from must be at least 1");
         return EXIT_USAGE;
     }
+    super::heap_trim::start();
     let rt = runtime();
     rt.block_on(async move {
         let telemetry = Telemetry::new(

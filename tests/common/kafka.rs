@@ -22,11 +22,18 @@ pub struct KafkaProcess {
 impl KafkaProcess {
     /// Starts 3 brokers with `topics` (name, partitions).
     pub fn start(topics: &[(&str, i32)]) -> KafkaProcess {
+        KafkaProcess::start_with(topics, &[])
+    }
+
+    /// [`KafkaProcess::start`] with more arguments of `lockgate testkit kafka`
+    /// (`--orders TOPIC:COUNT`, say).
+    pub fn start_with(topics: &[(&str, i32)], args: &[&str]) -> KafkaProcess {
         let mut cmd = Command::new(bin());
         cmd.args(["testkit", "kafka", "--brokers", "3"]);
         for (t, p) in topics {
             cmd.arg("--topic").arg(format!("{t}:{p}"));
         }
+        cmd.args(args);
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -86,6 +86,13 @@ impl NullValue {
     }
 }
 
+/// The default of `buffer_max_bytes`: room for a full request (`bulk_max_bytes`, 5 MiB)
+/// being built while another is in flight, per subtask. Each action counts with its
+/// bookkeeping (a few hundred bytes), so the figure is the memory the sink holds, not
+/// only its request lines. Larger values do not write faster: the demo's job wrote as
+/// fast with 4 MiB as with 64, which held 150 MiB more.
+pub const BUFFER_MAX_BYTES: usize = 8 << 20;
+
 /// The sink's configuration; defaults as in the job file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EsSinkConfig {
@@ -126,8 +133,9 @@ pub struct EsSinkConfig {
     /// What a tombstone means. `None`: tombstones never reach the sink; the Kafka
     /// source treats them as records it cannot decode (`on_decode_error`).
     pub on_null_value: Option<NullValue>,
-    /// The most bytes of actions the sink holds (buffered, in flight, awaiting a retry)
-    /// before it stops taking records; one batch larger than this still passes alone.
+    /// The most bytes of actions the sink holds (buffered, in flight, awaiting a retry,
+    /// set aside by coalescing), each counted with its bookkeeping, before it stops
+    /// taking records; one batch larger than this still passes alone.
     pub buffer_max_bytes: usize,
     /// The ingest pipeline of each index or create action: a name, or a template with
     /// `{/pointer}` fields ([`super::params::PipelineTemplate`]).
@@ -181,7 +189,7 @@ impl EsSinkConfig {
             request_timeout_ms: 30_000,
             coalesce: true,
             on_null_value: None,
-            buffer_max_bytes: 64 * 1024 * 1024,
+            buffer_max_bytes: BUFFER_MAX_BYTES,
             topic_to_index: BTreeMap::new(),
             pipeline: None,
             routing: None,
