@@ -86,11 +86,14 @@ impl NullValue {
     }
 }
 
-/// The default of `buffer_max_bytes`: room for a full request (`bulk_max_bytes`, 5 MiB)
-/// being built while another is in flight, per subtask. Each action counts with its
-/// bookkeeping (a few hundred bytes), so the figure is the memory the sink holds, not
-/// only its request lines. Larger values do not write faster: the demo's job wrote as
-/// fast with 4 MiB as with 64, which held 150 MiB more.
+/// The default of `buffer_max_bytes`, per subtask. Each action counts with its
+/// bookkeeping (several hundred bytes), so the figure is the memory the sink holds, not
+/// only its request lines. With small documents a request is full at
+/// `bulk_max_actions` long before this: the demo's job (documents of about 100 bytes)
+/// wrote as fast with 4 MiB as with 64, which held 150 MiB more. With documents of
+/// several KiB it holds one full request of `bulk_max_bytes` (5 MiB) and part of the
+/// next; to keep `max_in_flight` full requests out, raise it to about
+/// (`max_in_flight` + 1) × `bulk_max_bytes`.
 pub const BUFFER_MAX_BYTES: usize = 8 << 20;
 
 /// The sink's configuration; defaults as in the job file.

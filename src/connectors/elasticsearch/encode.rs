@@ -215,8 +215,8 @@ pub(crate) type Encoded = crate::connector::kit::bulk::Encoded<EsTarget>;
 pub(crate) type Added = crate::connector::kit::bulk::Added<EsTarget>;
 
 /// The actions of one batch of records, for the bulk processor; `bytes` is what
-/// `buffer_max_bytes` counts for them: the lines of the encoded ones, an estimate for
-/// the others.
+/// `buffer_max_bytes` counts for them: for each encoded one its lines, its own copy of
+/// its record and the processor's bookkeeping; an estimate for the others.
 pub(crate) type EncodedBatch = crate::connector::kit::bulk::EncodedBatch<EsTarget>;
 
 /// An encoded action before its batch's buffer is frozen: ranges of the buffer.
@@ -263,10 +263,10 @@ pub struct Encoder {
     shapes: Shapes,
 }
 
-/// What `buffer_max_bytes` counts for an encoded action beyond its request lines: the
-/// item and the bulk processor's bookkeeping for it.
+/// What `buffer_max_bytes` counts for an encoded action beyond its own bytes: the bulk
+/// processor's bookkeeping for it (its entry holds the item).
 fn held_per_action() -> usize {
-    std::mem::size_of::<Item>() + crate::connector::kit::bulk::bookkeeping_bytes::<Item, Effect>()
+    crate::connector::kit::bulk::bookkeeping_bytes::<Item, Effect>()
 }
 
 impl Encoder {
@@ -498,7 +498,7 @@ impl Encoder {
                         Original::None | Original::At(_) => 0,
                     };
                     Added::Encoded(Encoded {
-                        bytes: lines.len() + copy + held_per_action(),
+                        bytes: lines.len() + copy,
                         doc: p.key.map(|k| DocKey::new(lines.slice(k))),
                         item: Item {
                             lines,
@@ -519,9 +519,14 @@ impl Encoder {
     }
 }
 
-/// What `buffer_max_bytes` counts for an action that never goes into a request.
+/// What `buffer_max_bytes` counts for an action that never goes into a request: its
+/// body, its record, its index and id, and a fixed estimate for the rest.
 fn request_bytes(action: &BulkAction) -> usize {
-    action.body.as_ref().map_or(0, Vec::len) + 64
+    action.body.as_ref().map_or(0, Vec::len)
+        + action.record.as_ref().map_or(0, Vec::len)
+        + action.index.len()
+        + action.id.as_ref().map_or(0, String::len)
+        + 64
 }
 
 #[cfg(test)]
@@ -917,7 +922,7 @@ mod tests {
                 Added::Invalid(..) => 0,
             })
             .sum();
-        assert_eq!(encoded, lines.len() + held, "the encoded action's share");
+        assert_eq!(encoded, lines.len(), "the encoded action's own bytes");
         assert_eq!(e.bytes(), 0);
         e.push(BulkAction::index("i", Some("d".into()), body));
         assert_eq!(e.bytes(), invalid, "nothing of the last batch is counted");
@@ -931,8 +936,8 @@ mod tests {
         let Added::Encoded(enc) = &batch.actions[0] else {
             panic!("encoded")
         };
-        assert_eq!(enc.bytes, enc.item.lines.len() + record.len() + held);
-        assert_eq!(batch.bytes, enc.bytes);
+        assert_eq!(enc.bytes, enc.item.lines.len() + record.len());
+        assert_eq!(batch.bytes, enc.bytes + held);
     }
 
     /// The actions of a batch share one buffer: written directly or built, each one

@@ -170,10 +170,11 @@ pub struct FetchedBatch {
 }
 
 impl FetchedBatch {
-    /// What the batch holds in memory: its buffer and its per-record entries.
+    /// What the batch holds in memory: its buffer (as allocated: it is reserved at the
+    /// previous batch's size) and its per-record entries.
     pub fn held_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.bytes.len()
+        self.bytes.capacity()
             + self.records.len() * size_of::<Fetched>()
             + self.runs.len() * size_of::<Run>()
             + self.headers.len() * size_of::<OriginHeaders>()

@@ -409,11 +409,14 @@ pub struct Batcher<T, E> {
     scratch: Vec<usize>,
 }
 
-/// What the batcher and the processor hold for one action besides what the target
-/// encodes (its entry, its place in its document's list, the document's group and key,
-/// its resolution): a target adds it to each action's `bytes`, so that
-/// `buffer_max_bytes` bounds the memory actions take, not only their request lines. A
-/// small action's bookkeeping is as large as its lines.
+/// What the batcher and the processor hold for one action besides the bytes the target
+/// encodes (its entry, with the item inline; its place in its document's list; the
+/// document's group and key; its resolution once resolved): a target adds it per action
+/// to a batch's `bytes`, and the processor to what the batcher holds, so that
+/// `buffer_max_bytes` bounds the memory actions take, not only their request lines,
+/// while a request's `max_bytes` still counts its lines. A small action's bookkeeping
+/// is as large as its lines. (A slice of a batch's buffer keeps that whole buffer
+/// alive until its last action is resolved; the count is of the slices.)
 pub fn bookkeeping_bytes<T, E>() -> usize {
     use std::mem::size_of;
     size_of::<Option<Entry<T, E>>>()

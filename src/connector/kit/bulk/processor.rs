@@ -384,7 +384,10 @@ impl<T: BulkTarget> Service<T> {
 
     /// Publishes the bytes the batcher holds, and wakes a sink waiting for room.
     fn publish_bytes(&self) {
-        let now = self.batcher.bytes();
+        // The batcher counts what the target gave for each action; the bookkeeping it
+        // holds for each is added here, as the target counted it for the transit.
+        let now = self.batcher.bytes()
+            + self.batcher.pending() * super::batcher::bookkeeping_bytes::<T::Item, T::Effect>();
         let before = self.shared.held_bytes.swap(now, Ordering::SeqCst);
         if now < before {
             self.shared.space.notify_waiters();

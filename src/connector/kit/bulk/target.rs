@@ -31,7 +31,10 @@ pub struct Encoded<T: BulkTarget + ?Sized> {
     /// The document the action is on (`None`: no order to keep).
     pub doc: Option<DocKey>,
     pub effect: T::Effect,
-    /// What `buffer_max_bytes` counts for it (the size of its request lines).
+    /// Its request lines and any copy of its record it keeps: what a request's
+    /// `max_bytes` counts for it. `buffer_max_bytes` counts these plus the processor's
+    /// bookkeeping for the action ([`super::bookkeeping_bytes`]), which the target adds
+    /// to its batch's `bytes`.
     pub bytes: usize,
 }
 
