@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,13 +31,16 @@ JOB = REPO / "examples" / "jobs" / "orders-to-es.toml"
 QUIX_JOB = HERE / "quix_job.py"
 INDEX = "user-totals"
 PARTITIONS = 4
-# The topics Quix derives from its job (consumer group `orders-to-es-quix`, group by
-# `user`, one state store). The embedded Kafka cannot create topics on request (no admin
-# API), so they are created at start, with the input topic's partitions.
-QUIX_TOPICS = [
-    "repartition__orders-to-es-quix--orders--user",
-    "changelog__orders-to-es-quix--repartition.orders.user--default",
-]
+# The topics Quix derives from its job (consumer group `orders-to-es-quix`, one state
+# store), by quix_job.py's `--key`. The embedded Kafka cannot create topics on request
+# (no admin API), so they are created at start, with the input topic's partitions.
+QUIX_TOPICS = {
+    "message": ["changelog__orders-to-es-quix--orders--default"],
+    "group-by": [
+        "repartition__orders-to-es-quix--orders--user",
+        "changelog__orders-to-es-quix--repartition.orders.user--default",
+    ],
+}
 
 
 def lockgate_bin():
@@ -144,13 +148,23 @@ def check(es, expected):
     return "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else "") if wrong else None
 
 
-def timed(args, env, log):
+def timed(args, env, log, timeout):
     """Runs `args` under `/usr/bin/time -v`; returns (exit code, wall seconds, peak RSS
-    in MiB)."""
+    in MiB), or None when it has not ended after `timeout` seconds (then it is killed)."""
     with open(log, "w") as out:
-        rc = subprocess.run(
-            ["/usr/bin/time", "-v"] + args, env=env, stdout=out, stderr=subprocess.STDOUT
-        ).returncode
+        p = subprocess.Popen(
+            ["/usr/bin/time", "-v"] + args,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            return None
     text = Path(log).read_text(errors="replace")
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
@@ -162,7 +176,18 @@ def timed(args, env, log):
     return rc, secs, int(rss.group(1)) / 1024
 
 
-def run_lockgate(work, orders):
+def measured(timing, es, expected, log, timeout):
+    if timing is None:
+        print(f"  not exact: still running after {timeout} s, killed (log: {log})", file=sys.stderr)
+        return {"seconds": None, "peak_rss_mib": None, "exact": False}
+    rc, secs, rss = timing
+    wrong = check(es, expected) if rc == 0 else f"exit status {rc}"
+    if wrong:
+        print(f"  not exact: {wrong} (log: {log})", file=sys.stderr)
+    return {"seconds": round(secs, 2), "peak_rss_mib": round(rss, 1), "exact": wrong is None}
+
+
+def run_lockgate(work, orders, timeout):
     work.mkdir(parents=True)
     servers = Servers(work, orders)
     try:
@@ -173,18 +198,17 @@ def run_lockgate(work, orders):
             LOCKGATE_ES=servers.es,
             LOCKGATE_DATA=str(work / "data"),
         )
-        rc, secs, rss = timed(
-            [lockgate_bin(), "run", "--config", str(JOB)], env, work / "job.log"
-        )
-        wrong = check(servers.es, expected) if rc == 0 else f"exit status {rc}"
+        log = work / "job.log"
+        timing = timed([lockgate_bin(), "run", "--config", str(JOB)], env, log, timeout)
+        return dict(records=records, **measured(timing, servers.es, expected, log, timeout))
     finally:
         servers.stop()
-    return result(records, rc, secs, rss, wrong, work / "job.log")
 
 
-def run_quix(work, orders, python, guarantee):
+def run_quix(work, orders, python, how, timeout):
+    guarantee, key = how
     work.mkdir(parents=True)
-    servers = Servers(work, orders, QUIX_TOPICS)
+    servers = Servers(work, orders, QUIX_TOPICS[key])
     try:
         expected, records = read_totals(servers.kafka)
         args = [
@@ -198,23 +222,18 @@ def run_quix(work, orders, python, guarantee):
             str(work / "state"),
             "--guarantee",
             guarantee,
+            "--key",
+            key,
         ]
-        rc, secs, rss = timed(args, dict(os.environ), work / "job.log")
-        wrong = check(servers.es, expected) if rc == 0 else f"exit status {rc}"
+        log = work / "job.log"
+        timing = timed(args, dict(os.environ), log, timeout)
+        return dict(records=records, **measured(timing, servers.es, expected, log, timeout))
     finally:
         servers.stop()
-    return result(records, rc, secs, rss, wrong, work / "job.log")
 
 
-def result(records, rc, secs, rss, wrong, log):
-    if wrong:
-        print(f"  not exact: {wrong} (log: {log})", file=sys.stderr)
-    return {
-        "records": records,
-        "seconds": round(secs, 2),
-        "peak_rss_mib": round(rss, 1),
-        "exact": wrong is None,
-    }
+def ratio(a, b):
+    return None if a is None or b is None else round(a / b, 2)
 
 
 def main():
@@ -226,6 +245,21 @@ def main():
         default="exactly-once",
         choices=["exactly-once", "at-least-once"],
     )
+    ap.add_argument(
+        "--quix-key",
+        default="message",
+        choices=["message", "group-by"],
+        help="how the Quix job keys its state (quix_job.py --key): by the message key, "
+        "which is the user, or by group_by through a repartition topic, which the "
+        "embedded Kafka keeps only about 5 MiB of per partition (records are lost "
+        "beyond about 200,000 orders)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=900,
+        help="seconds each job may run before it is killed and counted as not exact",
+    )
     args = ap.parse_args()
     if not Path(lockgate_bin()).is_file():
         sys.exit(f"error: no lockgate binary at {lockgate_bin()}: run `cargo build --release` first (or set LOCKGATE_BIN)")
@@ -236,33 +270,46 @@ def main():
     rows = []
     for n in args.orders:
         print(f"{n} orders: lockgate ...", file=sys.stderr)
-        lg = run_lockgate(root / f"{n}-lockgate", n)
+        lg = run_lockgate(root / f"{n}-lockgate", n, args.timeout)
         print(f"  {lg}", file=sys.stderr)
         print(f"{n} orders: Quix Streams {quix_version} ...", file=sys.stderr)
-        qx = run_quix(root / f"{n}-quix", n, args.python, args.quix_guarantee)
+        qx = run_quix(
+            root / f"{n}-quix",
+            n,
+            args.python,
+            (args.quix_guarantee, args.quix_key),
+            args.timeout,
+        )
         print(f"  {qx}", file=sys.stderr)
         rows.append(
             {
                 "orders": n,
                 "lockgate": lg,
                 "quix": qx,
-                "time_ratio_quix_over_lockgate": round(qx["seconds"] / lg["seconds"], 2),
-                "rss_ratio_lockgate_over_quix": round(
-                    lg["peak_rss_mib"] / qx["peak_rss_mib"], 2
+                "time_ratio_quix_over_lockgate": ratio(qx["seconds"], lg["seconds"]),
+                "rss_ratio_lockgate_over_quix": ratio(
+                    lg["peak_rss_mib"], qx["peak_rss_mib"]
                 ),
             }
         )
     print()
-    print(f"Kafka -> rolling sum by user -> Elasticsearch upsert; lockgate {JOB.name} (exactly-once) against Quix Streams {quix_version} ({args.quix_guarantee})")
+    print(
+        f"Kafka -> rolling sum by user -> Elasticsearch upsert; lockgate {JOB.name} "
+        f"(exactly-once) against Quix Streams {quix_version} ({args.quix_guarantee}, "
+        f"state by {'message key' if args.quix_key == 'message' else 'group_by'})"
+    )
     print("| orders | lockgate s | lockgate MiB | exact | Quix s | Quix MiB | exact | Quix/lockgate time | lockgate/Quix RSS |")
     print("|---|---|---|---|---|---|---|---|---|")
+    def cell(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
     for r in rows:
         lg, qx = r["lockgate"], r["quix"]
         yn = lambda b: "yes" if b else "NO"  # noqa: E731
         print(
-            f"| {r['orders']:,} | {lg['seconds']:.2f} | {lg['peak_rss_mib']:.0f} | {yn(lg['exact'])} "
-            f"| {qx['seconds']:.2f} | {qx['peak_rss_mib']:.0f} | {yn(qx['exact'])} "
-            f"| {r['time_ratio_quix_over_lockgate']:.2f} | {r['rss_ratio_lockgate_over_quix']:.2f} |"
+            f"| {r['orders']:,} | {cell(lg['seconds'], '.2f')} | {cell(lg['peak_rss_mib'], '.0f')} | {yn(lg['exact'])} "
+            f"| {cell(qx['seconds'], '.2f')} | {cell(qx['peak_rss_mib'], '.0f')} | {yn(qx['exact'])} "
+            f"| {cell(r['time_ratio_quix_over_lockgate'], '.2f')} | {cell(r['rss_ratio_lockgate_over_quix'], '.2f')} |"
         )
     print(
         json.dumps(
@@ -270,6 +317,7 @@ def main():
                 "peer": "quixstreams",
                 "quix_version": quix_version,
                 "quix_processing_guarantee": args.quix_guarantee,
+                "quix_key": args.quix_key,
                 "lockgate_job": f"examples/jobs/{JOB.name}",
                 "runs": rows,
             }

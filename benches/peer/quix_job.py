@@ -1,6 +1,11 @@
-"""The demo's job written with Quix Streams: Kafka topic `orders` -> group by user ->
-a rolling sum of `amount` in Quix's state -> Elasticsearch, one document per user
+"""The demo's job written with Quix Streams: Kafka topic `orders` -> by user -> a
+rolling sum of `amount` in Quix's state -> Elasticsearch, one document per user
 (`{"user": ..., "total": ...}`, id the user) in the index `user-totals`, exactly-once.
+
+By user: Quix keeps state by message key. The sample orders are keyed by their user, so
+by default the job sums by message key and fails on a record whose key is not its user
+(`--key message`). `--key group-by` re-keys by the `user` field through a repartition
+topic (`group_by`), as a topic keyed otherwise would need.
 
 Bounded as lockgate's job file is (`bounded = "latest"`): it reads the end offsets of
 `orders` when it starts and stops (with a final checkpoint) once the rolling sum has
@@ -105,6 +110,7 @@ def main():
     ap.add_argument(
         "--guarantee", default="exactly-once", choices=["exactly-once", "at-least-once"]
     )
+    ap.add_argument("--key", default="message", choices=["message", "group-by"])
     ap.add_argument(
         "--commit-interval",
         type=float,
@@ -132,14 +138,17 @@ def main():
     )
     orders = app.topic(args.topic, key_deserializer="str", value_deserializer="json")
     sdf = app.dataframe(orders)
-    sdf = sdf.group_by("user")
+    if args.key == "group-by":
+        sdf = sdf.group_by("user")
 
-    def rolling_sum(value, state):
+    def rolling_sum(value, key, _timestamp, _headers, state):
+        if key != value["user"]:
+            raise ValueError(f"record keyed {key!r} is the order of {value['user']!r}")
         total = state.get("total", 0) + value["amount"]
         state.set("total", total)
         return {"user": value["user"], "total": total}
 
-    sdf = sdf.apply(rolling_sum, stateful=True)
+    sdf = sdf.apply(rolling_sum, stateful=True, metadata=True)
 
     seen = 0
 
