@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from decimal import Decimal
 from pathlib import Path
@@ -145,7 +144,10 @@ def check(es, expected):
             got = d.get("_source", {}).get("total") if d.get("found") else None
             if got is None or Decimal(got) != expected[user]:
                 wrong.append(f"{user}: {got} (expected {expected[user]})")
-    return "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else "") if wrong else None
+    if not wrong:
+        return None
+    more = f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""
+    return "; ".join(wrong[:5]) + more
 
 
 def timed(args, env, log, timeout):
@@ -262,11 +264,15 @@ def main():
     )
     args = ap.parse_args()
     if not Path(lockgate_bin()).is_file():
-        sys.exit(f"error: no lockgate binary at {lockgate_bin()}: run `cargo build --release` first (or set LOCKGATE_BIN)")
+        sys.exit(
+            f"error: no lockgate binary at {lockgate_bin()}: "
+            "run `cargo build --release` first (or set LOCKGATE_BIN)"
+        )
     from importlib.metadata import version
 
     quix_version = version("quixstreams")
-    root = Path(tempfile.mkdtemp(prefix="quix-compare-", dir=os.environ.get("PEER_WORK_DIR")))
+    work_dir = os.environ.get("PEER_WORK_DIR")
+    root = Path(tempfile.mkdtemp(prefix="quix-compare-", dir=work_dir))
     rows = []
     for n in args.orders:
         print(f"{n} orders: lockgate ...", file=sys.stderr)

@@ -41,4 +41,6 @@ if ! "$venv/bin/python" -c "import quixstreams, elasticsearch, sys; sys.exit(qui
     "$venv/bin/pip" install --quiet --upgrade pip
     "$venv/bin/pip" install --quiet "quixstreams[elasticsearch]==$QUIXSTREAMS_VERSION" "elasticsearch==$ELASTICSEARCH_VERSION"
 fi
+# Keep the repository free of bytecode caches.
+export PYTHONDONTWRITEBYTECODE=1
 exec "$venv/bin/python" -W ignore "$here/quix_compare.py" --python "$venv/bin/python" "$@"
