@@ -868,3 +868,28 @@ async fn a_server_that_refuses_filter_path_gets_unfiltered_requests() {
     assert_eq!(stats.bulk_requests, 4, "refused, then three of two actions");
     assert_eq!(stats.bulk_items, 6);
 }
+
+/// The test server answers as Elasticsearch does for the clients of other languages:
+/// `_bulk` by `PUT` as by `POST`, and every response marked as Elasticsearch's (Elastic's
+/// clients refuse a server without the mark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_server_takes_bulk_by_put_and_marks_its_responses() {
+    let server = server_with_mapping().await;
+    let c = reqwest::Client::new();
+    for (path, id) in [("/_bulk", "1"), ("/orders/_bulk", "2")] {
+        let r = c
+            .put(format!("{}{path}", server.url()))
+            .header("content-type", "application/x-ndjson")
+            .body(format!(
+                "{{\"index\":{{\"_index\":\"orders\",\"_id\":\"{id}\"}}}}\n{{\"amount\":1}}\n"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        assert_eq!(r.headers()["x-elastic-product"], "Elasticsearch");
+    }
+    let root = c.get(server.url()).send().await.unwrap();
+    assert_eq!(root.headers()["x-elastic-product"], "Elasticsearch");
+    assert_eq!(server.documents("orders").len(), 2);
+}

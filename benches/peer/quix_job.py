@@ -15,12 +15,10 @@ seen that many records.
 """
 
 import argparse
-import dataclasses
 import logging
 import sys
 
 from confluent_kafka import Consumer, TopicPartition
-from elastic_transport import HttpHeaders, Urllib3HttpNode
 from quixstreams import Application
 from quixstreams.models.topics import TopicAdmin, TopicConfig, TopicManager
 from quixstreams.sinks.community.elasticsearch import ElasticsearchSink
@@ -64,22 +62,6 @@ class MetadataTopicAdmin(TopicAdmin):
                 "error: the Kafka cluster cannot create topics; create them first: "
                 + " ".join(f"--topic {m}" for m in missing)
             )
-
-
-class TestServerNode(Urllib3HttpNode):
-    """Two differences between lockgate's Elasticsearch test server and Elasticsearch that
-    the Python client trips on, bridged here and nothing else changed: the client refuses
-    a server whose answers lack `X-Elastic-Product: Elasticsearch` (added to each answer),
-    and it sends bulk requests as `PUT`, which Elasticsearch accepts besides `POST` and
-    the test server does not (sent as `POST`)."""
-
-    def perform_request(self, method, target, *args, **kwargs):
-        if method == "PUT" and target.split("?")[0].endswith("/_bulk"):
-            method = "POST"
-        response = super().perform_request(method, target, *args, **kwargs)
-        headers = HttpHeaders(response.meta.headers)
-        headers["X-Elastic-Product"] = "Elasticsearch"
-        return response._replace(meta=dataclasses.replace(response.meta, headers=headers))
 
 
 def records_at_start(bootstrap, topic):
@@ -166,7 +148,6 @@ def main():
             url=args.es,
             index=args.index,
             document_id_setter=lambda item: item.value["user"],
-            node_class=TestServerNode,
         )
     )
     if expected == 0:

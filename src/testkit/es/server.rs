@@ -127,7 +127,7 @@ impl EsServer {
         });
         let app = Router::new()
             .route("/", get(|| async { Json(json!({"name": "lockgate-testkit", "version": {"number": "8.15.0"}, "tagline": "You Know, for Search"})) }))
-            .route("/_bulk", post(bulk_root))
+            .route("/_bulk", post(bulk_root).put(bulk_root))
             .route("/_refresh", post(refresh).get(refresh))
             .route("/_mget", post(mget_root).get(mget_root))
             .route("/_lockgate/faults", get(get_faults).post(set_faults).delete(clear_faults))
@@ -137,13 +137,14 @@ impl EsServer {
             .route("/_aliases", post(post_aliases))
             .route("/_data_stream/{name}", get(get_data_stream))
             .route("/{index}", axum::routing::put(create_index).delete(delete_index).head(head_index).get(get_index))
-            .route("/{index}/_bulk", post(bulk_in_index))
+            .route("/{index}/_bulk", post(bulk_in_index).put(bulk_in_index))
             .route("/{index}/_refresh", post(refresh).get(refresh))
             .route("/{index}/_count", get(count).post(count))
             .route("/{index}/_search", get(search).post(search))
             .route("/{index}/_mget", post(mget_in_index).get(mget_in_index))
             .route("/{index}/_doc/{id}", get(get_doc))
             .layer(axum::extract::DefaultBodyLimit::max(512 * 1024 * 1024))
+            .layer(axum::middleware::map_response(product_header))
             // Outermost first: credentials are checked before anything is read.
             .layer(axum::middleware::from_fn_with_state(shared.clone(), super::secure::gunzip))
             .layer(axum::middleware::from_fn_with_state(shared.clone(), super::secure::require_auth))
@@ -221,6 +222,16 @@ impl Drop for EsServer {
 }
 
 type S = State<Arc<Shared>>;
+
+/// Marks every response as Elasticsearch's own, as Elasticsearch (7.14 and later) does:
+/// Elastic's clients refuse a server whose responses lack the header.
+async fn product_header(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        "x-elastic-product",
+        axum::http::HeaderValue::from_static("Elasticsearch"),
+    );
+    r
+}
 
 fn reply(status: u16, body: Value) -> Response {
     (
