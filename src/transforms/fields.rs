@@ -2,6 +2,7 @@
 //! of a record's value (Kafka Connect's `InsertField`, `ReplaceField`, `ExtractField`,
 //! `Flatten`, `MaskField`, `Cast`, on schemaless values).
 
+use super::shallow::Fields;
 use super::{kind, object, Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
 use serde_json::{Map, Value};
@@ -25,6 +26,8 @@ pub struct InsertField {
 #[derive(Debug)]
 struct Insert {
     fixed: Vec<(String, Value)>,
+    /// `fixed`, each value as its JSON text.
+    fixed_text: Vec<(String, String)>,
     topic: Option<String>,
     partition: Option<String>,
     offset: Option<String>,
@@ -57,8 +60,13 @@ impl SmtConfig for InsertField {
                 "insert_field inserts nothing: give static, topic_field, partition_field, offset_field or timestamp_field",
             ));
         }
+        let fixed_text = fixed
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
         Ok(Arc::new(Insert {
             fixed,
+            fixed_text,
             topic: self.topic_field,
             partition: self.partition_field,
             offset: self.offset_field,
@@ -67,7 +75,47 @@ impl SmtConfig for InsertField {
     }
 }
 
+/// The text `timestamp_field` gets: RFC 3339 in UTC with milliseconds.
+fn rfc3339_millis(ms: Option<i64>) -> Option<String> {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// `s` as a JSON string's text.
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// `v` as JSON text (`null` when absent).
+fn json_int<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".into(), |v| v.to_string())
+}
+
 impl Smt for Insert {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, meta: &Meta) -> Option<Result<(), String>> {
+        for (k, v) in &self.fixed_text {
+            o.set(k, v.clone());
+        }
+        let mut put = |field: &Option<String>, v: &dyn Fn() -> String| {
+            if let Some(f) = field {
+                o.set(f, v());
+            }
+        };
+        put(&self.topic, &|| {
+            meta.topic.map_or_else(|| "null".into(), json_string)
+        });
+        put(&self.partition, &|| json_int(meta.partition));
+        put(&self.offset, &|| json_int(meta.offset));
+        put(&self.timestamp, &|| {
+            rfc3339_millis(meta.timestamp).map_or_else(|| "null".into(), |t| json_string(&t))
+        });
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "insert_field")?;
         for (k, v) in &self.fixed {
@@ -86,11 +134,7 @@ impl Smt for Insert {
         put(&self.offset, meta.offset.map_or(Value::Null, Value::from));
         put(
             &self.timestamp,
-            meta.timestamp
-                .and_then(chrono::DateTime::from_timestamp_millis)
-                .map_or(Value::Null, |t| {
-                    Value::from(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-                }),
+            rfc3339_millis(meta.timestamp).map_or(Value::Null, Value::from),
         );
         Ok(())
     }
@@ -128,7 +172,26 @@ impl SmtConfig for ReplaceField {
     }
 }
 
+impl ReplaceField {
+    fn kept(&self, k: &str) -> bool {
+        !(self
+            .include
+            .as_ref()
+            .is_some_and(|i| !i.iter().any(|n| n == k))
+            || self.exclude.iter().any(|n| n == k))
+    }
+}
+
 impl Smt for ReplaceField {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+        o.retain_renamed(|k| self.kept(k), |k| self.rename.get(k).cloned());
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "replace_field")?;
         let old = std::mem::take(o);
@@ -408,6 +471,28 @@ impl SmtConfig for Cast {
 }
 
 impl Smt for Casts {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+        for (f, t) in &self.0 {
+            let Some(text) = o.get(f) else { continue };
+            if text == "null" {
+                continue;
+            }
+            let v: Value = match serde_json::from_str(text) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(format!("field {f}: {e}"))),
+            };
+            match t.cast(&v) {
+                Ok(c) => o.set(f, c.to_string()),
+                Err(e) => return Some(Err(format!("field {f}: {e}"))),
+            }
+        }
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "cast")?;
         for (f, t) in &self.0 {

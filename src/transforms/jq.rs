@@ -245,6 +245,41 @@ impl Program {
     ) -> Result<(), String> {
         let input = val(input).map_err(|e| format!("the value: {e}"))?;
         let meta = val(meta).map_err(|e| format!("$meta: {e}"))?;
+        let mut text = Vec::new();
+        self.run_val(input, meta, limits, |v| {
+            text.clear();
+            let v = json_text(&v, &mut text)
+                .and_then(|()| serde_json::from_slice(&text).map_err(|e| (v, e.to_string())))
+                .map_err(|(v, e)| format!("an output is not JSON ({v}): {e}"))?;
+            Ok(out(v))
+        })
+    }
+
+    /// [`Program::run`] on the JSON text `input`, each output as its JSON text (the
+    /// input's numbers keep their digits through both, as they do through jq).
+    pub fn run_text(
+        &self,
+        input: &[u8],
+        meta: Val,
+        limits: Limits,
+        mut out: impl FnMut(Vec<u8>) -> ControlFlow<()>,
+    ) -> Result<(), String> {
+        let input = jaq_json::read::parse_single(input).map_err(|e| format!("the value: {e}"))?;
+        self.run_val(input, meta, limits, |v| {
+            let mut text = Vec::new();
+            json_text(&v, &mut text)
+                .map_err(|(v, e)| format!("an output is not JSON ({v}): {e}"))?;
+            Ok(out(text))
+        })
+    }
+
+    fn run_val(
+        &self,
+        input: Val,
+        meta: Val,
+        limits: Limits,
+        mut out: impl FnMut(Val) -> Result<ControlFlow<()>, String>,
+    ) -> Result<(), String> {
         FUEL.with(|f| f.set(limits.work));
         EXHAUSTED.with(|e| e.set(false));
         let exhausted = || EXHAUSTED.with(Cell::get);
@@ -267,9 +302,7 @@ impl Program {
                     limits.outputs
                 ));
             }
-            let v = serde_json::from_str(&v.to_string())
-                .map_err(|e| format!("an output is not JSON ({v}): {e}"))?;
-            if out(v).is_break() {
+            if out(v)?.is_break() {
                 break;
             }
         }
@@ -278,6 +311,14 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// The JSON text of `v` into `out`, or `v` and why it has none (jaq's values include
+/// what JSON cannot say: NaN, byte strings, keys that are not strings).
+fn json_text(v: &Val, out: &mut Vec<u8>) -> Result<(), (Val, String)> {
+    jaq_json::write::write(out, &jaq_json::write::Pp::default(), 0, v)
+        .map_err(|e| (v.clone(), e.to_string()))?;
+    crate::formats::json::validate_json(out).map_err(|e| (v.clone(), e))
 }
 
 /// `v` as jq sees it, through its text: a number keeps its digits (jq's own reader keeps
@@ -424,6 +465,31 @@ pub fn meta_value(parts: &Parts, meta: &Meta) -> Value {
     })
 }
 
+/// [`meta_value`] as jq's value, built directly (its fields in the same order).
+fn meta_val(key: Option<&[u8]>, meta: &Meta) -> Val {
+    let text = |b: &[u8]| Val::from(String::from_utf8_lossy(b).into_owned());
+    let num = |n: Option<i64>| n.map_or(Val::Null, |n| Val::Num(jaq_json::Num::from_integral(n)));
+    let name = |n: &str| Val::from(n.to_string());
+    // A name that repeats keeps its last value, in the names' order (as `meta_value`).
+    let headers: std::collections::BTreeMap<&str, Val> = meta
+        .headers
+        .into_iter()
+        .flatten()
+        .map(|(n, v)| (n.as_str(), v.as_deref().map_or(Val::Null, text)))
+        .collect();
+    let mut m = jaq_json::Map::default();
+    m.insert(
+        name("headers"),
+        Val::obj(headers.into_iter().map(|(n, v)| (name(n), v)).collect()),
+    );
+    m.insert(name("key"), key.map_or(Val::Null, text));
+    m.insert(name("offset"), num(meta.offset));
+    m.insert(name("partition"), num(meta.partition.map(i64::from)));
+    m.insert(name("timestamp"), num(meta.timestamp));
+    m.insert(name("topic"), meta.topic.map_or(Val::Null, name));
+    Val::obj(m)
+}
+
 /// `[[transform]] type = "jq"`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -456,6 +522,9 @@ fn default_outputs() -> usize {
 #[derive(Debug)]
 pub struct Jq {
     program: Program,
+    /// The program names `$meta` (else it gets `null`, which it cannot see, and the
+    /// records' headers need not be read).
+    meta: bool,
     limits: Limits,
     on_error: DecodeErrorPolicy,
 }
@@ -465,6 +534,7 @@ impl Jq {
     pub fn new(code: &str) -> Result<Jq, String> {
         Ok(Jq {
             program: Program::compile(code)?,
+            meta: names_meta(code),
             limits: Limits {
                 work: default_work(),
                 outputs: default_outputs(),
@@ -488,6 +558,7 @@ impl SmtConfig for JqConfig {
         }
         Ok(Arc::new(Jq {
             program,
+            meta: names_meta(&self.filter),
             limits: Limits {
                 work: self.work_limit,
                 outputs: self.max_outputs,
@@ -497,7 +568,34 @@ impl SmtConfig for JqConfig {
     }
 }
 
+/// Whether `code` may name `$meta` (any mention of the word counts).
+fn names_meta(code: &str) -> bool {
+    code.contains("meta")
+}
+
 impl Smt for Jq {
+    fn textual(&self) -> bool {
+        true
+    }
+
+    fn expand_text(
+        &self,
+        text: &[u8],
+        key: Option<&[u8]>,
+        meta: &Meta,
+        out: &mut dyn FnMut(Vec<u8>),
+    ) -> Option<Result<(), String>> {
+        let m = if self.meta {
+            meta_val(key, meta)
+        } else {
+            Val::Null
+        };
+        Some(self.program.run_text(text, m, self.limits, |v| {
+            out(v);
+            ControlFlow::Continue(())
+        }))
+    }
+
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String> {
         let mut outs = Vec::with_capacity(1);
         self.expand(parts.clone(), meta, &mut outs)?;
@@ -515,7 +613,11 @@ impl Smt for Jq {
             out.push(parts);
             return Ok(());
         }
-        let m = meta_value(&parts, meta);
+        let m = if self.meta {
+            meta_value(&parts, meta)
+        } else {
+            Value::Null
+        };
         self.program.run(&parts.value, &m, self.limits, |value| {
             out.push(Parts {
                 value,
@@ -528,7 +630,7 @@ impl Smt for Jq {
     }
 
     fn reads_headers(&self) -> bool {
-        true
+        self.meta
     }
 
     fn several(&self) -> bool {
