@@ -14,7 +14,8 @@
 //! process's fixed costs.
 //!
 //! `cargo bench --bench format_speed` prints it alone (about two minutes); the report
-//! includes it.
+//! includes it. `FORMAT_SPEED_ONLY=json|avro|chain|jq` runs that side alone, three
+//! times (for a profile), and prints nothing.
 
 use super::{median, round3, run_job};
 use std::path::Path;
@@ -163,6 +164,17 @@ pub fn measure() -> serde_json::Value {
         let _ = std::fs::remove_dir_all(&dir);
         (secs, written)
     };
+    if let Ok(only) = std::env::var("FORMAT_SPEED_ONLY") {
+        let side = sides
+            .iter()
+            .find(|s| s.name == only)
+            .unwrap_or_else(|| panic!("FORMAT_SPEED_ONLY={only}: not a side"));
+        for _ in 0..3 {
+            let (s, _) = run(side, side.topic);
+            eprintln!("{only}: {s:.2} s");
+        }
+        return serde_json::Value::Null;
+    }
     let mut empty = Vec::new();
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     for round in 0..ROUNDS {

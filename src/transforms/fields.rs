@@ -111,7 +111,8 @@ impl Smt for Insert {
         put(&self.partition, &|| json_int(meta.partition));
         put(&self.offset, &|| json_int(meta.offset));
         put(&self.timestamp, &|| {
-            rfc3339_millis(meta.timestamp).map_or_else(|| "null".into(), |t| json_string(&t))
+            // RFC 3339 needs no escapes.
+            rfc3339_millis(meta.timestamp).map_or_else(|| "null".into(), |t| format!("\"{t}\""))
         });
         Some(Ok(()))
     }
@@ -188,7 +189,11 @@ impl Smt for ReplaceField {
     }
 
     fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
-        o.retain_renamed(|k| self.kept(k), |k| self.rename.get(k).cloned());
+        o.retain_renamed(
+            |k| self.kept(k),
+            |k| self.rename.get(k).cloned(),
+            |k| self.rename.values().any(|t| t == k),
+        );
         Some(Ok(()))
     }
 
@@ -481,6 +486,14 @@ impl Smt for Casts {
             if text == "null" {
                 continue;
             }
+            // A number's string is its text, which needs no escapes.
+            if matches!(t, CastType::String)
+                && text.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+            {
+                let quoted = format!("\"{text}\"");
+                o.set(f, quoted);
+                continue;
+            }
             let v: Value = match serde_json::from_str(text) {
                 Ok(v) => v,
                 Err(e) => return Some(Err(format!("field {f}: {e}"))),
@@ -533,6 +546,47 @@ mod tests {
             offset: Some(42),
             timestamp: Some(1_700_000_000_123),
             headers: None,
+        }
+    }
+
+    /// Each transform of top-level fields gives the same value (numbers' text
+    /// included) and the same error on its fields as on the parsed value.
+    #[test]
+    fn on_top_level_fields_as_on_the_parsed_value() {
+        let transforms: &[(&str, fn(&str) -> Arc<dyn Smt>)] = &[
+            ("static = { source = \"k\", n = 1.5 }\ntopic_field = \"t\"\npartition_field = \"p\"\noffset_field = \"o\"\ntimestamp_field = \"@ts\"", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
+            ("static = { a = \"replaced\" }", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
+            ("rename = { a = \"b\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("rename = { b = \"a\", a = \"z\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("include = [\"a\", \"n\"]\nrename = { n = \"a\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("exclude = [\"s\"]", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { a = \"string\", n = \"string\", big = \"string\", neg = \"string\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { a = \"float64\", t = \"int8\", s = \"boolean\", f = \"int32\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { s = \"int64\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { o = \"string\", arr = \"string\", nul = \"int8\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+        ];
+        let values = [
+            r#"{"a":1.50,"b":"x","n":7,"big":12345678901234567890123456789012345678,"neg":-0.000000000000000000001,"t":true,"s":"true","f":2.9e0,"o":{"z":1.50, "a" : [1, 2]},"arr":[1.0,"\u00e9"],"nul":null}"#,
+            r#"{"b":2,"a":1}"#,
+            r#"{"a\"q":1,"a":"x\n"}"#,
+            r#"{}"#,
+        ];
+        for (config, build) in transforms {
+            let smt = build(config);
+            for value in values {
+                let mut parts = Parts::of_value(serde_json::from_str(value).unwrap());
+                let whole = smt.apply(&mut parts, &meta()).map(|()| parts.value);
+                let mut fields = Fields::parse(value.as_bytes()).unwrap().unwrap();
+                let shallow = smt
+                    .apply_fields(&mut fields, &meta())
+                    .expect("a transform of top-level fields")
+                    .map(|()| {
+                        let mut text = Vec::new();
+                        fields.write(&mut text);
+                        serde_json::from_slice::<Value>(&text).unwrap()
+                    });
+                assert_eq!(shallow, whole, "{config} on {value}");
+            }
         }
     }
 

@@ -314,11 +314,94 @@ impl Program {
 }
 
 /// The JSON text of `v` into `out`, or `v` and why it has none (jaq's values include
-/// what JSON cannot say: NaN, byte strings, keys that are not strings).
+/// what JSON cannot say: NaN and infinities, byte strings, text that is not UTF-8, keys
+/// that are not strings). Numbers are written as jaq writes them (a decimal that came
+/// in as text keeps it).
 fn json_text(v: &Val, out: &mut Vec<u8>) -> Result<(), (Val, String)> {
-    jaq_json::write::write(out, &jaq_json::write::Pp::default(), 0, v)
-        .map_err(|e| (v.clone(), e.to_string()))?;
-    crate::formats::json::validate_json(out).map_err(|e| (v.clone(), e))
+    write_json(v, out).map_err(|e| (v.clone(), e))
+}
+
+fn write_json(v: &Val, out: &mut Vec<u8>) -> Result<(), String> {
+    use std::io::Write;
+    match v {
+        Val::Null => out.extend_from_slice(b"null"),
+        Val::Bool(true) => out.extend_from_slice(b"true"),
+        Val::Bool(false) => out.extend_from_slice(b"false"),
+        Val::Num(n) => {
+            let at = out.len();
+            write!(out, "{n}").expect("writing to a Vec");
+            if !json_number(&out[at..]) {
+                let text = String::from_utf8_lossy(&out[at..]).into_owned();
+                return Err(format!("{text} is not a JSON number"));
+            }
+        }
+        Val::TStr(b) => {
+            let s = std::str::from_utf8(b).map_err(|e| format!("a string is not UTF-8: {e}"))?;
+            serde_json::to_writer(&mut *out, s).expect("a string serializes");
+        }
+        Val::BStr(_) => return Err("a byte string has no JSON text".into()),
+        Val::Arr(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(x, out)?;
+            }
+            out.push(b']');
+        }
+        Val::Obj(o) => {
+            out.push(b'{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                match k {
+                    Val::TStr(_) => write_json(k, out)?,
+                    _ => return Err("an object key is not a string".into()),
+                }
+                out.push(b':');
+                write_json(x, out)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// Whether `t` is a number by JSON's grammar: `-? int frac? exp?`.
+fn json_number(t: &[u8]) -> bool {
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while t.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i > start
+    };
+    let mut i = usize::from(t.first() == Some(&b'-'));
+    match t.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut i);
+        }
+        _ => return false,
+    }
+    if t.get(i) == Some(&b'.') {
+        i += 1;
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    if matches!(t.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(t.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    i == t.len()
 }
 
 /// `v` as jq sees it, through its text: a number keeps its digits (jq's own reader keeps
@@ -646,6 +729,63 @@ impl Smt for Jq {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_numbers_by_the_grammar() {
+        for (t, ok) in [
+            ("0", true),
+            ("-0", true),
+            ("1.50", true),
+            ("-0.000000000000000000001", true),
+            ("12345678901234567890123456789012345678", true),
+            ("1e5", true),
+            ("1E+5", true),
+            ("2.5e-3", true),
+            ("01", false),
+            ("+1", false),
+            ("1.", false),
+            (".5", false),
+            ("1e", false),
+            ("NaN", false),
+            ("Infinity", false),
+            ("-Infinity", false),
+            ("", false),
+            ("-", false),
+        ] {
+            assert_eq!(json_number(t.as_bytes()), ok, "{t}");
+        }
+    }
+
+    #[test]
+    fn outputs_without_json_text_are_errors() {
+        for code in ["nan", "infinite", "\"a\" | tobytes", "{(1): 2}", "[1, nan]"] {
+            let e = run(code, json!({})).expect_err(code);
+            assert!(e.contains("an output is not JSON"), "{code}: {e}");
+        }
+    }
+
+    #[test]
+    fn text_in_text_out_keeps_numbers_and_strings() {
+        let p = Program::compile(". + {x: .a}").unwrap();
+        let mut outs = Vec::new();
+        p.run_text(
+            br#"{"a":1.50,"b":12345678901234567890123456789012345678,"s":"\u00e9\"\n"}"#,
+            Val::Null,
+            Limits {
+                work: 100,
+                outputs: 10,
+            },
+            |v| {
+                outs.push(String::from_utf8(v).unwrap());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            outs,
+            [r#"{"a":1.50,"b":12345678901234567890123456789012345678,"s":"é\"\n","x":1.50}"#]
+        );
+    }
 
     fn run(code: &str, input: Value) -> Result<Vec<Value>, String> {
         let p = Program::compile(code)?;

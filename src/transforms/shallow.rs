@@ -100,34 +100,45 @@ impl<'a> Fields<'a> {
     }
 
     /// Keeps the fields `keep` says to keep, each under the name `rename` gives it (the
-    /// same name when `None`). When two fields end with one name, the one whose
-    /// original name sorts last wins, as when the fields are rebuilt in their names'
-    /// order.
+    /// same name when `None`); `target` says whether a name is one that `rename` gives.
+    /// When two fields end with one name, the one whose original name sorts last wins,
+    /// as when the fields are rebuilt in their names' order.
     pub fn retain_renamed(
         &mut self,
         keep: impl Fn(&str) -> bool,
         rename: impl Fn(&str) -> Option<String>,
+        target: impl Fn(&str) -> bool,
     ) {
         let old = std::mem::take(&mut self.entries);
-        let mut origins: Vec<Cow<'a, str>> = Vec::with_capacity(old.len());
+        // The original name of each kept field, where it may collide.
+        let mut origins: Vec<Option<Cow<'a, str>>> = Vec::with_capacity(old.len());
         for (name, value) in old {
             if !keep(&name) {
                 continue;
             }
-            let new: Cow<'a, str> = match rename(&name) {
-                Some(r) => Cow::Owned(r),
-                None => name.clone(),
+            // A name neither renamed nor a rename's target is unique as it is.
+            let (new, check) = match rename(&name) {
+                Some(r) => (Cow::Owned(r), true),
+                None => {
+                    let t = target(&name);
+                    (name.clone(), t)
+                }
             };
+            if !check {
+                self.entries.push((new, value));
+                origins.push(None);
+                continue;
+            }
             match self.entries.iter().position(|(n, _)| *n == new) {
                 Some(i) => {
-                    if name > origins[i] {
+                    if origins[i].as_ref().is_none_or(|o| name > *o) {
                         self.entries[i].1 = value;
-                        origins[i] = name;
+                        origins[i] = Some(name);
                     }
                 }
                 None => {
                     self.entries.push((new, value));
-                    origins.push(name);
+                    origins.push(Some(name));
                 }
             }
         }
@@ -147,7 +158,15 @@ impl<'a> Fields<'a> {
             if i > 0 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut *out, &**name).expect("a string serializes");
+            match name {
+                // A name borrowed from the text had no escapes there, and needs none.
+                Cow::Borrowed(n) => {
+                    out.push(b'"');
+                    out.extend_from_slice(n.as_bytes());
+                    out.push(b'"');
+                }
+                Cow::Owned(n) => serde_json::to_writer(&mut *out, n).expect("a string serializes"),
+            }
             out.push(b':');
             out.extend_from_slice(value.as_bytes());
         }
@@ -237,6 +256,7 @@ mod tests {
                         .find(|(from, _)| *from == n)
                         .map(|(_, to)| to.to_string())
                 },
+                |n| renames.iter().any(|(_, to)| *to == n),
             );
             assert_eq!(text(&f), *want, "{src} {renames:?}");
             // The same object as the map the fields would be rebuilt into.
