@@ -81,6 +81,37 @@ fn rfc3339_millis(ms: Option<i64>) -> Option<String> {
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
+/// [`rfc3339_millis`] as a JSON string's text (`null` without a time): written
+/// digit by digit for years 0 to 9999 (RFC 3339 needs no escapes).
+fn quoted_rfc3339_millis(ms: Option<i64>) -> String {
+    use chrono::{Datelike, Timelike};
+    let Some(t) = ms.and_then(chrono::DateTime::from_timestamp_millis) else {
+        return "null".into();
+    };
+    if !(0..=9999).contains(&t.year()) {
+        return format!(
+            "\"{}\"",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+    }
+    let put = |out: &mut String, sep: char, n: u32, width: u32| {
+        out.push(sep);
+        for i in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10u32.pow(i) % 10) as u8));
+        }
+    };
+    let mut out = String::with_capacity(26);
+    put(&mut out, '"', t.year() as u32, 4);
+    put(&mut out, '-', t.month(), 2);
+    put(&mut out, '-', t.day(), 2);
+    put(&mut out, 'T', t.hour(), 2);
+    put(&mut out, ':', t.minute(), 2);
+    put(&mut out, ':', t.second(), 2);
+    put(&mut out, '.', t.timestamp_subsec_millis() % 1000, 3);
+    out.push_str("Z\"");
+    out
+}
+
 /// `s` as a JSON string's text.
 fn json_string(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
@@ -100,6 +131,13 @@ impl Smt for Insert {
         for (k, v) in &self.fixed_text {
             o.set(k, v.clone());
         }
+        if self.topic.is_none()
+            && self.partition.is_none()
+            && self.offset.is_none()
+            && self.timestamp.is_none()
+        {
+            return Some(Ok(()));
+        }
         let mut put = |field: &Option<String>, v: &dyn Fn() -> String| {
             if let Some(f) = field {
                 o.set(f, v());
@@ -110,10 +148,7 @@ impl Smt for Insert {
         });
         put(&self.partition, &|| json_int(meta.partition));
         put(&self.offset, &|| json_int(meta.offset));
-        put(&self.timestamp, &|| {
-            // RFC 3339 needs no escapes.
-            rfc3339_millis(meta.timestamp).map_or_else(|| "null".into(), |t| format!("\"{t}\""))
-        });
+        put(&self.timestamp, &|| quoted_rfc3339_millis(meta.timestamp));
         Some(Ok(()))
     }
 
@@ -547,6 +582,26 @@ mod tests {
             timestamp: Some(1_700_000_000_123),
             headers: None,
         }
+    }
+
+    #[test]
+    fn timestamps_written_digit_by_digit_as_chrono_writes_them() {
+        for ms in [
+            0,
+            1,
+            -1,
+            1_700_000_000_123,
+            951_782_400_999,
+            -62_135_596_800_000,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            -62_135_596_800_001,
+            i64::MAX,
+        ] {
+            let want = rfc3339_millis(Some(ms)).map_or("null".into(), |t| format!("\"{t}\""));
+            assert_eq!(quoted_rfc3339_millis(Some(ms)), want, "{ms}");
+        }
+        assert_eq!(quoted_rfc3339_millis(None), "null");
     }
 
     /// Each transform of top-level fields gives the same value (numbers' text

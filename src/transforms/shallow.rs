@@ -109,36 +109,42 @@ impl<'a> Fields<'a> {
         rename: impl Fn(&str) -> Option<String>,
         target: impl Fn(&str) -> bool,
     ) {
-        let old = std::mem::take(&mut self.entries);
-        // The original name of each kept field, where it may collide.
-        let mut origins: Vec<Option<Cow<'a, str>>> = Vec::with_capacity(old.len());
+        let n = self.entries.len();
+        let old = std::mem::replace(&mut self.entries, Vec::with_capacity(n));
+        // The position and original name of each kept field that may collide.
+        let mut origins: Vec<(usize, Cow<'a, str>)> = Vec::new();
         for (name, value) in old {
             if !keep(&name) {
                 continue;
             }
             // A name neither renamed nor a rename's target is unique as it is.
-            let (new, check) = match rename(&name) {
-                Some(r) => (Cow::Owned(r), true),
+            let new = match rename(&name) {
+                Some(r) => Cow::Owned(r),
+                None if target(&name) => name.clone(),
                 None => {
-                    let t = target(&name);
-                    (name.clone(), t)
+                    self.entries.push((name, value));
+                    continue;
                 }
             };
-            if !check {
-                self.entries.push((new, value));
-                origins.push(None);
-                continue;
-            }
             match self.entries.iter().position(|(n, _)| *n == new) {
-                Some(i) => {
-                    if origins[i].as_ref().is_none_or(|o| name > *o) {
-                        self.entries[i].1 = value;
-                        origins[i] = Some(name);
+                Some(i) => match origins.iter_mut().find(|(at, _)| *at == i) {
+                    Some((_, o)) => {
+                        if name > *o {
+                            self.entries[i].1 = value;
+                            *o = name;
+                        }
                     }
-                }
+                    // Not reached (only checked names collide); kept as the rule says.
+                    None => {
+                        if name > self.entries[i].0 {
+                            self.entries[i].1 = value;
+                            origins.push((i, name));
+                        }
+                    }
+                },
                 None => {
+                    origins.push((self.entries.len(), name));
                     self.entries.push((new, value));
-                    origins.push(Some(name));
                 }
             }
         }
