@@ -608,7 +608,8 @@ mod tests {
     /// included) and the same error on its fields as on the parsed value.
     #[test]
     fn on_top_level_fields_as_on_the_parsed_value() {
-        let transforms: &[(&str, fn(&str) -> Arc<dyn Smt>)] = &[
+        type Build = fn(&str) -> Arc<dyn Smt>;
+        let transforms: &[(&str, Build)] = &[
             ("static = { source = \"k\", n = 1.5 }\ntopic_field = \"t\"\npartition_field = \"p\"\noffset_field = \"o\"\ntimestamp_field = \"@ts\"", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
             ("static = { a = \"replaced\" }", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
             ("rename = { a = \"b\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),

@@ -387,6 +387,10 @@ fn step<'a>(
         if let Doc::Text(Cow::Borrowed(t)) = &s.doc {
             // Not yet parsed: what is not JSON fails as a parse would say.
             if let Err(e) = crate::formats::json::validate_json(t) {
+                // The parser's words where it has some, as the other transforms say it.
+                let e = serde_json::from_slice::<Value>(t)
+                    .err()
+                    .map_or(e, |e| e.to_string());
                 return Err(format!("not valid JSON: {e}"));
             }
         }

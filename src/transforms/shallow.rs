@@ -241,7 +241,8 @@ mod tests {
     #[test]
     fn renames_that_collide_keep_the_field_named_last() {
         // Table: (fields, renames, result), as rebuilding a map in name order gives.
-        let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        type Renames<'r> = &'r [(&'r str, &'r str)];
+        let cases: &[(&str, Renames, &str)] = &[
             (r#"{"a":1,"b":2}"#, &[("a", "b")], r#"{"b":2}"#),
             (r#"{"b":2,"a":1}"#, &[("a", "b")], r#"{"b":2}"#),
             (r#"{"a":1,"b":2}"#, &[("b", "a")], r#"{"a":2}"#),
