@@ -18,6 +18,8 @@
 //! not cast) fails the job naming the record and the transform, as Kafka Connect's
 //! `errors.tolerance = none` does.
 
+#[cfg(test)]
+mod chain_tests;
 pub mod debezium;
 #[cfg(test)]
 mod exact_numbers;
@@ -327,7 +329,7 @@ impl<'a> Doc<'a> {
     fn into_tree(self) -> Result<Value, String> {
         match self {
             Doc::Text(t) => serde_json::from_slice(&t).map_err(|e| format!("not valid JSON: {e}")),
-            Doc::Fields(f) => Ok(f.to_value()),
+            Doc::Fields(f) => f.to_value().map_err(|e| format!("not valid JSON: {e}")),
             Doc::Tree(v) => Ok(v),
         }
     }

@@ -52,31 +52,75 @@ impl<'de> Visitor<'de> for Top {
             Vec::with_capacity(map.size_hint().unwrap_or(16));
         while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
             let v: &'de RawValue = map.next_value()?;
-            // A name that repeats keeps its last value, as a parsed object does.
-            match entries.iter_mut().find(|(n, _)| *n == k) {
-                Some(e) => e.1 = Cow::Borrowed(v.get()),
-                None => entries.push((k, Cow::Borrowed(v.get()))),
-            }
+            entries.push((k, Cow::Borrowed(v.get())));
         }
+        dedupe(&mut entries);
         Ok(Some(Fields { entries }))
     }
 }
 
+/// Objects with at most this many fields are checked for repeated names field by
+/// field; larger ones through a set, so that the check stays linear.
+const SMALL: usize = 32;
+
+/// Leaves one field of each name: a name that repeats keeps its last value, as a
+/// parsed object does, in the place of its first.
+fn dedupe<K: std::ops::Deref<Target = str>, V>(entries: &mut Vec<(K, V)>) {
+    // Pairs (first, later) of fields of one name, in the order of the later.
+    let mut repeats = Vec::new();
+    if entries.len() <= SMALL {
+        for i in 1..entries.len() {
+            if let Some(first) = entries[..i].iter().position(|(n, _)| **n == *entries[i].0) {
+                repeats.push((first, i));
+            }
+        }
+    } else {
+        let mut first: std::collections::HashMap<&str, usize> =
+            std::collections::HashMap::with_capacity(entries.len());
+        for (i, (n, _)) in entries.iter().enumerate() {
+            if let Some(&f) = first.get(&**n) {
+                repeats.push((f, i));
+            } else {
+                first.insert(n, i);
+            }
+        }
+    }
+    if repeats.is_empty() {
+        return;
+    }
+    let mut dropped = vec![false; entries.len()];
+    for (first, i) in repeats {
+        let (head, tail) = entries.split_at_mut(i);
+        std::mem::swap(&mut head[first].1, &mut tail[0].1);
+        dropped[i] = true;
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !dropped[i - 1]
+    });
+}
+
 impl<'a> Fields<'a> {
     /// The fields of `text`: `Ok(None)` when it is JSON but not an object, an error
-    /// when it is not JSON.
-    pub fn parse(text: &'a [u8]) -> Result<Option<Fields<'a>>, serde_json::Error> {
+    /// when it is not JSON. What is JSON is what the `json` format accepts
+    /// ([`crate::formats::json::validate_json`]): what parses into a value.
+    pub fn parse(text: &'a [u8]) -> Result<Option<Fields<'a>>, String> {
         let mut d = serde_json::Deserializer::from_slice(text);
         let object = text
             .iter()
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|&b| b == b'{');
         let fields = if object {
-            d.deserialize_map(Top)?
+            d.deserialize_map(Top)
         } else {
-            de::Deserialize::deserialize(&mut d).map(|de::IgnoredAny| None)?
+            de::Deserialize::deserialize(&mut d).map(|de::IgnoredAny| None)
         };
-        d.end()?;
+        let fields = fields
+            .and_then(|f| d.end().map(|()| f))
+            .map_err(|e| e.to_string())?;
+        // The fields' values were skipped over, which checks their syntax alone.
+        crate::formats::json::validate_skipped_json(text)?;
         Ok(fields)
     }
 
@@ -174,21 +218,68 @@ impl<'a> Fields<'a> {
                 Cow::Owned(n) => serde_json::to_writer(&mut *out, n).expect("a string serializes"),
             }
             out.push(b':');
-            out.extend_from_slice(value.as_bytes());
+            match value {
+                // From the text: written compact, as a parsed value is.
+                Cow::Borrowed(v) => write_compact(v, out),
+                // Written by a transform: compact already.
+                Cow::Owned(v) => out.extend_from_slice(v.as_bytes()),
+            }
         }
         out.push(b'}');
     }
 
-    /// The object as a parsed value.
-    pub fn to_value(&self) -> serde_json::Value {
+    /// The object as a parsed value, or why a field's text does not parse (not
+    /// reached for fields [`Fields::parse`] accepted and values [`Fields::set`] was
+    /// given as JSON).
+    pub fn to_value(&self) -> Result<serde_json::Value, String> {
         let mut m = serde_json::Map::new();
         for (name, value) in &self.entries {
-            m.insert(
-                name.to_string(),
-                serde_json::from_str(value).expect("the text of a JSON value"),
-            );
+            let v = serde_json::from_str(value).map_err(|e| e.to_string())?;
+            m.insert(name.to_string(), v);
         }
-        serde_json::Value::Object(m)
+        Ok(serde_json::Value::Object(m))
+    }
+}
+
+/// Writes the JSON text `v` (one valid value) compact, as `serde_json` writes its
+/// value: no whitespace outside strings, each string with only the escapes it needs.
+/// A number's text is copied as it is.
+fn write_compact(v: &str, out: &mut Vec<u8>) {
+    let b = v.as_bytes();
+    if !b
+        .iter()
+        .any(|&c| matches!(c, b' ' | b'\n' | b'\r' | b'\t' | b'\\'))
+    {
+        out.extend_from_slice(b);
+        return;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\n' | b'\r' | b'\t' => i += 1,
+            b'"' => {
+                // The closing quote: the first not escaped by a backslash.
+                let mut j = i + 1;
+                let mut escaped = false;
+                while j < b.len() && (escaped || b[j] != b'"') {
+                    escaped = !escaped && b[j] == b'\\';
+                    j += 1;
+                }
+                let string = &v[i..(j + 1).min(b.len())];
+                match string.contains('\\') {
+                    true => match serde_json::from_str::<String>(string) {
+                        Ok(s) => serde_json::to_writer(&mut *out, &s).expect("a string serializes"),
+                        Err(_) => out.extend_from_slice(string.as_bytes()),
+                    },
+                    false => out.extend_from_slice(string.as_bytes()),
+                }
+                i = j + 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
     }
 }
 
@@ -203,13 +294,14 @@ mod tests {
     }
 
     #[test]
-    fn untouched_fields_keep_their_text_and_order() {
+    fn untouched_fields_keep_their_numbers_text_and_order() {
         let src =
             br#"{"z":1.50,"a":{"n":12345678901234567890123456789, "b" : [1, 2]},"s":"\u00e9\n"}"#;
         let f = Fields::parse(src).unwrap().unwrap();
+        // Compact, each string with the escapes a parsed value is written with.
         assert_eq!(
             text(&f),
-            r#"{"z":1.50,"a":{"n":12345678901234567890123456789, "b" : [1, 2]},"s":"\u00e9\n"}"#
+            r#"{"z":1.50,"a":{"n":12345678901234567890123456789,"b":[1,2]},"s":"é\n"}"#
         );
         assert_eq!(f.get("z"), Some("1.50"));
     }
@@ -225,9 +317,27 @@ mod tests {
     }
 
     #[test]
-    fn a_repeated_name_keeps_its_last_value() {
+    fn a_repeated_name_keeps_its_last_value_in_the_place_of_its_first() {
         let f = Fields::parse(br#"{"a":1,"b":2,"a":3}"#).unwrap().unwrap();
         assert_eq!(text(&f), r#"{"a":3,"b":2}"#);
+        let f = Fields::parse(br#"{"a":1,"\u0061":2,"b":3,"a":4}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(text(&f), r#"{"a":4,"b":3}"#);
+        // Above the size checked field by field: the same, through a set.
+        for n in [SMALL - 1, SMALL, SMALL + 1, 3 * SMALL] {
+            let names: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            let mut src: Vec<String> = names.iter().map(|k| format!("\"{k}\":0")).collect();
+            src.push(r#""k1":1"#.into());
+            src.push(r#""k0":2"#.into());
+            src.push(r#""k1":3"#.into());
+            let src = format!("{{{}}}", src.join(","));
+            let f = Fields::parse(src.as_bytes()).unwrap().unwrap();
+            let mut want: Vec<String> = names.iter().map(|k| format!("\"{k}\":0")).collect();
+            want[0] = r#""k0":2"#.into();
+            want[1] = r#""k1":3"#.into();
+            assert_eq!(text(&f), format!("{{{}}}", want.join(",")), "{n} fields");
+        }
     }
 
     #[test]
@@ -276,7 +386,7 @@ mod tests {
                     .map_or(k.as_str(), |(_, to)| to);
                 m.insert(n.to_string(), v.clone());
             }
-            assert_eq!(f.to_value(), serde_json::Value::Object(m), "{src}");
+            assert_eq!(f.to_value(), Ok(serde_json::Value::Object(m)), "{src}");
         }
     }
 }
