@@ -203,33 +203,6 @@ pub struct StepError {
     pub message: String,
 }
 
-/// Applies each transform of `chain` in order to `first`, leaving the records that
-/// follow in `out` (none: dropped). An error names the transform.
-pub fn apply_chain(
-    chain: &Chain,
-    first: Parts,
-    meta: &Meta,
-    out: &mut Vec<Parts>,
-) -> Result<(), StepError> {
-    out.clear();
-    out.push(first);
-    for (step, (kind, smt)) in chain.iter().enumerate() {
-        let named = |e: String| StepError {
-            step,
-            message: format!("{kind}: {e}"),
-        };
-        if let [_] = out.as_slice() {
-            let p = out.pop().expect("one record");
-            smt.expand(p, meta, out).map_err(named)?;
-        } else {
-            for p in std::mem::take(out) {
-                smt.expand(p, meta, out).map_err(named)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The value of `v` as an object, or why a transform named `name` needs one.
 pub(crate) fn object<'v>(
     v: &'v mut Value,
@@ -453,8 +426,10 @@ fn whole<'a>(
     Ok(())
 }
 
-/// [`transform_all`], handing back the record with the error.
-fn run_chain(
+/// [`transform_all`], handing back the record with the error and which transform
+/// failed (whose `on_error` then decides): the one way a chain is applied, by a job
+/// and by what checks a job's results.
+pub fn run_chain(
     chain: &Chain,
     record: Record,
     out: &mut Batch,
