@@ -291,8 +291,11 @@ enum Doc<'a> {
 
 /// A record on its way through a chain.
 struct Staged<'a> {
+    /// The value, in the form the last step left it (the record's own text at first).
     doc: Doc<'a>,
+    /// The key's bytes (a string key is its text).
     key: Option<Bytes>,
+    /// The record has no value: `doc` is not read, and is written as no bytes.
     tombstone: bool,
     op: Op,
 }
