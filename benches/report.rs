@@ -11,6 +11,9 @@
 //! | `recovery.recovery_ms_median` (10^6 keys) | < 1000 ms |
 //! | `demo_memory.peak_rss_mib_max` (10^6 orders) | <= 80 MiB |
 //! | `demo_memory.ratio_large_over_small` (10^6 against 10^5 orders) | <= 1.25 |
+//! | `format_speed.ratio_avro_over_json` (Kafka -> files, Avro values against JSON) | >= 0.75 |
+//! | `format_speed.ratio_chain_over_none` (`insert_field`, `replace_field`, `cast`) | >= 0.80 |
+//! | `format_speed.ratio_jq_over_none` (`. + {x: .a}`) | >= 0.50 |
 //! | `avro.avro_to_json_ns_per_record`, `avro.source_ratio_avro_over_json` | reported (no target) |
 //! | `transforms.chain_ns_per_record` (`insert_field`, `replace_field`, `cast`) | reported (no target) |
 //! | `transforms.cdc_chain_ns_per_record` (`debezium`, `replace_field`, `insert_field`), `transforms.jq_ns_per_record` | reported (no target) |
@@ -45,6 +48,8 @@ fn main() {
     let recovery = support::recovery::measure(std::path::Path::new(support::bin()), 1_000_000, 5);
     step("Avro against JSON, per record and through the Kafka source");
     let avro = support::avro::measure();
+    step("Kafka -> files with Avro values, a chain of transforms and jq, against JSON");
+    let format_speed = support::format_speed::measure();
     step("transforms against the JSON check, and the CDC chain end to end");
     let transforms = support::transforms::measure();
     step("Postgres sink against a plain COPY loop");
@@ -67,6 +72,9 @@ fn main() {
         "demo_peak_rss_mib": target(&memory["peak_rss_mib_max"], |v| v <= 80.0, "<= 80"),
         "demo_memory_ratio": target(&memory["ratio_large_over_small"], |v| v <= 1.25, "<= 1.25"),
         "postgres_sink_ratio": target(&postgres["sink_ratio"], |v| v >= 0.80, ">= 0.80"),
+        "avro_job_over_json": target(&format_speed["ratio_avro_over_json"], |v| v >= 0.75, ">= 0.75"),
+        "transform_chain_job_over_none": target(&format_speed["ratio_chain_over_none"], |v| v >= 0.80, ">= 0.80"),
+        "jq_job_over_none": target(&format_speed["ratio_jq_over_none"], |v| v >= 0.50, ">= 0.50"),
     });
     println!(
         "{}",
@@ -80,6 +88,7 @@ fn main() {
             "recovery": recovery,
             "demo_memory": memory,
             "avro": avro,
+            "format_speed": format_speed,
             "transforms": transforms,
             "postgres": postgres,
             "windows": windows,

@@ -21,7 +21,7 @@ use std::time::Instant;
 const RECORDS: usize = 200_000;
 const ROUNDS: usize = 5;
 
-const SCHEMA: &str = r#"{
+pub const SCHEMA: &str = r#"{
   "type": "record", "name": "Order", "namespace": "shop",
   "fields": [
     {"name": "id", "type": "long"},
@@ -38,7 +38,7 @@ const SCHEMA: &str = r#"{
   ]
 }"#;
 
-fn order(i: usize) -> Value {
+pub fn order(i: usize) -> Value {
     Value::Record(vec![
         ("id".into(), Value::Long(i as i64)),
         ("user".into(), Value::String(format!("user-{}", i % 1000))),
@@ -92,6 +92,16 @@ const PARTITIONS: i32 = 48;
 
 /// Produces `payloads` round robin over the partitions of `topic`.
 fn produce(bootstrap: &str, topic: &str, payloads: impl Iterator<Item = Vec<u8>>) {
+    produce_to(bootstrap, topic, PARTITIONS, payloads)
+}
+
+/// Produces `payloads` round robin over the `partitions` partitions of `topic`.
+pub fn produce_to(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    payloads: impl Iterator<Item = Vec<u8>>,
+) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -101,7 +111,7 @@ fn produce(bootstrap: &str, topic: &str, payloads: impl Iterator<Item = Vec<u8>>
         .create()
         .expect("producer");
     for (i, payload) in payloads.enumerate() {
-        let part = (i % PARTITIONS as usize) as i32;
+        let part = (i % partitions as usize) as i32;
         while p
             .send(
                 BaseRecord::<(), _>::to(topic)

@@ -33,7 +33,8 @@ pub struct Input {
     pub value: Value,
     /// The record's headers (the last value of each name), as text.
     pub headers: BTreeMap<String, String>,
-    /// The payload as read, until [`read_inputs`] decodes it into `value`.
+    /// The payload as read, until [`read_inputs`] decodes it into `value`; then the
+    /// value's JSON text as the job's transforms read it, until it transforms it.
     raw: Option<Vec<u8>>,
     /// The record's timestamp, in milliseconds since the epoch.
     pub timestamp: Option<i64>,
@@ -91,16 +92,21 @@ pub struct Inputs {
 pub fn read_inputs(t: &Target) -> Result<Inputs, String> {
     let mut inputs = read_topics(t, &|name| t.selects(name))?;
     decode(t, &mut inputs)?;
-    transform(t, inputs)
+    transform(&t.transforms, inputs)
 }
 
-/// Applies the job's transforms to the decoded inputs, as the job does: what the sink
-/// received is what is compared. An input the transforms drop (a filter, a jq program
-/// without output, a record `on_error` skips or dead-letters) is expected nowhere; one
-/// they make several of is expected as each, numbered as the job numbers them.
-fn transform(t: &Target, inputs: Vec<Input>) -> Result<Inputs, String> {
-    use crate::transforms::{apply_chain, Meta, OnError, Parts};
-    if t.transforms.is_empty() {
+/// Applies the job's transforms to the decoded inputs, as the job does (the job's own
+/// chain, [`crate::transforms::run_chain`], on the value's text as the job reads it):
+/// what the sink received is what is compared. An input the transforms drop (a
+/// filter, a jq program without output, a record `on_error` skips or dead-letters) is
+/// expected nowhere; one they make several of is expected as each, numbered as the job
+/// numbers them.
+fn transform(chain: &crate::transforms::Chain, mut inputs: Vec<Input>) -> Result<Inputs, String> {
+    use crate::transforms::{run_chain, OnError};
+    if chain.is_empty() {
+        for input in &mut inputs {
+            input.raw = None;
+        }
         return Ok(Inputs {
             records: inputs,
             ..Inputs::default()
@@ -115,20 +121,26 @@ fn transform(t: &Target, inputs: Vec<Input>) -> Result<Inputs, String> {
             .iter()
             .map(|(k, v)| (k.clone(), Some(bytes::Bytes::from(v.clone().into_bytes()))))
             .collect();
-        let parts = Parts {
-            key: input.key.take(),
+        let text = match input.raw.take() {
+            Some(text) => text,
+            None => serde_json::to_vec(&input.value).map_err(|e| e.to_string())?,
+        };
+        let record = crate::record::Record {
+            key: input.key.take().map(bytes::Bytes::from),
             tombstone: input.tombstone,
-            ..Parts::of_value(std::mem::take(&mut input.value))
-        };
-        let meta = Meta {
-            topic: Some(&input.topic),
-            partition: Some(input.partition),
-            offset: Some(input.offset),
+            origin: Some(crate::record::Origin {
+                stream: input.topic.as_str().into(),
+                partition: input.partition,
+                offset: input.offset,
+            }),
             timestamp: input.timestamp,
-            headers: Some(&headers),
+            headers: Some(std::sync::Arc::new(headers)),
+            ..crate::record::Record::from_value(if input.tombstone { Vec::new() } else { text })
         };
-        if let Err(e) = apply_chain(&t.transforms, parts, &meta, &mut outs) {
-            match t.transforms[e.step].1.on_error() {
+        outs.clear();
+        if let Err(failed) = run_chain(chain, record, &mut outs) {
+            let (e, _) = *failed;
+            match chain[e.step].1.on_error() {
                 OnError::Fail => {
                     return Err(format!(
                         "input {}/{}@{}: {} (the job would have failed on it)",
@@ -142,13 +154,23 @@ fn transform(t: &Target, inputs: Vec<Input>) -> Result<Inputs, String> {
                 }
             }
         }
-        for (i, out) in outs.drain(..).enumerate() {
+        for out in outs.drain(..) {
+            let value = if out.tombstone {
+                Value::Null
+            } else {
+                serde_json::from_slice(&out.value).map_err(|e| {
+                    format!(
+                        "input {}/{}@{}: the transforms wrote a value that is not JSON: {e}",
+                        input.topic, input.partition, input.offset
+                    )
+                })?
+            };
             expanded.push(Input {
-                value: out.value,
-                key: out.key,
+                value,
+                key: out.key.map(|k| k.to_vec()),
                 tombstone: out.tombstone,
                 op: out.op,
-                output: i as u32,
+                output: out.output,
                 ..input.clone()
             });
         }
@@ -180,13 +202,22 @@ fn decode(t: &Target, inputs: &mut [Input]) -> Result<(), String> {
                     // a record that cannot be decoded.
                     let away = |why: String| format!("decoding the inputs: {why}");
                     if let Some(raw) = input.raw.take() {
-                        input.value = match rt.block_on(values.decode(&raw)) {
-                            Ok(Decoded::Unchanged) => serde_json::from_slice(&raw).ok(),
-                            Ok(Decoded::Replaced(v)) => serde_json::from_slice(&v).ok(),
+                        // The text the job's transforms read: the payload, or what
+                        // its format decoded it into.
+                        let text = match rt.block_on(values.decode(&raw)) {
+                            Ok(Decoded::Unchanged) => Some(raw),
+                            Ok(Decoded::Replaced(v)) => Some(v),
                             Err(Failure::Registry(why)) => return Err(away(why)),
                             Err(Failure::Record { .. }) => None,
+                        };
+                        let value = text.as_deref().and_then(|t| serde_json::from_slice(t).ok());
+                        match value {
+                            Some(v) => {
+                                input.value = v;
+                                input.raw = text;
+                            }
+                            None => input.value = Value::Null,
                         }
-                        .unwrap_or(Value::Null);
                     }
                     if let (Some(keys), Some(k)) = (keys.as_mut(), input.key.as_ref()) {
                         let json = t
@@ -858,4 +889,100 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
         .documents
         .saturating_sub(verdict.expected_documents - verdict.missing);
     Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transforms::{transform_all, Smt, SmtConfig};
+    use std::sync::Arc;
+
+    fn smt<T: SmtConfig>(toml_text: &str) -> Arc<dyn Smt> {
+        let c: T = toml::from_str(toml_text).unwrap();
+        c.build(&crate::testkit::conformance::section_context(Path::new(
+            ".",
+        )))
+        .map_err(|e| format!("{}: {}", e.key, e.message))
+        .unwrap()
+    }
+
+    fn input(text: &str) -> Input {
+        Input {
+            topic: "orders".into(),
+            partition: 1,
+            offset: 5,
+            key: Some(b"k".to_vec()),
+            value: serde_json::from_str(text).unwrap(),
+            headers: BTreeMap::from([("h".to_string(), "v".to_string())]),
+            raw: Some(text.as_bytes().to_vec()),
+            timestamp: Some(1_700_000_000_000),
+            tombstone: false,
+            op: crate::record::Op::Upsert,
+            output: 0,
+        }
+    }
+
+    /// The verifier expects of each input exactly what the job's chain writes for it:
+    /// jq sees an object's fields in the order the record has them, and a cast to a
+    /// string keeps a number's text.
+    #[test]
+    fn the_verifier_expects_what_the_jobs_chain_writes() {
+        use crate::transforms::fields::{Cast, InsertField};
+        use crate::transforms::jq::JqConfig;
+        type Case<'c> = (Vec<(String, Arc<dyn Smt>)>, &'c str, Vec<Value>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![("jq".into(), smt::<JqConfig>("filter = \"first(.[])\""))],
+                r#"{"b":{"z":1},"a":2}"#,
+                vec![json!({"z": 1})],
+            ),
+            (
+                vec![(
+                    "jq".into(),
+                    smt::<JqConfig>("filter = \".[]\"\nmax_outputs = 10"),
+                )],
+                r#"{"b":"first","a":"second"}"#,
+                vec![json!("first"), json!("second")],
+            ),
+            (
+                vec![
+                    (
+                        "insert_field".into(),
+                        smt::<InsertField>("static = { c = 3 }"),
+                    ),
+                    (
+                        "jq".into(),
+                        smt::<JqConfig>("filter = \"[keys_unsorted[]]\""),
+                    ),
+                ],
+                r#"{"b":1,"a":2}"#,
+                vec![json!(["b", "a", "c"])],
+            ),
+            (
+                vec![("cast".into(), smt::<Cast>("spec = { a = \"string\" }"))],
+                r#"{"a":1E+2}"#,
+                vec![json!({"a": "1E+2"})],
+            ),
+        ];
+        for (chain, text, want) in cases {
+            let got = transform(&chain, vec![input(text)]).unwrap();
+            let values: Vec<Value> = got.records.iter().map(|r| r.value.clone()).collect();
+            assert_eq!(values, want, "{text}");
+            // Numbered as the job numbers them, each value as the job writes it.
+            let mut job = Vec::new();
+            let mut record = crate::record::Record::from_value(text.as_bytes().to_vec());
+            record.origin = Some(crate::record::Origin {
+                stream: "orders".into(),
+                partition: 1,
+                offset: 5,
+            });
+            transform_all(&chain, record, &mut job).unwrap();
+            assert_eq!(got.records.len(), job.len());
+            for (r, j) in got.records.iter().zip(&job) {
+                assert_eq!(r.output, j.output);
+                assert_eq!(r.value, serde_json::from_slice::<Value>(&j.value).unwrap());
+                assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@
 pub const MAX_DEPTH: u32 = 127;
 
 /// Checks that `b` is one JSON text (RFC 8259) in UTF-8, nested at most [`MAX_DEPTH`]
-/// deep; the error says why not, and where.
+/// deep, that parses into a `serde_json::Value`; the error says why not, and where.
 pub fn validate_json(b: &[u8]) -> Result<(), String> {
     let scan = Scan::of(b);
     // JSON text is UTF-8 as a whole; skipping a string does not check its encoding.
@@ -24,17 +24,43 @@ pub fn validate_json(b: &[u8]) -> Result<(), String> {
         std::str::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"))?;
     }
     serde_json::from_slice::<serde::de::IgnoredAny>(b).map_err(|e| e.to_string())?;
-    // Skipping has no depth limit and does not decode escapes; parsing does both. A
-    // text can nest deeper than the limit only if it has more opening brackets than
-    // that.
-    if scan.opening > MAX_DEPTH as usize || (scan.backslash && b.windows(2).any(|w| w == b"\\u")) {
-        if let Err(e) = serde_json::from_slice::<serde_json::Value>(b) {
-            if !e.to_string().starts_with("number out of range") {
-                return Err(e.to_string());
+    scan.parse_if_needed(b)
+}
+
+/// The checks of [`validate_json`] that skipping over a text does not make (its
+/// encoding, its depth, what its `\u` escapes name, names `serde_json` reserves), for
+/// a text whose syntax a parser that skips nested values has accepted: the two accept
+/// what [`validate_json`] accepts.
+pub fn validate_skipped_json(b: &[u8]) -> Result<(), String> {
+    let scan = Scan::of(b);
+    if scan.non_ascii {
+        std::str::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"))?;
+    }
+    scan.parse_if_needed(b)
+}
+
+/// The prefix of the names `serde_json` reserves for itself (an object whose first
+/// name is `$serde_json::private::Number` is read as a number, and refused when it is
+/// not one): skipping takes them for names, parsing does not.
+const RESERVED: &[u8] = b"$serde_json::private::";
+
+impl Scan {
+    /// Parses `b` in full when skipping may have accepted what parsing refuses.
+    fn parse_if_needed(&self, b: &[u8]) -> Result<(), String> {
+        // Skipping has no depth limit, does not decode escapes and reads every name as
+        // a name; parsing does all three. A text can nest deeper than the limit only
+        // if it has more opening brackets than that.
+        let escape = self.backslash && b.windows(2).any(|w| w == b"\\u");
+        let reserved = self.dollar && b.windows(RESERVED.len()).any(|w| w == RESERVED);
+        if self.opening > MAX_DEPTH as usize || escape || reserved {
+            if let Err(e) = serde_json::from_slice::<serde_json::Value>(b) {
+                if !e.to_string().starts_with("number out of range") {
+                    return Err(e.to_string());
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// What one pass over a payload finds, for the JSON check: it costs a few nanoseconds
@@ -47,6 +73,8 @@ struct Scan {
     backslash: bool,
     /// Whether a byte above 0x7f occurs (only then can the text be invalid UTF-8).
     non_ascii: bool,
+    /// Whether a `$` occurs (only then can a name `serde_json` reserves).
+    dollar: bool,
 }
 
 impl Scan {
@@ -54,16 +82,18 @@ impl Scan {
         let mut scan = Scan::default();
         // Branch-free over chunks with a small counter, so that the loop vectorizes.
         for chunk in b.chunks(128) {
-            let (mut opening, mut backslash, mut high) = (0u8, 0u8, 0u8);
+            let (mut opening, mut backslash, mut high, mut dollar) = (0u8, 0u8, 0u8, 0u8);
             for &c in chunk {
                 // `[` is 0x5b and `{` is 0x7b: they alone become 0x7b with bit 5 set.
                 opening += u8::from(c | 0x20 == b'{');
                 backslash |= u8::from(c == b'\\');
                 high |= c;
+                dollar |= u8::from(c == b'$');
             }
             scan.opening += usize::from(opening);
             scan.backslash |= backslash != 0;
             scan.non_ascii |= high >= 0x80;
+            scan.dollar |= dollar != 0;
         }
         scan
     }
@@ -172,6 +202,11 @@ mod tests {
             b"[\"abcdefghijklmnop\\\"qrstuvwxyz0123456\x01\"]",
             b"[\"abcdefghijklmnopqrstuvwxyz0123456789\"]",
             b"[\"abcdefghijklmnopqrstuvwxyz0123456789",
+            b"{\"a\":{\"$serde_json::private::Number\":\"x\"}}",
+            b"{\"$serde_json::private::Number\":\"1.5\"}",
+            b"{\"a\":{\"$serde_json::private::RawValue\":\"x\"}}",
+            b"{\"b\":1,\"$serde_json::private::Number\":\"x\"}",
+            b"[\"$serde_json::private::Number\"]",
         ];
         for c in cases {
             agrees(c);

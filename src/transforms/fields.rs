@@ -2,6 +2,7 @@
 //! of a record's value (Kafka Connect's `InsertField`, `ReplaceField`, `ExtractField`,
 //! `Flatten`, `MaskField`, `Cast`, on schemaless values).
 
+use super::shallow::Fields;
 use super::{kind, object, Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
 use serde_json::{Map, Value};
@@ -25,6 +26,8 @@ pub struct InsertField {
 #[derive(Debug)]
 struct Insert {
     fixed: Vec<(String, Value)>,
+    /// `fixed`, each value as its JSON text.
+    fixed_text: Vec<(String, String)>,
     topic: Option<String>,
     partition: Option<String>,
     offset: Option<String>,
@@ -57,8 +60,13 @@ impl SmtConfig for InsertField {
                 "insert_field inserts nothing: give static, topic_field, partition_field, offset_field or timestamp_field",
             ));
         }
+        let fixed_text = fixed
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
         Ok(Arc::new(Insert {
             fixed,
+            fixed_text,
             topic: self.topic_field,
             partition: self.partition_field,
             offset: self.offset_field,
@@ -67,7 +75,83 @@ impl SmtConfig for InsertField {
     }
 }
 
+/// The text `timestamp_field` gets: RFC 3339 in UTC with milliseconds.
+fn rfc3339_millis(ms: Option<i64>) -> Option<String> {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// [`rfc3339_millis`] as a JSON string's text (`null` without a time): written
+/// digit by digit for years 0 to 9999 (RFC 3339 needs no escapes).
+fn quoted_rfc3339_millis(ms: Option<i64>) -> String {
+    use chrono::{Datelike, Timelike};
+    let Some(t) = ms.and_then(chrono::DateTime::from_timestamp_millis) else {
+        return "null".into();
+    };
+    if !(0..=9999).contains(&t.year()) {
+        return format!(
+            "\"{}\"",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+    }
+    let put = |out: &mut String, sep: char, n: u32, width: u32| {
+        out.push(sep);
+        for i in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10u32.pow(i) % 10) as u8));
+        }
+    };
+    let mut out = String::with_capacity(26);
+    put(&mut out, '"', t.year() as u32, 4);
+    put(&mut out, '-', t.month(), 2);
+    put(&mut out, '-', t.day(), 2);
+    put(&mut out, 'T', t.hour(), 2);
+    put(&mut out, ':', t.minute(), 2);
+    put(&mut out, ':', t.second(), 2);
+    put(&mut out, '.', t.timestamp_subsec_millis() % 1000, 3);
+    out.push_str("Z\"");
+    out
+}
+
+/// `s` as a JSON string's text.
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// `v` as JSON text (`null` when absent).
+fn json_int<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".into(), |v| v.to_string())
+}
+
 impl Smt for Insert {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, meta: &Meta) -> Option<Result<(), String>> {
+        for (k, v) in &self.fixed_text {
+            o.set(k, v.clone());
+        }
+        if self.topic.is_none()
+            && self.partition.is_none()
+            && self.offset.is_none()
+            && self.timestamp.is_none()
+        {
+            return Some(Ok(()));
+        }
+        let mut put = |field: &Option<String>, v: &dyn Fn() -> String| {
+            if let Some(f) = field {
+                o.set(f, v());
+            }
+        };
+        put(&self.topic, &|| {
+            meta.topic.map_or_else(|| "null".into(), json_string)
+        });
+        put(&self.partition, &|| json_int(meta.partition));
+        put(&self.offset, &|| json_int(meta.offset));
+        put(&self.timestamp, &|| quoted_rfc3339_millis(meta.timestamp));
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "insert_field")?;
         for (k, v) in &self.fixed {
@@ -86,11 +170,7 @@ impl Smt for Insert {
         put(&self.offset, meta.offset.map_or(Value::Null, Value::from));
         put(
             &self.timestamp,
-            meta.timestamp
-                .and_then(chrono::DateTime::from_timestamp_millis)
-                .map_or(Value::Null, |t| {
-                    Value::from(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-                }),
+            rfc3339_millis(meta.timestamp).map_or(Value::Null, Value::from),
         );
         Ok(())
     }
@@ -128,7 +208,30 @@ impl SmtConfig for ReplaceField {
     }
 }
 
+impl ReplaceField {
+    fn kept(&self, k: &str) -> bool {
+        !(self
+            .include
+            .as_ref()
+            .is_some_and(|i| !i.iter().any(|n| n == k))
+            || self.exclude.iter().any(|n| n == k))
+    }
+}
+
 impl Smt for ReplaceField {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+        o.retain_renamed(
+            |k| self.kept(k),
+            |k| self.rename.get(k).cloned(),
+            |k| self.rename.values().any(|t| t == k),
+        );
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "replace_field")?;
         let old = std::mem::take(o);
@@ -408,6 +511,36 @@ impl SmtConfig for Cast {
 }
 
 impl Smt for Casts {
+    fn top_level(&self) -> bool {
+        true
+    }
+
+    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+        for (f, t) in &self.0 {
+            let Some(text) = o.get(f) else { continue };
+            if text == "null" {
+                continue;
+            }
+            // A number's string is its text, which needs no escapes.
+            if matches!(t, CastType::String)
+                && text.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+            {
+                let quoted = format!("\"{text}\"");
+                o.set(f, quoted);
+                continue;
+            }
+            let v: Value = match serde_json::from_str(text) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(format!("field {f}: {e}"))),
+            };
+            match t.cast(&v) {
+                Ok(c) => o.set(f, c.to_string()),
+                Err(e) => return Some(Err(format!("field {f}: {e}"))),
+            }
+        }
+        Some(Ok(()))
+    }
+
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
         let o = object(&mut parts.value, "cast")?;
         for (f, t) in &self.0 {
@@ -448,6 +581,68 @@ mod tests {
             offset: Some(42),
             timestamp: Some(1_700_000_000_123),
             headers: None,
+        }
+    }
+
+    #[test]
+    fn timestamps_written_digit_by_digit_as_chrono_writes_them() {
+        for ms in [
+            0,
+            1,
+            -1,
+            1_700_000_000_123,
+            951_782_400_999,
+            -62_135_596_800_000,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            -62_135_596_800_001,
+            i64::MAX,
+        ] {
+            let want = rfc3339_millis(Some(ms)).map_or("null".into(), |t| format!("\"{t}\""));
+            assert_eq!(quoted_rfc3339_millis(Some(ms)), want, "{ms}");
+        }
+        assert_eq!(quoted_rfc3339_millis(None), "null");
+    }
+
+    /// Each transform of top-level fields gives the same value (numbers' text
+    /// included) and the same error on its fields as on the parsed value.
+    #[test]
+    fn on_top_level_fields_as_on_the_parsed_value() {
+        type Build = fn(&str) -> Arc<dyn Smt>;
+        let transforms: &[(&str, Build)] = &[
+            ("static = { source = \"k\", n = 1.5 }\ntopic_field = \"t\"\npartition_field = \"p\"\noffset_field = \"o\"\ntimestamp_field = \"@ts\"", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
+            ("static = { a = \"replaced\" }", |t| toml::from_str::<InsertField>(t).unwrap().build(&cx()).unwrap()),
+            ("rename = { a = \"b\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("rename = { b = \"a\", a = \"z\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("include = [\"a\", \"n\"]\nrename = { n = \"a\" }", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("exclude = [\"s\"]", |t| toml::from_str::<ReplaceField>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { a = \"string\", n = \"string\", big = \"string\", neg = \"string\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { a = \"float64\", t = \"int8\", s = \"boolean\", f = \"int32\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { s = \"int64\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+            ("spec = { o = \"string\", arr = \"string\", nul = \"int8\" }", |t| toml::from_str::<Cast>(t).unwrap().build(&cx()).unwrap()),
+        ];
+        let values = [
+            r#"{"a":1.50,"b":"x","n":7,"big":12345678901234567890123456789012345678,"neg":-0.000000000000000000001,"t":true,"s":"true","f":2.9e0,"o":{"z":1.50, "a" : [1, 2]},"arr":[1.0,"\u00e9"],"nul":null}"#,
+            r#"{"b":2,"a":1}"#,
+            r#"{"a\"q":1,"a":"x\n"}"#,
+            r#"{}"#,
+        ];
+        for (config, build) in transforms {
+            let smt = build(config);
+            for value in values {
+                let mut parts = Parts::of_value(serde_json::from_str(value).unwrap());
+                let whole = smt.apply(&mut parts, &meta()).map(|()| parts.value);
+                let mut fields = Fields::parse(value.as_bytes()).unwrap().unwrap();
+                let shallow = smt
+                    .apply_fields(&mut fields, &meta())
+                    .expect("a transform of top-level fields")
+                    .map(|()| {
+                        let mut text = Vec::new();
+                        fields.write(&mut text);
+                        serde_json::from_slice::<Value>(&text).unwrap()
+                    });
+                assert_eq!(shallow, whole, "{config} on {value}");
+            }
         }
     }
 

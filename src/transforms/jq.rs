@@ -245,6 +245,41 @@ impl Program {
     ) -> Result<(), String> {
         let input = val(input).map_err(|e| format!("the value: {e}"))?;
         let meta = val(meta).map_err(|e| format!("$meta: {e}"))?;
+        let mut text = Vec::new();
+        self.run_val(input, meta, limits, |v| {
+            text.clear();
+            let v = json_text(&v, &mut text)
+                .and_then(|()| serde_json::from_slice(&text).map_err(|e| (v, e.to_string())))
+                .map_err(|(v, e)| format!("an output is not JSON ({v}): {e}"))?;
+            Ok(out(v))
+        })
+    }
+
+    /// [`Program::run`] on the JSON text `input`, each output as its JSON text (the
+    /// input's numbers keep their digits through both, as they do through jq).
+    pub fn run_text(
+        &self,
+        input: &[u8],
+        meta: Val,
+        limits: Limits,
+        mut out: impl FnMut(Vec<u8>) -> ControlFlow<()>,
+    ) -> Result<(), String> {
+        let input = jaq_json::read::parse_single(input).map_err(|e| format!("the value: {e}"))?;
+        self.run_val(input, meta, limits, |v| {
+            let mut text = Vec::new();
+            json_text(&v, &mut text)
+                .map_err(|(v, e)| format!("an output is not JSON ({v}): {e}"))?;
+            Ok(out(text))
+        })
+    }
+
+    fn run_val(
+        &self,
+        input: Val,
+        meta: Val,
+        limits: Limits,
+        mut out: impl FnMut(Val) -> Result<ControlFlow<()>, String>,
+    ) -> Result<(), String> {
         FUEL.with(|f| f.set(limits.work));
         EXHAUSTED.with(|e| e.set(false));
         let exhausted = || EXHAUSTED.with(Cell::get);
@@ -267,9 +302,7 @@ impl Program {
                     limits.outputs
                 ));
             }
-            let v = serde_json::from_str(&v.to_string())
-                .map_err(|e| format!("an output is not JSON ({v}): {e}"))?;
-            if out(v).is_break() {
+            if out(v)?.is_break() {
                 break;
             }
         }
@@ -278,6 +311,97 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// The JSON text of `v` into `out`, or `v` and why it has none (jaq's values include
+/// what JSON cannot say: NaN and infinities, byte strings, text that is not UTF-8, keys
+/// that are not strings). Numbers are written as jaq writes them (a decimal that came
+/// in as text keeps it).
+fn json_text(v: &Val, out: &mut Vec<u8>) -> Result<(), (Val, String)> {
+    write_json(v, out).map_err(|e| (v.clone(), e))
+}
+
+fn write_json(v: &Val, out: &mut Vec<u8>) -> Result<(), String> {
+    use std::io::Write;
+    match v {
+        Val::Null => out.extend_from_slice(b"null"),
+        Val::Bool(true) => out.extend_from_slice(b"true"),
+        Val::Bool(false) => out.extend_from_slice(b"false"),
+        Val::Num(n) => {
+            let at = out.len();
+            write!(out, "{n}").expect("writing to a Vec");
+            if !json_number(&out[at..]) {
+                let text = String::from_utf8_lossy(&out[at..]).into_owned();
+                return Err(format!("{text} is not a JSON number"));
+            }
+        }
+        Val::TStr(b) => {
+            let s = std::str::from_utf8(b).map_err(|e| format!("a string is not UTF-8: {e}"))?;
+            serde_json::to_writer(&mut *out, s).expect("a string serializes");
+        }
+        Val::BStr(_) => return Err("a byte string has no JSON text".into()),
+        Val::Arr(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(x, out)?;
+            }
+            out.push(b']');
+        }
+        Val::Obj(o) => {
+            out.push(b'{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                match k {
+                    Val::TStr(_) => write_json(k, out)?,
+                    _ => return Err("an object key is not a string".into()),
+                }
+                out.push(b':');
+                write_json(x, out)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// Whether `t` is a number by JSON's grammar: `-? int frac? exp?`.
+fn json_number(t: &[u8]) -> bool {
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while t.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i > start
+    };
+    let mut i = usize::from(t.first() == Some(&b'-'));
+    match t.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut i);
+        }
+        _ => return false,
+    }
+    if t.get(i) == Some(&b'.') {
+        i += 1;
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    if matches!(t.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(t.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    i == t.len()
 }
 
 /// `v` as jq sees it, through its text: a number keeps its digits (jq's own reader keeps
@@ -424,6 +548,31 @@ pub fn meta_value(parts: &Parts, meta: &Meta) -> Value {
     })
 }
 
+/// [`meta_value`] as jq's value, built directly (its fields in the same order).
+fn meta_val(key: Option<&[u8]>, meta: &Meta) -> Val {
+    let text = |b: &[u8]| Val::from(String::from_utf8_lossy(b).into_owned());
+    let num = |n: Option<i64>| n.map_or(Val::Null, |n| Val::Num(jaq_json::Num::from_integral(n)));
+    let name = |n: &str| Val::from(n.to_string());
+    // A name that repeats keeps its last value, in the names' order (as `meta_value`).
+    let headers: std::collections::BTreeMap<&str, Val> = meta
+        .headers
+        .into_iter()
+        .flatten()
+        .map(|(n, v)| (n.as_str(), v.as_deref().map_or(Val::Null, text)))
+        .collect();
+    let mut m = jaq_json::Map::default();
+    m.insert(
+        name("headers"),
+        Val::obj(headers.into_iter().map(|(n, v)| (name(n), v)).collect()),
+    );
+    m.insert(name("key"), key.map_or(Val::Null, text));
+    m.insert(name("offset"), num(meta.offset));
+    m.insert(name("partition"), num(meta.partition.map(i64::from)));
+    m.insert(name("timestamp"), num(meta.timestamp));
+    m.insert(name("topic"), meta.topic.map_or(Val::Null, name));
+    Val::obj(m)
+}
+
 /// `[[transform]] type = "jq"`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -456,6 +605,9 @@ fn default_outputs() -> usize {
 #[derive(Debug)]
 pub struct Jq {
     program: Program,
+    /// The program names `$meta` (else it gets `null`, which it cannot see, and the
+    /// records' headers need not be read).
+    meta: bool,
     limits: Limits,
     on_error: DecodeErrorPolicy,
 }
@@ -465,6 +617,7 @@ impl Jq {
     pub fn new(code: &str) -> Result<Jq, String> {
         Ok(Jq {
             program: Program::compile(code)?,
+            meta: names_meta(code),
             limits: Limits {
                 work: default_work(),
                 outputs: default_outputs(),
@@ -488,6 +641,7 @@ impl SmtConfig for JqConfig {
         }
         Ok(Arc::new(Jq {
             program,
+            meta: names_meta(&self.filter),
             limits: Limits {
                 work: self.work_limit,
                 outputs: self.max_outputs,
@@ -497,7 +651,34 @@ impl SmtConfig for JqConfig {
     }
 }
 
+/// Whether `code` may name `$meta` (any mention of the word counts).
+fn names_meta(code: &str) -> bool {
+    code.contains("meta")
+}
+
 impl Smt for Jq {
+    fn textual(&self) -> bool {
+        true
+    }
+
+    fn expand_text(
+        &self,
+        text: &[u8],
+        key: Option<&[u8]>,
+        meta: &Meta,
+        out: &mut dyn FnMut(Vec<u8>),
+    ) -> Option<Result<(), String>> {
+        let m = if self.meta {
+            meta_val(key, meta)
+        } else {
+            Val::Null
+        };
+        Some(self.program.run_text(text, m, self.limits, |v| {
+            out(v);
+            ControlFlow::Continue(())
+        }))
+    }
+
     fn apply(&self, parts: &mut Parts, meta: &Meta) -> Result<(), String> {
         let mut outs = Vec::with_capacity(1);
         self.expand(parts.clone(), meta, &mut outs)?;
@@ -515,7 +696,11 @@ impl Smt for Jq {
             out.push(parts);
             return Ok(());
         }
-        let m = meta_value(&parts, meta);
+        let m = if self.meta {
+            meta_value(&parts, meta)
+        } else {
+            Value::Null
+        };
         self.program.run(&parts.value, &m, self.limits, |value| {
             out.push(Parts {
                 value,
@@ -528,7 +713,7 @@ impl Smt for Jq {
     }
 
     fn reads_headers(&self) -> bool {
-        true
+        self.meta
     }
 
     fn several(&self) -> bool {
@@ -544,6 +729,63 @@ impl Smt for Jq {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_numbers_by_the_grammar() {
+        for (t, ok) in [
+            ("0", true),
+            ("-0", true),
+            ("1.50", true),
+            ("-0.000000000000000000001", true),
+            ("12345678901234567890123456789012345678", true),
+            ("1e5", true),
+            ("1E+5", true),
+            ("2.5e-3", true),
+            ("01", false),
+            ("+1", false),
+            ("1.", false),
+            (".5", false),
+            ("1e", false),
+            ("NaN", false),
+            ("Infinity", false),
+            ("-Infinity", false),
+            ("", false),
+            ("-", false),
+        ] {
+            assert_eq!(json_number(t.as_bytes()), ok, "{t}");
+        }
+    }
+
+    #[test]
+    fn outputs_without_json_text_are_errors() {
+        for code in ["nan", "infinite", "\"a\" | tobytes", "{(1): 2}", "[1, nan]"] {
+            let e = run(code, json!({})).expect_err(code);
+            assert!(e.contains("an output is not JSON"), "{code}: {e}");
+        }
+    }
+
+    #[test]
+    fn text_in_text_out_keeps_numbers_and_strings() {
+        let p = Program::compile(". + {x: .a}").unwrap();
+        let mut outs = Vec::new();
+        p.run_text(
+            br#"{"a":1.50,"b":12345678901234567890123456789012345678,"s":"\u00e9\"\n"}"#,
+            Val::Null,
+            Limits {
+                work: 100,
+                outputs: 10,
+            },
+            |v| {
+                outs.push(String::from_utf8(v).unwrap());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            outs,
+            [r#"{"a":1.50,"b":12345678901234567890123456789012345678,"s":"é\"\n","x":1.50}"#]
+        );
+    }
 
     fn run(code: &str, input: Value) -> Result<Vec<Value>, String> {
         let p = Program::compile(code)?;

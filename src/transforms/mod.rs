@@ -18,6 +18,8 @@
 //! not cast) fails the job naming the record and the transform, as Kafka Connect's
 //! `errors.tolerance = none` does.
 
+#[cfg(test)]
+mod chain_tests;
 pub mod debezium;
 #[cfg(test)]
 mod exact_numbers;
@@ -25,6 +27,7 @@ pub mod fields;
 pub mod filter;
 pub mod jq;
 pub mod set_key;
+pub mod shallow;
 pub mod time;
 
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
@@ -32,6 +35,8 @@ use crate::error::JobError;
 use crate::record::{Batch, Headers, Op, Record};
 use bytes::Bytes;
 use serde_json::Value;
+use shallow::Fields;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// What a transform may read of a record besides its value.
@@ -131,6 +136,40 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
         out.push(parts);
         Ok(())
     }
+
+    /// Whether it reads and changes only the top-level fields of an object value, and
+    /// the key, operation and headers not at all: a chain then applies it with
+    /// [`Smt::apply_fields`], without parsing the fields' values.
+    fn top_level(&self) -> bool {
+        false
+    }
+
+    /// [`Smt::apply`] on the top-level fields of an object value, with the same result
+    /// (and the same errors); `None` when it has no such way ([`Smt::top_level`] is
+    /// false).
+    fn apply_fields(&self, _fields: &mut Fields<'_>, _meta: &Meta) -> Option<Result<(), String>> {
+        None
+    }
+
+    /// Whether it reads a value's JSON text itself (a `jq` program, which has values of
+    /// its own): a chain then hands it the text with [`Smt::expand_text`].
+    fn textual(&self) -> bool {
+        false
+    }
+
+    /// [`Smt::expand`] of a value that is not a tombstone, from its JSON text and the
+    /// record's key, to the JSON text of each value that follows (each keeping the
+    /// record's key, operation and headers); `None` when it has no such way
+    /// ([`Smt::textual`] is false).
+    fn expand_text(
+        &self,
+        _text: &[u8],
+        _key: Option<&[u8]>,
+        _meta: &Meta,
+        _out: &mut dyn FnMut(Vec<u8>),
+    ) -> Option<Result<(), String>> {
+        None
+    }
 }
 
 /// What a record a transform fails on becomes: `fail`, `skip` or
@@ -162,33 +201,6 @@ pub type Chain = [(String, Arc<dyn Smt>)];
 pub struct StepError {
     pub step: usize,
     pub message: String,
-}
-
-/// Applies each transform of `chain` in order to `first`, leaving the records that
-/// follow in `out` (none: dropped). An error names the transform.
-pub fn apply_chain(
-    chain: &Chain,
-    first: Parts,
-    meta: &Meta,
-    out: &mut Vec<Parts>,
-) -> Result<(), StepError> {
-    out.clear();
-    out.push(first);
-    for (step, (kind, smt)) in chain.iter().enumerate() {
-        let named = |e: String| StepError {
-            step,
-            message: format!("{kind}: {e}"),
-        };
-        if let [_] = out.as_slice() {
-            let p = out.pop().expect("one record");
-            smt.expand(p, meta, out).map_err(named)?;
-        } else {
-            for p in std::mem::take(out) {
-                smt.expand(p, meta, out).map_err(named)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The value of `v` as an object, or why a transform named `name` needs one.
@@ -262,60 +274,218 @@ pub fn transform(
 /// with several) are numbered ([`Record::output`]), so that ids made of coordinates
 /// stay unique. Any error fails, whatever the transforms' `on_error`.
 pub fn transform_all(chain: &Chain, record: Record, out: &mut Batch) -> crate::error::Result<()> {
-    run_chain(chain, record, out, &mut Vec::new()).map_err(|failed| {
+    run_chain(chain, record, out).map_err(|failed| {
         let (e, record) = *failed;
         JobError::Other(format!("{}: {}", describe(&record), e.message))
     })
 }
 
-/// [`transform_all`], handing back the record with the error; `scratch` is reused
-/// between records.
-fn run_chain(
-    chain: &Chain,
-    record: Record,
-    out: &mut Batch,
-    scratch: &mut Vec<Parts>,
-) -> Result<(), Box<(StepError, Record)>> {
-    let value = if record.tombstone {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&record.value) {
-            Ok(v) => v,
-            Err(e) => {
-                let first = chain.first().map_or("transform", |(k, _)| k.as_str());
-                let e = StepError {
-                    step: 0,
-                    message: format!("{first}: not valid JSON: {e}"),
-                };
-                return Err(Box::new((e, record)));
+/// A value on its way through a chain: its text as it came, its top-level fields, or
+/// parsed whole; each transform takes it in the form it works on, so consecutive
+/// transforms of top-level fields parse the value once, and it is written once.
+enum Doc<'a> {
+    Text(Cow<'a, [u8]>),
+    Fields(Fields<'a>),
+    Tree(Value),
+}
+
+/// A record on its way through a chain.
+struct Staged<'a> {
+    /// The value, in the form the last step left it (the record's own text at first).
+    doc: Doc<'a>,
+    /// The key's bytes (a string key is its text).
+    key: Option<Bytes>,
+    /// The record has no value: `doc` is not read, and is written as no bytes.
+    tombstone: bool,
+    op: Op,
+}
+
+impl<'a> Doc<'a> {
+    /// The value parsed whole, or why it is not JSON.
+    fn into_tree(self) -> Result<Value, String> {
+        match self {
+            Doc::Text(t) => serde_json::from_slice(&t).map_err(|e| format!("not valid JSON: {e}")),
+            Doc::Fields(f) => f.to_value().map_err(|e| format!("not valid JSON: {e}")),
+            Doc::Tree(v) => Ok(v),
+        }
+    }
+
+    /// The value's JSON text.
+    fn into_text(self) -> Cow<'a, [u8]> {
+        match self {
+            Doc::Text(t) => t,
+            Doc::Fields(f) => {
+                let mut out = Vec::new();
+                f.write(&mut out);
+                Cow::Owned(out)
+            }
+            Doc::Tree(v) => Cow::Owned(serde_json::to_vec(&v).expect("a JSON value serializes")),
+        }
+    }
+}
+
+/// One transform applied to `s`, adding what follows to `out`.
+fn step<'a>(
+    smt: &dyn Smt,
+    s: Staged<'a>,
+    meta: &Meta,
+    out: &mut Vec<Staged<'a>>,
+) -> Result<(), String> {
+    if !s.tombstone && smt.top_level() {
+        let doc = match s.doc {
+            Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
+                Ok(Some(f)) => Doc::Fields(f),
+                Ok(None) => Doc::Text(Cow::Borrowed(t)),
+                Err(e) => return Err(format!("not valid JSON: {e}")),
+            },
+            other => other,
+        };
+        if let Doc::Fields(mut f) = doc {
+            if let Some(r) = smt.apply_fields(&mut f, meta) {
+                r?;
+                out.push(Staged {
+                    doc: Doc::Fields(f),
+                    ..s
+                });
+                return Ok(());
+            }
+            return whole(
+                smt,
+                Staged {
+                    doc: Doc::Fields(f),
+                    ..s
+                },
+                meta,
+                out,
+            );
+        }
+        return whole(smt, Staged { doc, ..s }, meta, out);
+    }
+    if !s.tombstone && smt.textual() {
+        if let Doc::Text(Cow::Borrowed(t)) = &s.doc {
+            // Not yet parsed: what is not JSON fails as a parse would say.
+            if let Err(e) = crate::formats::json::validate_json(t) {
+                // The parser's words where it has some, as the other transforms say it.
+                let e = serde_json::from_slice::<Value>(t)
+                    .err()
+                    .map_or(e, |e| e.to_string());
+                return Err(format!("not valid JSON: {e}"));
             }
         }
+        let text = s.doc.into_text();
+        let (key, op) = (s.key, s.op);
+        let mut made = Vec::new();
+        if let Some(r) = smt.expand_text(&text, key.as_deref(), meta, &mut |v| made.push(v)) {
+            r?;
+            out.extend(made.into_iter().map(|v| Staged {
+                doc: Doc::Text(Cow::Owned(v)),
+                key: key.clone(),
+                tombstone: false,
+                op,
+            }));
+            return Ok(());
+        }
+        return whole(
+            smt,
+            Staged {
+                doc: Doc::Text(text),
+                key,
+                tombstone: false,
+                op,
+            },
+            meta,
+            out,
+        );
+    }
+    whole(smt, s, meta, out)
+}
+
+/// One transform applied to `s` parsed whole.
+fn whole<'a>(
+    smt: &dyn Smt,
+    s: Staged<'a>,
+    meta: &Meta,
+    out: &mut Vec<Staged<'a>>,
+) -> Result<(), String> {
+    let value = if s.tombstone {
+        Value::Null
+    } else {
+        s.doc.into_tree()?
     };
     let parts = Parts {
         value,
-        key: record.key.as_ref().map(|k| k.to_vec()),
+        key: s.key.map(|k| k.to_vec()),
+        tombstone: s.tombstone,
+        op: s.op,
+    };
+    let mut made = Vec::with_capacity(1);
+    smt.expand(parts, meta, &mut made)?;
+    out.extend(made.into_iter().map(|p| Staged {
+        doc: Doc::Tree(p.value),
+        key: p.key.map(Bytes::from),
+        tombstone: p.tombstone,
+        op: p.op,
+    }));
+    Ok(())
+}
+
+/// [`transform_all`], handing back the record with the error and which transform
+/// failed (whose `on_error` then decides): the one way a chain is applied, by a job
+/// and by what checks a job's results.
+pub fn run_chain(
+    chain: &Chain,
+    record: Record,
+    out: &mut Batch,
+) -> Result<(), Box<(StepError, Record)>> {
+    let source = record.value.clone();
+    let meta = Meta::of(&record);
+    let mut staged = vec![Staged {
+        doc: if record.tombstone {
+            Doc::Tree(Value::Null)
+        } else {
+            Doc::Text(Cow::Borrowed(&source))
+        },
+        key: record.key.clone(),
         tombstone: record.tombstone,
         op: record.op,
-    };
-    if let Err(e) = apply_chain(chain, parts, &Meta::of(&record), scratch) {
+    }];
+    let mut failed = None;
+    'chain: for (i, (kind, smt)) in chain.iter().enumerate() {
+        let mut next = Vec::with_capacity(staged.len());
+        for s in staged.drain(..) {
+            if let Err(e) = step(&**smt, s, &meta, &mut next) {
+                failed = Some(StepError {
+                    step: i,
+                    message: format!("{kind}: {e}"),
+                });
+                break 'chain;
+            }
+        }
+        staged = next;
+    }
+    if let Some(e) = failed {
+        drop(staged);
         return Err(Box::new((e, record)));
     }
-    out.reserve(scratch.len());
-    for (i, p) in scratch.drain(..).enumerate() {
+    out.reserve(staged.len());
+    for (i, s) in staged.into_iter().enumerate() {
+        let value = if s.tombstone {
+            Bytes::new()
+        } else {
+            match s.doc.into_text() {
+                // Unchanged: the record's own bytes.
+                Cow::Borrowed(_) => source.clone(),
+                Cow::Owned(v) => v.into(),
+            }
+        };
         out.push(Record {
-            key: p.key.map(Into::into),
+            key: s.key,
             route_key: record.route_key.clone(),
-            value: if p.tombstone {
-                Bytes::new()
-            } else {
-                serde_json::to_vec(&p.value)
-                    .expect("a JSON value serializes")
-                    .into()
-            },
+            value,
             origin: record.origin.clone(),
             timestamp: record.timestamp,
-            tombstone: p.tombstone,
-            op: p.op,
+            tombstone: s.tombstone,
+            op: s.op,
             headers: record.headers.clone(),
             output: record.output + i as u32,
         });
@@ -334,7 +504,6 @@ struct ChainOperator {
     kafka: Option<crate::connector::KafkaCluster>,
     letters: Option<crate::connectors::dead_letter::DeadLetterWriter>,
     skipped: u64,
-    scratch: Vec<Parts>,
     name: String,
 }
 
@@ -400,8 +569,7 @@ impl crate::connector::Operator for ChainOperator {
 
     fn process(&mut self, batch: Batch, out: &mut Batch) -> crate::error::Result<()> {
         for r in batch {
-            if let Err(failed) = run_chain(&self.chain, r, out, &mut self.scratch) {
-                self.scratch.clear();
+            if let Err(failed) = run_chain(&self.chain, r, out) {
                 let (e, record) = *failed;
                 self.failed(e, record)?;
             }
@@ -431,7 +599,6 @@ pub fn chain_step(
                 kafka: kafka.clone(),
                 letters: None,
                 skipped: 0,
-                scratch: Vec::with_capacity(1),
                 name: String::new(),
             })
         }),
