@@ -209,6 +209,8 @@ impl SmtConfig for ReplaceField {
 }
 
 impl ReplaceField {
+    /// Whether the field named `k` stays: named by `include` when it is set, and not
+    /// named by `exclude`.
     fn kept(&self, k: &str) -> bool {
         !(self
             .include

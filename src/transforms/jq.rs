@@ -273,6 +273,9 @@ impl Program {
         })
     }
 
+    /// Runs the program on `input` with `$meta`, within `limits`, handing each output
+    /// to `out` until it breaks; an error of the program, a limit passed, or one of
+    /// `out` is the record's error.
     fn run_val(
         &self,
         input: Val,
@@ -321,6 +324,7 @@ fn json_text(v: &Val, out: &mut Vec<u8>) -> Result<(), (Val, String)> {
     write_json(v, out).map_err(|e| (v.clone(), e))
 }
 
+/// Writes `v` as compact JSON text to `out`, or says why it is not JSON.
 fn write_json(v: &Val, out: &mut Vec<u8>) -> Result<(), String> {
     use std::io::Write;
     match v {
@@ -970,6 +974,50 @@ mod tests {
         let mut out = Vec::new();
         jq.expand(tomb.clone(), &meta, &mut out).unwrap();
         assert_eq!(out, vec![tomb]);
+    }
+
+    /// `$meta` built for the text path (`meta_val`) and for the tree path
+    /// (`meta_value`) are one value, whatever the record carries.
+    #[test]
+    fn meta_is_the_same_value_on_both_paths() {
+        let headers = vec![
+            ("trace".to_string(), Some(bytes::Bytes::from_static(b"abc"))),
+            ("empty".to_string(), None),
+            (
+                "trace".to_string(),
+                Some(bytes::Bytes::from_static(b"last")),
+            ),
+            (
+                "bin".to_string(),
+                Some(bytes::Bytes::from_static(b"\xff\x00")),
+            ),
+        ];
+        let full = Meta {
+            topic: Some("orders"),
+            partition: Some(3),
+            offset: Some(9),
+            timestamp: Some(-1),
+            headers: Some(&headers),
+        };
+        let bare = Meta {
+            topic: None,
+            partition: None,
+            offset: None,
+            timestamp: None,
+            headers: None,
+        };
+        for meta in [&full, &bare] {
+            for key in [None, Some(&b"u-1"[..]), Some(&b"\xfe"[..]), Some(&b""[..])] {
+                let parts = Parts {
+                    key: key.map(<[u8]>::to_vec),
+                    ..Parts::of_value(json!({}))
+                };
+                let mut text = Vec::new();
+                write_json(&meta_val(key, meta), &mut text).unwrap();
+                let from_val: Value = serde_json::from_slice(&text).unwrap();
+                assert_eq!(from_val, meta_value(&parts, meta), "key {key:?}");
+            }
+        }
     }
 
     #[test]

@@ -324,7 +324,8 @@ impl<'a> Doc<'a> {
     }
 }
 
-/// One transform applied to `s`, adding what follows to `out`.
+/// One transform applied to `s`, adding what follows to `out`: on its top-level
+/// fields, on its text, or parsed whole, as the transform works.
 fn step<'a>(
     smt: &dyn Smt,
     s: Staged<'a>,
@@ -332,72 +333,95 @@ fn step<'a>(
     out: &mut Vec<Staged<'a>>,
 ) -> Result<(), String> {
     if !s.tombstone && smt.top_level() {
-        let doc = match s.doc {
-            Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
-                Ok(Some(f)) => Doc::Fields(f),
-                Ok(None) => Doc::Text(Cow::Borrowed(t)),
-                Err(e) => return Err(format!("not valid JSON: {e}")),
-            },
-            other => other,
-        };
-        if let Doc::Fields(mut f) = doc {
-            if let Some(r) = smt.apply_fields(&mut f, meta) {
-                r?;
-                out.push(Staged {
-                    doc: Doc::Fields(f),
-                    ..s
-                });
-                return Ok(());
-            }
-            return whole(
-                smt,
-                Staged {
-                    doc: Doc::Fields(f),
-                    ..s
-                },
-                meta,
-                out,
-            );
-        }
-        return whole(smt, Staged { doc, ..s }, meta, out);
+        on_fields(smt, s, meta, out)
+    } else if !s.tombstone && smt.textual() {
+        on_text(smt, s, meta, out)
+    } else {
+        whole(smt, s, meta, out)
     }
-    if !s.tombstone && smt.textual() {
-        if let Doc::Text(Cow::Borrowed(t)) = &s.doc {
-            // Not yet parsed: what is not JSON fails as a parse would say.
-            if let Err(e) = crate::formats::json::validate_json(t) {
-                // The parser's words where it has some, as the other transforms say it.
-                let e = serde_json::from_slice::<Value>(t)
-                    .err()
-                    .map_or(e, |e| e.to_string());
-                return Err(format!("not valid JSON: {e}"));
-            }
-        }
-        let text = s.doc.into_text();
-        let (key, op) = (s.key, s.op);
-        let mut made = Vec::new();
-        if let Some(r) = smt.expand_text(&text, key.as_deref(), meta, &mut |v| made.push(v)) {
+}
+
+/// A transform of top-level fields applied to `s`: the value's fields parsed once (if
+/// the last step left its text), and parsed whole only when the transform cannot work
+/// on them (or the value is not an object).
+fn on_fields<'a>(
+    smt: &dyn Smt,
+    s: Staged<'a>,
+    meta: &Meta,
+    out: &mut Vec<Staged<'a>>,
+) -> Result<(), String> {
+    let doc = match s.doc {
+        Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
+            Ok(Some(f)) => Doc::Fields(f),
+            Ok(None) => Doc::Text(Cow::Borrowed(t)),
+            Err(e) => return Err(format!("not valid JSON: {e}")),
+        },
+        other => other,
+    };
+    if let Doc::Fields(mut f) = doc {
+        if let Some(r) = smt.apply_fields(&mut f, meta) {
             r?;
-            out.extend(made.into_iter().map(|v| Staged {
-                doc: Doc::Text(Cow::Owned(v)),
-                key: key.clone(),
-                tombstone: false,
-                op,
-            }));
+            out.push(Staged {
+                doc: Doc::Fields(f),
+                ..s
+            });
             return Ok(());
         }
         return whole(
             smt,
             Staged {
-                doc: Doc::Text(text),
-                key,
-                tombstone: false,
-                op,
+                doc: Doc::Fields(f),
+                ..s
             },
             meta,
             out,
         );
     }
-    whole(smt, s, meta, out)
+    whole(smt, Staged { doc, ..s }, meta, out)
+}
+
+/// A transform of text applied to `s` (jq): the value's text, checked as a parse
+/// would check it when no step has parsed it yet.
+fn on_text<'a>(
+    smt: &dyn Smt,
+    s: Staged<'a>,
+    meta: &Meta,
+    out: &mut Vec<Staged<'a>>,
+) -> Result<(), String> {
+    if let Doc::Text(Cow::Borrowed(t)) = &s.doc {
+        // Not yet parsed: what is not JSON fails as a parse would say.
+        if let Err(e) = crate::formats::json::validate_json(t) {
+            // The parser's words where it has some, as the other transforms say it.
+            let e = serde_json::from_slice::<Value>(t)
+                .err()
+                .map_or(e, |e| e.to_string());
+            return Err(format!("not valid JSON: {e}"));
+        }
+    }
+    let text = s.doc.into_text();
+    let (key, op) = (s.key, s.op);
+    let mut made = Vec::new();
+    if let Some(r) = smt.expand_text(&text, key.as_deref(), meta, &mut |v| made.push(v)) {
+        r?;
+        out.extend(made.into_iter().map(|v| Staged {
+            doc: Doc::Text(Cow::Owned(v)),
+            key: key.clone(),
+            tombstone: false,
+            op,
+        }));
+        return Ok(());
+    }
+    whole(
+        smt,
+        Staged {
+            doc: Doc::Text(text),
+            key,
+            tombstone: false,
+            op,
+        },
+        meta,
+        out,
+    )
 }
 
 /// One transform applied to `s` parsed whole.
