@@ -894,17 +894,10 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transforms::{transform_all, Smt, SmtConfig};
+    use crate::transforms::{transform_all, Smt};
     use std::sync::Arc;
 
-    fn smt<T: SmtConfig>(toml_text: &str) -> Arc<dyn Smt> {
-        let c: T = toml::from_str(toml_text).unwrap();
-        c.build(&crate::testkit::conformance::section_context(Path::new(
-            ".",
-        )))
-        .map_err(|e| format!("{}: {}", e.key, e.message))
-        .unwrap()
-    }
+    use crate::transforms::built as smt;
 
     fn input(text: &str) -> Input {
         Input {

@@ -3,18 +3,11 @@
 //! it writes is compact, one record per line.
 
 use super::fields::{Flatten, InsertField};
-use super::{transform_all, Smt, SmtConfig};
+use super::{transform_all, Smt};
 use crate::record::{Origin, Record};
 use std::sync::Arc;
 
-fn smt<T: SmtConfig>(toml_text: &str) -> Arc<dyn Smt> {
-    let c: T = toml::from_str(toml_text).unwrap();
-    c.build(&crate::testkit::conformance::section_context(
-        std::path::Path::new("."),
-    ))
-    .map_err(|e| format!("{}: {}", e.key, e.message))
-    .unwrap()
-}
+use super::built as smt;
 
 fn record(value: &[u8]) -> Record {
     let mut r = Record::from_value(value.to_vec());

@@ -9,7 +9,7 @@ use super::filter::FilterConfig;
 use super::jq::JqConfig;
 use super::set_key::SetKey;
 use super::time::TimestampConverter;
-use super::{transform_all, Smt, SmtConfig};
+use super::{transform_all, Smt};
 use crate::record::{Origin, Record};
 use std::sync::Arc;
 
@@ -24,14 +24,7 @@ fn row() -> String {
     )
 }
 
-fn smt<T: SmtConfig>(toml_text: &str) -> Arc<dyn Smt> {
-    let c: T = toml::from_str(toml_text).unwrap();
-    c.build(&crate::testkit::conformance::section_context(
-        std::path::Path::new("."),
-    ))
-    .map_err(|e| format!("{}: {}", e.key, e.message))
-    .unwrap()
-}
+use super::built as smt;
 
 /// Each transform with a configuration that leaves the three numbers in the value
 /// (at the top level or flattened), and the value it is given.

@@ -350,7 +350,7 @@ fn on_fields<'a>(
     meta: &Meta,
     out: &mut Vec<Staged<'a>>,
 ) -> Result<(), String> {
-    let doc = match s.doc {
+    let mut doc = match s.doc {
         Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
             Ok(Some(f)) => Doc::Fields(f),
             Ok(None) => Doc::Text(Cow::Borrowed(t)),
@@ -358,24 +358,12 @@ fn on_fields<'a>(
         },
         other => other,
     };
-    if let Doc::Fields(mut f) = doc {
-        if let Some(r) = smt.apply_fields(&mut f, meta) {
+    if let Doc::Fields(f) = &mut doc {
+        if let Some(r) = smt.apply_fields(f, meta) {
             r?;
-            out.push(Staged {
-                doc: Doc::Fields(f),
-                ..s
-            });
+            out.push(Staged { doc, ..s });
             return Ok(());
         }
-        return whole(
-            smt,
-            Staged {
-                doc: Doc::Fields(f),
-                ..s
-            },
-            meta,
-            out,
-        );
     }
     whole(smt, Staged { doc, ..s }, meta, out)
 }
@@ -627,4 +615,16 @@ pub fn chain_step(
             })
         }),
     }
+}
+
+/// The transform a `[[transform]]` section's `toml_text` configures, built with paths
+/// relative to the working directory; for tests.
+#[cfg(test)]
+pub(crate) fn built<T: SmtConfig>(toml_text: &str) -> Arc<dyn Smt> {
+    let c: T = toml::from_str(toml_text).unwrap();
+    c.build(&crate::testkit::conformance::section_context(
+        std::path::Path::new("."),
+    ))
+    .map_err(|e| format!("{}: {}", e.key, e.message))
+    .unwrap()
 }

@@ -171,21 +171,16 @@ impl<'a> Fields<'a> {
                 }
             };
             match self.entries.iter().position(|(n, _)| *n == new) {
-                Some(i) => match origins.iter_mut().find(|(at, _)| *at == i) {
-                    Some((_, o)) => {
+                Some(i) => {
+                    // `new` is renamed or a rename's target, so the field it meets was
+                    // one too, and has its origin.
+                    if let Some((_, o)) = origins.iter_mut().find(|(at, _)| *at == i) {
                         if name > *o {
                             self.entries[i].1 = value;
                             *o = name;
                         }
                     }
-                    // Not reached (only checked names collide); kept as the rule says.
-                    None => {
-                        if name > self.entries[i].0 {
-                            self.entries[i].1 = value;
-                            origins.push((i, name));
-                        }
-                    }
-                },
+                }
                 None => {
                     origins.push((self.entries.len(), name));
                     self.entries.push((new, value));
