@@ -758,6 +758,12 @@ fn build(
     // The first step that may send the sink deletes.
     let mut deletes: Option<String> = None;
     // Consecutive record transforms run as one step that parses each record once.
+    // A `json` source's values parse (checked, or written by lockgate), and so do the
+    // values every operator and transform writes.
+    let values = match source.facts.format.as_str() {
+        "json" => crate::transforms::Values::Checked,
+        _ => crate::transforms::Values::Unchecked,
+    };
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
         let prepared = parsed(&cx, i).map_err(at(&key))?;
@@ -798,6 +804,7 @@ fn build(
                 if !chain.is_empty() {
                     steps.push(crate::transforms::chain_step(
                         std::mem::take(&mut chain),
+                        values,
                         cx.source_kafka.clone(),
                     ));
                 }
@@ -809,6 +816,7 @@ fn build(
     if !chain.is_empty() {
         steps.push(crate::transforms::chain_step(
             chain,
+            values,
             cx.source_kafka.clone(),
         ));
     }

@@ -102,7 +102,7 @@ pub fn read_inputs(t: &Target) -> Result<Inputs, String> {
 /// expected nowhere; one they make several of is expected as each, numbered as the job
 /// numbers them.
 fn transform(chain: &crate::transforms::Chain, mut inputs: Vec<Input>) -> Result<Inputs, String> {
-    use crate::transforms::{run_chain, OnError};
+    use crate::transforms::{run_chain, OnError, Values};
     if chain.is_empty() {
         for input in &mut inputs {
             input.raw = None;
@@ -138,7 +138,8 @@ fn transform(chain: &crate::transforms::Chain, mut inputs: Vec<Input>) -> Result
             ..crate::record::Record::from_value(if input.tombstone { Vec::new() } else { text })
         };
         outs.clear();
-        if let Err(failed) = run_chain(chain, record, &mut outs) {
+        // Unchecked: the values parsed in full, not split as the job splits them.
+        if let Err(failed) = run_chain(chain, Values::Unchecked, record, &mut outs) {
             let (e, _) = *failed;
             match chain[e.step].1.on_error() {
                 OnError::Fail => {

@@ -115,7 +115,9 @@ pub struct KafkaCluster {
 #[derive(Debug, Clone)]
 pub struct SourceFacts {
     /// The format of the records' values (`json`, `text`, `bytes`), and the key in
-    /// full that sets it, for errors (`source.kafka.format`).
+    /// full that sets it, for errors (`source.kafka.format`). `json` promises that
+    /// every value (not a tombstone) is JSON text that parses: the transforms then
+    /// read it by its structure without checking it again.
     pub format: String,
     pub format_key: String,
     /// Positions order the records of one split only (Kafka offsets): a sink that

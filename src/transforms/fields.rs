@@ -127,9 +127,9 @@ impl Smt for Insert {
         true
     }
 
-    fn apply_fields(&self, o: &mut Fields<'_>, meta: &Meta) -> Option<Result<(), String>> {
+    fn apply_fields<'a>(&'a self, o: &mut Fields<'a>, meta: &Meta) -> Option<Result<(), String>> {
         for (k, v) in &self.fixed_text {
-            o.set(k, v.clone());
+            o.set(k, v.as_str());
         }
         if self.topic.is_none()
             && self.partition.is_none()
@@ -138,7 +138,7 @@ impl Smt for Insert {
         {
             return Some(Ok(()));
         }
-        let mut put = |field: &Option<String>, v: &dyn Fn() -> String| {
+        let mut put = |field: &'a Option<String>, v: &dyn Fn() -> String| {
             if let Some(f) = field {
                 o.set(f, v());
             }
@@ -225,10 +225,10 @@ impl Smt for ReplaceField {
         true
     }
 
-    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+    fn apply_fields<'a>(&'a self, o: &mut Fields<'a>, _: &Meta) -> Option<Result<(), String>> {
         o.retain_renamed(
             |k| self.kept(k),
-            |k| self.rename.get(k).cloned(),
+            |k| self.rename.get(k).map(String::as_str),
             |k| self.rename.values().any(|t| t == k),
         );
         Some(Ok(()))
@@ -517,10 +517,26 @@ impl Smt for Casts {
         true
     }
 
-    fn apply_fields(&self, o: &mut Fields<'_>, _: &Meta) -> Option<Result<(), String>> {
+    fn apply_fields<'a>(&'a self, o: &mut Fields<'a>, _: &Meta) -> Option<Result<(), String>> {
         for (f, t) in &self.0 {
             let Some(text) = o.get(f) else { continue };
             if text == "null" {
+                continue;
+            }
+            // A boolean's casts to a boolean, an integer or a string, whose texts are
+            // known (`None`: unchanged).
+            let known = match (t, text) {
+                (CastType::Boolean, "true" | "false") => Some(None),
+                (CastType::Int(_), "true") => Some(Some("1")),
+                (CastType::Int(_), "false") => Some(Some("0")),
+                (CastType::String, "true") => Some(Some("\"true\"")),
+                (CastType::String, "false") => Some(Some("\"false\"")),
+                _ => None,
+            };
+            if let Some(known) = known {
+                if let Some(new) = known {
+                    o.set(f, new);
+                }
                 continue;
             }
             // A number's string is its text, which needs no escapes.

@@ -374,7 +374,7 @@ fn write_json(v: &Val, out: &mut Vec<u8>) -> Result<(), String> {
 }
 
 /// Whether `t` is a number by JSON's grammar: `-? int frac? exp?`.
-fn json_number(t: &[u8]) -> bool {
+pub(crate) fn json_number(t: &[u8]) -> bool {
     let digits = |i: &mut usize| {
         let start = *i;
         while t.get(*i).is_some_and(u8::is_ascii_digit) {
@@ -609,6 +609,8 @@ fn default_outputs() -> usize {
 #[derive(Debug)]
 pub struct Jq {
     program: Program,
+    /// The program's shape, when it only makes an object of top-level fields.
+    shape: Option<super::jq_shape::Shape>,
     /// The program names `$meta` (else it gets `null`, which it cannot see, and the
     /// records' headers need not be read).
     meta: bool,
@@ -621,6 +623,7 @@ impl Jq {
     pub fn new(code: &str) -> Result<Jq, String> {
         Ok(Jq {
             program: Program::compile(code)?,
+            shape: super::jq_shape::Shape::of(code),
             meta: names_meta(code),
             limits: Limits {
                 work: default_work(),
@@ -645,6 +648,7 @@ impl SmtConfig for JqConfig {
         }
         Ok(Arc::new(Jq {
             program,
+            shape: super::jq_shape::Shape::of(&self.filter),
             meta: names_meta(&self.filter),
             limits: Limits {
                 work: self.work_limit,
@@ -663,6 +667,19 @@ fn names_meta(code: &str) -> bool {
 impl Smt for Jq {
     fn textual(&self) -> bool {
         true
+    }
+
+    fn top_level(&self) -> bool {
+        self.shape.is_some()
+    }
+
+    fn apply_fields<'a>(
+        &'a self,
+        fields: &mut super::shallow::Fields<'a>,
+        meta: &Meta,
+    ) -> Option<Result<(), String>> {
+        let shape = self.shape.as_ref()?;
+        shape.apply(fields, meta).then_some(Ok(()))
     }
 
     fn expand_text(

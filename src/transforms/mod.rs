@@ -26,6 +26,7 @@ mod exact_numbers;
 pub mod fields;
 pub mod filter;
 pub mod jq;
+pub mod jq_shape;
 pub mod set_key;
 pub mod shallow;
 pub mod time;
@@ -147,7 +148,11 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
     /// [`Smt::apply`] on the top-level fields of an object value, with the same result
     /// (and the same errors); `None` when it has no such way ([`Smt::top_level`] is
     /// false).
-    fn apply_fields(&self, _fields: &mut Fields<'_>, _meta: &Meta) -> Option<Result<(), String>> {
+    fn apply_fields<'a>(
+        &'a self,
+        _fields: &mut Fields<'a>,
+        _meta: &Meta,
+    ) -> Option<Result<(), String>> {
         None
     }
 
@@ -195,6 +200,17 @@ pub(crate) fn on_error(key: Option<&str>, cx: &SectionContext) -> Result<OnError
 
 /// A chain of transforms, each named by its kind.
 pub type Chain = [(String, Arc<dyn Smt>)];
+
+/// What a chain may assume of the values it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// Any bytes: a value that is not JSON fails the step that reads it first, as a
+    /// parse says.
+    Unchecked,
+    /// JSON text that parses: the source checked it, or lockgate wrote it (the
+    /// sources whose format is `json`). A step reads it by its structure alone.
+    Checked,
+}
 
 /// Where a chain failed: the position of the transform and its message (naming it).
 #[derive(Debug, Clone, PartialEq)]
@@ -244,6 +260,7 @@ impl<T: SmtConfig> TransformSection for SmtSection<T> {
         let smt = self.0.build(cx)?;
         let step = chain_step(
             vec![(T::KIND.to_string(), smt.clone())],
+            Values::Unchecked,
             cx.source_kafka.clone(),
         );
         Ok(PreparedTransform {
@@ -274,7 +291,7 @@ pub fn transform(
 /// with several) are numbered ([`Record::output`]), so that ids made of coordinates
 /// stay unique. Any error fails, whatever the transforms' `on_error`.
 pub fn transform_all(chain: &Chain, record: Record, out: &mut Batch) -> crate::error::Result<()> {
-    run_chain(chain, record, out).map_err(|failed| {
+    run_chain(chain, Values::Unchecked, record, out).map_err(|failed| {
         let (e, record) = *failed;
         JobError::Other(format!("{}: {}", describe(&record), e.message))
     })
@@ -288,6 +305,9 @@ enum Doc<'a> {
     Fields(Fields<'a>),
     Tree(Value),
 }
+
+/// The records one step makes of one (nearly always one, kept inline).
+type Made<'a> = smallvec::SmallVec<[Staged<'a>; 1]>;
 
 /// A record on its way through a chain.
 struct Staged<'a> {
@@ -327,15 +347,16 @@ impl<'a> Doc<'a> {
 /// One transform applied to `s`, adding what follows to `out`: on its top-level
 /// fields, on its text, or parsed whole, as the transform works.
 fn step<'a>(
-    smt: &dyn Smt,
+    smt: &'a dyn Smt,
     s: Staged<'a>,
     meta: &Meta,
-    out: &mut Vec<Staged<'a>>,
+    values: Values,
+    out: &mut Made<'a>,
 ) -> Result<(), String> {
     if !s.tombstone && smt.top_level() {
-        on_fields(smt, s, meta, out)
+        on_fields(smt, s, meta, values, out)
     } else if !s.tombstone && smt.textual() {
-        on_text(smt, s, meta, out)
+        on_text(smt, s, meta, values, out)
     } else {
         whole(smt, s, meta, out)
     }
@@ -345,12 +366,18 @@ fn step<'a>(
 /// the last step left its text), and parsed whole only when the transform cannot work
 /// on them (or the value is not an object).
 fn on_fields<'a>(
-    smt: &dyn Smt,
+    smt: &'a dyn Smt,
     s: Staged<'a>,
     meta: &Meta,
-    out: &mut Vec<Staged<'a>>,
+    values: Values,
+    out: &mut Made<'a>,
 ) -> Result<(), String> {
+    let split = match (&s.doc, values) {
+        (Doc::Text(Cow::Borrowed(t)), Values::Checked) => Fields::split(t),
+        _ => None,
+    };
     let mut doc = match s.doc {
+        _ if split.is_some() => Doc::Fields(split.expect("split")),
         Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
             Ok(Some(f)) => Doc::Fields(f),
             Ok(None) => Doc::Text(Cow::Borrowed(t)),
@@ -365,7 +392,11 @@ fn on_fields<'a>(
             return Ok(());
         }
     }
-    whole(smt, Staged { doc, ..s }, meta, out)
+    // A transform that also reads text (jq) takes it where its fields cannot.
+    match smt.textual() {
+        true => on_text(smt, Staged { doc, ..s }, meta, values, out),
+        false => whole(smt, Staged { doc, ..s }, meta, out),
+    }
 }
 
 /// A transform of text applied to `s` (jq): the value's text, checked as a parse
@@ -374,9 +405,10 @@ fn on_text<'a>(
     smt: &dyn Smt,
     s: Staged<'a>,
     meta: &Meta,
-    out: &mut Vec<Staged<'a>>,
+    values: Values,
+    out: &mut Made<'a>,
 ) -> Result<(), String> {
-    if let Doc::Text(Cow::Borrowed(t)) = &s.doc {
+    if let (Doc::Text(Cow::Borrowed(t)), Values::Unchecked) = (&s.doc, values) {
         // Not yet parsed: what is not JSON fails as a parse would say.
         if let Err(e) = crate::formats::json::validate_json(t) {
             // The parser's words where it has some, as the other transforms say it.
@@ -413,12 +445,7 @@ fn on_text<'a>(
 }
 
 /// One transform applied to `s` parsed whole.
-fn whole<'a>(
-    smt: &dyn Smt,
-    s: Staged<'a>,
-    meta: &Meta,
-    out: &mut Vec<Staged<'a>>,
-) -> Result<(), String> {
+fn whole<'a>(smt: &dyn Smt, s: Staged<'a>, meta: &Meta, out: &mut Made<'a>) -> Result<(), String> {
     let value = if s.tombstone {
         Value::Null
     } else {
@@ -443,15 +470,18 @@ fn whole<'a>(
 
 /// [`transform_all`], handing back the record with the error and which transform
 /// failed (whose `on_error` then decides): the one way a chain is applied, by a job
-/// and by what checks a job's results.
+/// and by what checks a job's results. `values` says what the values are known to be;
+/// for a value that is [`Values::Checked`] the result is the same either way.
 pub fn run_chain(
     chain: &Chain,
-    record: Record,
+    values: Values,
+    mut record: Record,
     out: &mut Batch,
 ) -> Result<(), Box<(StepError, Record)>> {
-    let source = record.value.clone();
+    // Taken, not shared: the record has it back if the chain fails.
+    let source = std::mem::take(&mut record.value);
     let meta = Meta::of(&record);
-    let mut staged = vec![Staged {
+    let mut staged: Made = smallvec::smallvec![Staged {
         doc: if record.tombstone {
             Doc::Tree(Value::Null)
         } else {
@@ -463,9 +493,9 @@ pub fn run_chain(
     }];
     let mut failed = None;
     'chain: for (i, (kind, smt)) in chain.iter().enumerate() {
-        let mut next = Vec::with_capacity(staged.len());
+        let mut next = Made::with_capacity(staged.len());
         for s in staged.drain(..) {
-            if let Err(e) = step(&**smt, s, &meta, &mut next) {
+            if let Err(e) = step(&**smt, s, &meta, values, &mut next) {
                 failed = Some(StepError {
                     step: i,
                     message: format!("{kind}: {e}"),
@@ -477,6 +507,7 @@ pub fn run_chain(
     }
     if let Some(e) = failed {
         drop(staged);
+        record.value = source;
         return Err(Box::new((e, record)));
     }
     out.reserve(staged.len());
@@ -513,6 +544,7 @@ fn describe(record: &Record) -> String {
 /// as the failing transform's `on_error` says.
 struct ChainOperator {
     chain: Arc<Vec<(String, Arc<dyn Smt>)>>,
+    values: Values,
     kafka: Option<crate::connector::KafkaCluster>,
     letters: Option<crate::connectors::dead_letter::DeadLetterWriter>,
     skipped: u64,
@@ -581,7 +613,7 @@ impl crate::connector::Operator for ChainOperator {
 
     fn process(&mut self, batch: Batch, out: &mut Batch) -> crate::error::Result<()> {
         for r in batch {
-            if let Err(failed) = run_chain(&self.chain, r, out) {
+            if let Err(failed) = run_chain(&self.chain, self.values, r, out) {
                 let (e, record) = *failed;
                 self.failed(e, record)?;
             }
@@ -591,10 +623,12 @@ impl crate::connector::Operator for ChainOperator {
 }
 
 /// One stateless step that applies a chain of transforms (consecutive `[[transform]]`
-/// sections), parsing each record once: what a job runs for them. `kafka` is where
-/// records a transform dead-letters go (the source's cluster).
+/// sections), parsing each record once: what a job runs for them. `values` is what the
+/// source's values are known to be; `kafka` is where records a transform dead-letters
+/// go (the source's cluster).
 pub fn chain_step(
     chain: Vec<(String, Arc<dyn Smt>)>,
+    values: Values,
     kafka: Option<crate::connector::KafkaCluster>,
 ) -> Step {
     let kind = chain
@@ -608,6 +642,7 @@ pub fn chain_step(
         factory: Arc::new(move |_| {
             Box::new(ChainOperator {
                 chain: chain.clone(),
+                values,
                 kafka: kafka.clone(),
                 letters: None,
                 skipped: 0,

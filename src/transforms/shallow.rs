@@ -124,6 +124,77 @@ impl<'a> Fields<'a> {
         Ok(fields)
     }
 
+    /// The fields of `text`, a JSON text known to parse (the source checked it, or
+    /// lockgate wrote it), found by its structure alone: one pass, none of the checks
+    /// of [`Fields::parse`], with the same result for such a text. `None` when the text
+    /// is not an object, or not laid out as a text that parses would be: the caller
+    /// then parses it, which says why.
+    pub fn split(text: &'a [u8]) -> Option<Fields<'a>> {
+        let s = std::str::from_utf8(text).ok()?;
+        let b = s.as_bytes();
+        let mut i = skip_ws(b, 0);
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        let mut entries = Vec::with_capacity(16);
+        if b.get(i) == Some(&b'}') {
+            i += 1;
+        } else {
+            loop {
+                if b.get(i) != Some(&b'"') {
+                    return None;
+                }
+                let (end, escaped) = string_end(b, i)?;
+                let name = if escaped {
+                    Cow::Owned(serde_json::from_str::<String>(&s[i..=end]).ok()?)
+                } else {
+                    Cow::Borrowed(&s[i + 1..end])
+                };
+                i = skip_ws(b, end + 1);
+                if b.get(i) != Some(&b':') {
+                    return None;
+                }
+                let start = skip_ws(b, i + 1);
+                let stop = value_end(b, start)?;
+                entries.push((name, Cow::Borrowed(&s[start..stop])));
+                i = skip_ws(b, stop);
+                match b.get(i) {
+                    Some(b',') => i = skip_ws(b, i + 1),
+                    Some(b'}') => {
+                        i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        if skip_ws(b, i) != b.len() {
+            return None;
+        }
+        dedupe(&mut entries);
+        Some(Fields { entries })
+    }
+
+    /// The text of the value of field `name`, if it has one, as the fields hold it (a
+    /// copy of the reference when it is the record's own text).
+    pub fn get_cow(&self, name: &str) -> Option<Cow<'a, str>> {
+        self.entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The text of each field's value, in order.
+    pub fn values(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(_, v)| &**v)
+    }
+
+    /// Drops every field.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     /// The text of the value of field `name`, if it has one.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.entries
@@ -134,12 +205,11 @@ impl<'a> Fields<'a> {
 
     /// Sets field `name` to the JSON text `value`: in its place when it exists, else
     /// last. `value` must be one JSON value.
-    pub fn set(&mut self, name: &str, value: String) {
+    pub fn set(&mut self, name: &'a str, value: impl Into<Cow<'a, str>>) {
+        let value = value.into();
         match self.entries.iter_mut().find(|(n, _)| n == name) {
-            Some(e) => e.1 = Cow::Owned(value),
-            None => self
-                .entries
-                .push((Cow::Owned(name.to_owned()), Cow::Owned(value))),
+            Some(e) => e.1 = value,
+            None => self.entries.push((Cow::Borrowed(name), value)),
         }
     }
 
@@ -150,43 +220,53 @@ impl<'a> Fields<'a> {
     pub fn retain_renamed(
         &mut self,
         keep: impl Fn(&str) -> bool,
-        rename: impl Fn(&str) -> Option<String>,
+        rename: impl Fn(&str) -> Option<&'a str>,
         target: impl Fn(&str) -> bool,
     ) {
-        let n = self.entries.len();
-        let old = std::mem::replace(&mut self.entries, Vec::with_capacity(n));
+        // In place: the fields kept so far are `entries[..kept]`, each moved there
+        // from where it was; what is left beyond is dropped at the end.
+        let mut kept = 0;
         // The position and original name of each kept field that may collide.
-        let mut origins: Vec<(usize, Cow<'a, str>)> = Vec::new();
-        for (name, value) in old {
-            if !keep(&name) {
+        let mut origins: smallvec::SmallVec<[(usize, Cow<'a, str>); 4]> = smallvec::SmallVec::new();
+        for at in 0..self.entries.len() {
+            let name = &self.entries[at].0;
+            if !keep(name) {
                 continue;
             }
             // A name neither renamed nor a rename's target is unique as it is.
-            let new = match rename(&name) {
-                Some(r) => Cow::Owned(r),
-                None if target(&name) => name.clone(),
+            let new = match rename(name) {
+                Some(r) => Cow::Borrowed(r),
+                None if target(name) => name.clone(),
                 None => {
-                    self.entries.push((name, value));
+                    self.entries.swap(kept, at);
+                    kept += 1;
                     continue;
                 }
             };
-            match self.entries.iter().position(|(n, _)| *n == new) {
+            match self.entries[..kept].iter().position(|(n, _)| *n == new) {
                 Some(i) => {
                     // `new` is renamed or a rename's target, so the field it meets was
                     // one too, and has its origin.
-                    if let Some((_, o)) = origins.iter_mut().find(|(at, _)| *at == i) {
-                        if name > *o {
+                    if let Some((_, o)) = origins.iter_mut().find(|(p, _)| *p == i) {
+                        if self.entries[at].0 > *o {
+                            let (value, name) = {
+                                let e = &mut self.entries[at];
+                                (std::mem::take(&mut e.1), std::mem::take(&mut e.0))
+                            };
                             self.entries[i].1 = value;
                             *o = name;
                         }
                     }
                 }
                 None => {
-                    origins.push((self.entries.len(), name));
-                    self.entries.push((new, value));
+                    let old = std::mem::replace(&mut self.entries[at].0, new);
+                    origins.push((kept, old));
+                    self.entries.swap(kept, at);
+                    kept += 1;
                 }
             }
         }
+        self.entries.truncate(kept);
     }
 
     /// The object's JSON text.
@@ -203,22 +283,17 @@ impl<'a> Fields<'a> {
             if i > 0 {
                 out.push(b',');
             }
-            match name {
-                // A name borrowed from the text had no escapes there, and needs none.
-                Cow::Borrowed(n) => {
-                    out.push(b'"');
-                    out.extend_from_slice(n.as_bytes());
-                    out.push(b'"');
-                }
-                Cow::Owned(n) => serde_json::to_writer(&mut *out, n).expect("a string serializes"),
+            if name.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20) {
+                serde_json::to_writer(&mut *out, name).expect("a string serializes");
+            } else {
+                out.push(b'"');
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
             }
             out.push(b':');
-            match value {
-                // From the text: written compact, as a parsed value is.
-                Cow::Borrowed(v) => write_compact(v, out),
-                // Written by a transform: compact already.
-                Cow::Owned(v) => out.extend_from_slice(v.as_bytes()),
-            }
+            // Written compact, as a parsed value is (a transform's own text is
+            // compact already, and passes through as it is).
+            write_compact(value, out);
         }
         out.push(b'}');
     }
@@ -233,6 +308,63 @@ impl<'a> Fields<'a> {
             m.insert(name.to_string(), v);
         }
         Ok(serde_json::Value::Object(m))
+    }
+}
+
+/// The first position at or after `i` that is not JSON whitespace.
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// The position of the quote that closes the string opening at `i`, and whether the
+/// string has escapes; `None` when it does not close.
+fn string_end(b: &[u8], i: usize) -> Option<(usize, bool)> {
+    let mut j = i + 1;
+    let mut escaped = false;
+    loop {
+        j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b[j] == b'"' {
+            return Some((j, escaped));
+        }
+        escaped = true;
+        j += 2;
+    }
+}
+
+/// The position just after the value that starts at `i`; `None` when there is none.
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => string_end(b, i).map(|(end, _)| end + 1),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => j = string_end(b, j)?.0,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        // A number, `true`, `false` or `null`: up to what ends it.
+        _ => {
+            let end = b[i..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))
+                .map_or(b.len(), |n| i + n);
+            (end > i).then_some(end)
+        }
     }
 }
 
@@ -302,6 +434,74 @@ mod tests {
     }
 
     #[test]
+    fn splitting_a_checked_text_finds_what_parsing_finds() {
+        let texts = [
+            r#"{}"#,
+            r#"  { }  "#,
+            r#"{"a":1}"#,
+            "{ \"a\" :\n\t1.50e+3 , \"b\":[ 1, {\"c\": \"}]\\\"\"} ] ,\"d\":null}\n",
+            r#"{"a\"b":"x\\","\u0061":true,"a":false,"e":{"f":{"g":[[],{}]}},"h":-0}"#,
+            r#"{"s":"é\u00e9","t":"\\\\","u":""}"#,
+            r#"[1,2]"#,
+            r#""{}""#,
+            r#"12"#,
+        ];
+        for t in texts {
+            let parsed = Fields::parse(t.as_bytes()).unwrap();
+            assert_eq!(Fields::split(t.as_bytes()), parsed, "{t}");
+        }
+    }
+
+    #[test]
+    fn a_text_that_does_not_close_is_left_to_the_parse() {
+        for t in [
+            r#"{"a":1"#,
+            r#"{"a":"#,
+            r#"{"a":[1,2}"#,
+            r#"{"a":"x}"#,
+            r#"{"a" 1}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":}"#,
+            r#"{"a":1,}"#,
+        ] {
+            assert_eq!(Fields::split(t.as_bytes()), None, "{t}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn split_and_parse_agree_on_any_object(v in json_object(), pretty in proptest::bool::ANY) {
+            let text = if pretty { serde_json::to_vec_pretty(&v) } else { serde_json::to_vec(&v) }.unwrap();
+            let parsed = Fields::parse(&text).unwrap();
+            proptest::prop_assert!(parsed.is_some());
+            proptest::prop_assert_eq!(Fields::split(&text), parsed);
+        }
+    }
+
+    /// Objects of any JSON values, names with escapes and repeats among them.
+    fn json_object() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(serde_json::Value::from),
+            "[a-z\"\\\\{}\\[\\],: é\n]{0,8}".prop_map(serde_json::Value::from),
+        ];
+        let value = leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-c\"\\\\]{0,3}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        proptest::collection::btree_map("[a-d\"\\\\ ]{0,3}", value, 0..6)
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect()))
+    }
+
+    #[test]
     fn what_is_not_an_object_or_not_json() {
         for v in ["[1,{\"a\":2}]", "1.0", "\"s\"", "null", "true"] {
             assert_eq!(Fields::parse(v.as_bytes()).unwrap(), None, "{v}");
@@ -338,7 +538,7 @@ mod tests {
     #[test]
     fn escaped_names_are_written_escaped() {
         let mut f = Fields::parse(br#"{"a\"b":1}"#).unwrap().unwrap();
-        f.set("new\n", "2".into());
+        f.set("new\n", "2");
         assert_eq!(text(&f), r#"{"a\"b":1,"new\n":2}"#);
         assert_eq!(f.get("a\"b"), Some("1"));
     }
@@ -366,7 +566,7 @@ mod tests {
                     renames
                         .iter()
                         .find(|(from, _)| *from == n)
-                        .map(|(_, to)| to.to_string())
+                        .map(|(_, to)| *to)
                 },
                 |n| renames.iter().any(|(_, to)| *to == n),
             );
