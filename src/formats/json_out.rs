@@ -2,11 +2,10 @@
 //! shares (numbers, strings, bytes, decimals).
 
 use base64::Engine as _;
-use std::io::Write as _;
 
 /// An integer.
 pub(crate) fn number(out: &mut Vec<u8>, n: i64) {
-    let _ = write!(out, "{n}");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// A float; NaN and the infinities as the strings `"NaN"`, `"Infinity"`,
@@ -37,7 +36,15 @@ pub(crate) fn float32(out: &mut Vec<u8>, f: f32) {
 
 /// A JSON string.
 pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
-    let _ = serde_json::to_writer(&mut *out, s);
+    // Most strings need no escape: copied as they are.
+    if s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20) {
+        let _ = serde_json::to_writer(&mut *out, s);
+    } else {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
 }
 
 /// Bytes as a base64 string (standard alphabet, padded).
@@ -66,6 +73,43 @@ pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) -> Resul
             unscaled.len()
         ));
     }
+    if unscaled.len() <= 16 {
+        decimal_short(out, unscaled, scale);
+    } else {
+        decimal_long(out, unscaled, scale);
+    }
+    Ok(())
+}
+
+/// [`decimal`] of at most 16 bytes, through a 128-bit integer.
+fn decimal_short(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) {
+    let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);
+    // Sign-extended from the first byte.
+    let mut v: i128 = if negative { -1 } else { 0 };
+    for &b in unscaled {
+        v = (v << 8) | i128::from(b);
+    }
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(v.unsigned_abs()).as_bytes();
+    if v < 0 {
+        out.push(b'-');
+    }
+    if digits.len() > scale {
+        let point = digits.len() - scale;
+        out.extend_from_slice(&digits[..point]);
+        if scale > 0 {
+            out.push(b'.');
+            out.extend_from_slice(&digits[point..]);
+        }
+    } else {
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + scale - digits.len(), b'0');
+        out.extend_from_slice(digits);
+    }
+}
+
+/// [`decimal`] of any length, by repeated division.
+fn decimal_long(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) {
     let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);
     // The magnitude, big-endian.
     let mut mag: Vec<u8> = if negative {
@@ -107,5 +151,51 @@ pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &[u8], scale: usize) -> Resul
         out.push(b'.');
         out.extend_from_slice(&digits[point..]);
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn a_short_decimal_is_written_as_by_division(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..=16), scale in 0usize..40) {
+            let (mut short, mut long) = (Vec::new(), Vec::new());
+            decimal_short(&mut short, &bytes, scale);
+            decimal_long(&mut long, &bytes, scale);
+            proptest::prop_assert_eq!(String::from_utf8(short).unwrap(), String::from_utf8(long).unwrap());
+        }
+
+        #[test]
+        fn a_string_is_written_as_serde_json_writes_it(s in "[a-z\"\\\\\u{0}-\u{1f}é ]{0,12}") {
+            let mut out = Vec::new();
+            string(&mut out, &s);
+            proptest::prop_assert_eq!(out, serde_json::to_vec(&s).unwrap());
+        }
+    }
+
+    #[test]
+    fn edge_decimals() {
+        let cases: &[(&[u8], usize, &str)] = &[
+            (&[], 0, "0"),
+            (&[], 2, "0.00"),
+            (&[0xff], 0, "-1"),
+            (&[0xff], 3, "-0.001"),
+            (&[0x80; 1], 1, "-12.8"),
+            (&[0x07, 0xc6, 0xb5], 2, "5096.21"),
+        ];
+        for (bytes, scale, want) in cases {
+            let mut out = Vec::new();
+            decimal(&mut out, bytes, *scale).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), *want, "{bytes:?} {scale}");
+        }
+        let min = [0x80u8; 1]
+            .iter()
+            .chain([0u8; 15].iter())
+            .copied()
+            .collect::<Vec<_>>();
+        let mut out = Vec::new();
+        decimal(&mut out, &min, 0).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), i128::MIN.to_string());
+    }
 }
