@@ -746,6 +746,21 @@ impl Smt for Jq {
     }
 }
 
+/// The text of each output of `code` on the JSON text `input`, or the error; for tests.
+#[cfg(test)]
+pub(crate) fn text_outputs(code: &str, input: &[u8], meta: Val) -> Result<Vec<String>, String> {
+    let mut outs = Vec::new();
+    let limits = Limits {
+        work: 100,
+        outputs: 10,
+    };
+    Program::compile(code)?.run_text(input, meta, limits, |v| {
+        outs.push(String::from_utf8(v).expect("JSON text"));
+        ControlFlow::Continue(())
+    })?;
+    Ok(outs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -787,19 +802,10 @@ mod tests {
 
     #[test]
     fn text_in_text_out_keeps_numbers_and_strings() {
-        let p = Program::compile(". + {x: .a}").unwrap();
-        let mut outs = Vec::new();
-        p.run_text(
+        let outs = text_outputs(
+            ". + {x: .a}",
             br#"{"a":1.50,"b":12345678901234567890123456789012345678,"s":"\u00e9\"\n"}"#,
             Val::Null,
-            Limits {
-                work: 100,
-                outputs: 10,
-            },
-            |v| {
-                outs.push(String::from_utf8(v).unwrap());
-                ControlFlow::Continue(())
-            },
         )
         .unwrap();
         assert_eq!(

@@ -191,9 +191,8 @@ fn negative_zero(v: &str) -> bool {
 mod tests {
     use super::*;
     use crate::record::{Origin, Record};
-    use crate::transforms::jq::{Jq, Limits, Program};
+    use crate::transforms::jq::Jq;
     use crate::transforms::{run_chain, Smt, Values};
-    use std::ops::ControlFlow;
     use std::sync::Arc;
 
     const PROGRAMS: &[&str] = &[
@@ -242,22 +241,7 @@ mod tests {
             &crate::transforms::Meta::of(&r),
         );
         let meta = jaq_json::read::parse_single(&serde_json::to_vec(&meta).unwrap()).unwrap();
-        let mut outs = Vec::new();
-        Program::compile(code)
-            .unwrap()
-            .run_text(
-                input.as_bytes(),
-                meta,
-                Limits {
-                    work: 100,
-                    outputs: 10,
-                },
-                |v| {
-                    outs.push(String::from_utf8(v).unwrap());
-                    ControlFlow::Continue(())
-                },
-            )
-            .map(|()| outs)
+        crate::transforms::jq::text_outputs(code, input.as_bytes(), meta)
     }
 
     #[test]
