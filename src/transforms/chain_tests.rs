@@ -124,3 +124,54 @@ fn many_top_level_fields_and_repeated_names_take_linear_time() {
     assert_eq!(o["k000001"], "later");
     assert_eq!(o["k099999"], 99_999);
 }
+
+#[test]
+fn checked_values_split_by_structure_give_what_a_checking_parse_gives() {
+    use super::fields::{Cast, ReplaceField};
+    use super::{run_chain, Values};
+    let chain: Chain = vec![
+        insert(),
+        (
+            "replace_field".into(),
+            smt::<ReplaceField>(
+                "exclude = [\"drop\"]\nrename = { a = \"b\", b = \"a\", \"x y\" = \"z\" }",
+            ),
+        ),
+        (
+            "cast".into(),
+            smt::<Cast>(
+                "spec = { b = \"string\", t = \"int8\", f = \"boolean\", n = \"float64\" }",
+            ),
+        ),
+        flatten(),
+    ];
+    let inputs = [
+        r#"{"a":1,"b":"two","t":true,"f":false,"n":3}"#,
+        "{ \"a\" : [ 1.50 , {\"k\":1,\"k\":2} ] ,\n\"x y\": \"\\u00e9\\/\", \"drop\": null, \"a\": -0 }",
+        r#"{"\u0061":1E+2,"b":{"c":{"d":12345678901234567890123}},"t":"7","f":"TRUE"}"#,
+        r#"{}"#,
+        r#"[1,2]"#,
+        r#""text""#,
+        r#"null"#,
+    ];
+    for prefix in 1..=chain.len() {
+        for input in inputs {
+            let run = |values| {
+                let mut out = Vec::new();
+                run_chain(&chain[..prefix], values, record(input.as_bytes()), &mut out)
+                    .map(|()| {
+                        out.iter()
+                            .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|e| (e.0, e.1.value))
+            };
+            let (checked, unchecked) = (run(Values::Checked), run(Values::Unchecked));
+            assert_eq!(checked, unchecked, "{prefix} steps on {input}");
+            // A record the chain fails on is handed back as it came.
+            if let Err((_, value)) = checked {
+                assert_eq!(&value[..], input.as_bytes());
+            }
+        }
+    }
+}

@@ -311,6 +311,57 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Whether an object inside the JSON text `v` (one valid value) may repeat a name:
+/// true when one does, and when a name has an escape (which may spell another name).
+/// A parse keeps only the last value of a repeated name; a copy of the text keeps
+/// both.
+pub fn nested_names_repeat(v: &str) -> bool {
+    let b = v.as_bytes();
+    if !b.contains(&b'{') {
+        return false;
+    }
+    /// The names of an object so far, `None` for an array.
+    type Names<'t> = Option<smallvec::SmallVec<[&'t [u8]; 8]>>;
+    // Per open bracket.
+    let mut open: smallvec::SmallVec<[Names; 4]> = smallvec::SmallVec::new();
+    let mut expect_name = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' => {
+                open.push(Some(smallvec::SmallVec::new()));
+                expect_name = true;
+            }
+            b'[' => {
+                open.push(None);
+                expect_name = false;
+            }
+            b'}' | b']' => {
+                open.pop();
+                expect_name = false;
+            }
+            b',' => expect_name = matches!(open.last(), Some(Some(_))),
+            b'"' => {
+                let Some((end, escaped)) = string_end(b, i) else {
+                    return true;
+                };
+                if expect_name {
+                    let name = &b[i + 1..end];
+                    match open.last_mut() {
+                        Some(Some(names)) if !escaped && !names.contains(&name) => names.push(name),
+                        _ => return true,
+                    }
+                    expect_name = false;
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 /// The first position at or after `i` that is not JSON whitespace.
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
@@ -453,6 +504,23 @@ mod tests {
     }
 
     #[test]
+    fn repeated_names_inside_values_are_found() {
+        for (v, yes) in [
+            (r#"1"#, false),
+            (r#""{\"k\":1,\"k\":2}""#, false),
+            (r#"{"k":1,"j":{"k":2}}"#, false),
+            (r#"[{"k":1},{"k":2}]"#, false),
+            (r#"{"a":["k","k"],"b":"k"}"#, false),
+            (r#"{"k":1,"k":2}"#, true),
+            (r#"[1,{"m":{"k":1,"k":2}}]"#, true),
+            (r#"{"k":1,"\u006b":2}"#, true),
+            (r#"{ "k" : [ ] , "k" : 2 }"#, true),
+        ] {
+            assert_eq!(nested_names_repeat(v), yes, "{v}");
+        }
+    }
+
+    #[test]
     fn a_text_that_does_not_close_is_left_to_the_parse() {
         for t in [
             r#"{"a":1"#,
@@ -476,9 +544,26 @@ mod tests {
             proptest::prop_assert!(parsed.is_some());
             proptest::prop_assert_eq!(Fields::split(&text), parsed);
         }
+
+        #[test]
+        fn split_and_parse_agree_on_repeated_and_escaped_names(
+            fields in proptest::collection::vec((0usize..5, json_object(), 0usize..4), 0..8),
+        ) {
+            // Names as written: some spell one name two ways, some repeat.
+            const NAMES: [&str; 5] = ["a", "\\u0061", "b", "c\\\"d", "1E+2"];
+            const SPACES: [&str; 4] = ["", " ", "\n\t", "\r\n "];
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(n, v, w)| format!("{w}\"{}\"{w}:{w}{}{w}", NAMES[*n], v, w = SPACES[*w]))
+                .collect();
+            let text = format!("{{{}}}", body.join(","));
+            let parsed = Fields::parse(text.as_bytes()).unwrap();
+            proptest::prop_assert!(parsed.is_some());
+            proptest::prop_assert_eq!(Fields::split(text.as_bytes()), parsed);
+        }
     }
 
-    /// Objects of any JSON values, names with escapes and repeats among them.
+    /// Objects of any JSON values, names with escapes among them.
     fn json_object() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
