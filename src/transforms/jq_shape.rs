@@ -79,12 +79,15 @@ impl Shape {
                 Src::Meta(m) => Cow::Owned(m.json(meta)),
             });
         }
+        // What is written as it is: the record's fields (which hold every value a
+        // field gives) for `. + {...}`, else the object's values. Literals and `$meta`
+        // have neither a `-0` nor an object.
         let written = |v: &str| !negative_zero(v) && !super::shallow::nested_names_repeat(v);
-        let kept = match self.merge {
+        let writable = match self.merge {
             true => o.values().all(written),
             false => values.iter().all(|v| written(v)),
         };
-        if !(kept && values.iter().all(|v| written(v))) {
+        if !writable {
             return false;
         }
         if !self.merge {

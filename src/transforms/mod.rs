@@ -372,13 +372,14 @@ fn on_fields<'a>(
     values: Values,
     out: &mut Made<'a>,
 ) -> Result<(), String> {
-    let split = match (&s.doc, values) {
-        (Doc::Text(Cow::Borrowed(t)), Values::Checked) => Fields::split(t),
-        _ => None,
-    };
     let mut doc = match s.doc {
-        _ if split.is_some() => Doc::Fields(split.expect("split")),
-        Doc::Text(Cow::Borrowed(t)) => match Fields::parse(t) {
+        // A checked text by its structure; any other (or one laid out otherwise) parsed.
+        Doc::Text(Cow::Borrowed(t)) => match values
+            .eq(&Values::Checked)
+            .then(|| Fields::split(t))
+            .flatten()
+            .map_or_else(|| Fields::parse(t), |f| Ok(Some(f)))
+        {
             Ok(Some(f)) => Doc::Fields(f),
             Ok(None) => Doc::Text(Cow::Borrowed(t)),
             Err(e) => return Err(format!("not valid JSON: {e}")),
