@@ -69,10 +69,23 @@ fn dedupe<K: std::ops::Deref<Target = str>, V>(entries: &mut Vec<(K, V)>) {
     // Pairs (first, later) of fields of one name, in the order of the later.
     let mut repeats = Vec::new();
     if entries.len() <= SMALL {
-        for i in 1..entries.len() {
-            if let Some(first) = entries[..i].iter().position(|(n, _)| **n == *entries[i].0) {
-                repeats.push((first, i));
+        // A name is compared with the others only when one before it has the same
+        // length and ends (nearly never, in an object without repeats).
+        let mut seen = 0u64;
+        for i in 0..entries.len() {
+            let n = entries[i].0.as_bytes();
+            let (first, last) = (n.first().copied(), n.last().copied());
+            let bit = 1u64
+                << ((n.len()
+                    + 7 * usize::from(first.unwrap_or(0))
+                    + 13 * usize::from(last.unwrap_or(0)))
+                    % 64);
+            if seen & bit != 0 {
+                if let Some(first) = entries[..i].iter().position(|(m, _)| **m == *entries[i].0) {
+                    repeats.push((first, i));
+                }
             }
+            seen |= bit;
         }
     } else {
         let mut first: std::collections::HashMap<&str, usize> =
@@ -424,39 +437,37 @@ fn value_end(b: &[u8], i: usize) -> Option<usize> {
 /// A number's text is copied as it is.
 fn write_compact(v: &str, out: &mut Vec<u8>) {
     let b = v.as_bytes();
-    if !b
-        .iter()
-        .any(|&c| matches!(c, b' ' | b'\n' | b'\r' | b'\t' | b'\\'))
-    {
-        out.extend_from_slice(b);
-        return;
-    }
     let mut i = 0;
     while i < b.len() {
-        match b[i] {
-            b' ' | b'\n' | b'\r' | b'\t' => i += 1,
-            b'"' => {
-                // The closing quote: the first not escaped by a backslash.
-                let mut j = i + 1;
-                let mut escaped = false;
-                while j < b.len() && (escaped || b[j] != b'"') {
-                    escaped = !escaped && b[j] == b'\\';
-                    j += 1;
+        // Up to the next string or whitespace, the text is copied as it is.
+        let run = b[i..]
+            .iter()
+            .position(|&c| matches!(c, b'"' | b' ' | b'\n' | b'\r' | b'\t'))
+            .map_or(b.len(), |n| i + n);
+        out.extend_from_slice(&b[i..run]);
+        i = run;
+        match b.get(i) {
+            None => break,
+            Some(b'"') => {
+                let Some((end, escaped)) = string_end(b, i) else {
+                    // Not reached for a valid value: what is left, as it is.
+                    out.extend_from_slice(&b[i..]);
+                    break;
+                };
+                let string = &v[i..=end];
+                // A string without escapes is written as it is (its whitespace is
+                // its content); one with escapes as a parse would write it.
+                match escaped
+                    .then(|| serde_json::from_str::<String>(string).ok())
+                    .flatten()
+                {
+                    Some(s) => serde_json::to_writer(&mut *out, &s).expect("a string serializes"),
+                    None => out.extend_from_slice(string.as_bytes()),
                 }
-                let string = &v[i..(j + 1).min(b.len())];
-                match string.contains('\\') {
-                    true => match serde_json::from_str::<String>(string) {
-                        Ok(s) => serde_json::to_writer(&mut *out, &s).expect("a string serializes"),
-                        Err(_) => out.extend_from_slice(string.as_bytes()),
-                    },
-                    false => out.extend_from_slice(string.as_bytes()),
-                }
-                i = j + 1;
+                i = end + 1;
             }
-            c => {
-                out.push(c);
-                i += 1;
-            }
+            // Whitespace between tokens.
+            Some(_) => i += 1,
         }
     }
 }
@@ -539,10 +550,13 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn split_and_parse_agree_on_any_object(v in json_object(), pretty in proptest::bool::ANY) {
-            let text = if pretty { serde_json::to_vec_pretty(&v) } else { serde_json::to_vec(&v) }.unwrap();
-            let parsed = Fields::parse(&text).unwrap();
+            let written = if pretty { serde_json::to_vec_pretty(&v) } else { serde_json::to_vec(&v) }.unwrap();
+            let parsed = Fields::parse(&written).unwrap();
             proptest::prop_assert!(parsed.is_some());
-            proptest::prop_assert_eq!(Fields::split(&text), parsed);
+            proptest::prop_assert_eq!(Fields::split(&written), parsed.clone());
+            // Written back compact, as the parsed value is written (strings with
+            // spaces, escapes and nested values among them).
+            proptest::prop_assert_eq!(text(&parsed.unwrap()), serde_json::to_string(&v).unwrap());
         }
 
         #[test]
