@@ -1,0 +1,449 @@
+//! The floors of the code (README, "Layout"), checked over its imports.
+//!
+//! Every `crate::` and `super::` path in `src/` (comments and `#[cfg(test)]` items left
+//! out) is an arrow from the file that names it to the module it names. The rules:
+//!
+//! 1. no file imports from a floor above its own;
+//! 2. on the floor of connectors and steps, no area imports another (connectors never
+//!    import one another, and steps and connectors meet only through the contract);
+//! 3. the runtime imports no connector, operator or transform;
+//! 4. no import circle spans more than one folder.
+//!
+//! `KNOWN` lists the arrows that still break a rule while the floors are being put in
+//! order; the test fails on any arrow not listed, and on a listed one that is gone (so
+//! the list only shrinks).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The floors, bottom up: the top-level modules of each.
+const FLOORS: &[(&str, &[&str])] = &[
+    (
+        "core",
+        &[
+            "record",
+            "error",
+            "member",
+            "fault",
+            "secret",
+            "interpolate",
+            "control",
+            "event_time",
+        ],
+    ),
+    ("services", &["checkpoint", "telemetry"]),
+    ("plumbing", &["dead_letter", "clients"]),
+    ("formats", &["formats"]),
+    ("contract", &["connector"]),
+    ("kits", &["kits"]),
+    (
+        "connectors and steps",
+        &["connectors", "operators", "transforms"],
+    ),
+    ("model and runtime", &["config", "job", "runtime"]),
+    (
+        "command line and harness",
+        &["cli", "builtin", "migrate", "chaos", "testkit"],
+    ),
+];
+
+/// Arrows that break a rule today, as `rule: from-file -> to-area`. Each step of the
+/// restructuring removes its own.
+const KNOWN: &[&str] = &[
+    "runtime: runtime/chain.rs -> operators",
+    "runtime: runtime/executor.rs -> operators",
+    "sideways: connectors/dead_letter.rs -> connectors::kafka",
+    "sideways: connectors/elasticsearch/bulk.rs -> connectors::dead_letter",
+    "sideways: connectors/elasticsearch/config.rs -> connectors",
+    "sideways: connectors/elasticsearch/config.rs -> connectors::dead_letter",
+    "sideways: connectors/elasticsearch/config.rs -> operators",
+    "sideways: connectors/elasticsearch/sink.rs -> connectors",
+    "sideways: connectors/elasticsearch/version_guard.rs -> operators",
+    "sideways: connectors/kafka/config.rs -> connectors",
+    "sideways: connectors/kafka/sink.rs -> connectors",
+    "sideways: connectors/kafka/sink.rs -> connectors::dead_letter",
+    "sideways: connectors/kafka/sink.rs -> operators",
+    "sideways: connectors/kafka/sink_config.rs -> connectors",
+    "sideways: connectors/kafka/source.rs -> connectors",
+    "sideways: connectors/kafka/source.rs -> connectors::dead_letter",
+    "sideways: connectors/postgres/config.rs -> connectors::dead_letter",
+    "sideways: connectors/postgres/writer.rs -> connectors::dead_letter",
+    "sideways: connectors/registry.rs -> connectors::elasticsearch",
+    "sideways: connectors/registry.rs -> connectors::file_sink",
+    "sideways: connectors/registry.rs -> connectors::kafka",
+    "sideways: connectors/registry.rs -> connectors::postgres",
+    "sideways: connectors/registry.rs -> connectors::sequence",
+    "sideways: connectors/registry.rs -> operators",
+    "sideways: connectors/registry.rs -> transforms",
+    "sideways: connectors/sequence.rs -> connectors::kafka",
+    "sideways: operators/window/aggregate.rs -> transforms",
+    "sideways: operators/window/operator.rs -> connectors::dead_letter",
+    "sideways: operators/window/operator.rs -> transforms",
+    "sideways: operators/window/section.rs -> transforms",
+    "sideways: transforms/jq.rs -> connectors::kafka",
+    "sideways: transforms/mod.rs -> connectors::dead_letter",
+    "sideways: transforms/mod.rs -> connectors::kafka",
+    "sideways: transforms/mod.rs -> operators",
+    "upward: connector/kit/bulk/processor.rs -> connectors::dead_letter",
+    "upward: connector/kit/bulk/target.rs -> connectors::dead_letter",
+    "upward: event_time/metrics.rs -> telemetry",
+    "upward: event_time/timestamp.rs -> transforms",
+    "upward: formats/registry.rs -> connector",
+    "upward: formats/registry_section.rs -> connectors::elasticsearch",
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The module path of a file under `src/` (`connectors/kafka/mod.rs` -> `connectors::kafka`).
+fn module_of(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).unwrap();
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The text of a file without comments and without the items marked `#[cfg(test)]`.
+fn product_code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let code = strip_comment(line);
+        if code.trim() == "#[cfg(test)]" {
+            // Skip the item that follows: one line ending in `;`, or up to its
+            // closing brace.
+            let mut depth = 0i64;
+            let mut opened = false;
+            for l in lines.by_ref() {
+                let l = strip_comment(l);
+                depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                opened |= l.contains('{');
+                if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push_str(code);
+        out.push('\n');
+    }
+    out
+}
+
+/// `line` up to a `//` that is not inside a string literal.
+fn strip_comment(line: &str) -> &str {
+    let mut in_string = false;
+    let mut escaped = false;
+    let b = line.as_bytes();
+    for i in 0..b.len() {
+        match b[i] {
+            _ if escaped => escaped = false,
+            b'\\' if in_string => escaped = true,
+            b'"' => in_string = !in_string,
+            b'/' if !in_string && b.get(i + 1) == Some(&b'/') => return &line[..i],
+            _ => {}
+        }
+    }
+    line
+}
+
+/// The module paths a file's code names: `crate::a::b` and `super::c` (resolved against
+/// `module`), each as far as its path goes; a `{...}` group yields each of its members.
+fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    for (root, base) in [
+        ("crate::", Vec::new()),
+        ("super::", {
+            // `super` of module a::b::c (`a/b/c.rs`) is a::b, of a::b (`a/b/mod.rs`) a.
+            let mut m = module.to_vec();
+            m.pop();
+            m
+        }),
+    ] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(root) {
+            let i = from + at;
+            from = i + root.len();
+            let before = if i == 0 { b' ' } else { bytes[i - 1] };
+            if before.is_ascii_alphanumeric() || before == b'_' || before == b'$' || before == b':'
+            {
+                continue;
+            }
+            let mut base = base.clone();
+            let mut rest = &code[from..];
+            // `super::super::`
+            while let Some(r) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = r;
+            }
+            collect_tree(rest, base, &mut out);
+        }
+    }
+    out
+}
+
+/// The paths of a use tree at the start of `text` (`a::b`, `a::{b, c::d}`).
+fn collect_tree(text: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let mut path = prefix;
+    let mut rest = text;
+    loop {
+        let ident: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ident.is_empty() {
+            if ident != "self" {
+                path.push(ident.clone());
+            }
+            rest = &rest[ident.len()..];
+            match rest.strip_prefix("::") {
+                Some(r) => {
+                    rest = r;
+                    continue;
+                }
+                None => break,
+            }
+        }
+        if let Some(r) = rest.strip_prefix('{') {
+            // Members split at top-level commas.
+            let mut depth = 0;
+            let mut start = 0;
+            for (i, c) in r.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        collect_tree(r[start..i].trim_start(), path.clone(), out);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        collect_tree(r[start..i].trim_start(), path.clone(), out);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        break;
+    }
+    if !path.is_empty() {
+        out.push(path);
+    }
+}
+
+/// Where a module path lives: the file that defines its longest prefix.
+fn file_of(path: &[String], files: &BTreeSet<PathBuf>) -> Option<PathBuf> {
+    for n in (1..=path.len()).rev() {
+        let base = path[..n].iter().fold(src(), |p, s| p.join(s));
+        for candidate in [base.with_extension("rs"), base.join("mod.rs")] {
+            if files.contains(&candidate) {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+/// The area of a module path: its top-level module, or `connectors::<name>` for a
+/// connector (`connectors` alone for the folder's face).
+fn area(module: &[String], connectors: &BTreeSet<String>) -> Option<String> {
+    let top = module.first()?;
+    if top == "connectors" {
+        if let Some(c) = module.get(1).filter(|c| connectors.contains(*c)) {
+            return Some(format!("connectors::{c}"));
+        }
+    }
+    Some(top.clone())
+}
+
+fn floor(area: &str) -> Option<usize> {
+    let top = area.split("::").next()?;
+    FLOORS.iter().position(|(_, mods)| mods.contains(&top))
+}
+
+fn rel(file: &Path) -> String {
+    file.strip_prefix(src()).unwrap().display().to_string()
+}
+
+/// Strongly connected components of more than one file (Tarjan, iterative enough for
+/// a few hundred files).
+fn circles(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
+    struct T<'a> {
+        edges: &'a BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<&'a PathBuf, usize>,
+        low: BTreeMap<&'a PathBuf, usize>,
+        stack: Vec<&'a PathBuf>,
+        on: BTreeSet<&'a PathBuf>,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a PathBuf) {
+        let i = t.index.len();
+        t.index.insert(v, i);
+        t.low.insert(v, i);
+        t.stack.push(v);
+        t.on.insert(v);
+        if let Some(next) = t.edges.get(v) {
+            for w in next {
+                let Some((w, _)) = t.edges.get_key_value(w) else {
+                    continue;
+                };
+                if !t.index.contains_key(w) {
+                    visit(t, w);
+                    let l = t.low[w].min(t.low[v]);
+                    t.low.insert(v, l);
+                } else if t.on.contains(w) {
+                    let l = t.index[w].min(t.low[v]);
+                    t.low.insert(v, l);
+                }
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut c = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on.remove(w);
+                c.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                c.sort();
+                t.out.push(c);
+            }
+        }
+    }
+    let mut t = T {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !t.index.contains_key(v) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+/// Every arrow that breaks a rule, as the `KNOWN` list spells it.
+fn violations() -> BTreeSet<String> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let files: BTreeSet<PathBuf> = files
+        .into_iter()
+        .filter(|f| !matches!(rel(f).as_str(), "lib.rs" | "main.rs"))
+        .collect();
+    let connectors: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(f))
+        .filter(|m| m.len() >= 2 && m[0] == "connectors")
+        .map(|m| m[1].clone())
+        .collect();
+    let mut found = BTreeSet::new();
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for file in &files {
+        let module = module_of(file);
+        let from_area = area(&module, &connectors).unwrap();
+        let code = product_code(&std::fs::read_to_string(file).unwrap());
+        let targets = edges.entry(file.clone()).or_default();
+        for path in named_paths(&code, &module) {
+            let Some(target) = file_of(&path, &files) else {
+                continue;
+            };
+            if &target != file {
+                targets.insert(target.clone());
+            }
+            let Some(to_area) = area(&module_of(&target), &connectors) else {
+                continue;
+            };
+            if to_area == from_area {
+                continue;
+            }
+            let (Some(f), Some(t)) = (floor(&from_area), floor(&to_area)) else {
+                found.insert(format!("no floor: {} -> {to_area}", rel(file)));
+                continue;
+            };
+            if t > f {
+                found.insert(format!("upward: {} -> {to_area}", rel(file)));
+            } else if t == f && FLOORS[f].0 == "connectors and steps" {
+                found.insert(format!("sideways: {} -> {to_area}", rel(file)));
+            }
+            if from_area == "runtime"
+                && ["connectors", "operators", "transforms"]
+                    .contains(&to_area.split("::").next().unwrap())
+            {
+                found.insert(format!("runtime: {} -> {to_area}", rel(file)));
+            }
+        }
+    }
+    for c in circles(&edges) {
+        let folders: BTreeSet<_> = c
+            .iter()
+            .map(|f| f.parent().unwrap().to_path_buf())
+            .collect();
+        if folders.len() > 1 {
+            let names: Vec<String> = c.iter().map(|f| rel(f)).collect();
+            found.insert(format!("circle: {}", names.join(" ")));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_import_breaks_the_floors() {
+    let found = violations();
+    let known: BTreeSet<String> = KNOWN.iter().map(|s| s.to_string()).collect();
+    let new: Vec<_> = found.difference(&known).collect();
+    let gone: Vec<_> = known.difference(&found).collect();
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "imports that break the floors (README, \"Layout\"):\n{}\n\nlisted as known but gone (remove them from KNOWN):\n{}",
+        new.iter().map(|s| format!("  {s:?},")).collect::<Vec<_>>().join("\n"),
+        gone.iter().map(|s| format!("  {s:?},")).collect::<Vec<_>>().join("\n"),
+    );
+}
+
+#[test]
+fn the_reader_finds_what_the_rules_are_about() {
+    // The parser itself: grouped, nested and relative paths; comments and test items
+    // are not code.
+    let code = product_code(
+        "use crate::{a::b, c::{d, e::f}};\n// use crate::x;\nfn g() { crate::h::i(); }\n#[cfg(test)]\nmod tests {\n    use crate::y;\n}\nuse super::super::k;\n",
+    );
+    let module: Vec<String> = ["m", "n", "o"].iter().map(|s| s.to_string()).collect();
+    let mut got: Vec<String> = named_paths(&code, &module)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    got.sort();
+    assert_eq!(got, ["a::b", "c::d", "c::e::f", "h::i", "m::k"]);
+
+    // A circle of two folders is found; one inside a folder is not a violation.
+    let p = |s: &str| PathBuf::from(s);
+    let mut edges = BTreeMap::new();
+    edges.insert(p("a/x.rs"), BTreeSet::from([p("b/y.rs")]));
+    edges.insert(p("b/y.rs"), BTreeSet::from([p("a/x.rs")]));
+    edges.insert(p("c/z.rs"), BTreeSet::new());
+    assert_eq!(circles(&edges), vec![vec![p("a/x.rs"), p("b/y.rs")]]);
+}
