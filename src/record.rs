@@ -8,7 +8,9 @@
 //! ([`Bytes::copy_from_slice`] or `to_vec`), as the built-in sinks do (the exchange
 //! between tasks does not: see [`crate::runtime::chain::EXCHANGE_BATCH_BYTES`]).
 
+use crate::error::{JobError, Result};
 use bytes::Bytes;
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Where a record came from: its stream (topic), partition and offset. Sinks derive
@@ -96,3 +98,70 @@ impl Record {
 
 /// Records travel in batches: one channel message carries many records.
 pub type Batch = Vec<Record>;
+
+/// Where a record came from, for error messages.
+pub fn describe(record: &Record) -> String {
+    match &record.origin {
+        Some(o) => format!("record {}/{}@{}", o.stream, o.partition, o.offset),
+        None => "record".to_string(),
+    }
+}
+
+/// Extracts the key at JSON pointer `pointer` as its canonical form: the key's text
+/// (a JSON string's own text; any other value's compact JSON, a number exactly as
+/// written) encoded as a JSON string. A key is its text, as a document id or a table's
+/// key column sees it: `"1"` and `1` are one key, so that keyed state and the id of a
+/// result never disagree (two states writing one document).
+pub fn json_key(record: &Record, pointer: &str) -> Result<Vec<u8>> {
+    let v: Value = serde_json::from_slice(&record.value)
+        .map_err(|e| JobError::Other(format!("{} is not valid JSON: {e}", describe(record))))?;
+    let k = v
+        .pointer(pointer)
+        .ok_or_else(|| JobError::Other(format!("{} has no key at {pointer}", describe(record))))?;
+    Ok(canonical_key(k))
+}
+
+/// The canonical form of a key's value (see [`json_key`]).
+pub fn canonical_key(k: &Value) -> Vec<u8> {
+    let text = key_text(k);
+    serde_json::to_vec(&Value::String(text)).expect("a JSON string serializes")
+}
+
+/// A key's text: a JSON string's own text, any other value's compact JSON.
+pub fn key_text(k: &Value) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Sets the value at JSON pointer `pointer`, creating the last member if absent.
+pub fn set_pointer(doc: &mut Value, pointer: &str, value: Value) -> bool {
+    if let Some(slot) = doc.pointer_mut(pointer) {
+        *slot = value;
+        return true;
+    }
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return false;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match doc.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.insert(last, value);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// What kind of JSON value `v` is, for messages ("a string", "an object").
+pub fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

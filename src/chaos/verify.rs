@@ -12,7 +12,7 @@
 use super::es_http::EsHttp;
 use super::target::{EsTarget, Output, Target};
 use crate::connectors::elasticsearch::IdStrategy;
-use crate::operators::rolling_sum::set_pointer;
+use crate::record::set_pointer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -625,7 +625,7 @@ fn verify_latest(
 fn key_of(value: &Value, key_ptr: &str) -> String {
     value
         .pointer(key_ptr)
-        .map(crate::operators::rolling_sum::key_text)
+        .map(crate::record::key_text)
         .unwrap_or_default()
 }
 

@@ -93,7 +93,7 @@ pub fn time_of(v: Option<&Value>) -> Result<i64, String> {
             .map_err(|e| format!("`{s}` is not an RFC 3339 time: {e}")),
         Some(other) => Err(format!(
             "{} is neither epoch milliseconds nor an RFC 3339 string",
-            crate::transforms::kind(other)
+            crate::record::json_kind(other)
         )),
     }
 }

@@ -8,7 +8,9 @@
 use super::keyed::{KeyedFunction, KeyedState};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::{JobError, Result};
-use crate::record::{Batch, Record};
+/// The key helpers, where the rolling sum's users have always found them.
+pub use crate::record::{canonical_key, json_key, key_text, set_pointer};
+use crate::record::{describe, Batch, Record};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -79,61 +81,6 @@ fn decimal(text: &str) -> Option<bigdecimal::BigDecimal> {
     let (digits, scale) = d.as_bigint_and_exponent();
     let exponent = digits.to_string().trim_start_matches('-').len() as i64 - scale;
     (exponent.abs() <= MAX_EXPONENT && scale.abs() <= MAX_EXPONENT).then_some(d)
-}
-
-/// Where a record came from, for error messages.
-pub fn describe(record: &Record) -> String {
-    match &record.origin {
-        Some(o) => format!("record {}/{}@{}", o.stream, o.partition, o.offset),
-        None => "record".to_string(),
-    }
-}
-
-/// Extracts the key at JSON pointer `pointer` as its canonical form: the key's text
-/// (a JSON string's own text; any other value's compact JSON, a number exactly as
-/// written) encoded as a JSON string. A key is its text, as a document id or a table's
-/// key column sees it: `"1"` and `1` are one key, so that keyed state and the id of a
-/// result never disagree (two states writing one document).
-pub fn json_key(record: &Record, pointer: &str) -> Result<Vec<u8>> {
-    let v: Value = serde_json::from_slice(&record.value)
-        .map_err(|e| JobError::Other(format!("{} is not valid JSON: {e}", describe(record))))?;
-    let k = v
-        .pointer(pointer)
-        .ok_or_else(|| JobError::Other(format!("{} has no key at {pointer}", describe(record))))?;
-    Ok(canonical_key(k))
-}
-
-/// The canonical form of a key's value (see [`json_key`]).
-pub fn canonical_key(k: &Value) -> Vec<u8> {
-    let text = key_text(k);
-    serde_json::to_vec(&Value::String(text)).expect("a JSON string serializes")
-}
-
-/// A key's text: a JSON string's own text, any other value's compact JSON.
-pub fn key_text(k: &Value) -> String {
-    match k {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Sets the value at JSON pointer `pointer`, creating the last member if absent.
-pub fn set_pointer(doc: &mut Value, pointer: &str, value: Value) -> bool {
-    if let Some(slot) = doc.pointer_mut(pointer) {
-        *slot = value;
-        return true;
-    }
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
-        return false;
-    };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    match doc.pointer_mut(parent) {
-        Some(Value::Object(map)) => {
-            map.insert(last, value);
-            true
-        }
-        _ => false,
-    }
 }
 
 /// The rolling sum keyed function.

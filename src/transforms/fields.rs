@@ -3,8 +3,9 @@
 //! `Flatten`, `MaskField`, `Cast`, on schemaless values).
 
 use super::shallow::Fields;
-use super::{kind, object, Meta, Parts, Smt, SmtConfig};
+use super::{object, Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
+use crate::record::json_kind;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -277,7 +278,7 @@ pub(crate) fn field_of<'v>(v: &'v Value, field: &str) -> Option<&'v Value> {
 
 impl Smt for ExtractField {
     fn apply(&self, parts: &mut Parts, _: &Meta) -> Result<(), String> {
-        let kind = kind(&parts.value);
+        let kind = json_kind(&parts.value);
         if !parts.value.is_object() {
             return Err(format!(
                 "extract_field needs a JSON object, the value is {kind}"
@@ -436,7 +437,7 @@ impl CastType {
                     .trim()
                     .parse::<f64>()
                     .map_err(|_| format!("{s:?} is not a number")),
-                other => Err(format!("{} cannot be cast to a number", kind(other))),
+                other => Err(format!("{} cannot be cast to a number", json_kind(other))),
             }
         };
         match self {

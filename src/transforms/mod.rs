@@ -33,7 +33,7 @@ pub mod time;
 
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::JobError;
-use crate::record::{Batch, Headers, Op, Record};
+use crate::record::{describe, json_kind, Batch, Headers, Op, Record};
 use bytes::Bytes;
 use serde_json::Value;
 use shallow::Fields;
@@ -224,21 +224,9 @@ pub(crate) fn object<'v>(
     v: &'v mut Value,
     name: &str,
 ) -> Result<&'v mut serde_json::Map<String, Value>, String> {
-    let kind = kind(v);
+    let kind = json_kind(v);
     v.as_object_mut()
         .ok_or_else(|| format!("{name} needs a JSON object, the value is {kind}"))
-}
-
-/// What kind of JSON value `v` is, for messages.
-pub(crate) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A transform's job-file section: its options (`T`, which checks itself when it is
@@ -535,10 +523,6 @@ pub fn run_chain(
         });
     }
     Ok(())
-}
-
-fn describe(record: &Record) -> String {
-    crate::operators::rolling_sum::describe(record)
 }
 
 /// The operator of a chain: each record through [`run_chain`], and one that fails

@@ -2,8 +2,9 @@
 //! key becomes a field of its value.
 
 use super::fields::field_of;
-use super::{kind, Meta, Parts, Smt, SmtConfig};
+use super::{Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
+use crate::record::json_kind;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -77,7 +78,7 @@ impl Smt for Key {
         if !parts.value.is_object() {
             return Err(format!(
                 "set_key needs a JSON object, the value is {}",
-                kind(&parts.value)
+                json_kind(&parts.value)
             ));
         }
         let get = |f: &str| field_of(&parts.value, f).ok_or_else(|| format!("no field {f}"));

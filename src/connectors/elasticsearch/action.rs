@@ -6,7 +6,7 @@ use super::encode::{action_line, Body, Encoder, Id};
 use super::index_name::IndexTemplate;
 use super::params::{text_of, with_timestamp, ActionParams, PipelineTemplate, TimestampSource};
 use crate::error::{JobError, Result};
-use crate::record::{Op, Origin, Record};
+use crate::record::{describe, Op, Origin, Record};
 use tracing::warn;
 
 /// A bulk operation type.
@@ -331,13 +331,13 @@ impl ConfigActionBuilder {
             Some(NullValue::Fail) => {
                 return Err(JobError::Other(format!(
                     "{} is a tombstone (no value) and on_null_value = \"fail\"",
-                    describe_record(record)
+                    describe(record)
                 )))
             }
             Some(NullValue::Skip) => {
                 self.skipped_tombstones += 1;
                 if self.skipped_tombstones.is_power_of_two() {
-                    warn!(record = %describe_record(record), skipped = self.skipped_tombstones, "skipping tombstones (on_null_value = \"skip\")");
+                    warn!(record = %describe(record), skipped = self.skipped_tombstones, "skipping tombstones (on_null_value = \"skip\")");
                 }
                 None
             }
@@ -393,13 +393,6 @@ impl ConfigActionBuilder {
 fn json_key(record: &Record) -> std::result::Result<serde_json::Value, &'static str> {
     let key = record.key.as_ref().ok_or("and it has none")?;
     serde_json::from_slice(key).map_err(|_| "which is not JSON")
-}
-
-fn describe_record(record: &Record) -> String {
-    match &record.origin {
-        Some(o) => format!("record {}/{}@{}", o.stream, o.partition, o.offset),
-        None => "record".into(),
-    }
 }
 
 /// The document id of a record under `strategy`; `doc` is the parsed record, if the
@@ -541,7 +534,7 @@ impl ActionBuilder for ConfigActionBuilder {
                 record: None,
                 invalid: Some(format!(
                     "{} cannot be written to Elasticsearch: {why}",
-                    describe_record(record)
+                    describe(record)
                 )),
                 params: ActionParams::default(),
             },
@@ -552,7 +545,7 @@ impl ActionBuilder for ConfigActionBuilder {
                 None => {
                     action.invalid = Some(format!(
                         "{}: versioning = \"external\" needs a record origin",
-                        describe_record(record)
+                        describe(record)
                     ))
                 }
             }

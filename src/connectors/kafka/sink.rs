@@ -357,7 +357,7 @@ impl Sink for KafkaSink {
             match key {
                 Ok(key) => self.send(r, &key).await?,
                 Err(why) => {
-                    let why = format!("{}: {why}", crate::operators::rolling_sum::describe(r));
+                    let why = format!("{}: {why}", crate::record::describe(r));
                     self.invalid(r, &why).await?
                 }
             }

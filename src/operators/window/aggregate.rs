@@ -163,7 +163,7 @@ impl Acc {
             Some(other) => {
                 return Err(format!(
                     "{} is not a number",
-                    crate::transforms::kind(other)
+                    crate::record::json_kind(other)
                 ))
             }
         };

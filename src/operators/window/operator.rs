@@ -9,7 +9,7 @@ use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::error::{JobError, Result};
 use crate::event_time::metrics::{seconds, EventTimeMetrics};
 use crate::operators::keyed::{partition_scope, scope_of};
-use crate::operators::rolling_sum::describe;
+use crate::record::describe;
 use crate::record::{Batch, Op, Record};
 use crate::transforms::OnError;
 use lockgate_state::backend::{state_key, StateBatch};

@@ -3,7 +3,7 @@
 use super::aggregate::AggSpec;
 use super::assign::{Timing, WindowKind};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
-use crate::operators::rolling_sum::json_key;
+use crate::record::json_key;
 use crate::transforms::OnError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
