@@ -83,7 +83,6 @@ const KNOWN: &[&str] = &[
     "sideways: transforms/mod.rs -> connectors::kafka",
     "upward: connector/kit/bulk/processor.rs -> connectors::dead_letter",
     "upward: connector/kit/bulk/target.rs -> connectors::dead_letter",
-    "upward: event_time/metrics.rs -> telemetry",
     "upward: formats/registry.rs -> connector",
     "upward: formats/registry_section.rs -> connectors::elasticsearch",
 ];

@@ -1,7 +1,6 @@
 //! Event time: where a record's time comes from, the watermarks that say how far it
 //! has come, and the rules by which they combine.
 
-pub mod metrics;
 pub mod timestamp;
 pub mod watermark;
 

@@ -9,6 +9,7 @@
 
 #[cfg(feature = "harness")]
 pub mod control_api;
+pub mod event_time;
 pub mod metrics;
 #[cfg(feature = "harness")]
 pub mod server;
@@ -466,7 +467,7 @@ impl Telemetry {
         }
         // Watermarks of operator subtasks: the series without a partition.
         let now = wall_ms() as f64 / 1000.0;
-        let event_time = m.existing_extension::<crate::event_time::metrics::EventTimeMetrics>();
+        let event_time = m.existing_extension::<event_time::EventTimeMetrics>();
         for s in event_time.iter().flat_map(|e| task_series(&e.watermark)) {
             if s.topic.as_deref() != Some("") {
                 continue;

@@ -9,8 +9,8 @@
 //! keeps in its own state (see [`crate::operators::window`]).
 
 use super::Tp;
-use crate::event_time::metrics::{seconds, EventTimeMetrics};
 use crate::event_time::{EventTime, SplitWatermarks, Watermark, END_OF_TIME};
+use crate::telemetry::event_time::{seconds, EventTimeMetrics};
 use prometheus::Gauge;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The event-time metric families: watermarks of partitions and operators, windows
 //! open and fired, late records.
 
-use crate::telemetry::metrics::{Metrics, SPLIT_LABELS, TASK_LABELS};
+use super::metrics::{Metrics, SPLIT_LABELS, TASK_LABELS};
 use prometheus::{Gauge, GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 use std::sync::Arc;
 
