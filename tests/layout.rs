@@ -51,7 +51,7 @@ const FLOORS: &[(&str, &[&str])] = &[
 /// restructuring removes its own.
 const KNOWN: &[&str] = &[
     "runtime: runtime/chain.rs -> operators",
-    "runtime: runtime/executor.rs -> operators",
+    "runtime: runtime/start.rs -> operators",
     "sideways: connectors/dead_letter.rs -> connectors::kafka",
     "sideways: connectors/elasticsearch/bulk.rs -> connectors::dead_letter",
     "sideways: connectors/elasticsearch/config.rs -> connectors",

@@ -7,7 +7,9 @@ pub mod executor;
 pub mod message;
 mod publish;
 pub mod restart;
+mod start;
 pub mod task;
 mod wiring;
 
-pub use executor::{run, RunOptions, RunSummary};
+pub use executor::run;
+pub use start::{RunOptions, RunSummary};

@@ -4,8 +4,8 @@
 //! [`super::executor`] runs the coordinator over what this wires.
 
 use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
-use super::executor::{sink_restore, RestoreSet};
 use super::message::{Control, Report, TaskId};
+use super::start::{sink_restore, RestoreSet};
 use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::connector::{Operator, OperatorContext, SubtaskInfo};
 use crate::error::Result;
