@@ -6,8 +6,9 @@ mod common;
 
 use lockgate::connector::{SinkSpec, SourceSpec};
 use lockgate::connectors::registry::builtin;
-use lockgate::testkit::conformance::sink::{SinkContext, SinkFixture};
+use lockgate::testkit::conformance::sink::{run_case, SinkContext, SinkFixture};
 use lockgate::testkit::conformance::source::{SourceContext, SourceFixture};
+use lockgate::testkit::conformance::visibility::CommitAtBarrier;
 use lockgate::testkit::conformance::{sink_from_section, source_from_section};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -258,6 +259,18 @@ mod file_sink {
     }
 
     lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
+
+    /// The suite catches a file sink that commits at the barrier, before its
+    /// checkpoint is durable (every case that reads only the final output passes it).
+    #[test]
+    fn the_suite_fails_a_file_sink_that_commits_at_the_barrier() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cx = CommitAtBarrier(Context(tempfile::tempdir().unwrap()));
+        let e = run_case("visibility_at_checkpoints", &cx, tmp.path()).unwrap_err();
+        assert!(e.contains("visible before the checkpoint completed"), "{e}");
+        let tmp = tempfile::tempdir().unwrap();
+        run_case("single_subtask", &cx, tmp.path()).expect("the final output alone is right");
+    }
 }
 
 /// The Elasticsearch sink's context over any Elasticsearch-API server: each fixture is
@@ -557,7 +570,7 @@ mod postgres {
 
         /// Every committed row; and nothing may be left prepared by a finished run
         /// (a run that ends cleanly commits everything it prepared).
-        fn read(&self) -> Result<Vec<Value>, String> {
+        fn settled(&self) -> Result<(), String> {
             let left = self.server.query(
                 "conformance",
                 "SELECT gid FROM pg_prepared_xacts ORDER BY gid",
@@ -568,6 +581,10 @@ mod postgres {
                     left.iter().map(|r| &r[0]).collect::<Vec<_>>()
                 ));
             }
+            Ok(())
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
             let rows = self.server.query(
                 "conformance",
                 &format!(
@@ -585,7 +602,22 @@ mod postgres {
 /// The Postgres sink, exactly once by two-phase commit, inserting.
 mod postgres_sink_two_phase {
     use super::postgres::Context;
+    use super::{run_case, CommitAtBarrier};
     lockgate::sink_conformance!(Context::two_phase());
+
+    /// The suite catches a two-phase sink that commits its prepared transaction at the
+    /// barrier.
+    #[test]
+    fn the_suite_fails_a_two_phase_sink_that_commits_at_the_barrier() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = run_case(
+            "visibility_at_checkpoints",
+            &CommitAtBarrier(Context::two_phase()),
+            tmp.path(),
+        )
+        .unwrap_err();
+        assert!(e.contains("visible before the checkpoint completed"), "{e}");
+    }
 }
 
 /// The Postgres sink, idempotent upserts committed at each barrier.

@@ -25,6 +25,7 @@ pub mod collect;
 pub mod process;
 pub mod sink;
 pub mod source;
+pub mod visibility;
 
 use crate::job::{CheckpointSettings, JobBuilder, JobGraph, RestartPolicy};
 use crate::runtime::{RunOptions, RunSummary};
@@ -116,6 +117,10 @@ pub const SINK_CASES: &[(&str, &str)] = &[
     (
         "failpoint_windows",
         "a real process aborted in each window of the checkpoint protocol after a completed checkpoint, then run to the end",
+    ),
+    (
+        "visibility_at_checkpoints",
+        "read while the job runs: an exactly-once sink shows nothing of a checkpoint before it completes (nor after it is aborted), any other shows everything once the barrier passed it",
     ),
 ];
 

@@ -34,8 +34,15 @@ pub trait SinkFixture: Send {
     fn spec(&self) -> Result<SinkSpec, String>;
 
     /// What the destination holds now, as it is visible to its readers (committed
-    /// output only): one JSON value per record or document.
+    /// output only): one JSON value per record or document. Called while a job runs,
+    /// too (`visibility_at_checkpoints`), so it must not fail on work in progress.
     fn read(&self) -> Result<Vec<Value>, String>;
+
+    /// After a finished run: `Err` when the destination holds work left half done
+    /// (a prepared transaction, an unfinished upload), which [`check`] reports.
+    fn settled(&self) -> Result<(), String> {
+        Ok(())
+    }
 
     /// The sink's job-file section writing into this destination, as `(name, TOML
     /// body)` of `[sink.<name>]`, for the process-level cases.
@@ -91,6 +98,7 @@ pub fn canonical(v: &Value) -> Vec<u8> {
 
 /// Checks what `f` holds against `expected`, as `guarantee` promises.
 pub fn check(f: &dyn SinkFixture, guarantee: Guarantee, expected: &[Value]) -> CaseResult {
+    f.settled()?;
     let found: Vec<Vec<u8>> = f.read()?.iter().map(canonical).collect();
     let expected: Vec<Vec<u8>> = expected.iter().map(canonical).collect();
     match guarantee {
@@ -374,6 +382,7 @@ pub fn run_case(name: &str, cx: &dyn SinkContext, tmp: &Path) -> CaseResult {
         "corrupt_newest_checkpoint" => corrupt_newest_checkpoint,
         "sigkill_at_seeded_moments" => sigkill_at_seeded_moments,
         "failpoint_windows" => failpoint_windows,
+        "visibility_at_checkpoints" => super::visibility::visibility_at_checkpoints,
         other => return Err(format!("no sink case {other}")),
     };
     case(cx, &dir)
@@ -400,7 +409,7 @@ macro_rules! sink_conformance {
         $crate::sink_conformance!(@cases $cx;
             single_subtask, several_subtasks, stop_and_restart, rescale_up, rescale_down,
             metrics_count_records, failure_mid_stream, corrupt_newest_checkpoint,
-            sigkill_at_seeded_moments, failpoint_windows);
+            sigkill_at_seeded_moments, failpoint_windows, visibility_at_checkpoints);
     };
     (@cases $cx:expr; $($case:ident),*) => {
         $(

@@ -1,0 +1,306 @@
+//! The sink case `visibility_at_checkpoints`: what the destination's readers see at
+//! each moment of the checkpoint protocol, read through the fixture while the job runs.
+//!
+//! - An exactly-once sink: the records a subtask wrote since its last barrier are not
+//!   visible once the next barrier has passed it, nor after that checkpoint is
+//!   aborted; they are visible once a checkpoint that holds them completed. A sink that
+//!   commits at the barrier (visible before the checkpoint is durable) fails here: a
+//!   crash between the barrier and the checkpoint's completion would replay records
+//!   its readers already saw.
+//! - Any other sink: everything written before a barrier is visible once the barrier
+//!   has passed the sink (it flushes at the barrier, as its snapshot promises).
+//!
+//! [`CommitAtBarrier`] is the mutation that proves the case: a sink whose commit runs
+//! inside its snapshot.
+
+use super::sink::{canonical, check, expected, SinkContext, SinkFixture};
+use super::{job_builder, runtime, CaseResult};
+use crate::connector::{Guarantee, Sink, SinkRestore, SinkSpec, SubtaskInfo};
+use crate::connectors::sequence::{SequenceConfig, SequenceSource};
+use crate::error::{JobError, Result};
+use crate::record::Batch;
+use async_trait::async_trait;
+use lockgate_state::CheckpointId;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Records of the case: a second at the pace below, about twenty checkpoints.
+const RECORDS: i64 = 4_000;
+const PACE: u64 = 4_000;
+/// The destination is read at checkpoints up to this id (each read is a full read).
+const PROBED: u64 = 6;
+/// The checkpoint the probe declines after the sink staged it, so that it is aborted.
+const DECLINED: u64 = 3;
+
+/// What the probes of one run share.
+struct Shared {
+    fixture: Mutex<Box<dyn SinkFixture>>,
+    guarantee: Guarantee,
+    findings: Mutex<Vec<String>>,
+    declined: AtomicBool,
+}
+
+impl Shared {
+    /// What the destination's readers see now, each record's canonical text.
+    fn visible(&self) -> Result<HashSet<Vec<u8>>> {
+        let read = tokio::task::block_in_place(|| self.fixture.lock().expect("the fixture").read())
+            .map_err(|e| JobError::Other(format!("reading the destination: {e}")))?;
+        Ok(read.iter().map(canonical).collect())
+    }
+
+    fn found(&self, what: String) {
+        self.findings.lock().expect("findings").push(what);
+    }
+}
+
+/// A sink under test with a reader at its side.
+struct Probe {
+    inner: Box<dyn Sink>,
+    shared: Arc<Shared>,
+    subtask: u16,
+    /// The records invoked since the last barrier.
+    open: Vec<Vec<u8>>,
+    /// The records of each checkpoint not yet complete (an exactly-once sink's staged
+    /// output), by checkpoint id.
+    staged: BTreeMap<u64, Vec<Vec<u8>>>,
+}
+
+impl Probe {
+    /// How many of `records` are (`true`) or are not (`false`) in `visible`.
+    fn count(records: &[Vec<u8>], visible: &HashSet<Vec<u8>>, seen: bool) -> usize {
+        records
+            .iter()
+            .filter(|r| visible.contains(*r) == seen)
+            .count()
+    }
+
+    /// Every record of the checkpoints not yet complete.
+    fn pending(&self) -> Vec<Vec<u8>> {
+        self.staged.values().flatten().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl Sink for Probe {
+    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
+        self.subtask = info.index;
+        self.inner.open(info, restored).await
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        for r in &batch {
+            let v: serde_json::Value = serde_json::from_slice(&r.value)
+                .map_err(|e| JobError::Other(format!("the probe reads JSON records: {e}")))?;
+            self.open.push(canonical(&v));
+        }
+        self.inner.invoke(batch).await
+    }
+
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        let state = self.inner.snapshot(id).await?;
+        let epoch = std::mem::take(&mut self.open);
+        let s = self.shared.clone();
+        if id.0 <= PROBED {
+            let visible = s.visible()?;
+            let n = epoch.len();
+            match s.guarantee {
+                Guarantee::ExactlyOnce => {
+                    let early = Self::count(&epoch, &visible, true);
+                    if early > 0 {
+                        s.found(format!(
+                            "checkpoint {id}, subtask {}: {early} of the {n} records written since the last barrier are visible before the checkpoint completed",
+                            self.subtask
+                        ));
+                    }
+                }
+                Guarantee::Idempotent | Guarantee::AtLeastOnce => {
+                    let missing = Self::count(&epoch, &visible, false);
+                    if missing > 0 {
+                        s.found(format!(
+                            "checkpoint {id}, subtask {}: {missing} of the {n} records written before the barrier are not visible after the sink's snapshot (a sink without commits flushes at the barrier)",
+                            self.subtask
+                        ));
+                    }
+                }
+            }
+        }
+        if s.guarantee == Guarantee::ExactlyOnce {
+            self.staged.insert(id.0, epoch);
+        }
+        if id.0 == DECLINED && self.subtask == 0 && !s.declined.swap(true, Ordering::SeqCst) {
+            return Err(JobError::Declined(format!(
+                "the conformance probe declines checkpoint {id} after the sink staged it"
+            )));
+        }
+        Ok(state)
+    }
+
+    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        self.inner.notify_checkpoint_complete(id).await?;
+        let done: Vec<u64> = self.staged.range(..=id.0).map(|(k, _)| *k).collect();
+        let committed: Vec<Vec<u8>> = done
+            .iter()
+            .filter_map(|k| self.staged.remove(k))
+            .flatten()
+            .collect();
+        if id.0 <= PROBED && !committed.is_empty() {
+            let missing = Self::count(&committed, &self.shared.visible()?, false);
+            if missing > 0 {
+                self.shared.found(format!(
+                    "checkpoint {id}, subtask {}: completed, and {missing} of the {} records it commits are not visible",
+                    self.subtask,
+                    committed.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<()> {
+        self.inner.notify_checkpoint_aborted(id).await?;
+        let pending = self.pending();
+        if self.shared.guarantee == Guarantee::ExactlyOnce && !pending.is_empty() {
+            let early = Self::count(&pending, &self.shared.visible()?, true);
+            if early > 0 {
+                self.shared.found(format!(
+                    "checkpoint {id}, subtask {}: aborted, and {early} records of checkpoints not complete are visible",
+                    self.subtask
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// Case `visibility_at_checkpoints`, at parallelism 1 and then 2, each into a
+/// destination of its own.
+pub fn visibility_at_checkpoints(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+    for parallelism in [1, 2] {
+        let f = cx.create()?;
+        let spec = f.spec()?;
+        let guarantee = spec.caps.guarantee;
+        let shared = Arc::new(Shared {
+            fixture: Mutex::new(f),
+            guarantee,
+            findings: Mutex::new(Vec::new()),
+            declined: AtomicBool::new(false),
+        });
+        let probed = probed(spec, &shared);
+        let input = SequenceConfig {
+            from: 1,
+            to: RECORDS,
+            keys: 100,
+            rate_per_sec: PACE,
+            splits: 16,
+        };
+        let g = job_builder(
+            "visibility",
+            &dir.join(parallelism.to_string()),
+            parallelism,
+        )
+        .source_spec(SequenceSource::spec(input))
+        .sink_spec(probed)
+        .build()
+        .map_err(|e| format!("the job does not build: {e}"))?;
+        super::run_to_end(&runtime(), &g, None)?;
+        let findings = shared.findings.lock().expect("findings").clone();
+        if !findings.is_empty() {
+            return Err(format!(
+                "parallelism {parallelism}: {}",
+                findings.join("; ")
+            ));
+        }
+        if !shared.declined.load(Ordering::SeqCst) {
+            return Err(format!(
+                "parallelism {parallelism}: the run ended before checkpoint {DECLINED}: nothing was probed"
+            ));
+        }
+        let f = shared.fixture.lock().expect("the fixture");
+        check(f.as_ref(), guarantee, &expected(RECORDS))
+            .map_err(|e| format!("parallelism {parallelism}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `spec` with each of its sinks behind a probe.
+fn probed(spec: SinkSpec, shared: &Arc<Shared>) -> SinkSpec {
+    let inner = spec.factory.clone();
+    let shared = shared.clone();
+    SinkSpec {
+        factory: Arc::new(move |i| {
+            Box::new(Probe {
+                inner: inner(i),
+                shared: shared.clone(),
+                subtask: i,
+                open: Vec::new(),
+                staged: BTreeMap::new(),
+            })
+        }),
+        ..spec
+    }
+}
+
+/// A mutation of `C`'s sinks for the suite's own tests: each commits inside its
+/// snapshot, at the barrier, before the checkpoint is durable. Such a sink passes every
+/// case that looks only at the final output; `visibility_at_checkpoints` fails it.
+pub struct CommitAtBarrier<C>(pub C);
+
+impl<C: SinkContext> SinkContext for CommitAtBarrier<C> {
+    fn create(&self) -> std::result::Result<Box<dyn SinkFixture>, String> {
+        Ok(Box::new(Mutated(self.0.create()?)))
+    }
+}
+
+struct Mutated(Box<dyn SinkFixture>);
+
+impl SinkFixture for Mutated {
+    fn spec(&self) -> std::result::Result<SinkSpec, String> {
+        let spec = self.0.spec()?;
+        let inner = spec.factory.clone();
+        Ok(SinkSpec {
+            factory: Arc::new(move |i| Box::new(CommitsNow(inner(i)))),
+            ..spec
+        })
+    }
+
+    fn read(&self) -> std::result::Result<Vec<serde_json::Value>, String> {
+        self.0.read()
+    }
+}
+
+struct CommitsNow(Box<dyn Sink>);
+
+#[async_trait]
+impl Sink for CommitsNow {
+    async fn open(&mut self, info: &SubtaskInfo, restored: &SinkRestore) -> Result<()> {
+        self.0.open(info, restored).await
+    }
+
+    async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        self.0.invoke(batch).await
+    }
+
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        let state = self.0.snapshot(id).await?;
+        self.0.notify_checkpoint_complete(id).await?;
+        Ok(state)
+    }
+
+    async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        self.0.notify_checkpoint_complete(id).await
+    }
+
+    async fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<()> {
+        self.0.notify_checkpoint_aborted(id).await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.0.close().await
+    }
+}
