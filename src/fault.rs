@@ -1,7 +1,9 @@
 //! Named failpoints at every step of the checkpoint protocol, for the fault-injection
 //! harness. Configured from `LOCKGATE_FAILPOINTS="name=action;..."`, where an action is
 //! one of the `fail` crate's (`panic`, `sleep(ms)`, `off`, `N*action`, `P%action`, ...)
-//! or `exit`: an immediate process abort, as if the process were killed at that point.
+//! or `exit`: an immediate process abort, as if the process were killed at that point,
+//! or `kill`: the process sends itself SIGKILL there (what an operator's `kill -9` or
+//! the kernel's OOM killer does, at a moment of the protocol rather than of the clock).
 //! `name@K=action` arms the point only once the process has completed K checkpoints that
 //! hold records, so that an abort hits the window of a later checkpoint, with a
 //! restorable one holding records behind it (a point that fires at the first checkpoint
@@ -36,7 +38,7 @@ pub struct Arming {
     pub name: String,
     /// Armed once this many checkpoints completed (0: at once).
     pub after_checkpoints: u64,
-    /// The `fail` crate's action, with `exit` for an abort.
+    /// The `fail` crate's action, with `exit` for an abort and `kill` for SIGKILL.
     pub action: String,
 }
 
@@ -173,11 +175,15 @@ pub fn setup_from_env() -> Result<(), String> {
     {
         let mut after = HashMap::new();
         for a in armings {
-            // `exit` anywhere in the action (`exit`, `20%exit`, `3*off->exit`) aborts.
-            let action = a
-                .action
-                .replace("return(exit)", "exit")
-                .replace("exit", "return(exit)");
+            // `exit` or `kill` anywhere in the action (`exit`, `20%exit`,
+            // `3*off->kill`) ends the process.
+            let action = ["exit", "kill"]
+                .iter()
+                .fold(a.action.clone(), |action, end| {
+                    action
+                        .replace(&format!("return({end})"), end)
+                        .replace(end, &format!("return({end})"))
+                });
             fail::cfg(&a.name, &action).map_err(|e| format!("{ENV}: {}: {e}", a.name))?;
             if a.after_checkpoints > 0 {
                 after.insert(a.name, a.after_checkpoints);
@@ -224,9 +230,17 @@ pub fn hit(name: &str) {
 fn eval(name: &str) {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(name, |arg: Option<String>| {
-        if arg.as_deref() == Some("exit") {
-            eprintln!("failpoint {name}: exit");
-            std::process::abort();
+        match arg.as_deref() {
+            Some("exit") => {
+                eprintln!("failpoint {name}: exit");
+                std::process::abort();
+            }
+            Some("kill") => {
+                eprintln!("failpoint {name}: kill");
+                // SAFETY: kill(2) on this process's own id; nothing returns from it.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            _ => {}
         }
     });
     let _ = name;

@@ -1,6 +1,7 @@
 //! The process-level cases: the connector runs in a real `run --config` process of
 //! the program its context names (built from a job file with the connector's section),
-//! killed with SIGKILL at seeded moments or aborted at a failpoint, and started again
+//! killed with SIGKILL at seeded moments of the checkpoint protocol or aborted at a
+//! failpoint, and started again
 //! with the same command, as an operator would.
 //!
 //! A source is paired with the file sink (exactly-once part files, read back in
@@ -222,37 +223,26 @@ impl ProcessJob {
         Ok(())
     }
 
-    /// Starts the job, waits until it completed a checkpoint, waits a seeded moment
-    /// and kills it with SIGKILL. Returns whether it was killed: a bounded job may end
-    /// with success before its kill (any other end is an error).
-    pub fn kill_after_a_checkpoint(&self, rng: &mut impl Rng) -> Result<bool, String> {
-        let before = self.newest();
-        let mut child = self.spawn(&[])?;
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        while self.newest() <= before {
-            if let Some(status) = child.ended()? {
-                if status.success() {
-                    return Ok(false);
-                }
-                return Err(format!(
-                    "a run ended ({status}) before its kill: {}",
-                    self.log_tail()
-                ));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "no checkpoint within {RUN_TIMEOUT:?}: {}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(rng.gen_range(0..300)));
-        if child.ended()?.is_some_and(|s| s.success()) {
+    /// Runs the job until it kills itself with SIGKILL at `at` (a failpoint, so that
+    /// the moment is one of the checkpoint protocol, the same for the same seed).
+    /// Returns whether it was killed: a bounded job may end with success first (any
+    /// other end is an error).
+    pub fn kill_at(&self, at: KillAt) -> Result<bool, String> {
+        use std::os::unix::process::ExitStatusExt;
+        let spec = at.failpoints();
+        let mut child = self.spawn(&[(crate::fault::ENV, &spec)])?;
+        let status = self.wait(&mut child)?;
+        if status.success() {
             return Ok(false);
         }
-        drop(child);
-        Ok(true)
+        let fired = format!("failpoint {}: kill", at.point);
+        if status.signal() == Some(libc::SIGKILL) && self.log_tail().contains(&fired) {
+            return Ok(true);
+        }
+        Err(format!(
+            "the run with {spec} ended with {status} instead of its kill: {}",
+            self.log_tail()
+        ))
     }
 
     /// Runs the job with failpoint `name` set to abort the process after one
@@ -303,11 +293,105 @@ impl ProcessJob {
     }
 }
 
-/// A seeded generator for a case, and the note that names its seed in failures.
-pub fn rng(default: u64) -> (rand::rngs::SmallRng, String) {
+/// The points a seeded kill may land at, each with the passes it may skip first:
+/// each checkpoint passes the last three (with records or without), and a paced
+/// source passes `source-batch` many times between two checkpoints.
+pub const KILL_POINTS: &[(&str, std::ops::Range<u64>)] = &[
+    ("source-batch", 5..60),
+    ("after-source-snapshot", 1..6),
+    ("before-sink-flush", 1..6),
+    ("after-publish", 0..3),
+];
+
+/// The kill points of a job whose source may be idle (it read everything it was
+/// given): those every checkpoint passes.
+pub const CHECKPOINT_KILL_POINTS: &[(&str, std::ops::Range<u64>)] = &[
+    ("after-source-snapshot", 1..6),
+    ("before-sink-flush", 1..6),
+    ("after-publish", 0..3),
+];
+
+/// Where a seeded kill lands: at the `hits + 1`-th pass of failpoint `point` (over
+/// every subtask of the process), a moment of the checkpoint protocol that a seed
+/// names, whatever the machine's speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillAt {
+    pub point: &'static str,
+    pub hits: u64,
+}
+
+impl KillAt {
+    /// `rounds` kills at `points` drawn from `rng`: what a seed replays.
+    pub fn schedule(
+        rng: &mut impl Rng,
+        rounds: usize,
+        points: &[(&'static str, std::ops::Range<u64>)],
+    ) -> Vec<KillAt> {
+        (0..rounds)
+            .map(|_| {
+                let (point, hits) = &points[rng.gen_range(0..points.len())];
+                KillAt {
+                    point,
+                    hits: rng.gen_range(hits.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// `LOCKGATE_FAILPOINTS` for this kill.
+    pub fn failpoints(&self) -> String {
+        format!("{}={}*off->kill", self.point, self.hits)
+    }
+}
+
+/// The kill schedule of a case (`rounds` kills at `points`) from its seed, and the
+/// note that names the seed and the schedule in failures.
+pub fn kill_schedule(
+    default: u64,
+    rounds: usize,
+    points: &[(&'static str, std::ops::Range<u64>)],
+) -> (Vec<KillAt>, String) {
     let s = seed(default);
+    let schedule = KillAt::schedule(&mut rand::rngs::SmallRng::seed_from_u64(s), rounds, points);
+    let moments: Vec<String> = schedule
+        .iter()
+        .map(|k| format!("{} pass {}", k.point, k.hits + 1))
+        .collect();
     (
-        rand::rngs::SmallRng::seed_from_u64(s),
-        format!("(seed {s}: LOCKGATE_TEST_SEED={s} replays it)"),
+        schedule,
+        format!(
+            "(seed {s}: kills at {}; LOCKGATE_TEST_SEED={s} replays that schedule)",
+            moments.join(", ")
+        ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_names_one_kill_schedule() {
+        let draw = |seed: u64| {
+            KillAt::schedule(
+                &mut rand::rngs::SmallRng::seed_from_u64(seed),
+                3,
+                KILL_POINTS,
+            )
+        };
+        assert_eq!(draw(7), draw(7), "the same seed, the same moments");
+        assert!(
+            (0..20).any(|s| draw(s) != draw(7)),
+            "other seeds, other moments"
+        );
+        for k in draw(7) {
+            assert!(KILL_POINTS
+                .iter()
+                .any(|(p, hits)| *p == k.point && hits.contains(&k.hits)));
+            let armed = crate::fault::parse(&k.failpoints()).unwrap();
+            assert_eq!(armed.len(), 1);
+            assert_eq!(armed[0].name, k.point);
+            assert_eq!(armed[0].action, format!("{}*off->kill", k.hits));
+        }
+    }
 }

@@ -316,18 +316,17 @@ fn program(cx: &dyn SinkContext) -> Result<PathBuf, String> {
 }
 
 /// Case `sigkill_at_seeded_moments`: three paced runs, each killed with SIGKILL at a
-/// seeded moment after a checkpoint, then a run to the end.
+/// seeded moment of the checkpoint protocol ([`process::KillAt`]), then a run to the
+/// end.
 pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let job = ProcessJob::new(&program(cx)?, dir)?;
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
-    let (mut rng, note) = process::rng(20261204);
+    let (schedule, note) = process::kill_schedule(20261204, 3, process::KILL_POINTS);
     job.write(&sequence_section(STOP_RECORDS, PACE), &f.section()?)?;
     let mut kills = 0;
-    for _ in 0..3 {
-        let killed = job
-            .kill_after_a_checkpoint(&mut rng)
-            .map_err(|e| format!("{e} {note}"))?;
+    for at in schedule {
+        let killed = job.kill_at(at).map_err(|e| format!("{e} {note}"))?;
         kills += usize::from(killed);
     }
     if kills < 3 {

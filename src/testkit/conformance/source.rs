@@ -513,26 +513,24 @@ fn program(cx: &dyn SourceContext) -> Result<PathBuf, String> {
 }
 
 /// Case `sigkill_at_seeded_moments`: three runs, each killed with SIGKILL at a seeded
-/// moment after a checkpoint (a source that can run unbounded gets more records
-/// before each), then a run to the end.
+/// moment of the checkpoint protocol ([`process::KillAt`]; a source that can run
+/// unbounded gets more records before each), then a run to the end.
 pub fn sigkill_at_seeded_moments(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
     let job = ProcessJob::new(&program(cx)?, dir)?;
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
-    let (mut rng, note) = process::rng(20261204);
+    let (schedule, note) = process::kill_schedule(20261204, 3, process::CHECKPOINT_KILL_POINTS);
     let unbounded = f.unbounded();
     if !unbounded {
         w.write(f.as_mut(), PER_SPLIT * 3)?;
     }
     let mut kills = 0;
-    for _ in 0..3 {
+    for at in schedule {
         if unbounded {
             w.write(f.as_mut(), PER_SPLIT)?;
         }
         job.write(&f.section(!unbounded)?, &file_sink(&job))?;
-        let killed = job
-            .kill_after_a_checkpoint(&mut rng)
-            .map_err(|e| format!("{e} {note}"))?;
+        let killed = job.kill_at(at).map_err(|e| format!("{e} {note}"))?;
         kills += usize::from(killed);
     }
     // A bounded run may end before its kill; the first one must not.
