@@ -127,6 +127,29 @@ pub const SINK_CASES: &[(&str, &str)] = &[
 /// A case's failure: what was expected and what was found.
 pub type CaseResult = Result<(), String>;
 
+/// Runs `one` for every window and reports every window that failed, not only the
+/// first: a sink that mishandles two windows says so in one run.
+pub fn every_window<'a>(
+    windows: impl IntoIterator<Item = &'a str>,
+    mut one: impl FnMut(&'a str) -> CaseResult,
+) -> CaseResult {
+    let mut ran = 0;
+    let failed: Vec<String> = windows
+        .into_iter()
+        .filter_map(|w| {
+            ran += 1;
+            one(w).err()
+        })
+        .collect();
+    match failed.len() {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} of {ran} windows failed: {}",
+            failed.join(" | ")
+        )),
+    }
+}
+
 /// How often the suite's jobs checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: u64 = 50;
 
@@ -413,6 +436,24 @@ pub fn sink_from_section(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_window_runs_and_every_failure_is_reported() {
+        let mut seen = Vec::new();
+        let r = super::every_window(["a", "b", "c"], |w| {
+            seen.push(w);
+            match w {
+                "b" => Ok(()),
+                other => Err(format!("{other}: broken")),
+            }
+        });
+        assert_eq!(seen, ["a", "b", "c"]);
+        assert_eq!(
+            r.unwrap_err(),
+            "2 of 3 windows failed: a: broken | c: broken"
+        );
+        assert_eq!(super::every_window(["a"], |_| Ok(())), Ok(()));
+    }
+
     use super::*;
 
     #[test]

@@ -352,18 +352,20 @@ pub fn failpoint_windows(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     } else {
         &[]
     };
-    for window in process::WINDOWS.iter().chain(two_phase).copied() {
-        let job = ProcessJob::new(&program, &dir.join(window))?;
-        let f = cx.create()?;
-        let g = f.spec()?.caps.guarantee;
-        job.write(&sequence_section(RECORDS, PACE), &f.section()?)?;
-        job.abort_at(window).map_err(|e| format!("{window}: {e}"))?;
-        job.write(&sequence_section(RECORDS, 0), &f.section()?)?;
-        job.run_to_end().map_err(|e| format!("{window}: {e}"))?;
-        check(f.as_ref(), g, &expected(RECORDS))
-            .map_err(|e| format!("after an abort at {window}: {e}"))?;
-    }
-    Ok(())
+    super::every_window(
+        process::WINDOWS.iter().chain(two_phase).copied(),
+        |window| {
+            let job = ProcessJob::new(&program, &dir.join(window))?;
+            let f = cx.create()?;
+            let g = f.spec()?.caps.guarantee;
+            job.write(&sequence_section(RECORDS, PACE), &f.section()?)?;
+            job.abort_at(window).map_err(|e| format!("{window}: {e}"))?;
+            job.write(&sequence_section(RECORDS, 0), &f.section()?)?;
+            job.run_to_end().map_err(|e| format!("{window}: {e}"))?;
+            check(f.as_ref(), g, &expected(RECORDS))
+                .map_err(|e| format!("after an abort at {window}: {e}"))
+        },
+    )
 }
 
 /// Runs the sink case `name` against `cx` in a fresh checkpoint directory below
