@@ -365,9 +365,10 @@ impl RestartSection {
     }
 }
 
-/// Reads and validates a job file.
-pub fn load(path: &Path) -> Result<JobGraph, ConfigError> {
-    parse(&read_text(path)?, path)
+/// Reads and validates a job file whose sources, transforms and sinks are looked up in
+/// `registry`: [`crate::builtin::registry`], with a program's own connectors added to it.
+pub fn load(path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
+    parse(&read_text(path)?, path, registry)
 }
 
 fn read_text(path: &Path) -> Result<String, ConfigError> {
@@ -469,28 +470,13 @@ impl std::fmt::Debug for JobDescription {
 }
 
 /// Reads a job file's typed settings, validating the whole file as [`load`] does.
-pub fn describe(path: &Path) -> Result<JobDescription, ConfigError> {
-    Ok(build(
-        &read_text(path)?,
-        path,
-        &crate::connectors::registry::builtin(),
-    )?
-    .1)
+pub fn describe(path: &Path, registry: &Registry) -> Result<JobDescription, ConfigError> {
+    Ok(build(&read_text(path)?, path, registry)?.1)
 }
 
-/// Parses job-file text; `path` names errors and anchors relative paths.
-pub fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
-    parse_with(text, path, &crate::connectors::registry::builtin())
-}
-
-/// Reads and validates a job file whose connectors are looked up in `registry`
-/// (the built-in ones and a program's own).
-pub fn load_with(path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
-    parse_with(&read_text(path)?, path, registry)
-}
-
-/// Parses job-file text with the connectors of `registry`.
-pub fn parse_with(text: &str, path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
+/// Parses job-file text with the connectors of `registry`; `path` names errors and
+/// anchors relative paths.
+pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<JobGraph, ConfigError> {
     Ok(build(text, path, registry)?.0)
 }
 
@@ -861,6 +847,11 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job file's text read with the built-in connectors.
+    fn parse(text: &str, path: &Path) -> Result<JobGraph, ConfigError> {
+        super::parse(text, path, &crate::builtin::registry())
+    }
 
     #[test]
     fn the_job_file_defaults_are_the_rust_api_defaults() {
@@ -1336,22 +1327,21 @@ dir = "out"
         let e = parse_err(&text);
         assert_eq!(e.key, "sink.discard", "{e}");
         assert!(e.message.contains("[sink.elasticsearch]"), "{e}");
-        let registry =
-            crate::connectors::registry::builtin().with_sink::<DiscardSection>("discard");
-        let g = parse_with(&text, path, &registry).unwrap();
+        let registry = crate::builtin::registry().with_sink::<DiscardSection>("discard");
+        let g = super::parse(&text, path, &registry).unwrap();
         assert_eq!(
             g.describe(),
             "t: source:sequence > key_by > rolling_sum[rolling_sum-0] > sink:discard"
         );
         // Its errors name its keys, in full, with the file.
-        let e = parse_with(&text.replace("\"x\"", "\"\""), path, &registry)
+        let e = super::parse(&text.replace("\"x\"", "\"\""), path, &registry)
             .err()
             .unwrap();
         assert_eq!(
             e.to_string(),
             "/jobs/job.toml: sink.discard.label: must not be empty"
         );
-        let e = parse_with(&text.replace("label", "lable"), path, &registry)
+        let e = super::parse(&text.replace("label", "lable"), path, &registry)
             .err()
             .unwrap();
         assert_eq!(e.key, "sink.discard.lable", "{e}");

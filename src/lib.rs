@@ -54,6 +54,7 @@
 //! | which offsets an altered checkpoint gets | [`checkpoint::alter`] (pure); `lockgate_state::rewrite` writes it |
 //! | the command line, the chaos harness, the test servers | `cli`, `chaos`, `testkit` (feature `harness`, on by default) |
 
+pub mod builtin;
 #[cfg(feature = "harness")]
 pub mod chaos;
 pub mod checkpoint;

@@ -160,7 +160,8 @@ fn the_readmes_schema_registry_and_transforms_examples_load() {
         ),
     )
     .unwrap();
-    lockgate::config::load(&job).unwrap_or_else(|e| panic!("the registry example: {e}"));
+    lockgate::config::load(&job, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("the registry example: {e}"));
     std::fs::write(
         &job,
         format!(
@@ -177,8 +178,8 @@ fn the_readmes_schema_registry_and_transforms_examples_load() {
         ),
     )
     .unwrap();
-    let graph =
-        lockgate::config::load(&job).unwrap_or_else(|e| panic!("the transforms example: {e}"));
+    let graph = lockgate::config::load(&job, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("the transforms example: {e}"));
     drop(graph);
 }
 
@@ -196,7 +197,8 @@ fn the_readmes_data_stream_and_amazon_opensearch_examples_load() {
             ),
         )
         .unwrap();
-        lockgate::config::load(&job).unwrap_or_else(|e| panic!("the {name}: {e}"));
+        lockgate::config::load(&job, &lockgate::builtin::registry())
+            .unwrap_or_else(|e| panic!("the {name}: {e}"));
     }
 }
 
@@ -216,7 +218,8 @@ fn the_readmes_postgres_example_loads_as_an_exactly_once_upsert() {
         ),
     )
     .unwrap();
-    let d = lockgate::config::describe(&job).unwrap_or_else(|e| panic!("the example: {e}"));
+    let d = lockgate::config::describe(&job, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("the example: {e}"));
     let pg = d
         .sink_config::<lockgate::connectors::postgres::PgConfig>()
         .expect("a Postgres sink");
@@ -333,7 +336,8 @@ fn every_example_job_file_is_valid() {
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "toml") {
-            lockgate::config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            lockgate::config::load(&p, &lockgate::builtin::registry())
+                .unwrap_or_else(|e| panic!("{e}"));
             n += 1;
         }
     }

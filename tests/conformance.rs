@@ -4,8 +4,8 @@
 
 mod common;
 
+use lockgate::builtin::registry as builtin;
 use lockgate::connector::{SinkSpec, SourceSpec};
-use lockgate::connectors::registry::builtin;
 use lockgate::testkit::conformance::sink::{run_case, SinkContext, SinkFixture};
 use lockgate::testkit::conformance::source::{SourceContext, SourceFixture};
 use lockgate::testkit::conformance::visibility::CommitAtBarrier;

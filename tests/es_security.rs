@@ -530,7 +530,8 @@ fn the_production_job_file_in_the_readme_loads() {
     // Only this test reads these variables.
     std::env::set_var("ES_API_KEY", "readme-id:readme-key");
     std::env::set_var("KAFKA_PASSWORD", "readme-kafka-password");
-    let d = lockgate::config::describe(&path).unwrap_or_else(|e| panic!("{e}"));
+    let d = lockgate::config::describe(&path, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("{e}"));
     let es = d
         .sink_config::<lockgate::connectors::elasticsearch::EsSinkConfig>()
         .unwrap()

@@ -185,7 +185,8 @@ fn the_statefulset_runs_one_member_per_pod_with_probes_and_time_for_a_final_chec
         assert!(env.contains_key(name), "${{{name}}} is set by the pod");
         std::env::set_var(name, &env[name]);
     }
-    let job = lockgate::config::load(&job_path).unwrap_or_else(|e| panic!("{e}"));
+    let job = lockgate::config::load(&job_path, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         job.co_partitioned,
         "a job with keyed state runs as members only co-partitioned"

@@ -503,7 +503,7 @@ fn a_write_waiting_on_the_previous_epochs_row_lock_commits_it_when_its_checkpoin
         pg.url("app")
     );
     let spec = lockgate::testkit::conformance::sink_from_section(
-        &lockgate::connectors::registry::builtin(),
+        &lockgate::builtin::registry(),
         "postgres",
         &body,
         Path::new("/"),
@@ -552,7 +552,7 @@ fn drive(pg: &PgServer, body: &str, batches: &[&[&str]]) {
     use lockgate::connector::{CheckpointId, Record, SinkRestore, SubtaskInfo};
     let body = format!("url = \"{}\"\nsslmode = \"disable\"\n{body}", pg.url("app"));
     let spec = lockgate::testkit::conformance::sink_from_section(
-        &lockgate::connectors::registry::builtin(),
+        &lockgate::builtin::registry(),
         "postgres",
         &body,
         Path::new("/"),

@@ -96,7 +96,7 @@ async fn sink_side(
         pg.url("bench")
     );
     let spec = lockgate::testkit::conformance::sink_from_section(
-        &lockgate::connectors::registry::builtin(),
+        &lockgate::builtin::registry(),
         "postgres",
         &body,
         std::path::Path::new("/"),

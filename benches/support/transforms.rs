@@ -28,7 +28,8 @@ fn chain_of(sections: &str) -> Vec<(String, Arc<dyn lockgate::transforms::Smt>)>
         "[job]\nname = \"chain\"\n[checkpoint]\ndir = \"checkpoints\"\n[source.sequence]\nto = 1\n{sections}\n[sink.file]\ndir = \"out\"\n"
     );
     std::fs::write(&path, text).expect("the chain's job file");
-    let d = lockgate::config::describe(&path).expect("the chain's job file");
+    let d = lockgate::config::describe(&path, &lockgate::builtin::registry())
+        .expect("the chain's job file");
     d.transforms
         .iter()
         .map(|(kind, c)| {

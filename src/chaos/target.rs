@@ -71,7 +71,8 @@ impl Target {
     /// The parts of the job file the harness verifies, read with the job file's own
     /// parser ([`crate::config::describe`]): the same defaults, no second reading.
     pub fn from_job_file(path: &Path) -> Result<Target, String> {
-        let d = crate::config::describe(path).map_err(|e| e.to_string())?;
+        let d = crate::config::describe(path, &crate::builtin::registry())
+            .map_err(|e| e.to_string())?;
         use crate::connectors::elasticsearch::EsSinkConfig;
         use crate::connectors::file_sink::FileSinkConfig;
         use crate::connectors::kafka::sink_config::KafkaSinkConfig;

@@ -38,7 +38,7 @@ pub fn chaos(
         return EXIT_USAGE;
     };
     for file in std::iter::once(&config).chain(&upstream) {
-        match crate::config::load(file) {
+        match crate::config::load(file, &crate::builtin::registry()) {
             Err(e) => {
                 eprintln!("error: {e}");
                 return EXIT_USAGE;

@@ -356,7 +356,7 @@ pub fn alter(
             return EXIT_USAGE;
         }
     };
-    let job = match crate::config::load_with(config, registry) {
+    let job = match crate::config::load(config, registry) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");

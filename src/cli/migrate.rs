@@ -142,7 +142,8 @@ fn check(job: &str, path: &Path, allow_left_out: bool) -> Result<(), String> {
     } else {
         path.to_path_buf()
     };
-    let graph = crate::config::load(&path).map_err(|e| e.to_string())?;
+    let graph =
+        crate::config::load(&path, &crate::builtin::registry()).map_err(|e| e.to_string())?;
     super::run::refuse_left_out(&graph.left_out, allow_left_out)
         .map_err(|e| format!("{}: job.left_out: {e}", path.display()))
 }

@@ -380,12 +380,12 @@ fn init_logging() -> Result<(), String> {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    main_with(crate::connectors::registry::builtin())
+    main_with(crate::builtin::registry())
 }
 
 /// Runs the command line of a program that adds connectors of its own: `lockgate run`
 /// looks the job file's sections up in `registry` (start from
-/// `lockgate::connectors::registry::builtin()` and add to it).
+/// `lockgate::builtin::registry()` and add to it).
 pub fn main_with(registry: crate::connector::Registry) -> i32 {
     // `--version` says more than `-V`: the commit, the features, the C libraries.
     let matches = Cli::command()

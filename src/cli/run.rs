@@ -67,7 +67,7 @@ pub fn refuse_left_out(left_out: &[String], allowed: bool) -> Result<(), String>
 /// Runs the job of `config` to its end; SIGTERM or Ctrl-C stop it with a final
 /// checkpoint and exit 0.
 pub fn run(registry: &crate::connector::Registry, config: &Path, args: RunArgs) -> i32 {
-    let mut job = match crate::config::load_with(config, registry) {
+    let mut job = match crate::config::load(config, registry) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,13 +1,13 @@
 //! The registry: every connector a job file can name, by the name it is written with
 //! (`[source.<name>]`, `[sink.<name>]`, `[[transform]] type = "<name>"`).
 //!
-//! `lockgate run` reads job files with `crate::connectors::registry::builtin()`; a
+//! `lockgate run` reads job files with `crate::builtin::registry()`; a
 //! program of its own adds its connectors to that list and hands the result to
-//! [`crate::config::parse_with`]:
+//! [`crate::config::load`]:
 //!
 //! ```ignore
-//! let registry = lockgate::connectors::registry::builtin().with_sink::<MySinkSection>("my_sink");
-//! let job = lockgate::config::load_with(path, &registry)?;
+//! let registry = lockgate::builtin::registry().with_sink::<MySinkSection>("my_sink");
+//! let job = lockgate::config::load(path, &registry)?;
 //! ```
 
 use super::section::{

@@ -10,7 +10,6 @@ pub mod elasticsearch;
 pub mod file_sink;
 pub mod kafka;
 pub mod postgres;
-pub mod registry;
 pub mod sequence;
 
 pub use crate::connector::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo};

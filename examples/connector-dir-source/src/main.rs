@@ -2,9 +2,9 @@
 //! that a job file can name `[source.dir]`.
 
 fn main() {
-    let registry = lockgate::connectors::registry::builtin()
+    let registry = lockgate::builtin::registry()
         .with_source::<lockgate_connector_dir_source::DirSection>(
-        lockgate_connector_dir_source::KIND,
-    );
+            lockgate_connector_dir_source::KIND,
+        );
     std::process::exit(lockgate::cli::main_with(registry));
 }

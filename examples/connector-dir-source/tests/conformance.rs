@@ -63,7 +63,7 @@ impl SourceFixture for Fixture {
     }
 
     fn spec(&self, bounded: bool) -> Result<SourceSpec, String> {
-        let registry = lockgate::connectors::registry::builtin()
+        let registry = lockgate::builtin::registry()
             .with_source::<lockgate_connector_dir_source::DirSection>("dir");
         let (name, section) = self.section(bounded)?;
         source_from_section(&registry, &name, &section, &self.dir)

@@ -1,4 +1,6 @@
-//! The one list of the connectors lockgate ships: what a job file can name.
+//! The one list of the connectors and transforms lockgate ships: what a job file can
+//! name. The command line hands it to the job-file reader ([`crate::config::load`]); a
+//! program of its own adds its connectors to it.
 //!
 //! A new connector is a folder under `connectors/` and one line here.
 
@@ -6,10 +8,14 @@ use crate::connector::Registry;
 use crate::transforms::{debezium, fields, filter, jq, set_key, time, SmtConfig as _, SmtSection};
 
 /// Every built-in source, transform and sink, in the order messages list them.
-pub fn builtin() -> Registry {
+pub fn registry() -> Registry {
     Registry::empty()
-        .with_source::<super::sequence::SequenceSection>(super::sequence::KIND)
-        .with_source::<super::kafka::config::KafkaSection>(super::kafka::KIND)
+        .with_source::<crate::connectors::sequence::SequenceSection>(
+            crate::connectors::sequence::KIND,
+        )
+        .with_source::<crate::connectors::kafka::config::KafkaSection>(
+            crate::connectors::kafka::KIND,
+        )
         .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
             crate::operators::rolling_sum::KIND,
         )
@@ -25,8 +31,12 @@ pub fn builtin() -> Registry {
         .with_transform::<SmtSection<filter::FilterConfig>>(filter::FilterConfig::KIND)
         .with_transform::<SmtSection<jq::JqConfig>>(jq::JqConfig::KIND)
         .with_transform::<SmtSection<debezium::DebeziumConfig>>(debezium::DebeziumConfig::KIND)
-        .with_sink::<super::file_sink::FileSection>(super::file_sink::KIND)
-        .with_sink::<super::elasticsearch::config::EsSection>(super::elasticsearch::config::KIND)
-        .with_sink::<super::kafka::sink_config::KafkaSinkSection>(super::kafka::sink::KIND)
-        .with_sink::<super::postgres::PgSection>(super::postgres::KIND)
+        .with_sink::<crate::connectors::file_sink::FileSection>(crate::connectors::file_sink::KIND)
+        .with_sink::<crate::connectors::elasticsearch::config::EsSection>(
+            crate::connectors::elasticsearch::config::KIND,
+        )
+        .with_sink::<crate::connectors::kafka::sink_config::KafkaSinkSection>(
+            crate::connectors::kafka::sink::KIND,
+        )
+        .with_sink::<crate::connectors::postgres::PgSection>(crate::connectors::postgres::KIND)
 }
