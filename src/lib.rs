@@ -29,7 +29,7 @@
 //! | you look for | it is in |
 //! |---|---|
 //! | what a connector implements and what the runtime guarantees it | [`connector`] (the contract) |
-//! | where a new connector goes | a folder under [`connectors`], one line in [`connectors::registry`] |
+//! | where a new connector goes | a folder under [`connectors`], one line in [`builtin`] |
 //! | where a split is assigned (subtasks, members) | the source's spec names a [`connector::SplitAssigner`]; [`connector::splits`] applies it |
 //! | what a job file means, its keys and defaults | [`config`] (dispatch through the registry), each connector's `config.rs` |
 //! | `${NAME}` in job files | [`interpolate`] |
