@@ -119,6 +119,18 @@ pub const SINK_CASES: &[(&str, &str)] = &[
         "a real process aborted in each window of the checkpoint protocol after a completed checkpoint, then run to the end",
     ),
     (
+        "restore_older_by_path",
+        "stopped mid-stream, then started from its second-newest checkpoint by path (--restore): the newer output is taken back, or kept as the sink's final commits allow",
+    ),
+    (
+        "fresh_start_over_output",
+        "run to the end, then again from no checkpoint into the same destination: what the sink does to its earlier output",
+    ),
+    (
+        "crash_then_rescale",
+        "a real process at parallelism 2 killed with SIGKILL at a seeded moment, resumed at parallelism 3",
+    ),
+    (
         "visibility_at_checkpoints",
         "read while the job runs: an exactly-once sink shows nothing of a checkpoint before it completes (nor after it is aborted), any other shows everything once the barrier passed it",
     ),
@@ -185,13 +197,23 @@ pub fn run_to_end(
     job: &JobGraph,
     telemetry: Option<Telemetry>,
 ) -> Result<RunSummary, String> {
-    let run = crate::runtime::run(
+    run_with(
+        rt,
         job,
         RunOptions {
             telemetry,
             ..Default::default()
         },
-    );
+    )
+}
+
+/// A run of `job` to its end started with `options` (`--restore`, say).
+pub fn run_with(
+    rt: &tokio::runtime::Runtime,
+    job: &JobGraph,
+    options: RunOptions,
+) -> Result<RunSummary, String> {
+    let run = crate::runtime::run(job, options);
     rt.block_on(async { tokio::time::timeout(RUN_TIMEOUT, run).await })
         .map_err(|_| format!("the bounded job did not finish within {RUN_TIMEOUT:?}"))?
         .map_err(|e| format!("the run failed: {e}"))

@@ -107,8 +107,18 @@ impl ProcessJob {
     /// `[source.<name>]` and `[sink.<name>]`; parallelism 2, a checkpoint every 100 ms,
     /// no in-process restarts (a failure ends the process, like a kill).
     pub fn write(&self, source: &(String, String), sink: &(String, String)) -> CaseResult {
+        self.write_at(2, source, sink)
+    }
+
+    /// [`ProcessJob::write`] at `parallelism`.
+    pub fn write_at(
+        &self,
+        parallelism: u16,
+        source: &(String, String),
+        sink: &(String, String),
+    ) -> CaseResult {
         let text = format!(
-            "[job]\nname = \"conformance\"\nparallelism = 2\nmax_parallelism = 16\n\n[checkpoint]\ndir = {:?}\ninterval_ms = 100\n\n[restart]\nstrategy = \"none\"\n\n[source.{}]\n{}\n\n[sink.{}]\n{}\n",
+            "[job]\nname = \"conformance\"\nparallelism = {parallelism}\nmax_parallelism = 16\n\n[checkpoint]\ndir = {:?}\ninterval_ms = 100\n\n[restart]\nstrategy = \"none\"\n\n[source.{}]\n{}\n\n[sink.{}]\n{}\n",
             self.checkpoints().display().to_string(),
             source.0,
             source.1,

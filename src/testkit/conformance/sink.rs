@@ -287,18 +287,96 @@ pub fn failure_mid_stream(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 /// the restored checkpoint may be written twice.
 pub fn corrupt_newest_checkpoint(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
-    let caps = f.spec()?.caps;
-    let g = if caps.commits_are_final {
-        Guarantee::AtLeastOnce
-    } else {
-        caps.guarantee
-    };
+    let g = after_replay(&f.spec()?.caps);
     let rt = runtime();
     first_run(&rt, f.as_ref(), dir, 2)?;
     let corrupted = super::corrupt_newest(dir)?;
     let summary = last_run(&rt, f.as_ref(), dir, 2)?;
     super::fell_back(&summary, &corrupted)?;
     check(f.as_ref(), g, &expected(STOP_RECORDS))
+}
+
+/// What a case that replays committed input may find: a sink whose commits are final
+/// ([`crate::connector::SinkCaps::commits_are_final`]) cannot take them back, so that
+/// it is held to at-least-once there.
+fn after_replay(caps: &crate::connector::SinkCaps) -> Guarantee {
+    if caps.commits_are_final {
+        Guarantee::AtLeastOnce
+    } else {
+        caps.guarantee
+    }
+}
+
+/// Case `restore_older_by_path`: a run stopped after three checkpoints, then one started
+/// from the second-newest checkpoint by path (`--restore`) and run to the end.
+pub fn restore_older_by_path(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+    let f = cx.create()?;
+    let g = after_replay(&f.spec()?.caps);
+    let rt = runtime();
+    first_run(&rt, f.as_ref(), dir, 2)?;
+    let all = super::complete_checkpoints(dir);
+    let Some(older) = all.len().checked_sub(2).map(|i| all[i].clone()) else {
+        return Err(format!(
+            "{} complete checkpoint(s): an older one needs two",
+            all.len()
+        ));
+    };
+    let graph = job("stop", dir, 2, sequence(STOP_RECORDS, 0), f.spec()?, None)?;
+    let summary = super::run_with(
+        &rt,
+        &graph,
+        crate::runtime::RunOptions {
+            restore: Some(older.clone()),
+            ..Default::default()
+        },
+    )?;
+    if summary.restored_from.as_deref() != Some(older.as_path()) {
+        return Err(format!(
+            "--restore {} restored {:?}",
+            older.display(),
+            summary.restored_from
+        ));
+    }
+    check(f.as_ref(), g, &expected(STOP_RECORDS))
+}
+
+/// Case `fresh_start_over_output`: a bounded run to the end, its checkpoints removed,
+/// and the same job run again from nothing into the same destination.
+pub fn fresh_start_over_output(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+    let f = cx.create()?;
+    let g = after_replay(&f.spec()?.caps);
+    let rt = runtime();
+    for run in ["first", "fresh"] {
+        let _ = std::fs::remove_dir_all(dir);
+        let graph = job("fresh", dir, 2, sequence(RECORDS, 0), f.spec()?, None)?;
+        let summary = super::run_to_end(&rt, &graph, None)?;
+        if summary.restored_from.is_some() {
+            return Err(format!(
+                "the {run} run restored {:?}",
+                summary.restored_from
+            ));
+        }
+    }
+    check(f.as_ref(), g, &expected(RECORDS))
+}
+
+/// Case `crash_then_rescale`: a paced process at parallelism 2 killed with SIGKILL at a
+/// seeded moment of the checkpoint protocol, then resumed at parallelism 3 to the end.
+pub fn crash_then_rescale(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+    let job = ProcessJob::new(&program(cx)?, dir)?;
+    let f = cx.create()?;
+    let g = f.spec()?.caps.guarantee;
+    let (schedule, note) = process::kill_schedule(20261207, 1, process::KILL_POINTS);
+    job.write_at(2, &sequence_section(STOP_RECORDS, PACE), &f.section()?)?;
+    if !job
+        .kill_at(schedule[0])
+        .map_err(|e| format!("{e} {note}"))?
+    {
+        return Err(format!("the run ended before its kill {note}"));
+    }
+    job.write_at(3, &sequence_section(STOP_RECORDS, 0), &f.section()?)?;
+    job.run_to_end().map_err(|e| format!("{e} {note}"))?;
+    check(f.as_ref(), g, &expected(STOP_RECORDS)).map_err(|e| format!("{e} {note}"))
 }
 
 /// The sequence source of the process-level cases, `to` records at `rate_per_sec`.
@@ -383,6 +461,9 @@ pub fn run_case(name: &str, cx: &dyn SinkContext, tmp: &Path) -> CaseResult {
         "corrupt_newest_checkpoint" => corrupt_newest_checkpoint,
         "sigkill_at_seeded_moments" => sigkill_at_seeded_moments,
         "failpoint_windows" => failpoint_windows,
+        "restore_older_by_path" => restore_older_by_path,
+        "fresh_start_over_output" => fresh_start_over_output,
+        "crash_then_rescale" => crash_then_rescale,
         "visibility_at_checkpoints" => super::visibility::visibility_at_checkpoints,
         other => return Err(format!("no sink case {other}")),
     };
@@ -410,7 +491,8 @@ macro_rules! sink_conformance {
         $crate::sink_conformance!(@cases $cx;
             single_subtask, several_subtasks, stop_and_restart, rescale_up, rescale_down,
             metrics_count_records, failure_mid_stream, corrupt_newest_checkpoint,
-            sigkill_at_seeded_moments, failpoint_windows, visibility_at_checkpoints);
+            sigkill_at_seeded_moments, failpoint_windows, restore_older_by_path,
+            fresh_start_over_output, crash_then_rescale, visibility_at_checkpoints);
     };
     (@cases $cx:expr; $($case:ident),*) => {
         $(
