@@ -17,7 +17,7 @@
 //! is an error that names its key. Secrets never reach a log line or an error.
 
 use super::registry::{RegistryClient, Retry, TIMEOUT};
-use crate::connectors::elasticsearch::connection::{parse_node, Auth, CaCert, TlsVerify};
+use crate::clients::http::{parse_node, Auth, CaCert, TlsVerify};
 use crate::secret::{Secret, UrlText};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

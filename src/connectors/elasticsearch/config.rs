@@ -7,8 +7,9 @@
 //! `ca_cert` and `*_file` secrets are read when the job file is loaded, so a mistake is a
 //! configuration error naming its key, not a failure at the first request.
 
-use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
+use super::connection::EsConnection;
 pub use super::params::{DataStream, TimestampSource};
+use crate::clients::http::{cloud_node, parse_node, Auth, CaCert, TlsVerify};
 use crate::secret::{Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -380,7 +381,7 @@ pub struct EsSection {
     tls_verify: Option<String>,
     compression: Option<String>,
     headers: Option<BTreeMap<String, Secret>>,
-    aws_sigv4: Option<super::connection::AwsSigV4>,
+    aws_sigv4: Option<crate::clients::sigv4::AwsSigV4>,
     pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
     pipeline: Option<String>,
