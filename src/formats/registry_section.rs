@@ -292,6 +292,58 @@ mod tests {
     }
 
     #[test]
+    fn credential_and_tls_errors_keep_their_texts() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let cases: &[(String, &str, String)] = &[
+            (
+                "url = \"http://u:p@r\"\nusername = \"x\"".into(),
+                "password",
+                "username needs a password (or password_file)".into(),
+            ),
+            (
+                "url = \"http://u:p@r\"\nusername = \"x\"\npassword = \"y\"".into(),
+                "url",
+                "credentials in a URL and in the section's keys: keep one".into(),
+            ),
+            (
+                "urls = [\"http://u:p@r-1\", \"http://u:q@r-2\"]".into(),
+                "urls[1]",
+                "the URLs carry different credentials".into(),
+            ),
+            (
+                "url = \"http://r\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\""
+                    .into(),
+                "username and bearer_token",
+                "give one way to authenticate: username + password, or bearer_token".into(),
+            ),
+            (
+                "url = \"http://r\"\ntls_verify = \"certificate\"".into(),
+                "tls_verify",
+                "\"certificate\" checks the chain up to ca_cert: give ca_cert".into(),
+            ),
+            (
+                format!(
+                    "url = \"http://r\"\nusername = \"u\"\npassword_file = {:?}",
+                    absent.display().to_string()
+                ),
+                "password_file",
+                format!(
+                    "cannot read {}: No such file or directory (os error 2)",
+                    absent.display()
+                ),
+            ),
+        ];
+        for (text, key, message) in cases {
+            assert_eq!(
+                settings(text).unwrap_err(),
+                (key.to_string(), message.clone()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn the_retry_time_fits_in_a_checkpoint() {
         let s = settings("url = \"http://r\"").unwrap();
         assert_eq!(

@@ -1338,6 +1338,65 @@ buffer_max_bytes = 15
     }
 
     #[test]
+    fn credential_and_tls_errors_keep_their_texts() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let unreadable = format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            absent.display()
+        );
+        let one_way = "give one way to authenticate: username + password, api_key or bearer_token";
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "url = \"https://u:p@es\"\nusername = \"x\"",
+                "password",
+                "username needs a password (or password_file)",
+            ),
+            (
+                "url = \"https://u:p@es\"\nusername = \"x\"\npassword = \"y\"",
+                "url",
+                "credentials in a URL and in the section's keys: keep one",
+            ),
+            (
+                "urls = [\"https://u:p@es-1\", \"https://u:q@es-2\"]",
+                "urls[1]",
+                "the nodes' URLs carry different credentials",
+            ),
+            (
+                "url = \"https://es\"\napi_key = \"k\"\nbearer_token = \"t\"",
+                "username, api_key and bearer_token",
+                one_way,
+            ),
+            (
+                "url = \"https://es\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\"",
+                "username, api_key and bearer_token",
+                one_way,
+            ),
+            (
+                "url = \"https://es\"\ntls_verify = \"certificate\"",
+                "tls_verify",
+                "tls_verify = \"certificate\" checks the chain up to ca_cert: set ca_cert",
+            ),
+            // The section's own keys are checked before the chain is.
+            (
+                "url = \"https://es\"\ntls_verify = \"certificate\"\ncompression = \"zstd\"",
+                "compression",
+                "`zstd` is not one of none, gzip",
+            ),
+            (
+                "url = \"https://es\"\nusername = \"u\"\npassword_file = \"absent\"",
+                "password_file",
+                &unreadable,
+            ),
+        ];
+        for (extra, key, message) in cases {
+            let section: EsSection = toml::from_str(&format!("index = \"i\"\n{extra}")).unwrap();
+            let got = section.config(&ctx_in(dir.path())).unwrap_err();
+            assert_eq!(got, (key.to_string(), message.to_string()), "{extra}");
+        }
+    }
+
+    #[test]
     fn connection_errors_name_their_key() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("pw"), "pw\n").unwrap();
