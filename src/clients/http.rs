@@ -4,16 +4,18 @@
 //! [`auth_refusal_message`]) and how an error is printed with its causes
 //! ([`error_chain`]).
 //!
-//! The Elasticsearch sink and the Schema Registry client read the same keys with it, so
-//! a job file says credentials and TLS one way. Secrets stay [`Secret`]s until they
-//! become a header value marked sensitive; `Debug` of this module's types never shows
-//! them.
+//! Every section that names an HTTP service reads its address, credentials and TLS keys
+//! through one function ([`endpoint`], into an [`Endpoint`]), so a job file says them
+//! one way and a mistake gets the same key and message wherever it is made. Secrets
+//! stay [`Secret`]s until they become a header value marked sensitive; `Debug` of this
+//! module's types never shows them.
 
 use crate::secret::{redact_url, Secret};
 use base64::Engine;
 use elasticsearch::cert::Certificate;
 use elasticsearch::http::Url;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The credentials sent with every request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +238,204 @@ pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) ->
         "Elasticsearch {what} at node {} ({detail}); check the credentials of [sink.elasticsearch]",
         redact_url(node)
     )
+}
+
+/// Where an HTTP service is and how to reach it: what `[sink.elasticsearch]` and
+/// `[source.kafka.schema_registry]` share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Base URLs of the nodes, without user info (credentials are in `auth`) and
+    /// without a trailing `/`.
+    pub nodes: Vec<String>,
+    pub auth: Option<Auth>,
+    pub ca_cert: Option<CaCert>,
+    pub tls_verify: TlsVerify,
+}
+
+/// A secret's two keys: its value, or a file that holds it (`password`,
+/// `password_file`).
+pub type SecretKeys<'a> = (&'a Option<Secret>, &'a Option<PathBuf>);
+
+/// The keys of a section that describe an endpoint, borrowed from its own serde struct
+/// (each section keeps `deny_unknown_fields`, which `#[serde(flatten)]` would turn off).
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointKeys<'a> {
+    /// The node URLs as written (at least one), and the key that gave them: `urls`
+    /// (a node's errors then name `urls[i]`), or the one key of a single node (`url`).
+    pub nodes: &'a [&'a str],
+    pub key: &'a str,
+    pub username: Option<&'a str>,
+    pub password: SecretKeys<'a>,
+    /// `None`: the service takes no API key (the section has no such keys).
+    pub api_key: Option<SecretKeys<'a>>,
+    pub bearer_token: SecretKeys<'a>,
+    pub ca_cert: Option<&'a Path>,
+    pub tls_verify: Option<&'a str>,
+}
+
+/// The words in which the errors of two sections differ, kept as each section says
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct Wording {
+    /// What the node URLs are called in "the {urls} carry different credentials".
+    pub urls: &'static str,
+    /// The error of `tls_verify = "certificate"` without `ca_cert`; `None`: the section
+    /// checks it itself, after keys of its own.
+    pub certificate_without_ca: Option<&'static str>,
+}
+
+/// Checks an endpoint's keys and reads every file they name now (`*_file` secrets and
+/// `ca_cert`, resolved by `resolve`): a mistake is an error naming its key, not a
+/// failure at the first request. User info in the node URLs becomes basic credentials
+/// (all of them must carry the same, and no key may give others). The error is
+/// `(key, message)`, the key relative to the section; no message holds a secret.
+pub fn endpoint(
+    keys: EndpointKeys<'_>,
+    resolve: impl Fn(&Path) -> PathBuf,
+    wording: Wording,
+) -> Result<Endpoint, (String, String)> {
+    let mut nodes = Vec::with_capacity(keys.nodes.len());
+    let mut from_urls: Option<(String, Secret)> = None;
+    for (i, n) in keys.nodes.iter().enumerate() {
+        let name = if keys.key == "urls" {
+            format!("urls[{i}]")
+        } else {
+            keys.key.to_string()
+        };
+        let (url, info) = parse_node(n).map_err(|m| (name.clone(), m))?;
+        if let Some(info) = info {
+            if from_urls.as_ref().is_some_and(|prev| *prev != info) {
+                return Err((
+                    name,
+                    format!("the {} carry different credentials", wording.urls),
+                ));
+            }
+            from_urls = Some(info);
+        }
+        nodes.push(url.as_str().trim_end_matches('/').to_string());
+    }
+    let secret = |(value, file): SecretKeys<'_>, key: &str| {
+        crate::secret::secret_or_file(value, file, key, &resolve)
+    };
+    let password = secret(keys.password, "password")?;
+    let api_key = match keys.api_key {
+        Some(k) => secret(k, "api_key")?,
+        None => None,
+    };
+    let bearer = secret(keys.bearer_token, "bearer_token")?;
+    let mut auth = match (keys.username, password, api_key, bearer) {
+        (None, None, None, None) => None,
+        (Some(u), Some(p), None, None) => Some(Auth::Basic {
+            username: u.to_string(),
+            password: p,
+        }),
+        (Some(_), None, None, None) => {
+            return Err((
+                "password".into(),
+                "username needs a password (or password_file)".into(),
+            ))
+        }
+        (None, Some(_), None, None) => {
+            return Err(("username".into(), "password needs a username".into()))
+        }
+        (None, None, Some(k), None) => Some(Auth::ApiKey(k)),
+        (None, None, None, Some(t)) => Some(Auth::Bearer(t)),
+        _ if keys.api_key.is_some() => {
+            return Err((
+                "username, api_key and bearer_token".into(),
+                "give one way to authenticate: username + password, api_key or bearer_token".into(),
+            ))
+        }
+        _ => {
+            return Err((
+                "username and bearer_token".into(),
+                "give one way to authenticate: username + password, or bearer_token".into(),
+            ))
+        }
+    };
+    if let Some((username, password)) = from_urls {
+        if auth.is_some() {
+            return Err((
+                keys.key.into(),
+                "credentials in a URL and in the section's keys: keep one".into(),
+            ));
+        }
+        auth = Some(Auth::Basic { username, password });
+    }
+    let tls_verify = match keys.tls_verify {
+        Some(v) => TlsVerify::parse(v).map_err(|m| ("tls_verify".to_string(), m))?,
+        None => TlsVerify::Full,
+    };
+    let ca_cert = match keys.ca_cert {
+        Some(p) => Some(CaCert::read(resolve(p)).map_err(|m| ("ca_cert".to_string(), m))?),
+        None => None,
+    };
+    if let Some(m) = wording.certificate_without_ca {
+        if tls_verify == TlsVerify::Certificate && ca_cert.is_none() {
+            return Err(("tls_verify".into(), m.into()));
+        }
+    }
+    Ok(Endpoint {
+        nodes,
+        auth,
+        ca_cert,
+        tls_verify,
+    })
+}
+
+/// A `reqwest` client for `e`: requests time out after `timeout` (connecting
+/// included), carry `headers` and `e`'s credentials (`Authorization`, marked sensitive
+/// so that the client never prints it), and trust `e`'s CA besides the system's; the
+/// host name is not checked with `tls_verify = "certificate"`, nothing is with
+/// `"none"` (the caller warns). Building it contacts no one. The error is
+/// `(key, message)`: the key whose value a header cannot carry, `ca_cert`, or empty.
+pub fn reqwest_client(
+    e: &Endpoint,
+    timeout: Duration,
+    mut headers: reqwest::header::HeaderMap,
+) -> Result<reqwest::Client, (String, String)> {
+    if let Some(auth) = &e.auth {
+        let key = match auth {
+            Auth::Basic { .. } => "password",
+            Auth::ApiKey(_) => "api_key",
+            Auth::Bearer(_) => "bearer_token",
+        };
+        let mut v =
+            reqwest::header::HeaderValue::from_str(auth.header_value().expose()).map_err(|_| {
+                (
+                    key.to_string(),
+                    "holds characters an HTTP header cannot carry".to_string(),
+                )
+            })?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    let mut b = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .default_headers(headers);
+    let certs = |ca: &CaCert| {
+        reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|err| {
+            (
+                "ca_cert".to_string(),
+                format!("{}: {err}", ca.path.display()),
+            )
+        })
+    };
+    match (&e.ca_cert, e.tls_verify) {
+        (_, TlsVerify::None) => b = b.danger_accept_invalid_certs(true),
+        (Some(ca), verify) => {
+            for c in certs(ca)? {
+                b = b.add_root_certificate(c);
+            }
+            if verify == TlsVerify::Certificate {
+                b = b.danger_accept_invalid_hostnames(true);
+            }
+        }
+        (None, _) => {}
+    }
+    b.build()
+        .map_err(|err| (String::new(), format!("HTTP client: {err}")))
 }
 
 /// An error with its causes, on one line (`error sending request: ...: certificate
