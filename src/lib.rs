@@ -34,7 +34,8 @@
 //! | what a job file means, its keys and defaults | [`config`] (dispatch through the registry), each connector's `config.rs` |
 //! | `${NAME}` in job files | [`interpolate`] |
 //! | secrets (`*_file`, redaction) | [`secret`] |
-//! | how the sink reaches Elasticsearch (nodes, TLS, auth) | [`connectors::elasticsearch::connection`] |
+//! | how the sink reaches Elasticsearch (nodes, TLS, auth) | [`connectors::elasticsearch::connection`], on [`clients::http`] and [`clients::sigv4`] (shared with the schema registry) |
+//! | which Kafka client takes which `properties` | [`clients::kafka`] |
 //! | where a barrier is emitted | [`runtime`] `task.rs` (a source snapshots its positions, then emits) |
 //! | where barriers are aligned | [`runtime`] `align.rs` (a pure state machine) |
 //! | when a checkpoint is triggered, completes, expires | [`checkpoint::coordinator`] (pure) |
@@ -60,6 +61,7 @@ pub mod chaos;
 pub mod checkpoint;
 #[cfg(feature = "harness")]
 pub mod cli;
+pub mod clients;
 pub mod config;
 pub mod connector;
 pub mod connectors;

@@ -14,7 +14,7 @@ use base64::Engine;
 use common::es::Es;
 use common::kafka::KafkaProcess;
 use common::{bin, tail, wait_timeout};
-use lockgate::connectors::elasticsearch::sigv4::sign_request;
+use lockgate::clients::sigv4::sign_request;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -85,7 +85,7 @@ type Case<'a> = (
 
 #[test]
 fn lockgate_signs_what_botocore_signs() {
-    use lockgate::connectors::elasticsearch::sigv4::body_as_sent;
+    use lockgate::clients::sigv4::body_as_sent;
     // 2026-03-07T09:05:02Z
     let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_772_874_302);
     let bulk =

@@ -622,7 +622,7 @@ fn dead_letters_use_every_producer_property_of_the_source() {
 fn a_table_of_consumer_and_producer_properties_serves_both_clients() {
     // Consumer-only (fetch.*) and producer-only (linger.ms, acks) properties in one
     // table: the consumer reads and the idempotent producer writes the dead letter (which
-    // client gets which property is the unit table of `kafka::properties`).
+    // client gets which property is the unit table of `clients::kafka`).
     let tmp = tempfile::tempdir().unwrap();
     let kafka = KafkaProcess::start(&[("orders", 1), ("orders-dlq", 1)]);
     let good0 = payload("orders", 0, 0);

@@ -52,7 +52,6 @@ const FLOORS: &[(&str, &[&str])] = &[
 const KNOWN: &[&str] = &[
     "runtime: runtime/chain.rs -> operators",
     "runtime: runtime/start.rs -> operators",
-    "sideways: connectors/dead_letter.rs -> connectors::kafka",
     "sideways: connectors/elasticsearch/bulk.rs -> connectors::dead_letter",
     "sideways: connectors/elasticsearch/config.rs -> connectors",
     "sideways: connectors/elasticsearch/config.rs -> connectors::dead_letter",
@@ -76,8 +75,6 @@ const KNOWN: &[&str] = &[
     "sideways: transforms/mod.rs -> connectors::kafka",
     "upward: connector/kit/bulk/processor.rs -> connectors::dead_letter",
     "upward: connector/kit/bulk/target.rs -> connectors::dead_letter",
-    "upward: formats/registry.rs -> connector",
-    "upward: formats/registry_section.rs -> connectors::elasticsearch",
 ];
 
 fn src() -> PathBuf {

@@ -3,9 +3,9 @@
 //! from [`EsConnection::node_headers`]) and the same TLS settings ([`EsConnection::tls`])
 //! as the sink, so a job whose sink needs TLS or credentials is verified as it wrote.
 
-use crate::connectors::elasticsearch::connection::CaCert;
-use crate::connectors::elasticsearch::sigv4::SignedNode;
-use crate::connectors::elasticsearch::{EsConnection, TlsVerify};
+use crate::clients::http::{CaCert, TlsVerify};
+use crate::clients::sigv4::SignedNode;
+use crate::connectors::elasticsearch::EsConnection;
 use std::time::Duration;
 
 /// A blocking client for one node of the job's cluster (the first one).

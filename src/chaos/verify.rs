@@ -274,10 +274,10 @@ pub fn dead_lettered(
 fn read_topics(t: &Target, selects: &dyn Fn(&str) -> bool) -> Result<Vec<Input>, String> {
     let mut config = ClientConfig::new();
     // The job's properties first (security, connection), the verifier's own after.
-    crate::connectors::kafka::properties::apply(
+    crate::clients::kafka::apply(
         &mut config,
         &t.kafka_properties,
-        crate::connectors::kafka::properties::ClientRole::Consumer,
+        crate::clients::kafka::ClientRole::Consumer,
     );
     let c: BaseConsumer = config
         .set("bootstrap.servers", &t.bootstrap_servers)

@@ -12,6 +12,10 @@ use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+// The contract carries the source's cluster to the other sections; the type is the
+// Kafka client's, and stays reachable here for connectors written against the contract.
+pub use crate::clients::kafka::KafkaCluster;
+
 /// A section's error: the key it concerns and what is wrong. The key is relative to
 /// the section (`topics`, `properties."client.id"`; empty: the section itself) unless
 /// it is [`KeyError::absolute`], for errors about keys of two sections.
@@ -101,14 +105,6 @@ impl SectionContext {
             self.base_dir.join(p)
         }
     }
-}
-
-/// A Kafka cluster as a source reaches it: the address and the client properties
-/// (security settings) that every client of the job uses for it.
-#[derive(Debug, Clone)]
-pub struct KafkaCluster {
-    pub bootstrap_servers: String,
-    pub properties: crate::secret::Properties,
 }
 
 /// What a source tells the sink's section, for the rules between them.

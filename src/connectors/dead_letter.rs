@@ -22,7 +22,7 @@
 //! consumer-only ones ([`crate::connectors::kafka::properties`]), so that dead letters
 //! reach the cluster the way the source does.
 
-use crate::connectors::kafka::properties::{apply, ClientRole};
+use crate::clients::kafka::{apply, ClientRole};
 use crate::telemetry::metrics::Metrics;
 use prometheus::{IntCounter, IntCounterVec};
 use rdkafka::message::{Header, OwnedHeaders};

@@ -11,7 +11,8 @@
 //! (whose restart strategy applies). A registry outage therefore never skips or
 //! dead-letters a record.
 
-use crate::connector::kit::bulk::backoff;
+use crate::clients::backoff::backoff;
+use crate::clients::http::error_chain;
 use crate::secret::redact_url;
 use rand::Rng as _;
 use std::collections::HashMap;
@@ -361,10 +362,10 @@ impl RegistryClient {
                     let status = r.status().as_u16();
                     match r.bytes().await {
                         Ok(b) => (Some(status), b.to_vec()),
-                        Err(e) => (None, with_causes(&e).into_bytes()),
+                        Err(e) => (None, error_chain(&e).into_bytes()),
                     }
                 }
-                Err(e) => (None, with_causes(&e).into_bytes()),
+                Err(e) => (None, error_chain(&e).into_bytes()),
             };
             match meaning(lookup, status, &body) {
                 Meaning::Schema(s) => {
@@ -393,19 +394,6 @@ impl RegistryClient {
             self.retry.timeout.as_millis()
         )))
     }
-}
-
-/// An error with its causes (`error sending request: connection refused`): reqwest
-/// names only the step that failed.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// The default request timeout of a registry client.

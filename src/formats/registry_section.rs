@@ -17,7 +17,7 @@
 //! is an error that names its key. Secrets never reach a log line or an error.
 
 use super::registry::{RegistryClient, Retry, TIMEOUT};
-use crate::connectors::elasticsearch::connection::{parse_node, Auth, CaCert, TlsVerify};
+use crate::clients::http::{endpoint, reqwest_client, Endpoint, EndpointKeys, TlsVerify, Wording};
 use crate::secret::{Secret, UrlText};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,13 +39,16 @@ pub struct RegistrySection {
     retry_timeout_ms: Option<u64>,
 }
 
+/// How the section words the errors it shares with the other HTTP sections.
+const WORDING: Wording = Wording {
+    urls: "URLs",
+    certificate_without_ca: Some("\"certificate\" checks the chain up to ca_cert: give ca_cert"),
+};
+
 /// The checked settings: URLs without user info, credentials, TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistrySettings {
-    pub urls: Vec<String>,
-    pub auth: Option<Auth>,
-    pub ca_cert: Option<CaCert>,
-    pub tls_verify: TlsVerify,
+    pub endpoint: Endpoint,
     /// One request's timeout.
     pub timeout: Duration,
     pub retry: Retry,
@@ -74,74 +77,18 @@ impl RegistrySection {
                 return Err(("url and urls".into(), "give url or urls, not both".into()))
             }
         };
-        let mut urls = Vec::with_capacity(given.len());
-        let mut from_urls: Option<(String, Secret)> = None;
-        for (i, u) in given.iter().enumerate() {
-            let name = if key == "urls" {
-                format!("urls[{i}]")
-            } else {
-                key.to_string()
-            };
-            let (url, info) = parse_node(&u.0).map_err(|m| (name.clone(), m))?;
-            if let Some(info) = info {
-                if from_urls.as_ref().is_some_and(|prev| *prev != info) {
-                    return Err((name, "the URLs carry different credentials".into()));
-                }
-                from_urls = Some(info);
-            }
-            urls.push(url.as_str().trim_end_matches('/').to_string());
-        }
-        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| {
-            crate::secret::secret_or_file(value, file, key, &resolve)
+        let given: Vec<&str> = given.iter().map(|u| u.0.as_str()).collect();
+        let keys = EndpointKeys {
+            nodes: &given,
+            key,
+            username: self.username.as_deref(),
+            password: (&self.password, &self.password_file),
+            api_key: None,
+            bearer_token: (&self.bearer_token, &self.bearer_token_file),
+            ca_cert: self.ca_cert.as_deref(),
+            tls_verify: self.tls_verify.as_deref(),
         };
-        let password = secret(&self.password, &self.password_file, "password")?;
-        let bearer = secret(&self.bearer_token, &self.bearer_token_file, "bearer_token")?;
-        let mut auth = match (&self.username, password, bearer) {
-            (None, None, None) => None,
-            (Some(u), Some(p), None) => Some(Auth::Basic {
-                username: u.clone(),
-                password: p,
-            }),
-            (Some(_), None, None) => {
-                return Err((
-                    "password".into(),
-                    "username needs a password (or password_file)".into(),
-                ))
-            }
-            (None, Some(_), None) => {
-                return Err(("username".into(), "password needs a username".into()))
-            }
-            (None, None, Some(t)) => Some(Auth::Bearer(t)),
-            _ => {
-                return Err((
-                    "username and bearer_token".into(),
-                    "give one way to authenticate: username + password, or bearer_token".into(),
-                ))
-            }
-        };
-        if let Some((username, password)) = from_urls {
-            if auth.is_some() {
-                return Err((
-                    key.into(),
-                    "credentials in a URL and in the section's keys: keep one".into(),
-                ));
-            }
-            auth = Some(Auth::Basic { username, password });
-        }
-        let tls_verify = match &self.tls_verify {
-            Some(v) => TlsVerify::parse(v).map_err(|m| ("tls_verify".to_string(), m))?,
-            None => TlsVerify::Full,
-        };
-        let ca_cert = match &self.ca_cert {
-            Some(p) => Some(CaCert::read(resolve(p)).map_err(|m| ("ca_cert".to_string(), m))?),
-            None => None,
-        };
-        if tls_verify == TlsVerify::Certificate && ca_cert.is_none() {
-            return Err((
-                "tls_verify".into(),
-                "\"certificate\" checks the chain up to ca_cert: give ca_cert".into(),
-            ));
-        }
+        let endpoint = endpoint(keys, resolve, WORDING)?;
         let timeout = match self.request_timeout_ms {
             Some(0) => return Err(("request_timeout_ms".into(), "must be positive".into())),
             Some(ms) => Duration::from_millis(ms),
@@ -165,10 +112,7 @@ impl RegistrySection {
             None => Retry::default().timeout.min(checkpoint_timeout / 4),
         };
         Ok(RegistrySettings {
-            urls,
-            auth,
-            ca_cert,
-            tls_verify,
+            endpoint,
             timeout: timeout.min(retry_timeout),
             retry: Retry {
                 timeout: retry_timeout,
@@ -188,57 +132,23 @@ impl RegistrySettings {
                 "application/vnd.schemaregistry.v1+json, application/json",
             ),
         );
-        if let Some(auth) = &self.auth {
-            let key = match auth {
-                Auth::Bearer(_) => "bearer_token",
-                _ => "password",
-            };
-            let mut v = reqwest::header::HeaderValue::from_str(auth.header_value().expose())
-                .map_err(|_| {
-                    (
-                        key.to_string(),
-                        "holds characters an HTTP header cannot carry".to_string(),
-                    )
-                })?;
-            v.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, v);
+        let http = reqwest_client(&self.endpoint, self.timeout, headers)?;
+        if self.endpoint.tls_verify == TlsVerify::None {
+            tracing::warn!(
+                "the Schema Registry's certificate is not checked (tls_verify = \"none\")"
+            );
         }
-        let mut b = reqwest::Client::builder()
-            .timeout(self.timeout)
-            .connect_timeout(self.timeout)
-            .default_headers(headers);
-        let certs = |ca: &CaCert| {
-            reqwest::Certificate::from_pem_bundle(&ca.pem)
-                .map_err(|e| ("ca_cert".to_string(), format!("{}: {e}", ca.path.display())))
-        };
-        match (&self.ca_cert, self.tls_verify) {
-            (_, TlsVerify::None) => {
-                tracing::warn!(
-                    "the Schema Registry's certificate is not checked (tls_verify = \"none\")"
-                );
-                b = b.danger_accept_invalid_certs(true);
-            }
-            (Some(ca), verify) => {
-                for c in certs(ca)? {
-                    b = b.add_root_certificate(c);
-                }
-                if verify == TlsVerify::Certificate {
-                    b = b.danger_accept_invalid_hostnames(true);
-                }
-            }
-            (None, _) => {}
-        }
-        let http = b
-            .build()
-            .map_err(|e| (String::new(), format!("HTTP client: {e}")))?;
-        Ok(RegistryClient::new(http, self.urls.clone(), self.retry)
-            .with_request_timeout(self.timeout))
+        Ok(
+            RegistryClient::new(http, self.endpoint.nodes.clone(), self.retry)
+                .with_request_timeout(self.timeout),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clients::http::Auth;
 
     fn settings(toml_text: &str) -> Result<RegistrySettings, (String, String)> {
         let s: RegistrySection =
@@ -292,6 +202,58 @@ mod tests {
     }
 
     #[test]
+    fn credential_and_tls_errors_keep_their_texts() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let cases: &[(String, &str, String)] = &[
+            (
+                "url = \"http://u:p@r\"\nusername = \"x\"".into(),
+                "password",
+                "username needs a password (or password_file)".into(),
+            ),
+            (
+                "url = \"http://u:p@r\"\nusername = \"x\"\npassword = \"y\"".into(),
+                "url",
+                "credentials in a URL and in the section's keys: keep one".into(),
+            ),
+            (
+                "urls = [\"http://u:p@r-1\", \"http://u:q@r-2\"]".into(),
+                "urls[1]",
+                "the URLs carry different credentials".into(),
+            ),
+            (
+                "url = \"http://r\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\""
+                    .into(),
+                "username and bearer_token",
+                "give one way to authenticate: username + password, or bearer_token".into(),
+            ),
+            (
+                "url = \"http://r\"\ntls_verify = \"certificate\"".into(),
+                "tls_verify",
+                "\"certificate\" checks the chain up to ca_cert: give ca_cert".into(),
+            ),
+            (
+                format!(
+                    "url = \"http://r\"\nusername = \"u\"\npassword_file = {:?}",
+                    absent.display().to_string()
+                ),
+                "password_file",
+                format!(
+                    "cannot read {}: No such file or directory (os error 2)",
+                    absent.display()
+                ),
+            ),
+        ];
+        for (text, key, message) in cases {
+            assert_eq!(
+                settings(text).unwrap_err(),
+                (key.to_string(), message.clone()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn the_retry_time_fits_in_a_checkpoint() {
         let s = settings("url = \"http://r\"").unwrap();
         assert_eq!(
@@ -322,10 +284,12 @@ mod tests {
     #[test]
     fn credentials_come_from_keys_or_the_url_and_never_show() {
         let s = settings("url = \"http://reader:s3cret@r:8081/\"").unwrap();
-        assert_eq!(s.urls, vec!["http://r:8081".to_string()]);
-        assert!(matches!(&s.auth, Some(Auth::Basic { username, .. }) if username == "reader"));
+        assert_eq!(s.endpoint.nodes, vec!["http://r:8081".to_string()]);
+        assert!(
+            matches!(&s.endpoint.auth, Some(Auth::Basic { username, .. }) if username == "reader")
+        );
         let s = settings("urls = [\"http://a\", \"http://b\"]\nbearer_token = \"tok3n\"").unwrap();
-        assert_eq!(s.urls.len(), 2);
+        assert_eq!(s.endpoint.nodes.len(), 2);
         let section: RegistrySection =
             toml::from_str("url = \"http://u:s3cret@r\"\npassword = \"pw-9\"").unwrap();
         for shown in [format!("{section:?}"), format!("{s:?}")] {

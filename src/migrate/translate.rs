@@ -231,31 +231,13 @@ fn node_url(url: &str) -> (String, Option<String>) {
     };
     match reqwest::Url::parse(&with_scheme) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
-            let user = percent_decode(u.username());
+            let user = crate::clients::http::percent_decode(u.username());
             let _ = u.set_username("");
             let _ = u.set_password(None);
             (u.as_str().trim_end_matches('/').to_string(), Some(user))
         }
         _ => (with_scheme, None),
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or("zz"), 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether `key` is set to Kafka Connect's default, which lockgate also does.

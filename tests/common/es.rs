@@ -314,7 +314,7 @@ impl EsProcess {
         }
         conn.ca_cert = ca_cert
             .clone()
-            .map(|p| lockgate::connectors::elasticsearch::connection::CaCert::read(p).unwrap());
+            .map(|p| lockgate::clients::http::CaCert::read(p).unwrap());
         let http = lockgate::chaos::es_http::EsHttp::new(&conn, Duration::from_secs(30)).unwrap();
         EsProcess {
             child,

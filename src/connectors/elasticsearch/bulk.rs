@@ -7,10 +7,12 @@
 
 use super::action::{BulkAction, OpType};
 use super::config::{EsSinkConfig, ItemErrorPolicy};
-use super::connection::{auth_refusal, auth_refusal_message, refusal_body, TlsVerify};
 use super::encode::{EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request};
-use super::sigv4::SignedNode;
+use crate::clients::http::{
+    auth_refusal, auth_refusal_message, error_chain, refusal_body, TlsVerify,
+};
+use crate::clients::sigv4::SignedNode;
 use crate::connector::kit::bulk::{
     self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
 };
@@ -322,22 +324,6 @@ fn written_labels(tally: &Tally, deletes: usize) -> [(ItemLabel, usize); 4] {
         (ItemLabel::Deleted, deleted),
         (ItemLabel::NotFound, tally.not_found),
     ]
-}
-
-/// An error with its causes (`error sending request: ...: certificate verify failed`):
-/// the HTTP client's own message names only the URL, the cause is what a person needs.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cause = c.source();
-    }
-    s
 }
 
 /// The query of every bulk request, asking for only what the sink reads of each item (its status and
@@ -692,10 +678,7 @@ impl<'de> serde::Deserialize<'de> for Envelope {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        error_chain, item_label, parse_response, written_labels, ItemLabel, ItemReply, Parsed,
-        Tally,
-    };
+    use super::{item_label, parse_response, written_labels, ItemLabel, ItemReply, Parsed, Tally};
 
     #[test]
     fn an_expired_aws_credential_is_retried_and_a_wrong_signature_is_not() {
@@ -925,39 +908,5 @@ mod tests {
                 ("not_found", 0)
             ]
         );
-    }
-
-    #[derive(Debug)]
-    struct E(&'static str, Option<Box<E>>);
-    impl std::fmt::Display for E {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-    impl std::error::Error for E {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|e| e as _)
-        }
-    }
-
-    #[test]
-    fn an_error_names_its_causes_once() {
-        let e = E(
-            "error sending request",
-            Some(Box::new(E(
-                "client error (Connect)",
-                Some(Box::new(E("certificate verify failed", None))),
-            ))),
-        );
-        assert_eq!(
-            error_chain(&e),
-            "error sending request: client error (Connect): certificate verify failed"
-        );
-        // A cause its parent already repeats is not repeated.
-        let e = E(
-            "timed out: operation timed out",
-            Some(Box::new(E("operation timed out", None))),
-        );
-        assert_eq!(error_chain(&e), "timed out: operation timed out");
     }
 }

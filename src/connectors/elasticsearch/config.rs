@@ -7,8 +7,9 @@
 //! `ca_cert` and `*_file` secrets are read when the job file is loaded, so a mistake is a
 //! configuration error naming its key, not a failure at the first request.
 
-use super::connection::{cloud_node, parse_node, Auth, CaCert, EsConnection, TlsVerify};
+use super::connection::EsConnection;
 pub use super::params::{DataStream, TimestampSource};
+use crate::clients::http::{cloud_node, endpoint, Endpoint, EndpointKeys, Wording};
 use crate::secret::{Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -360,6 +361,14 @@ impl EsSinkConfig {
     }
 }
 
+/// How the section words the errors it shares with the other HTTP sections: the chain's
+/// CA (`tls_verify = "certificate"` without `ca_cert`) is checked by
+/// [`EsConnection::validate`], after the section's own keys.
+const WORDING: Wording = Wording {
+    urls: "nodes' URLs",
+    certificate_without_ca: None,
+};
+
 /// `[sink.elasticsearch]` as written in a job file. A key that is absent takes
 /// [`EsSinkConfig::new`]'s default, so the job file and the Rust API cannot disagree.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -380,7 +389,7 @@ pub struct EsSection {
     tls_verify: Option<String>,
     compression: Option<String>,
     headers: Option<BTreeMap<String, Secret>>,
-    aws_sigv4: Option<super::connection::AwsSigV4>,
+    aws_sigv4: Option<crate::clients::sigv4::AwsSigV4>,
     pub index: Option<String>,
     topic_to_index: Option<BTreeMap<String, String>>,
     pipeline: Option<String>,
@@ -628,7 +637,7 @@ impl EsSection {
                 base.join(p)
             }
         };
-        let (nodes, key): (Vec<String>, &str) = match (&self.url, &self.urls, &self.cloud_id) {
+        let (urls, key): (Vec<String>, &str) = match (&self.url, &self.urls, &self.cloud_id) {
             (Some(u), None, None) => (vec![u.0.clone()], "url"),
             (None, Some(u), None) => (u.iter().map(|u| u.0.clone()).collect(), "urls"),
             (None, None, Some(id)) => (vec![cloud_node(id).map_err(at("cloud_id"))?], "cloud_id"),
@@ -653,74 +662,26 @@ impl EsSection {
                 ));
             }
         };
-        if nodes.is_empty() {
+        if urls.is_empty() {
             return Err((key.into(), "at least one node URL is needed".into()));
         }
-        // Node URLs are parsed now; user info in one becomes its basic credentials.
-        let mut stripped = Vec::with_capacity(nodes.len());
-        let mut from_urls: Option<(String, Secret)> = None;
-        for (i, n) in nodes.iter().enumerate() {
-            let name = if key == "urls" {
-                format!("urls[{i}]")
-            } else {
-                key.to_string()
-            };
-            let (url, userinfo) = parse_node(n).map_err(|m| (name.clone(), m))?;
-            if let Some(info) = userinfo {
-                if from_urls.as_ref().is_some_and(|prev| *prev != info) {
-                    return Err((name, "the nodes' URLs carry different credentials".into()));
-                }
-                from_urls = Some(info);
-            }
-            stripped.push(url.as_str().trim_end_matches('/').to_string());
-        }
-        let secret = |value: &Option<Secret>, file: &Option<PathBuf>, key: &str| {
-            crate::secret::secret_or_file(value, file, key, resolve)
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let keys = EndpointKeys {
+            nodes: &urls,
+            key,
+            username: self.username.as_deref(),
+            password: (&self.password, &self.password_file),
+            api_key: Some((&self.api_key, &self.api_key_file)),
+            bearer_token: (&self.bearer_token, &self.bearer_token_file),
+            ca_cert: self.ca_cert.as_deref(),
+            tls_verify: self.tls_verify.as_deref(),
         };
-        let password = secret(&self.password, &self.password_file, "password")?;
-        let api_key = secret(&self.api_key, &self.api_key_file, "api_key")?;
-        let bearer = secret(&self.bearer_token, &self.bearer_token_file, "bearer_token")?;
-        let mut auth =
-            match (&self.username, password, api_key, bearer) {
-                (None, None, None, None) => None,
-                (Some(u), Some(p), None, None) => Some(Auth::Basic {
-                    username: u.clone(),
-                    password: p,
-                }),
-                (Some(_), None, None, None) => {
-                    return Err((
-                        "password".into(),
-                        "username needs a password (or password_file)".into(),
-                    ))
-                }
-                (None, Some(_), None, None) => {
-                    return Err(("username".into(), "password needs a username".into()))
-                }
-                (None, None, Some(k), None) => Some(Auth::ApiKey(k)),
-                (None, None, None, Some(t)) => Some(Auth::Bearer(t)),
-                _ => return Err((
-                    "username, api_key and bearer_token".into(),
-                    "give one way to authenticate: username + password, api_key or bearer_token"
-                        .into(),
-                )),
-            };
-        if let Some((username, password)) = from_urls {
-            if auth.is_some() {
-                return Err((
-                    key.into(),
-                    "credentials in a URL and in the section's keys: keep one".into(),
-                ));
-            }
-            auth = Some(Auth::Basic { username, password });
-        }
-        let tls_verify = match &self.tls_verify {
-            Some(v) => TlsVerify::parse(v).map_err(at("tls_verify"))?,
-            None => TlsVerify::Full,
-        };
-        let ca_cert = match &self.ca_cert {
-            Some(p) => Some(CaCert::read(resolve(p)).map_err(at("ca_cert"))?),
-            None => None,
-        };
+        let Endpoint {
+            nodes,
+            auth,
+            ca_cert,
+            tls_verify,
+        } = endpoint(keys, resolve, WORDING)?;
         let gzip = match self.compression.as_deref() {
             None | Some("none") => false,
             Some("gzip") => true,
@@ -762,7 +723,7 @@ impl EsSection {
             }
         }
         let c = EsConnection {
-            nodes: stripped,
+            nodes,
             auth,
             ca_cert,
             tls_verify,
@@ -976,6 +937,7 @@ impl Versioning {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clients::http::{Auth, CaCert, TlsVerify};
 
     /// When a request may carry several writes of one document: never where a 409 on a
     /// replay counts as already written and a newer write in the same request could
@@ -1334,6 +1296,65 @@ buffer_max_bytes = 15
             c.connection.nodes,
             vec!["https://abc.cloud.example.com".to_string()]
         );
+    }
+
+    #[test]
+    fn credential_and_tls_errors_keep_their_texts() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let unreadable = format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            absent.display()
+        );
+        let one_way = "give one way to authenticate: username + password, api_key or bearer_token";
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "url = \"https://u:p@es\"\nusername = \"x\"",
+                "password",
+                "username needs a password (or password_file)",
+            ),
+            (
+                "url = \"https://u:p@es\"\nusername = \"x\"\npassword = \"y\"",
+                "url",
+                "credentials in a URL and in the section's keys: keep one",
+            ),
+            (
+                "urls = [\"https://u:p@es-1\", \"https://u:q@es-2\"]",
+                "urls[1]",
+                "the nodes' URLs carry different credentials",
+            ),
+            (
+                "url = \"https://es\"\napi_key = \"k\"\nbearer_token = \"t\"",
+                "username, api_key and bearer_token",
+                one_way,
+            ),
+            (
+                "url = \"https://es\"\nusername = \"u\"\npassword = \"p\"\nbearer_token = \"t\"",
+                "username, api_key and bearer_token",
+                one_way,
+            ),
+            (
+                "url = \"https://es\"\ntls_verify = \"certificate\"",
+                "tls_verify",
+                "tls_verify = \"certificate\" checks the chain up to ca_cert: set ca_cert",
+            ),
+            // The section's own keys are checked before the chain is.
+            (
+                "url = \"https://es\"\ntls_verify = \"certificate\"\ncompression = \"zstd\"",
+                "compression",
+                "`zstd` is not one of none, gzip",
+            ),
+            (
+                "url = \"https://es\"\nusername = \"u\"\npassword_file = \"absent\"",
+                "password_file",
+                unreadable.as_str(),
+            ),
+        ];
+        for (extra, key, message) in cases {
+            let section: EsSection = toml::from_str(&format!("index = \"i\"\n{extra}")).unwrap();
+            let got = section.config(&ctx_in(dir.path())).unwrap_err();
+            assert_eq!(got, (key.to_string(), message.to_string()), "{extra}");
+        }
     }
 
     #[test]

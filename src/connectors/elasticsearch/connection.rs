@@ -1,6 +1,7 @@
 //! How the sink reaches Elasticsearch: its nodes (`url`, `urls` or `cloud_id`), the
-//! credentials, TLS settings, compression and extra headers of every request, and what
-//! a refused request (401 / 403) means.
+//! credentials, TLS settings, compression and extra headers of every request. The
+//! pieces every HTTP client shares (credentials, TLS, node URLs, what a refused request
+//! means) are in [`crate::clients::http`]; the AWS signature in [`crate::clients::sigv4`].
 //!
 //! One description ([`EsConnection`]) builds every client that talks to the cluster: the
 //! sink's per-node transports ([`EsConnection::transport`]) and, in the chaos harness,
@@ -8,107 +9,14 @@
 //! [`EsConnection::tls`]. Secrets stay [`Secret`]s until they become a header value
 //! marked sensitive; `Debug` of this module's types never shows them.
 
+use crate::clients::http::{parse_node, Auth, CaCert, TlsVerify};
+use crate::clients::sigv4::{AwsSigV4, SignedNode, Signer};
 use crate::secret::{redact_url, Secret};
-use base64::Engine;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::headers::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use elasticsearch::http::transport::{SingleNodeConnectionPool, Transport, TransportBuilder};
-use elasticsearch::http::Url;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// The credentials sent with every request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Auth {
-    /// HTTP basic authentication.
-    Basic { username: String, password: Secret },
-    /// An Elasticsearch API key: `ID:KEY`, or the base64 encoding of it as the cluster
-    /// hands it out.
-    ApiKey(Secret),
-    /// A bearer token (an OAuth2 or service-account token).
-    Bearer(Secret),
-}
-
-impl Auth {
-    /// The `Authorization` header value: `Basic ...`, `ApiKey <base64 of ID:KEY>` or
-    /// `Bearer ...`. An API key that holds a `:` is `ID:KEY` and gets encoded; one
-    /// without is taken as already encoded.
-    pub fn header_value(&self) -> Secret {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        Secret::new(match self {
-            Auth::Basic { username, password } => {
-                format!(
-                    "Basic {}",
-                    b64(&format!("{username}:{}", password.expose()))
-                )
-            }
-            Auth::ApiKey(k) if k.expose().contains(':') => format!("ApiKey {}", b64(k.expose())),
-            Auth::ApiKey(k) => format!("ApiKey {}", k.expose()),
-            Auth::Bearer(t) => format!("Bearer {}", t.expose()),
-        })
-    }
-}
-
-/// How the server's certificate is checked (`tls_verify`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TlsVerify {
-    /// The chain up to a trusted CA (`ca_cert`, or the system's) and the host name.
-    Full,
-    /// The chain up to `ca_cert`, not the host name (a cluster whose certificates name
-    /// other hosts than the ones the job connects to).
-    Certificate,
-    /// Nothing: anyone on the path can read and change every document. Logged as a
-    /// warning at every start.
-    None,
-}
-
-impl TlsVerify {
-    /// Parses `full`, `certificate` or `none`.
-    pub fn parse(s: &str) -> Result<TlsVerify, String> {
-        match s {
-            "full" => Ok(TlsVerify::Full),
-            "certificate" => Ok(TlsVerify::Certificate),
-            "none" => Ok(TlsVerify::None),
-            other => Err(format!("`{other}` is not one of full, certificate, none")),
-        }
-    }
-}
-
-/// A CA certificate (PEM) read when the job file was loaded.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CaCert {
-    /// Where it was read from (for messages).
-    pub path: PathBuf,
-    /// The PEM text: one or more certificates.
-    pub pem: Vec<u8>,
-}
-
-impl std::fmt::Debug for CaCert {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "CaCert({}, {} bytes)",
-            self.path.display(),
-            self.pem.len()
-        )
-    }
-}
-
-impl CaCert {
-    /// Reads and checks a PEM file: it must hold at least one certificate that the TLS
-    /// library accepts.
-    pub fn read(path: PathBuf) -> Result<CaCert, String> {
-        let pem =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-            return Err(format!("{} holds no PEM certificate", path.display()));
-        }
-        Certificate::from_pem(&pem)
-            .map_err(|e| format!("{} is not a usable PEM certificate: {e}", path.display()))?;
-        Ok(CaCert { path, pem })
-    }
-}
 
 /// Everything needed to reach the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,49 +35,6 @@ pub struct EsConnection {
     /// Sign every request with AWS Signature Version 4 (Amazon OpenSearch Service or
     /// Serverless), credentials from the standard AWS chain.
     pub aws_sigv4: Option<AwsSigV4>,
-}
-
-/// `aws_sigv4 = { region, service }`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AwsSigV4 {
-    /// The domain's or collection's region (`eu-west-1`).
-    pub region: String,
-    /// `es` (Amazon OpenSearch Service) or `aoss` (OpenSearch Serverless).
-    #[serde(default = "default_service")]
-    pub service: String,
-}
-
-fn default_service() -> String {
-    "es".into()
-}
-
-impl AwsSigV4 {
-    /// Checks the region and the service; the error is `(key, message)` below
-    /// `aws_sigv4`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        if !matches!(self.service.as_str(), "es" | "aoss") {
-            return Err((
-                "service".into(),
-                format!(
-                    "`{}` is not one of es (Amazon OpenSearch Service), aoss (OpenSearch Serverless)",
-                    self.service
-                ),
-            ));
-        }
-        let valid = !self.region.is_empty()
-            && self
-                .region
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid {
-            return Err((
-                "region".into(),
-                format!("`{}` is not an AWS region (such as eu-west-1)", self.region),
-            ));
-        }
-        Ok(())
-    }
 }
 
 impl EsConnection {
@@ -259,14 +124,14 @@ impl EsConnection {
 
     /// How requests to each node are signed (`aws_sigv4`): one signer, whose
     /// credentials all nodes share; `None` without `aws_sigv4`.
-    pub fn signing(&self) -> Result<Option<Vec<super::sigv4::SignedNode>>, String> {
+    pub fn signing(&self) -> Result<Option<Vec<SignedNode>>, String> {
         let Some(cfg) = &self.aws_sigv4 else {
             return Ok(None);
         };
-        let signer = super::sigv4::Signer::shared(cfg);
+        let signer = Signer::shared(cfg);
         self.nodes
             .iter()
-            .map(|n| super::sigv4::SignedNode::new(signer.clone(), n, self.gzip))
+            .map(|n| SignedNode::new(signer.clone(), n, self.gzip))
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     }
@@ -305,213 +170,9 @@ impl EsConnection {
     }
 }
 
-/// Parses a node URL: `http` or `https` with a host. Returns the URL without user info,
-/// and the user info (user, password) if it had any. Errors never contain a password.
-pub fn parse_node(s: &str) -> Result<(Url, Option<(String, Secret)>), String> {
-    let shown = redact_url(s);
-    let mut url = Url::parse(s).map_err(|e| format!("`{shown}` is not a URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("`{shown}`: the scheme must be http or https"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{shown}` names no host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("`{shown}`: a node URL takes no query or fragment"));
-    }
-    let userinfo = if !url.username().is_empty() || url.password().is_some() {
-        let user = percent_decode(url.username());
-        let password = Secret::new(percent_decode(url.password().unwrap_or_default()));
-        let _ = url.set_username("");
-        let _ = url.set_password(None);
-        Some((user, password))
-    } else {
-        None
-    };
-    Ok((url, userinfo))
-}
-
-/// `%XX` decoding of URL user info (invalid escapes are kept as written).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The node URL of a `cloud_id` (`<name>:<base64 of host$es-uuid$kibana-uuid>`).
-pub fn cloud_node(cloud_id: &str) -> Result<String, String> {
-    elasticsearch::http::transport::CloudId::parse(cloud_id)
-        .map(|c| c.url.to_string())
-        .map_err(|e| format!("not a cloud id: {e}"))
-}
-
-/// Whether a whole-request status is a refusal of the credentials: `Some("authentication
-/// failed")` for 401, `Some("authorization failed")` for 403, `None` otherwise. Neither
-/// is retried: the same credentials get the same answer, so the job fails at once
-/// instead of sending request after request.
-pub fn auth_refusal(status: Option<u16>) -> Option<&'static str> {
-    match status {
-        Some(401) => Some("authentication failed"),
-        Some(403) => Some("authorization failed"),
-        _ => None,
-    }
-}
-
-/// The first paragraph of AWS's message: a refused signature's message goes on with
-/// the canonical request AWS expected, whose signed headers include the session token,
-/// which must never reach a log.
-pub fn aws_message(m: &str) -> String {
-    let first = m
-        .split("\n\n")
-        .next()
-        .unwrap_or_default()
-        .split("The Canonical String")
-        .next()
-        .unwrap_or_default();
-    let mut out: String = first
-        .lines()
-        .filter(|l| !l.to_ascii_lowercase().contains("x-amz-security-token"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    if out.len() > 300 {
-        let mut end = 300;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
-    out.trim().to_string()
-}
-
-/// What of a refused request's body is kept for its message: Elasticsearch's error
-/// type and reason, or AWS's first paragraph (as JSON that
-/// [`auth_refusal_message`] reads), else the first 500 bytes; read before anything is
-/// cut, so that a long answer still names its error.
-pub fn refusal_body(body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    let ty = v.pointer("/error/type");
-    let reason = v.pointer("/error/reason");
-    if ty.is_some() || reason.is_some() {
-        return serde_json::json!({"error": {"type": ty, "reason": reason}}).to_string();
-    }
-    if let Some(m) = v.pointer("/message").and_then(|m| m.as_str()) {
-        return serde_json::json!({ "message": aws_message(m) }).to_string();
-    }
-    String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned()
-}
-
-/// The message of a refused request: what failed, at which node, and Elasticsearch's
-/// own error type and reason (from its JSON body, if it has one).
-pub fn auth_refusal_message(what: &str, node: &str, status: u16, body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    let ty = v.pointer("/error/type").and_then(|t| t.as_str());
-    let reason = v.pointer("/error/reason").and_then(|t| t.as_str());
-    // AWS answers a refused signature with `{"message": ...}`.
-    let aws = v
-        .pointer("/message")
-        .and_then(|m| m.as_str())
-        .map(aws_message);
-    let detail = match (ty, reason, aws) {
-        (Some(t), Some(r), _) => format!("{status} {t}: {r}"),
-        (Some(t), None, _) => format!("{status} {t}"),
-        (None, _, Some(m)) => format!("{status}: {m}"),
-        _ => status.to_string(),
-    };
-    format!(
-        "Elasticsearch {what} at node {} ({detail}); check the credentials of [sink.elasticsearch]",
-        redact_url(node)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn auth_refusals_table() {
-        let cases = [
-            (Some(401), Some("authentication failed")),
-            (Some(403), Some("authorization failed")),
-            (Some(400), None),
-            (Some(429), None),
-            (Some(503), None),
-            (Some(200), None),
-            (None, None),
-        ];
-        for (status, want) in cases {
-            assert_eq!(auth_refusal(status), want, "{status:?}");
-        }
-    }
-
-    #[test]
-    fn a_refusal_message_names_the_node_and_the_failure() {
-        let body = br#"{"error":{"type":"security_exception","reason":"unable to authenticate user [u]"},"status":401}"#;
-        let m = auth_refusal_message("authentication failed", "https://es-2:9200", 401, body);
-        assert!(m.contains("authentication failed"), "{m}");
-        assert!(m.contains("https://es-2:9200"), "{m}");
-        assert!(m.contains("security_exception"), "{m}");
-        let aws = serde_json::json!({"message": "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key.\n\nThe Canonical String for this request should have been\n'POST\n/_bulk\n\nhost:x\nx-amz-security-token:FQoTOKEN-never-printed\n'\n"});
-        let kept = refusal_body(aws.to_string().as_bytes());
-        let m = auth_refusal_message("authorization failed", "http://x:1", 403, kept.as_bytes());
-        assert!(
-            m.contains("403: The request signature we calculated does not match"),
-            "{m}"
-        );
-        assert!(!m.contains("FQoTOKEN") && !m.contains("Canonical"), "{m}");
-        let long = serde_json::json!({"error": {"type": "security_exception", "reason": "x".repeat(600)}, "pad": "y".repeat(2000)});
-        let kept = refusal_body(long.to_string().as_bytes());
-        assert!(
-            kept.contains("security_exception"),
-            "parsed before it is cut"
-        );
-        let m = auth_refusal_message("authorization failed", "http://x:1", 403, b"not json");
-        assert!(
-            m.contains("authorization failed at node http://x:1 (403)"),
-            "{m}"
-        );
-    }
-
-    #[test]
-    fn authorization_headers() {
-        let basic = Auth::Basic {
-            username: "elastic".into(),
-            password: Secret::new("changeme"),
-        };
-        // base64("elastic:changeme")
-        assert_eq!(
-            basic.header_value().expose(),
-            "Basic ZWxhc3RpYzpjaGFuZ2VtZQ=="
-        );
-        // base64("id:key"); an encoded key is sent as given.
-        assert_eq!(
-            Auth::ApiKey(Secret::new("id:key")).header_value().expose(),
-            "ApiKey aWQ6a2V5"
-        );
-        assert_eq!(
-            Auth::ApiKey(Secret::new("aWQ6a2V5"))
-                .header_value()
-                .expose(),
-            "ApiKey aWQ6a2V5"
-        );
-        assert_eq!(
-            Auth::Bearer(Secret::new("t0k")).header_value().expose(),
-            "Bearer t0k"
-        );
-        assert!(!format!("{basic:?}").contains("changeme"));
-    }
 
     #[test]
     fn the_header_map_marks_credentials_sensitive() {
@@ -526,25 +187,6 @@ mod tests {
             !printed.contains("t0k") && !printed.contains("blue"),
             "{printed}"
         );
-    }
-
-    #[test]
-    fn node_urls() {
-        let (u, info) = parse_node("https://user:p%40ss@es-1:9200").unwrap();
-        assert_eq!(u.as_str(), "https://es-1:9200/");
-        let (user, pw) = info.unwrap();
-        assert_eq!((user.as_str(), pw.expose()), ("user", "p@ss"));
-        assert!(parse_node("http://127.0.0.1:9200").unwrap().1.is_none());
-        for bad in [
-            "es-1:9200",
-            "ftp://es-1",
-            "https://:pw@:9200",
-            "http://es:9200/?x=1",
-            "https://user:secretpw@es:99999",
-        ] {
-            let e = parse_node(bad).unwrap_err();
-            assert!(!e.contains("secretpw"), "{e}");
-        }
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! once, at the next start.
 
 use super::config::IndexTemplateFile;
-use super::connection::{auth_refusal, auth_refusal_message, refusal_body};
-use super::sigv4::SignedNode;
+use crate::clients::http::{auth_refusal, auth_refusal_message, refusal_body};
+use crate::clients::sigv4::SignedNode;
 use crate::secret::redact_url;
 use elasticsearch::http::headers::HeaderMap;
 use elasticsearch::http::Method;

@@ -9,8 +9,7 @@
 //! request ([`encode`]) with their routing, pipeline and data stream parameters
 //! ([`params`]), what an action does to its document ([`coalesce`]), what an
 //! item result means ([`item_result`]), the bulk API as the kit's target ([`bulk`]),
-//! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]) and the
-//! AWS Signature Version 4 ([`sigv4`]), the sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
+//! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]), the sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
 
 pub mod action;
 pub mod batcher;
@@ -23,14 +22,14 @@ pub mod index_name;
 pub mod index_setup;
 pub mod item_result;
 pub mod params;
-pub mod sigv4;
 pub mod sink;
 pub mod version_guard;
 
+pub use crate::clients::http::{Auth, TlsVerify};
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
 pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
-pub use connection::{Auth, EsConnection, TlsVerify};
+pub use connection::EsConnection;
 pub use encode::Encoder;
 pub use params::TimestampSource;
 pub use sink::EsSink;

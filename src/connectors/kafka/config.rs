@@ -153,7 +153,7 @@ pub struct KafkaSourceConfig {
     pub connect_timeout_ms: u64,
     /// librdkafka properties of every Kafka client of the job (the consumer, dead-letter
     /// producers), each given to the clients it applies to
-    /// ([`super::properties::applies_to`]); on the consumer they override lockgate's
+    /// ([`crate::clients::kafka::applies_to`]); on the consumer they override lockgate's
     /// defaults.
     pub properties: Properties,
     /// Records without a value (tombstones) are emitted as [`Record::tombstone`]
@@ -252,7 +252,7 @@ pub struct KafkaSection {
     on_topic_recreated: Option<String>,
     watermark: Option<crate::event_time::WatermarkSection>,
     /// librdkafka properties of every Kafka client of the job, checked at load; which
-    /// client gets which is decided by [`super::properties::applies_to`].
+    /// client gets which is decided by [`crate::clients::kafka::applies_to`].
     #[serde(default)]
     pub properties: Properties,
 }
@@ -334,7 +334,7 @@ impl KafkaSection {
         if c.connect_timeout_ms == 0 {
             return Err(at("connect_timeout_ms")("must be positive".into()));
         }
-        super::properties::check(&self.properties)
+        crate::clients::kafka::check(&self.properties)
             .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         c.properties = self.properties.clone();
         Ok(c)

@@ -7,7 +7,6 @@ mod event_clock;
 pub mod fetcher;
 pub mod metrics;
 pub mod offsets;
-pub mod properties;
 pub mod queues;
 pub mod sink;
 pub mod sink_config;

@@ -1,9 +1,8 @@
 //! The offsets a Kafka partition holds now, asked of the cluster with a job's own
 //! connection settings (`checkpoints alter` checks new positions against them).
 
-use super::properties::{apply, ClientRole};
 use crate::checkpoint::alter::PartitionRange;
-use crate::connector::section::KafkaCluster;
+use crate::clients::kafka::{apply, ClientRole, KafkaCluster};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 use std::collections::BTreeMap;

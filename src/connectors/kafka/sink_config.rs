@@ -1,7 +1,7 @@
 //! What the user configures for the Kafka sink (`[sink.kafka]`): the job-file section,
 //! its defaults and its validation.
 
-use super::properties::{apply, ClientRole};
+use crate::clients::kafka::{apply, ClientRole};
 use crate::secret::Properties;
 use rdkafka::ClientConfig;
 use std::time::Duration;
@@ -174,7 +174,7 @@ impl KafkaSinkSection {
         if let Some(e) = KafkaSinkConfig::refused(&self.properties) {
             return Err(e);
         }
-        super::properties::check(&self.properties)
+        crate::clients::kafka::check(&self.properties)
             .map_err(|(k, m)| (format!("properties.{k:?}"), m))?;
         let mut properties = source.map(|s| s.properties.clone()).unwrap_or_default();
         // The source's table applies to every client of the job; a setting the sink

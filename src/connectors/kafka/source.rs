@@ -4,11 +4,11 @@ use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
 use super::fetcher::{
     Fetched, FetchedBatch, Fetcher, Handover, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
 };
-use super::properties::ClientRole;
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId};
 use super::upstream::{self, Marks};
 use super::{Tp, KIND};
+use crate::clients::kafka::ClientRole;
 use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::error::{JobError, Result};
@@ -228,7 +228,7 @@ impl KafkaSource {
             .set("fetch.max.bytes", FETCH_MAX_BYTES)
             .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
             .set("client.id", format!("lockgate-{}", self.name));
-        super::properties::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
+        crate::clients::kafka::apply(&mut c, &self.cfg.properties, ClientRole::Consumer);
         c
     }
 

@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn headers_match_what_clients_send() {
-        // The client's encoding of the same credentials (connection.rs).
+        // The client's encoding of the same credentials (clients/http.rs).
         use crate::connectors::elasticsearch::Auth;
         use crate::secret::Secret;
         let basic = Auth::Basic {

@@ -58,7 +58,7 @@
 //! ready queue, documents blocked by an action in flight are not scanned.
 
 use super::outcome::{Outcome, RequestOutcome};
-use super::retry::backoff;
+use crate::clients::backoff::backoff;
 use bytes::Bytes;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};

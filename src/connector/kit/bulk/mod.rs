@@ -1,7 +1,6 @@
 //! The bulk kit: what every batching sink reuses (Vector's `sinks/util`).
 //!
 //! - [`outcome`]: what a target's answers mean (an item's, a whole request's).
-//! - [`retry`]: exponential backoff with jitter.
 //! - [`batcher`]: every batching decision, without I/O: batching by actions and bytes,
 //!   the in-flight limit, per-document order, coalescing, retries, splits.
 //! - [`target`]: what a sink supplies (a [`BulkTarget`]: encode, send, classify).
@@ -19,12 +18,11 @@ pub mod metrics;
 pub mod nodes;
 pub mod outcome;
 pub mod processor;
-pub mod retry;
 pub mod target;
 
+pub use crate::clients::backoff::backoff;
 pub use batcher::{bookkeeping_bytes, Batcher, DocKey, Limits, Supersedes};
 pub use metrics::{ItemLabel, RequestLabel, SinkMetrics};
 pub use outcome::{ItemFailure, Outcome, RequestOutcome};
 pub use processor::{BulkProcessor, Shared, INVALID_DOCUMENT};
-pub use retry::backoff;
 pub use target::{Added, BulkTarget, Decision, Encoded, EncodedBatch, Sent};

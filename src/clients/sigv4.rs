@@ -12,7 +12,7 @@
 //! their secret as redacted, and the signed headers that carry secrets are marked
 //! sensitive, so neither reaches a log.
 
-use super::connection::AwsSigV4;
+use super::http::error_chain;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
@@ -40,6 +40,49 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// How long one fetch (STS, IMDS, `credential_process`) may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `aws_sigv4 = { region, service }`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsSigV4 {
+    /// The domain's or collection's region (`eu-west-1`).
+    pub region: String,
+    /// `es` (Amazon OpenSearch Service) or `aoss` (OpenSearch Serverless).
+    #[serde(default = "default_service")]
+    pub service: String,
+}
+
+fn default_service() -> String {
+    "es".into()
+}
+
+impl AwsSigV4 {
+    /// Checks the region and the service; the error is `(key, message)` below
+    /// `aws_sigv4`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !matches!(self.service.as_str(), "es" | "aoss") {
+            return Err((
+                "service".into(),
+                format!(
+                    "`{}` is not one of es (Amazon OpenSearch Service), aoss (OpenSearch Serverless)",
+                    self.service
+                ),
+            ));
+        }
+        let valid = !self.region.is_empty()
+            && self
+                .region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            return Err((
+                "region".into(),
+                format!("`{}` is not an AWS region (such as eu-west-1)", self.region),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// The headers that sign a request: `authorization`, `x-amz-date`,
 /// `x-amz-content-sha256` and, with temporary credentials, `x-amz-security-token`;
@@ -253,14 +296,14 @@ impl Signer {
             }
             Err(e) => match current.take() {
                 Some((c, _, life)) if usable(now, c.expiry(), life) => {
-                    tracing::warn!(error = %display_error(&e), "fetching AWS credentials failed; signing with the previous ones until they expire");
+                    tracing::warn!(error = %error_chain(&e), "fetching AWS credentials failed; signing with the previous ones until they expire");
                     let retry = now + RETRY_AFTER_FAILURE;
                     *current = Some((c.clone(), retry, life));
                     Ok(c)
                 }
                 _ => Err(format!(
                     "no AWS credentials for aws_sigv4 (from the environment, the shared profile, a web identity token or the instance): {}",
-                    display_error(&e)
+                    error_chain(&e)
                 )),
             },
         }
@@ -340,7 +383,7 @@ impl SignedNode {
         node: &str,
         gzip: bool,
     ) -> Result<SignedNode, String> {
-        let (mut base, _) = super::connection::parse_node(node)?;
+        let (mut base, _) = super::http::parse_node(node)?;
         // As the client's connection keeps it: paths are joined below the node's path.
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
@@ -397,18 +440,6 @@ impl SignedNode {
             body,
         })
     }
-}
-
-/// An error with its sources, on one line.
-fn display_error(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// AWS's standard credential chain, its STS and IMDS requests through rustls.

@@ -15,9 +15,20 @@
 //! creating a client (creating one starts broker threads that connect). Conflicts
 //! between properties that librdkafka only detects when a client is created surface at
 //! the start of the job, naming the client.
+//!
+//! [`KafkaCluster`] is a cluster with its table: what the contract hands from the
+//! source's section to the sections that write to the same cluster.
 
 use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
+
+/// A Kafka cluster as a source reaches it: the address and the client properties
+/// (security settings) that every client of the job uses for it.
+#[derive(Debug, Clone)]
+pub struct KafkaCluster {
+    pub bootstrap_servers: String,
+    pub properties: crate::secret::Properties,
+}
 
 /// The kind of Kafka client a property may apply to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
