@@ -55,9 +55,10 @@ fn restored_from(log: &str) -> Option<String> {
         .map(|rest| format!("chk-{}", &rest[..10]))
 }
 
-/// A job stopped by SIGKILL half way through (its newest checkpoints, an unfinished
-/// one, part files not yet committed) runs on to the end from its newest checkpoint,
-/// every record once, every running total right.
+/// A job killed by SIGKILL half way through, after its newest checkpoint completed and
+/// before that checkpoint's part files were committed (they wait in the output as
+/// `.part-*`): the restore commits them from the checkpoint's sink state, and the job
+/// runs on to the end, every record once, every running total right.
 #[test]
 fn a_sequence_job_killed_by_an_earlier_release_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
@@ -71,6 +72,18 @@ fn a_sequence_job_killed_by_an_earlier_release_resumes_exactly() {
         .complete_checkpoints()
         .pop()
         .expect("the fixture holds complete checkpoints");
+    let id = newest.file_name().unwrap().to_string_lossy()["chk-".len()..]
+        .parse::<u64>()
+        .unwrap();
+    let pending: Vec<String> = std::fs::read_dir(j.out())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".part-") && n.ends_with(&format!("-{id}")))
+        .collect();
+    assert!(
+        !pending.is_empty(),
+        "the fixture holds the newest checkpoint's parts uncommitted"
+    );
     let before = committed_lines_in(&j.out()).len();
     assert!(
         before > 0 && before < 6000,
@@ -163,11 +176,13 @@ fn write_the_fixtures() {
     let _ = std::fs::remove_dir_all(&dest);
     let tmp = tempfile::tempdir().unwrap();
 
-    // The sequence job, killed after its third checkpoint.
+    // The sequence job, killed by SIGKILL when its third checkpoint holding records
+    // completed and its parts are not yet committed.
     let j = JobDir::new(&tmp.path().join("sequence"), sequence_spec());
-    let mut child = j.spawn(&[]);
-    j.wait_for_checkpoints(3, Duration::from_secs(60));
-    assert!(sigkill(&mut child));
+    let mut child = j.spawn_env(&[], &[("LOCKGATE_FAILPOINTS", "before-part-commit@3=kill")]);
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", j.log_text());
     let committed = committed_lines_in(&j.out()).len();
     assert!(committed > 0 && committed < 6000, "{committed}");
     let _ = std::fs::remove_file(j.root.join("runs.log"));

@@ -105,19 +105,121 @@ fn module_of(file: &Path) -> Vec<String> {
     parts
 }
 
-/// The text of a file without comments and without the items marked `#[cfg(test)]`.
+/// `text` with every comment, string and character literal blanked (their characters
+/// but line ends become spaces), so that neither a path nor a brace inside one counts.
+fn blank_literals(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, ch: char| out.push(if ch == '\n' { '\n' } else { ' ' });
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let next = c.get(i + 1).copied();
+        if c[i] == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    blank(&mut out, c[i]);
+                    i += 1;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    blank(&mut out, c[i]);
+                    i += 1;
+                    if depth == 0 {
+                        blank(&mut out, c[i]);
+                        i += 1;
+                        break;
+                    }
+                }
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == 'r'
+            && (i == 0 || !ident(c[i - 1]) || c[i - 1] == 'b')
+            && matches!(next, Some('"') | Some('#'))
+            && c[i + 1..].iter().find(|&&h| h != '#') == Some(&'"')
+        {
+            // A raw string: r"..." or r#"..."#, closed by a quote and as many hashes.
+            let hashes = c[i + 1..].iter().take_while(|&&h| h == '#').count();
+            out.push('r');
+            i += 1 + hashes + 1;
+            (0..hashes + 1).for_each(|_| out.push(' '));
+            while i < c.len() {
+                if c[i] == '"'
+                    && c[i + 1..]
+                        .iter()
+                        .take(hashes)
+                        .filter(|&&h| h == '#')
+                        .count()
+                        == hashes
+                {
+                    (0..hashes + 1).for_each(|_| out.push(' '));
+                    i += hashes + 1;
+                    break;
+                }
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '"' {
+            blank(&mut out, c[i]);
+            i += 1;
+            while i < c.len() && c[i] != '"' {
+                if c[i] == '\\' {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+                if i < c.len() {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+            }
+            if i < c.len() {
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '\'' {
+            // A character literal ('x', '\n', '\'', '{'), not a lifetime ('a).
+            let len = match next {
+                Some('\\') => c[i + 2..].iter().position(|&q| q == '\'').map(|p| p + 3),
+                Some(_) if c.get(i + 2) == Some(&'\'') => Some(3),
+                _ => None,
+            };
+            match len {
+                Some(n) => {
+                    (0..n).for_each(|k| blank(&mut out, c[i + k]));
+                    i += n;
+                }
+                None => {
+                    out.push(c[i]);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The code of a file without comments, literals and the items marked `#[cfg(test)]`.
 fn product_code(text: &str) -> String {
+    let text = blank_literals(text);
     let mut out = String::new();
-    let mut lines = text.lines().peekable();
+    let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        let code = strip_comment(line);
-        if code.trim() == "#[cfg(test)]" {
+        if line.trim() == "#[cfg(test)]" {
             // Skip the item that follows: one line ending in `;`, or up to its
             // closing brace.
             let mut depth = 0i64;
             let mut opened = false;
             for l in lines.by_ref() {
-                let l = strip_comment(l);
                 depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
                 opened |= l.contains('{');
                 if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
@@ -126,27 +228,10 @@ fn product_code(text: &str) -> String {
             }
             continue;
         }
-        out.push_str(code);
+        out.push_str(line);
         out.push('\n');
     }
     out
-}
-
-/// `line` up to a `//` that is not inside a string literal.
-fn strip_comment(line: &str) -> &str {
-    let mut in_string = false;
-    let mut escaped = false;
-    let b = line.as_bytes();
-    for i in 0..b.len() {
-        match b[i] {
-            _ if escaped => escaped = false,
-            b'\\' if in_string => escaped = true,
-            b'"' => in_string = !in_string,
-            b'/' if !in_string && b.get(i + 1) == Some(&b'/') => return &line[..i],
-            _ => {}
-        }
-    }
-    line
 }
 
 /// The module paths a file's code names: `crate::a::b` and `super::c` (resolved against
@@ -154,15 +239,35 @@ fn strip_comment(line: &str) -> &str {
 fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let bytes = code.as_bytes();
-    for (root, base) in [
+    let parent = {
+        // `super` of module a::b::c (`a/b/c.rs`) is a::b, of a::b (`a/b/mod.rs`) a.
+        let mut m = module.to_vec();
+        m.pop();
+        m
+    };
+    // `use child::x` names a child module (or an outside crate, which resolves to the
+    // file itself): relative to the module, as `self::` is.
+    let uses = [
+        "\nuse ",
+        "\npub use ",
+        "\npub(crate) use ",
+        "\npub(super) use ",
+    ];
+    for (at, u) in uses.iter().flat_map(|u| code.match_indices(u)) {
+        let rest = &code[at + u.len()..];
+        if !["crate::", "super::", "self::", "::"]
+            .iter()
+            .any(|r| rest.starts_with(r))
+        {
+            collect_tree(rest, module.to_vec(), &mut out);
+        }
+    }
+    let roots = [
         ("crate::", Vec::new()),
-        ("super::", {
-            // `super` of module a::b::c (`a/b/c.rs`) is a::b, of a::b (`a/b/mod.rs`) a.
-            let mut m = module.to_vec();
-            m.pop();
-            m
-        }),
-    ] {
+        ("super::", parent),
+        ("self::", module.to_vec()),
+    ];
+    for (root, base) in roots {
         let mut from = 0;
         while let Some(at) = code[from..].find(root) {
             let i = from + at;
@@ -414,7 +519,7 @@ fn the_reader_finds_what_the_rules_are_about() {
     // The parser itself: grouped, nested and relative paths; comments and test items
     // are not code.
     let code = product_code(
-        "use crate::{a::b, c::{d, e::f}};\n// use crate::x;\nfn g() { crate::h::i(); }\n#[cfg(test)]\nmod tests {\n    use crate::y;\n}\nuse super::super::k;\n",
+        "use crate::{a::b, c::{d, e::f}};\n// use crate::x;\nfn g() { crate::h::i(); }\n#[cfg(test)]\nmod tests {\n    use crate::y;\n}\nuse super::super::k;\n#[cfg(test)]\nconst S: &str = \"{\";\nconst C: char = '{';\nfn l<'a>(x: &'a str) -> &'a str { \"crate::no\"; x }\nconst R: &str = r#\"crate::raw\"#;\n/* crate::block */ use crate::after::p;\nuse self::q::r;\n",
     );
     let module: Vec<String> = ["m", "n", "o"].iter().map(|s| s.to_string()).collect();
     let mut got: Vec<String> = named_paths(&code, &module)
@@ -422,7 +527,18 @@ fn the_reader_finds_what_the_rules_are_about() {
         .map(|p| p.join("::"))
         .collect();
     got.sort();
-    assert_eq!(got, ["a::b", "c::d", "c::e::f", "h::i", "m::k"]);
+    assert_eq!(
+        got,
+        [
+            "a::b",
+            "after::p",
+            "c::d",
+            "c::e::f",
+            "h::i",
+            "m::k",
+            "m::n::o::q::r"
+        ]
+    );
 
     // A circle of two folders is found; one inside a folder is not a violation.
     let p = |s: &str| PathBuf::from(s);

@@ -9,8 +9,8 @@ use super::keyed::{KeyedFunction, KeyedState};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::{JobError, Result};
 /// The key helpers, where the rolling sum's users have always found them.
-pub use crate::record::{canonical_key, json_key, key_text, set_pointer};
-use crate::record::{describe, Batch, Record};
+pub use crate::record::{canonical_key, describe, json_key, key_text, set_pointer};
+use crate::record::{Batch, Record};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -240,13 +240,22 @@ impl ProcessJob {
     pub fn kill_at(&self, at: KillAt) -> Result<bool, String> {
         use std::os::unix::process::ExitStatusExt;
         let spec = at.failpoints();
+        // Only this run's part of the log (earlier runs append to the same file).
+        let from = std::fs::metadata(self.log()).map_or(0, |m| m.len() as usize);
         let mut child = self.spawn(&[(crate::fault::ENV, &spec)])?;
         let status = self.wait(&mut child)?;
         if status.success() {
             return Ok(false);
         }
         let fired = format!("failpoint {}: kill", at.point);
-        if status.signal() == Some(libc::SIGKILL) && self.log_tail().contains(&fired) {
+        let this_run = std::fs::read(self.log())
+            .ok()
+            .and_then(|b| {
+                b.get(from..)
+                    .map(|b| String::from_utf8_lossy(b).contains(&fired))
+            })
+            .unwrap_or(false);
+        if status.signal() == Some(libc::SIGKILL) && this_run {
             return Ok(true);
         }
         Err(format!(
@@ -322,8 +331,9 @@ pub const CHECKPOINT_KILL_POINTS: &[(&str, std::ops::Range<u64>)] = &[
 ];
 
 /// Where a seeded kill lands: at the `hits + 1`-th pass of failpoint `point` (over
-/// every subtask of the process), a moment of the checkpoint protocol that a seed
-/// names, whatever the machine's speed.
+/// every subtask of the process) after the process completed a checkpoint holding
+/// records, a moment of the checkpoint protocol that a seed names, whatever the
+/// machine's speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KillAt {
     pub point: &'static str,
@@ -348,9 +358,10 @@ impl KillAt {
             .collect()
     }
 
-    /// `LOCKGATE_FAILPOINTS` for this kill.
+    /// `LOCKGATE_FAILPOINTS` for this kill, armed once the process completed a
+    /// checkpoint holding records (`@1`), so that every kill leaves one to restore.
     pub fn failpoints(&self) -> String {
-        format!("{}={}*off->kill", self.point, self.hits)
+        format!("{}@1={}*off->kill", self.point, self.hits)
     }
 }
 
@@ -401,6 +412,7 @@ mod tests {
             let armed = crate::fault::parse(&k.failpoints()).unwrap();
             assert_eq!(armed.len(), 1);
             assert_eq!(armed[0].name, k.point);
+            assert_eq!(armed[0].after_checkpoints, 1);
             assert_eq!(armed[0].action, format!("{}*off->kill", k.hits));
         }
     }

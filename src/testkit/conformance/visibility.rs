@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use lockgate_state::CheckpointId;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Records of the case: a second at the pace below, about twenty checkpoints.
@@ -33,6 +33,9 @@ const PACE: u64 = 4_000;
 const PROBED: u64 = 6;
 /// The checkpoint the probe declines after the sink staged it, so that it is aborted.
 const DECLINED: u64 = 3;
+/// How long after `notify_checkpoint_complete` returns a commit may take to reach the
+/// destination's readers.
+const COMMIT_VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the probes of one run share.
 struct Shared {
@@ -40,14 +43,40 @@ struct Shared {
     guarantee: Guarantee,
     findings: Mutex<Vec<String>>,
     declined: AtomicBool,
+    /// Barriers probed with records written before them, and completions probed with
+    /// records they commit: a run that probed none proves nothing.
+    probed_barriers: AtomicU64,
+    probed_commits: AtomicU64,
 }
 
 impl Shared {
-    /// What the destination's readers see now, each record's canonical text.
-    fn visible(&self) -> Result<HashSet<Vec<u8>>> {
-        let read = tokio::task::block_in_place(|| self.fixture.lock().expect("the fixture").read())
-            .map_err(|e| JobError::Other(format!("reading the destination: {e}")))?;
-        Ok(read.iter().map(canonical).collect())
+    /// What the destination's readers see now, each record's canonical text; `None`
+    /// when it cannot be read (a finding: the sink itself is not failed for it).
+    fn visible(&self) -> Option<HashSet<Vec<u8>>> {
+        match tokio::task::block_in_place(|| self.fixture.lock().expect("the fixture").read()) {
+            Ok(read) => Some(read.iter().map(canonical).collect()),
+            Err(e) => {
+                self.found(format!("reading the destination: {e}"));
+                None
+            }
+        }
+    }
+
+    /// How many of `records` are still not visible after a bounded wait
+    /// ([`COMMIT_VISIBLE_WITHIN`]), starting from `visible`.
+    async fn missing_within(&self, records: &[Vec<u8>], mut visible: HashSet<Vec<u8>>) -> usize {
+        let deadline = std::time::Instant::now() + COMMIT_VISIBLE_WITHIN;
+        loop {
+            let missing = Probe::count(records, &visible, false);
+            if missing == 0 || std::time::Instant::now() > deadline {
+                return missing;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            match self.visible() {
+                Some(v) => visible = v,
+                None => return missing,
+            }
+        }
     }
 
     fn found(&self, what: String) {
@@ -102,26 +131,30 @@ impl Sink for Probe {
         let state = self.inner.snapshot(id).await?;
         let epoch = std::mem::take(&mut self.open);
         let s = self.shared.clone();
-        if id.0 <= PROBED {
-            let visible = s.visible()?;
-            let n = epoch.len();
-            match s.guarantee {
-                Guarantee::ExactlyOnce => {
-                    let early = Self::count(&epoch, &visible, true);
-                    if early > 0 {
-                        s.found(format!(
-                            "checkpoint {id}, subtask {}: {early} of the {n} records written since the last barrier are visible before the checkpoint completed",
-                            self.subtask
-                        ));
+        if id.0 <= PROBED && !epoch.is_empty() {
+            if let Some(visible) = s.visible() {
+                s.probed_barriers.fetch_add(1, Ordering::Relaxed);
+                let n = epoch.len();
+                match s.guarantee {
+                    Guarantee::ExactlyOnce => {
+                        let early = Self::count(&epoch, &visible, true);
+                        if early > 0 {
+                            s.found(format!(
+                                "checkpoint {id}, subtask {}: {early} of the {n} records written since the last barrier are visible before the checkpoint completed",
+                                self.subtask
+                            ));
+                        }
                     }
-                }
-                Guarantee::Idempotent | Guarantee::AtLeastOnce => {
-                    let missing = Self::count(&epoch, &visible, false);
-                    if missing > 0 {
-                        s.found(format!(
-                            "checkpoint {id}, subtask {}: {missing} of the {n} records written before the barrier are not visible after the sink's snapshot (a sink without commits flushes at the barrier)",
-                            self.subtask
-                        ));
+                    Guarantee::Idempotent | Guarantee::AtLeastOnce => {
+                        // Flushed is durable; a broker shows it to readers once its
+                        // replicas caught up: a bounded wait, as for a commit.
+                        let missing = s.missing_within(&epoch, visible).await;
+                        if missing > 0 {
+                            s.found(format!(
+                                "checkpoint {id}, subtask {}: {missing} of the {n} records written before the barrier are not visible {COMMIT_VISIBLE_WITHIN:?} after the sink's snapshot (a sink without commits flushes at the barrier)",
+                                self.subtask
+                            ));
+                        }
                     }
                 }
             }
@@ -146,13 +179,19 @@ impl Sink for Probe {
             .flatten()
             .collect();
         if id.0 <= PROBED && !committed.is_empty() {
-            let missing = Self::count(&committed, &self.shared.visible()?, false);
-            if missing > 0 {
-                self.shared.found(format!(
-                    "checkpoint {id}, subtask {}: completed, and {missing} of the {} records it commits are not visible",
-                    self.subtask,
-                    committed.len()
-                ));
+            // A commit may reach its readers a moment after it returns (a broker writes
+            // its markers): a bounded wait, then what is still missing is a finding.
+            if let Some(visible) = self.shared.visible() {
+                let missing = self.shared.missing_within(&committed, visible).await;
+                if missing == 0 {
+                    self.shared.probed_commits.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.shared.found(format!(
+                        "checkpoint {id}, subtask {}: completed, and {missing} of the {} records it commits are not visible {COMMIT_VISIBLE_WITHIN:?} later",
+                        self.subtask,
+                        committed.len()
+                    ));
+                }
             }
         }
         Ok(())
@@ -162,7 +201,10 @@ impl Sink for Probe {
         self.inner.notify_checkpoint_aborted(id).await?;
         let pending = self.pending();
         if self.shared.guarantee == Guarantee::ExactlyOnce && !pending.is_empty() {
-            let early = Self::count(&pending, &self.shared.visible()?, true);
+            let Some(visible) = self.shared.visible() else {
+                return Ok(());
+            };
+            let early = Self::count(&pending, &visible, true);
             if early > 0 {
                 self.shared.found(format!(
                     "checkpoint {id}, subtask {}: aborted, and {early} records of checkpoints not complete are visible",
@@ -190,6 +232,8 @@ pub fn visibility_at_checkpoints(cx: &dyn SinkContext, dir: &Path) -> CaseResult
             guarantee,
             findings: Mutex::new(Vec::new()),
             declined: AtomicBool::new(false),
+            probed_barriers: AtomicU64::new(0),
+            probed_commits: AtomicU64::new(0),
         });
         let probed = probed(spec, &shared);
         let input = SequenceConfig {
@@ -219,6 +263,13 @@ pub fn visibility_at_checkpoints(cx: &dyn SinkContext, dir: &Path) -> CaseResult
         if !shared.declined.load(Ordering::SeqCst) {
             return Err(format!(
                 "parallelism {parallelism}: the run ended before checkpoint {DECLINED}: nothing was probed"
+            ));
+        }
+        let barriers = shared.probed_barriers.load(Ordering::Relaxed);
+        let commits = shared.probed_commits.load(Ordering::Relaxed);
+        if barriers == 0 || (guarantee == Guarantee::ExactlyOnce && commits == 0) {
+            return Err(format!(
+                "parallelism {parallelism}: {barriers} barriers and {commits} commits probed with records: the case proved nothing"
             ));
         }
         let f = shared.fixture.lock().expect("the fixture");
@@ -271,6 +322,10 @@ impl SinkFixture for Mutated {
 
     fn read(&self) -> std::result::Result<Vec<serde_json::Value>, String> {
         self.0.read()
+    }
+
+    fn settled(&self) -> std::result::Result<(), String> {
+        self.0.settled()
     }
 }
 
