@@ -24,19 +24,6 @@ fn fixtures() -> PathBuf {
         .join(WRITTEN_BY)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
 /// The sequence job of the fixture: keyed state (`rolling_sum` over 100 keys) at
 /// parallelism 2, slow enough to be stopped half way.
 fn sequence_spec() -> Spec {

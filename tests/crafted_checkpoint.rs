@@ -26,19 +26,6 @@ fn real_checkpoint(tmp: &Path) -> (Spec, PathBuf) {
     (spec, chk)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Copies `chk` to `dest` and rewrites its `_metadata` with `edit`, with a valid CRC,
 /// using the state crate's own writer.
 fn craft(chk: &Path, dest: &Path, edit: impl FnOnce(&mut CheckpointMetadata)) {

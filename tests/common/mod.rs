@@ -328,3 +328,17 @@ pub fn chaos(config: &Path, args: &[&str]) -> (Option<i32>, String, serde_json::
         .unwrap_or(serde_json::Value::Null);
     (status.code(), out, r)
 }
+
+/// Copies the directory tree `from` to `to` (files and folders, as they are).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}

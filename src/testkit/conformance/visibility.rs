@@ -26,8 +26,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Records of the case: a second at the pace below, about twenty checkpoints.
-const RECORDS: i64 = 4_000;
+/// Records of the case: two seconds at the pace below, so that checkpoint 3 comes long
+/// before the end even when each checkpoint waits for a slow destination.
+const RECORDS: i64 = 8_000;
 const PACE: u64 = 4_000;
 /// The destination is read at checkpoints up to this id (each read is a full read).
 const PROBED: u64 = 6;
