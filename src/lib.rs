@@ -46,7 +46,7 @@
 //! | what one bulk item result means | [`connectors::elasticsearch::item_result`] (pure) |
 //! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
-//! | dead letters | [`connectors::dead_letter`] |
+//! | dead letters | [`dead_letter`] |
 //! | members: who a member is, its checkpoint line | [`member`]; its start and rescale rules: [`checkpoint::line_plan`] (pure) |
 //! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
 //! | failpoints | [`fault`] |
@@ -66,6 +66,7 @@ pub mod config;
 pub mod connector;
 pub mod connectors;
 pub mod control;
+pub mod dead_letter;
 pub mod error;
 pub mod event_time;
 pub mod fault;

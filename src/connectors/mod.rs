@@ -5,7 +5,6 @@
 //! aborted; a sink is opened with its restored state, invoked per batch, snapshotted at
 //! each barrier (where it may wait for its pending work), and notified likewise.
 
-pub mod dead_letter;
 pub mod elasticsearch;
 pub mod file_sink;
 pub mod kafka;

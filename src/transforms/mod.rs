@@ -531,7 +531,7 @@ struct ChainOperator {
     chain: Arc<Vec<(String, Arc<dyn Smt>)>>,
     values: Values,
     kafka: Option<crate::connector::KafkaCluster>,
-    letters: Option<crate::connectors::dead_letter::DeadLetterWriter>,
+    letters: Option<crate::dead_letter::DeadLetterWriter>,
     skipped: u64,
     name: String,
 }
@@ -554,10 +554,10 @@ impl ChainOperator {
                     .letters
                     .as_ref()
                     .ok_or_else(|| JobError::Other(format!("{why}: no dead-letter writer")))?;
-                let letter = crate::connectors::dead_letter::DeadLetter::of(
+                let letter = crate::dead_letter::DeadLetter::of(
                     &record,
                     &why,
-                    crate::connectors::dead_letter::Reason::Transform,
+                    crate::dead_letter::Reason::Transform,
                 );
                 // Waited for: a letter is in its topic before the record counts as
                 // handled (and before the next barrier passes this operator).
@@ -580,17 +580,15 @@ impl crate::connector::Operator for ChainOperator {
             let k = self.kafka.as_ref().ok_or_else(|| {
                 JobError::Other("a transform dead-letters, and the job has no Kafka cluster".into())
             })?;
-            let writer = crate::connectors::dead_letter::DeadLetterWriter::new(
-                &k.bootstrap_servers,
-                &k.properties,
-            )
-            .map_err(JobError::Other)?
-            .counted(
-                ctx.info.telemetry.metrics(),
-                &ctx.uid,
-                ctx.info.index,
-                &[crate::connectors::dead_letter::Reason::Transform],
-            );
+            let writer =
+                crate::dead_letter::DeadLetterWriter::new(&k.bootstrap_servers, &k.properties)
+                    .map_err(JobError::Other)?
+                    .counted(
+                        ctx.info.telemetry.metrics(),
+                        &ctx.uid,
+                        ctx.info.index,
+                        &[crate::dead_letter::Reason::Transform],
+                    );
             self.letters = Some(writer);
         }
         Ok(())

@@ -16,7 +16,7 @@ use crate::clients::sigv4::SignedNode;
 use crate::connector::kit::bulk::{
     self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
 };
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::secret::redact_url;
 use crate::telemetry::metrics::Metrics;
 use bytes::Bytes;

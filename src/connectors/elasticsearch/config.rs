@@ -61,7 +61,7 @@ pub enum Versioning {
 
 /// What happens to an item Elasticsearch refuses (mapping or parse errors): the
 /// policy every sink shares.
-pub use crate::connectors::dead_letter::ItemErrorPolicy;
+pub use crate::dead_letter::ItemErrorPolicy;
 
 /// What a Kafka tombstone (a record without a value) means to the sink
 /// (`on_null_value`, Kafka Connect's `behavior.on.null.values`).

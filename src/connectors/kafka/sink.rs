@@ -26,9 +26,9 @@
 //! key's state that job keeps per partition).
 
 use super::sink_config::KafkaSinkConfig;
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::kafka::sink_config::InvalidPolicy;
 use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;

@@ -9,8 +9,8 @@ use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId}
 use super::upstream::{self, Marks};
 use super::{Tp, KIND};
 use crate::clients::kafka::ClientRole;
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::error::{JobError, Result};
 use crate::formats::{self, Decoded, Failure, Reader};
 use crate::record::{Batch, Origin, Record};

@@ -1,7 +1,7 @@
 //! `[sink.postgres]`: the section as written, and the configuration the sink runs with.
 
 use crate::connector::{KeyError, PreparedSink, SinkContext, SinkSection};
-use crate::connectors::dead_letter::ItemErrorPolicy;
+use crate::dead_letter::ItemErrorPolicy;
 use crate::secret::{Secret, UrlText};
 use serde::Deserialize;
 use std::collections::BTreeMap;

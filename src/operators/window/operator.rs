@@ -5,7 +5,7 @@ use super::aggregate::Acc;
 use super::assign::{merge, Arrival, Span};
 use super::section::{LatePolicy, WindowSpec};
 use crate::connector::{KafkaCluster, Operator, OperatorContext};
-use crate::connectors::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
 use crate::error::{JobError, Result};
 use crate::operators::keyed::{partition_scope, scope_of};
 use crate::record::describe;

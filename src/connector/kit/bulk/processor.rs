@@ -27,7 +27,7 @@ use super::metrics::{ItemLabel, RequestLabel, SinkMetrics};
 use super::nodes::NodeSelector;
 use super::outcome::{ItemFailure, Outcome, RequestOutcome};
 use super::target::{Added, BulkTarget, Decision, EncodedBatch, Sent};
-use crate::connectors::dead_letter::DeadLetterWriter;
+use crate::dead_letter::DeadLetterWriter;
 use crate::telemetry::metrics::{Buffered, Metrics, Stage};
 use rand::{Rng, SeedableRng};
 use std::future::Future;

@@ -7,7 +7,7 @@ use super::batcher::DocKey;
 use super::metrics::ItemLabel;
 use super::outcome::{ItemFailure, Outcome, RequestOutcome};
 use super::Supersedes;
-use crate::connectors::dead_letter::DeadLetter;
+use crate::dead_letter::DeadLetter;
 use std::future::Future;
 
 /// What to do with an action the target refused (Flink's ActionRequestFailureHandler).
