@@ -1393,3 +1393,360 @@ dir = "out"
         );
     }
 }
+
+/// Every job-file key that says what becomes of a record a step cannot take (the
+/// `on_*` keys and the window's `late`), with every spelling, in every section that
+/// has it and with a source that has a Kafka cluster for dead letters or none: what
+/// each spelling means, or the exact error a user reads.
+#[cfg(test)]
+mod dead_letter_policies {
+    use super::*;
+    use crate::connector::{KeyError, PreparedSource, SourceFacts, SourceSection};
+    use crate::connectors::sequence::{SequenceConfig, SequenceSource};
+    use crate::transforms::Smt;
+
+    /// A source with event time and no Kafka cluster: the windows' dead letters have
+    /// nowhere to go.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ClockSection {}
+
+    impl SourceSection for ClockSection {
+        fn prepare(self, _: &SectionContext) -> Result<PreparedSource, KeyError> {
+            Ok(PreparedSource {
+                facts: SourceFacts {
+                    event_time: true,
+                    ..SourceFacts::json("clock")
+                },
+                config: std::sync::Arc::new(()),
+                build: Box::new(|_| {
+                    SequenceSource::spec(SequenceConfig {
+                        from: 1,
+                        to: 10,
+                        keys: 1,
+                        rate_per_sec: 0,
+                        splits: 1,
+                    })
+                }),
+            })
+        }
+    }
+
+    const HEAD: &str = "[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n";
+    const KAFKA: &str = "[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [\"t\"]\n";
+    const EVENT_TIME: &str = "[source.kafka.watermark]\nmax_out_of_orderness_ms = 0\n";
+    const SEQUENCE: &str = "[source.sequence]\nfrom = 1\nto = 100\nkeys = 10\n";
+    const CLOCK: &str = "[source.clock]\n";
+    const FILES: &str = "[sink.file]\ndir = \"out\"\n";
+    const JQ: &str = "[[transform]]\ntype = \"jq\"\nfilter = \".\"\n";
+    const DEBEZIUM: &str = "[[transform]]\ntype = \"debezium\"\ndelete_handling = \"rewrite\"\n";
+    const WINDOW: &str =
+        "[[transform]]\ntype = \"window\"\nkind = \"tumbling\"\nsize_ms = 60000\nkey = \"/user\"\n";
+    const LATENESS: &str = "allowed_lateness_ms = 1000\n";
+    const ES: &str = "[sink.elasticsearch]\nurl = \"http://es:9200\"\nindex = \"i\"\n";
+    const PG: &str = "[sink.postgres]\nurl = \"postgresql://u@db:5432/d\"\ntable = \"t\"\n";
+    const KAFKA_SINK: &str = "[sink.kafka]\ntopic = \"out\"\nkey = \"/user\"\n";
+
+    /// What the job files write as the key's value (`None`: the key is absent).
+    const SPELLINGS: [Option<&str>; 12] = [
+        None,
+        Some("fail"),
+        Some("skip"),
+        Some("drop"),
+        Some("update"),
+        Some("dead-letter:dlq"),
+        Some("dead-letter:"),
+        Some("dead-letter"),
+        Some("Fail"),
+        Some(""),
+        Some("dead_letter:dlq"),
+        Some("skip "),
+    ];
+
+    /// The refusals of a spelling a key does not take (`{s}`: the spelling).
+    const DECODE: &str = "`{s}` is not one of fail, skip, dead-letter:<topic>";
+    const ITEM: &str = "`{s}` is not one of fail, dead-letter:<topic>";
+    const LATE: &str = "`{s}` is not one of drop, dead-letter:<topic>, update";
+
+    /// What the spellings a key takes mean there (a policy as the job file spells
+    /// it, or `! key: error`); every other spelling is refused.
+    type Takes = &'static [(Option<&'static str>, &'static str)];
+    const FAIL_SKIP_DLQ: Takes = &[
+        (None, "fail"),
+        (Some("fail"), "fail"),
+        (Some("skip"), "skip"),
+        (Some("dead-letter:dlq"), "dead-letter:dlq"),
+    ];
+    const FAIL_SKIP_NO_CLUSTER: Takes = &[
+        (None, "fail"),
+        (Some("fail"), "fail"),
+        (Some("skip"), "skip"),
+        (
+            Some("dead-letter:dlq"),
+            "! transform[0].on_error: dead letters go to the source's Kafka cluster, and this source has none: use fail or skip",
+        ),
+    ];
+    const FAIL_DLQ: Takes = &[
+        (None, "fail"),
+        (Some("fail"), "fail"),
+        (Some("dead-letter:dlq"), "dead-letter:dlq"),
+    ];
+
+    /// One section's key: the job file with `line` (`key = "spelling"`, or nothing) at
+    /// its place, and what the parsed job says the key is.
+    struct Place {
+        /// The key in full.
+        key: &'static str,
+        /// The job around it.
+        source: &'static str,
+        job: fn(&str) -> String,
+        read: fn(&JobDescription) -> String,
+        refused: &'static str,
+        takes: Takes,
+    }
+
+    /// A policy as the job file spells it, from its `Debug` form.
+    fn word(policy: &dyn std::fmt::Debug) -> String {
+        let d = format!("{policy:?}");
+        match d.strip_prefix("DeadLetter(\"") {
+            Some(t) => format!("dead-letter:{}", t.trim_end_matches("\")")),
+            None => d.to_lowercase(),
+        }
+    }
+
+    fn transform(d: &JobDescription) -> String {
+        let t = d.transform_configs::<crate::transforms::Applied>();
+        word(t[0].0.on_error())
+    }
+
+    fn window(d: &JobDescription) -> &crate::operators::window::WindowSpec {
+        d.transform_configs::<crate::operators::window::WindowSpec>()[0]
+    }
+
+    fn late(d: &JobDescription) -> String {
+        word(&window(d).late)
+    }
+
+    fn es(d: &JobDescription) -> String {
+        let c = d.sink_config::<crate::connectors::elasticsearch::EsSinkConfig>();
+        word(&c.unwrap().on_item_error)
+    }
+
+    fn pg(d: &JobDescription) -> String {
+        let c = d.sink_config::<crate::connectors::postgres::PgConfig>();
+        word(&c.unwrap().on_item_error)
+    }
+
+    fn kafka_sink(d: &JobDescription) -> String {
+        let c = d.sink_config::<crate::connectors::kafka::sink_config::KafkaSinkConfig>();
+        word(&c.unwrap().on_invalid)
+    }
+
+    fn places() -> Vec<Place> {
+        vec![
+            Place {
+                key: "source.kafka.on_decode_error",
+                source: "kafka",
+                job: |l| format!("{HEAD}{KAFKA}{l}{FILES}"),
+                read: |d| {
+                    let c = d.source_config::<crate::connectors::kafka::KafkaSourceConfig>();
+                    word(&c.unwrap().on_decode_error)
+                },
+                refused: DECODE,
+                takes: FAIL_SKIP_DLQ,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "kafka, jq",
+                job: |l| format!("{HEAD}{KAFKA}{JQ}{l}{FILES}"),
+                read: transform,
+                refused: DECODE,
+                takes: FAIL_SKIP_DLQ,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "sequence, jq",
+                job: |l| format!("{HEAD}{SEQUENCE}{JQ}{l}{FILES}"),
+                read: transform,
+                refused: DECODE,
+                takes: FAIL_SKIP_NO_CLUSTER,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "kafka, debezium",
+                job: |l| format!("{HEAD}{KAFKA}{DEBEZIUM}{l}{FILES}"),
+                read: transform,
+                refused: DECODE,
+                takes: FAIL_SKIP_DLQ,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "sequence, debezium",
+                job: |l| format!("{HEAD}{SEQUENCE}{DEBEZIUM}{l}{FILES}"),
+                read: transform,
+                refused: DECODE,
+                takes: FAIL_SKIP_NO_CLUSTER,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "kafka, window",
+                job: |l| format!("{HEAD}{KAFKA}{EVENT_TIME}{WINDOW}{l}{FILES}"),
+                read: |d| word(&window(d).on_error),
+                refused: DECODE,
+                takes: FAIL_SKIP_DLQ,
+            },
+            Place {
+                key: "transform[0].on_error",
+                source: "event time without kafka, window",
+                job: |l| format!("{HEAD}{CLOCK}{WINDOW}{l}{FILES}"),
+                read: |d| word(&window(d).on_error),
+                refused: DECODE,
+                takes: FAIL_SKIP_NO_CLUSTER,
+            },
+            Place {
+                key: "transform[0].late",
+                source: "kafka, window without lateness",
+                job: |l| format!("{HEAD}{KAFKA}{EVENT_TIME}{WINDOW}{l}{FILES}"),
+                read: late,
+                refused: LATE,
+                takes: &[
+                    (None, "drop"),
+                    (Some("drop"), "drop"),
+                    (
+                        Some("update"),
+                        "! transform[0].late: update keeps windows for allowed_lateness_ms after their end, and it is 0: set allowed_lateness_ms",
+                    ),
+                    (Some("dead-letter:dlq"), "dead-letter:dlq"),
+                ],
+            },
+            Place {
+                key: "transform[0].late",
+                source: "kafka, window with lateness",
+                job: |l| format!("{HEAD}{KAFKA}{EVENT_TIME}{WINDOW}{LATENESS}{l}{FILES}"),
+                read: late,
+                refused: LATE,
+                takes: &[
+                    (None, "drop"),
+                    (Some("drop"), "drop"),
+                    (Some("update"), "update"),
+                    (Some("dead-letter:dlq"), "dead-letter:dlq"),
+                ],
+            },
+            Place {
+                key: "transform[0].late",
+                source: "event time without kafka, window with lateness",
+                job: |l| format!("{HEAD}{CLOCK}{WINDOW}{LATENESS}{l}{FILES}"),
+                read: late,
+                refused: LATE,
+                takes: &[
+                    (None, "drop"),
+                    (Some("drop"), "drop"),
+                    (Some("update"), "update"),
+                    (
+                        Some("dead-letter:dlq"),
+                        "! transform[0].late: dead letters go to the source's Kafka cluster, and this source has none: use drop",
+                    ),
+                ],
+            },
+            Place {
+                key: "sink.elasticsearch.on_item_error",
+                source: "kafka",
+                job: |l| format!("{HEAD}{KAFKA}{ES}{l}"),
+                read: es,
+                refused: ITEM,
+                takes: FAIL_DLQ,
+            },
+            Place {
+                key: "sink.elasticsearch.on_item_error",
+                source: "sequence",
+                job: |l| format!("{HEAD}{SEQUENCE}{ES}{l}"),
+                read: es,
+                refused: ITEM,
+                takes: &[
+                    (None, "fail"),
+                    (Some("fail"), "fail"),
+                    (
+                        Some("dead-letter:dlq"),
+                        "! sink.elasticsearch.on_item_error: dead-letter needs Kafka bootstrap servers (the job's Kafka source provides them)",
+                    ),
+                ],
+            },
+            Place {
+                key: "sink.postgres.on_item_error",
+                source: "kafka",
+                job: |l| format!("{HEAD}{KAFKA}{PG}{l}"),
+                read: pg,
+                refused: ITEM,
+                takes: FAIL_DLQ,
+            },
+            Place {
+                key: "sink.postgres.on_item_error",
+                source: "sequence",
+                job: |l| format!("{HEAD}{SEQUENCE}{PG}{l}"),
+                read: pg,
+                refused: ITEM,
+                takes: &[
+                    (None, "fail"),
+                    (Some("fail"), "fail"),
+                    (
+                        Some("dead-letter:dlq"),
+                        "! sink.postgres.on_item_error: dead letters go to the source's Kafka cluster, and this job's source is not Kafka",
+                    ),
+                ],
+            },
+            Place {
+                key: "sink.kafka.on_invalid",
+                source: "kafka",
+                job: |l| format!("{HEAD}{KAFKA}{KAFKA_SINK}{l}"),
+                read: kafka_sink,
+                refused: ITEM,
+                takes: FAIL_DLQ,
+            },
+            Place {
+                // The sink's own cluster takes its dead letters.
+                key: "sink.kafka.on_invalid",
+                source: "sequence",
+                job: |l| format!("{HEAD}{SEQUENCE}{KAFKA_SINK}bootstrap_servers = \"k:9092\"\n{l}"),
+                read: kafka_sink,
+                refused: ITEM,
+                takes: FAIL_DLQ,
+            },
+        ]
+    }
+
+    /// What the job file of `place` with `spelling` gives.
+    fn outcome(place: &Place, spelling: Option<&str>) -> String {
+        let name = place.key.rsplit('.').next().unwrap();
+        let line = spelling.map_or(String::new(), |s| format!("{name} = \"{s}\"\n"));
+        let registry = crate::builtin::registry().with_source::<ClockSection>("clock");
+        match build(&(place.job)(&line), Path::new("/jobs/job.toml"), &registry) {
+            Ok((_, d)) => (place.read)(&d),
+            Err(e) => format!("! {}: {}", e.key, e.message),
+        }
+    }
+
+    #[test]
+    fn every_key_and_spelling_means_what_it_meant() {
+        for place in places() {
+            for spelling in SPELLINGS {
+                let want = match place.takes.iter().find(|(s, _)| *s == spelling) {
+                    Some((_, means)) => means.to_string(),
+                    None => format!(
+                        "! {}: {}",
+                        place.key,
+                        place
+                            .refused
+                            .replace("{s}", spelling.expect("absent keys are taken"))
+                    ),
+                };
+                assert_eq!(
+                    outcome(&place, spelling),
+                    want,
+                    "{} ({}) = {spelling:?}",
+                    place.key,
+                    place.source
+                );
+            }
+        }
+    }
+}
