@@ -1403,7 +1403,6 @@ mod dead_letter_policies {
     use super::*;
     use crate::connector::{KeyError, PreparedSource, SourceFacts, SourceSection};
     use crate::connectors::sequence::{SequenceConfig, SequenceSource};
-    use crate::transforms::Smt;
 
     /// A source with event time and no Kafka cluster: the windows' dead letters have
     /// nowhere to go.
@@ -1523,8 +1522,15 @@ mod dead_letter_policies {
         d.transform_configs::<crate::operators::window::WindowSpec>()[0]
     }
 
+    /// The window's `late`: `drop` is [`OnError::Skip`], `update` is that with late
+    /// updates.
     fn late(d: &JobDescription) -> String {
-        word(&window(d).late)
+        let w = window(d);
+        match (&w.late, w.timing.late_updates) {
+            (crate::dead_letter::OnError::Skip, false) => "drop".into(),
+            (crate::dead_letter::OnError::Skip, true) => "update".into(),
+            (other, updates) => format!("{}{}", word(other), if updates { "+update" } else { "" }),
+        }
     }
 
     fn es(d: &JobDescription) -> String {

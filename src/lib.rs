@@ -46,7 +46,7 @@
 //! | what one bulk item result means | [`connectors::elasticsearch::item_result`] (pure) |
 //! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
-//! | dead letters | [`dead_letter`] |
+//! | dead letters, and the one policy of `on_decode_error`, `on_error`, `on_item_error`, `on_invalid`, `late` | [`dead_letter`] |
 //! | members: who a member is, its checkpoint line | [`member`]; its start and rescale rules: [`checkpoint::line_plan`] (pure) |
 //! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
 //! | failpoints | [`fault`] |

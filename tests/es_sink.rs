@@ -3,10 +3,10 @@
 //! on checkpoint after a flush started; at-least-once flush).
 
 use lockgate::connectors::elasticsearch::{
-    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, IdStrategy, ItemErrorPolicy,
-    PolicyFailureHandler,
+    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, IdStrategy, PolicyFailureHandler,
 };
 use lockgate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use lockgate::dead_letter::OnError;
 use lockgate::record::{Origin, Record};
 use lockgate::state::CheckpointId;
 use lockgate::testkit::es::{EsServer, Faults};
@@ -58,7 +58,7 @@ fn config(s: &EsServer) -> EsSinkConfig {
 
 async fn sink(cfg: EsSinkConfig) -> EsSink {
     let cfg = Arc::new(cfg);
-    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
+    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(OnError::Fail));
     let mut s = EsSink::new(
         cfg.clone(),
         Box::new(ConfigActionBuilder::new(&cfg)),
@@ -463,7 +463,7 @@ async fn sink_reporting(
 }
 
 fn failing() -> Arc<dyn FailureHandler> {
-    Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail))
+    Arc::new(PolicyFailureHandler(OnError::Fail))
 }
 
 /// The sink subtask's series of one outcome of `vec`.
@@ -698,9 +698,8 @@ async fn a_mapping_refusal_is_dead_lettered_and_counted_under_its_reason() {
     let server = server_with_mapping().await;
     let mut cfg = config(&server);
     cfg.dead_letter_bootstrap_servers = Some(kafka.bootstrap_servers().to_string());
-    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(
-        ItemErrorPolicy::DeadLetter("dlq".into()),
-    ));
+    let handler: Arc<dyn FailureHandler> =
+        Arc::new(PolicyFailureHandler(OnError::DeadLetter("dlq".into())));
     let (mut s, t) = sink_reporting(cfg, handler).await;
     let m = t.metrics();
     s.invoke(vec![rec(1, GOOD), rec(2, BAD), rec(3, GOOD)])
@@ -807,9 +806,8 @@ async fn a_refused_write_falls_back_to_the_one_it_coalesced_and_counts_only_what
     cfg.id = IdStrategy::Field("/id".into());
     assert!(cfg.coalesce, "coalescing is the default");
     cfg.dead_letter_bootstrap_servers = Some(kafka.bootstrap_servers().to_string());
-    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(
-        ItemErrorPolicy::DeadLetter("dlq".into()),
-    ));
+    let handler: Arc<dyn FailureHandler> =
+        Arc::new(PolicyFailureHandler(OnError::DeadLetter("dlq".into())));
     let (mut s, t) = sink_reporting(cfg.clone(), handler).await;
     let m = t.metrics();
     s.invoke(records()).await.unwrap();

@@ -52,10 +52,10 @@ use elasticsearch::{CountParts, Elasticsearch, GetParts};
 use futures::StreamExt;
 use lockgate::connectors::elasticsearch::action::frame;
 use lockgate::connectors::elasticsearch::{
-    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, ItemErrorPolicy,
-    PolicyFailureHandler,
+    ConfigActionBuilder, EsSink, EsSinkConfig, FailureHandler, PolicyFailureHandler,
 };
 use lockgate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use lockgate::dead_letter::OnError;
 use lockgate::record::{Batch, Origin, Record};
 use lockgate::state::CheckpointId;
 use lockgate::testkit::es::EsServer;
@@ -213,7 +213,7 @@ async fn lockgate_sink(url: &str, index: &str, input: Vec<Batch>) -> f64 {
 /// Returns the seconds from `open` to the completed snapshot, and the open sink.
 pub async fn through_sink(cfg: Arc<EsSinkConfig>, input: Vec<Batch>) -> (f64, EsSink) {
     let info = SubtaskInfo::new("es-bench", "sink-0", 0, 1);
-    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(ItemErrorPolicy::Fail));
+    let handler: Arc<dyn FailureHandler> = Arc::new(PolicyFailureHandler(OnError::Fail));
     let start = Instant::now();
     let mut sink = EsSink::new(
         cfg.clone(),

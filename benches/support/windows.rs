@@ -10,13 +10,14 @@ use lockgate::connector::{
 };
 use lockgate::connectors::file_sink::{FileSink, FileSinkConfig};
 use lockgate::connectors::sequence::{SequenceConfig, SequenceSource};
+use lockgate::dead_letter::OnError;
 use lockgate::event_time::{Watermark, END_OF_TIME};
 use lockgate::job::{CheckpointSettings, Job, JobBuilder, RestartPolicy};
 use lockgate::operators::rolling_sum::{json_key, RollingSum};
 use lockgate::operators::window::aggregate::AggSpec;
 use lockgate::operators::window::assign::{Timing, WindowKind};
 use lockgate::operators::window::operator::WindowOperator;
-use lockgate::operators::window::{LatePolicy, WindowSpec};
+use lockgate::operators::window::WindowSpec;
 use lockgate::runtime::{run, RunOptions};
 use serde_json::json;
 use std::sync::Arc;
@@ -108,8 +109,8 @@ fn run_once(window: bool, records: i64, keys: u32) -> f64 {
                 emit_final: true,
                 late_updates: false,
             },
-            late: LatePolicy::Drop,
-            on_error: lockgate::transforms::OnError::Fail,
+            late: OnError::Skip,
+            on_error: OnError::Fail,
         });
         b.step(Step::Keyed {
             kind: "window".into(),

@@ -112,12 +112,7 @@ impl Target {
                             .into(),
                     );
                 }
-                let dead_letters = match &e.on_item_error {
-                    crate::connectors::elasticsearch::config::ItemErrorPolicy::DeadLetter(t) => {
-                        Some(t.clone())
-                    }
-                    _ => None,
-                };
+                let dead_letters = e.on_item_error.topic().map(str::to_string);
                 Output::Elasticsearch(Box::new(EsTarget {
                     es: e.connection,
                     index: e.index,

@@ -102,7 +102,8 @@ pub fn read_inputs(t: &Target) -> Result<Inputs, String> {
 /// expected nowhere; one they make several of is expected as each, numbered as the job
 /// numbers them.
 fn transform(chain: &crate::transforms::Chain, mut inputs: Vec<Input>) -> Result<Inputs, String> {
-    use crate::transforms::{run_chain, OnError, Values};
+    use crate::dead_letter::OnError;
+    use crate::transforms::{run_chain, Values};
     if chain.is_empty() {
         for input in &mut inputs {
             input.raw = None;

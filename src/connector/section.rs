@@ -8,6 +8,7 @@
 //! the source last (it learns whether the sink reads tombstones).
 
 use super::spec::{SinkSpec, SourceSpec, Step};
+use crate::dead_letter::OnError;
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,6 +104,29 @@ impl SectionContext {
             p.to_path_buf()
         } else {
             self.base_dir.join(p)
+        }
+    }
+
+    /// Where the dead letters of `policy`, the value of `key`, go: the source's Kafka
+    /// cluster when the policy writes dead letters, `None` when it does not. A policy
+    /// that writes them while the source has no Kafka cluster is an error at `key`:
+    /// "dead letters go to the source's Kafka cluster, and " then `otherwise` (what to
+    /// write instead).
+    pub fn dead_letter_cluster(
+        &self,
+        key: &str,
+        policy: &OnError,
+        otherwise: &str,
+    ) -> Result<Option<&KafkaCluster>, KeyError> {
+        if policy.topic().is_none() {
+            return Ok(None);
+        }
+        match &self.source_kafka {
+            Some(k) => Ok(Some(k)),
+            None => Err(KeyError::new(
+                key,
+                format!("dead letters go to the source's Kafka cluster, and {otherwise}"),
+            )),
         }
     }
 }

@@ -16,8 +16,9 @@
 //! `temporal` says) or as the Avro format decodes it; a key in an envelope becomes its
 //! payload, so that `id = "field:/id"` finds the id of a delete without a `before`.
 
-use super::{Meta, OnError, Parts, Smt, SmtConfig};
+use super::{Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
+use crate::dead_letter::OnError;
 use crate::formats::avro::Temporal;
 use crate::formats::connect_json;
 use crate::record::Op;

@@ -11,7 +11,7 @@
 
 use super::{Meta, Parts, Smt, SmtConfig};
 use crate::connector::{KeyError, SectionContext};
-use crate::connectors::kafka::config::DecodeErrorPolicy;
+use crate::dead_letter::OnError;
 use jaq_core::load::parse::{BinaryOp, Def, Pattern, Term};
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{data, native, Compiler, Ctx, Error, Exn, Vars};
@@ -615,7 +615,7 @@ pub struct Jq {
     /// records' headers need not be read).
     meta: bool,
     limits: Limits,
-    on_error: DecodeErrorPolicy,
+    on_error: OnError,
 }
 
 impl Jq {
@@ -629,7 +629,7 @@ impl Jq {
                 work: default_work(),
                 outputs: default_outputs(),
             },
-            on_error: DecodeErrorPolicy::Fail,
+            on_error: OnError::Fail,
         })
     }
 }
@@ -741,7 +741,7 @@ impl Smt for Jq {
         self.limits.outputs > 1
     }
 
-    fn on_error(&self) -> &DecodeErrorPolicy {
+    fn on_error(&self) -> &OnError {
         &self.on_error
     }
 }

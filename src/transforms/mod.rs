@@ -32,6 +32,7 @@ pub mod shallow;
 pub mod time;
 
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
+use crate::dead_letter::{Allowed, Letters, LettersOf, OnError, Reason};
 use crate::error::JobError;
 use crate::record::{describe, json_kind, Batch, Headers, Op, Record};
 use bytes::Bytes;
@@ -177,24 +178,20 @@ pub trait Smt: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
-/// What a record a transform fails on becomes: `fail`, `skip` or
-/// `dead-letter:<topic>` (the policy of the source's `on_decode_error`).
-pub type OnError = crate::connectors::kafka::config::DecodeErrorPolicy;
-
 static FAIL: OnError = OnError::Fail;
 
-/// The `on_error` key of a transform's section (absent: `fail`).
+/// The `on_error` key of a transform's section (absent: `fail`): `fail`, `skip` or
+/// `dead-letter:<topic>`, as the source's `on_decode_error`.
 pub(crate) fn on_error(key: Option<&str>, cx: &SectionContext) -> Result<OnError, KeyError> {
     let policy = match key {
         None => OnError::Fail,
-        Some(s) => OnError::parse(s).map_err(|e| KeyError::new("on_error", e))?,
+        Some(s) => OnError::parse(s, Allowed::DECODE).map_err(|e| KeyError::new("on_error", e))?,
     };
-    if matches!(policy, OnError::DeadLetter(_)) && cx.source_kafka.is_none() {
-        return Err(KeyError::new(
-            "on_error",
-            "dead letters go to the source's Kafka cluster, and this source has none: use fail or skip",
-        ));
-    }
+    cx.dead_letter_cluster(
+        "on_error",
+        &policy,
+        "this source has none: use fail or skip",
+    )?;
     Ok(policy)
 }
 
@@ -525,73 +522,48 @@ pub fn run_chain(
     Ok(())
 }
 
+/// The reason of a chain's dead letters (records a transform fails on).
+pub(crate) const LETTERS: &[Reason] = &[Reason::Transform];
+
 /// The operator of a chain: each record through [`run_chain`], and one that fails
 /// as the failing transform's `on_error` says.
 struct ChainOperator {
     chain: Arc<Vec<(String, Arc<dyn Smt>)>>,
     values: Values,
     kafka: Option<crate::connector::KafkaCluster>,
-    letters: Option<crate::dead_letter::DeadLetterWriter>,
-    skipped: u64,
-    name: String,
+    letters: Letters,
 }
 
 impl ChainOperator {
     fn failed(&mut self, e: StepError, record: Record) -> crate::error::Result<()> {
         let why = format!("{}: {}", describe(&record), e.message);
-        let chain = self.chain.clone();
-        match chain[e.step].1.on_error() {
-            OnError::Fail => Err(JobError::Other(why)),
-            OnError::Skip => {
-                self.skipped += 1;
-                if self.skipped.is_power_of_two() {
-                    tracing::warn!(task = %self.name, error = %why, skipped = self.skipped, "skipping records a transform fails on (on_error = \"skip\")");
-                }
-                Ok(())
-            }
-            OnError::DeadLetter(topic) => {
-                let writer = self
-                    .letters
-                    .as_ref()
-                    .ok_or_else(|| JobError::Other(format!("{why}: no dead-letter writer")))?;
-                let letter = crate::dead_letter::DeadLetter::of(
-                    &record,
-                    &why,
-                    crate::dead_letter::Reason::Transform,
-                );
-                // Waited for: a letter is in its topic before the record counts as
-                // handled (and before the next barrier passes this operator).
-                let handle = tokio::runtime::Handle::current();
-                tokio::task::block_in_place(|| handle.block_on(writer.send(topic, &letter)))
-                    .map_err(JobError::Other)
-            }
-        }
+        self.letters.refuse(
+            self.chain[e.step].1.on_error(),
+            &record,
+            why,
+            Reason::Transform,
+            "skipping records a transform fails on (on_error = \"skip\")",
+        )
     }
 }
 
 impl crate::connector::Operator for ChainOperator {
     fn open(&mut self, ctx: &crate::connector::OperatorContext) -> crate::error::Result<()> {
-        self.name = format!("{}[{}]", ctx.uid, ctx.info.index);
-        let letters = self
-            .chain
-            .iter()
-            .any(|(_, s)| matches!(s.on_error(), OnError::DeadLetter(_)));
-        if letters && self.letters.is_none() {
-            let k = self.kafka.as_ref().ok_or_else(|| {
-                JobError::Other("a transform dead-letters, and the job has no Kafka cluster".into())
-            })?;
-            let writer =
-                crate::dead_letter::DeadLetterWriter::new(&k.bootstrap_servers, &k.properties)
-                    .map_err(JobError::Other)?
-                    .counted(
-                        ctx.info.telemetry.metrics(),
-                        &ctx.uid,
-                        ctx.info.index,
-                        &[crate::dead_letter::Reason::Transform],
-                    );
-            self.letters = Some(writer);
-        }
-        Ok(())
+        let policies: Vec<&OnError> = self.chain.iter().map(|(_, s)| s.on_error()).collect();
+        self.letters.open(
+            LettersOf {
+                task: format!("{}[{}]", ctx.uid, ctx.info.index),
+                what: "a transform",
+                metrics: ctx.info.telemetry.metrics(),
+                operator: &ctx.uid,
+                subtask: ctx.info.index,
+                reasons: LETTERS,
+            },
+            &policies,
+            self.kafka
+                .as_ref()
+                .map(|k| (k.bootstrap_servers.as_str(), &k.properties)),
+        )
     }
 
     fn process(&mut self, batch: Batch, out: &mut Batch) -> crate::error::Result<()> {
@@ -627,9 +599,7 @@ pub fn chain_step(
                 chain: chain.clone(),
                 values,
                 kafka: kafka.clone(),
-                letters: None,
-                skipped: 0,
-                name: String::new(),
+                letters: Letters::default(),
             })
         }),
     }

@@ -6,7 +6,7 @@
 //! the flush at the barrier, the byte bound and the metrics are the kit's.
 
 use super::action::{BulkAction, OpType};
-use super::config::{EsSinkConfig, ItemErrorPolicy};
+use super::config::EsSinkConfig;
 use super::encode::{EncodedBatch, Encoder, Item};
 use super::item_result::{classify, classify_request};
 use crate::clients::http::{
@@ -16,7 +16,7 @@ use crate::clients::sigv4::SignedNode;
 use crate::connector::kit::bulk::{
     self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
 };
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::secret::redact_url;
 use crate::telemetry::metrics::Metrics;
 use bytes::Bytes;
@@ -43,23 +43,25 @@ pub trait FailureHandler: Send + Sync {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision;
 }
 
-/// The handler of the job file's `on_item_error`.
-pub struct PolicyFailureHandler(pub ItemErrorPolicy);
+/// The handler of the job file's `on_item_error`. [`OnError::Skip`], which the job
+/// file does not offer there, drops the action (counted as `dropped`).
+pub struct PolicyFailureHandler(pub OnError);
 
 impl FailureHandler for PolicyFailureHandler {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision {
         match &self.0 {
-            ItemErrorPolicy::Fail if failure.error_type == INVALID_DOCUMENT => {
+            OnError::Fail if failure.error_type == INVALID_DOCUMENT => {
                 FailureDecision::Fail(failure.reason.clone())
             }
-            ItemErrorPolicy::Fail => FailureDecision::Fail(format!(
+            OnError::Fail => FailureDecision::Fail(format!(
                 "Elasticsearch refused {}: {} {}: {}",
                 action.describe(),
                 failure.status,
                 failure.error_type,
                 failure.reason
             )),
-            ItemErrorPolicy::DeadLetter(t) => FailureDecision::DeadLetter(t.clone()),
+            OnError::Skip => FailureDecision::Drop,
+            OnError::DeadLetter(t) => FailureDecision::DeadLetter(t.clone()),
         }
     }
 }
@@ -187,23 +189,19 @@ impl BulkTarget for EsTarget {
         failure: &'a ItemFailure,
         error: &'a str,
     ) -> DeadLetter<'a> {
-        DeadLetter {
-            error,
-            reason: Reason::of_refusal(&failure.error_type),
-            origin: action
-                .origin
-                .as_ref()
-                .map(|o| (&*o.stream, o.partition, o.offset)),
-            index: Some(&action.index),
-            id: Some(action.id.as_deref().unwrap_or_default()),
-            key: None,
-            payload: action
-                .record
-                .as_deref()
-                .or(action.body.as_deref())
-                .unwrap_or_default(),
-            schema_id: None,
-        }
+        let payload = action
+            .record
+            .as_deref()
+            .or(action.body.as_deref())
+            .unwrap_or_default();
+        DeadLetter::new(error, Reason::of_refusal(&failure.error_type), payload)
+            .with_origin(
+                action
+                    .origin
+                    .as_ref()
+                    .map(|o| (&*o.stream, o.partition, o.offset)),
+            )
+            .with_target(&action.index, action.id.as_deref().unwrap_or_default())
     }
 }
 

@@ -10,6 +10,7 @@
 use super::connection::EsConnection;
 pub use super::params::{DataStream, TimestampSource};
 use crate::clients::http::{cloud_node, endpoint, Endpoint, EndpointKeys, Wording};
+use crate::dead_letter::{Allowed, OnError};
 use crate::secret::{Secret, UrlText};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,10 +59,6 @@ pub enum Versioning {
     /// document. Offsets compare only within one partition.
     External,
 }
-
-/// What happens to an item Elasticsearch refuses (mapping or parse errors): the
-/// policy every sink shares.
-pub use crate::dead_letter::ItemErrorPolicy;
 
 /// What a Kafka tombstone (a record without a value) means to the sink
 /// (`on_null_value`, Kafka Connect's `behavior.on.null.values`).
@@ -118,7 +115,9 @@ pub struct EsSinkConfig {
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
     pub retry_max_attempts: u32,
-    pub on_item_error: ItemErrorPolicy,
+    /// What an item Elasticsearch refuses (mapping or parse errors) becomes
+    /// (`on_item_error`).
+    pub on_item_error: OnError,
     /// Kafka bootstrap servers of the dead-letter topic.
     pub dead_letter_bootstrap_servers: Option<String>,
     /// librdkafka properties of that cluster (its connection and security ones are used).
@@ -186,7 +185,7 @@ impl EsSinkConfig {
             retry_initial_ms: 100,
             retry_max_ms: 10_000,
             retry_max_attempts: 10,
-            on_item_error: ItemErrorPolicy::Fail,
+            on_item_error: OnError::Fail,
             dead_letter_bootstrap_servers: None,
             dead_letter_properties: Default::default(),
             flush_on_checkpoint: true,
@@ -289,7 +288,7 @@ impl EsSinkConfig {
             }
         }
         self.connection.validate()?;
-        if matches!(self.on_item_error, ItemErrorPolicy::DeadLetter(_))
+        if matches!(self.on_item_error, OnError::DeadLetter(_))
             && self.dead_letter_bootstrap_servers.is_none()
         {
             return Err((
@@ -545,7 +544,7 @@ impl EsSection {
         c.retry_max_ms = self.retry_max_ms.unwrap_or(c.retry_max_ms);
         c.retry_max_attempts = self.retry_max_attempts.unwrap_or(c.retry_max_attempts);
         if let Some(p) = &self.on_item_error {
-            c.on_item_error = ItemErrorPolicy::parse(p).map_err(at("on_item_error"))?;
+            c.on_item_error = OnError::parse(p, Allowed::ITEM).map_err(at("on_item_error"))?;
         }
         c.flush_on_checkpoint = self.flush_on_checkpoint.unwrap_or(c.flush_on_checkpoint);
         c.coalesce = self.coalesce.unwrap_or(c.coalesce);
@@ -945,10 +944,10 @@ mod tests {
     /// pipeline; always otherwise.
     #[test]
     fn one_write_per_document_table() {
-        use ItemErrorPolicy::{DeadLetter, Fail};
+        use OnError::{DeadLetter, Fail};
         use Operation::*;
         let dlq = || DeadLetter("dlq".into());
-        let cases: &[(Versioning, Operation, ItemErrorPolicy, bool, bool, bool)] = &[
+        let cases: &[(Versioning, Operation, OnError, bool, bool, bool)] = &[
             // versioning, operation, on_item_error, coalesce, pipeline, one per request
             (Versioning::External, Index, dlq(), false, false, true),
             (Versioning::External, Index, dlq(), true, false, true),
@@ -1034,11 +1033,6 @@ mod tests {
             Ok(IdStrategy::Field("/user/id".into()))
         );
         assert!(IdStrategy::parse("field:user").is_err());
-        assert_eq!(
-            ItemErrorPolicy::parse("dead-letter:dlq"),
-            Ok(ItemErrorPolicy::DeadLetter("dlq".into()))
-        );
-        assert!(ItemErrorPolicy::parse("skip").is_err());
     }
 
     #[test]
@@ -1205,7 +1199,7 @@ buffer_max_bytes = 15
         want.retry_initial_ms = 11;
         want.retry_max_ms = 12;
         want.retry_max_attempts = 13;
-        want.on_item_error = ItemErrorPolicy::DeadLetter("dlq".into());
+        want.on_item_error = OnError::DeadLetter("dlq".into());
         want.flush_on_checkpoint = false;
         want.coalesce = false;
         want.request_timeout_ms = 14;

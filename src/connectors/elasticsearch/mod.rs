@@ -28,7 +28,7 @@ pub mod version_guard;
 pub use crate::clients::http::{Auth, TlsVerify};
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
-pub use config::{EsSinkConfig, IdStrategy, ItemErrorPolicy, NullValue, Operation, Versioning};
+pub use config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
 pub use connection::EsConnection;
 pub use encode::Encoder;
 pub use params::TimestampSource;

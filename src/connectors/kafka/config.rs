@@ -2,6 +2,7 @@
 //! section, its defaults (one place: [`KafkaSourceConfig::new`]), its validation.
 
 pub use super::topic_ids::RecreatedPolicy;
+use crate::dead_letter::{Allowed, OnError};
 use crate::formats::avro::Temporal;
 use crate::formats::plain::Plain;
 use crate::formats::registry_section::RegistrySection;
@@ -103,33 +104,6 @@ impl Startup {
     }
 }
 
-/// What happens to a record that cannot be decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeErrorPolicy {
-    /// Fail the job, naming topic, partition and offset.
-    Fail,
-    /// Count and log the record, then go on.
-    Skip,
-    /// Write the original record, with the error in headers, to this topic.
-    DeadLetter(String),
-}
-
-impl DecodeErrorPolicy {
-    /// Parses `fail`, `skip` or `dead-letter:<topic>`.
-    pub fn parse(s: &str) -> Result<DecodeErrorPolicy, String> {
-        match s {
-            "fail" => Ok(DecodeErrorPolicy::Fail),
-            "skip" => Ok(DecodeErrorPolicy::Skip),
-            _ => match s.strip_prefix("dead-letter:") {
-                Some(t) if !t.is_empty() => Ok(DecodeErrorPolicy::DeadLetter(t.to_string())),
-                _ => Err(format!(
-                    "`{s}` is not one of fail, skip, dead-letter:<topic>"
-                )),
-            },
-        }
-    }
-}
-
 /// The Kafka source's configuration. Its `Debug` hides the values of secret properties
 /// (`sasl.password`, `ssl.key.password`, ...).
 #[derive(Clone, PartialEq, Debug)]
@@ -148,7 +122,8 @@ pub struct KafkaSourceConfig {
     /// How record keys are decoded (`key_format`); `None`: keys are passed on as they
     /// are.
     pub key_format: Option<FormatRef>,
-    pub on_decode_error: DecodeErrorPolicy,
+    /// What a record that cannot be decoded becomes (`on_decode_error`).
+    pub on_decode_error: OnError,
     /// How long the first contact with the cluster may take before the job fails.
     pub connect_timeout_ms: u64,
     /// librdkafka properties of every Kafka client of the job (the consumer, dead-letter
@@ -197,7 +172,7 @@ impl KafkaSourceConfig {
             bounded: false,
             format: FormatRef::new(Plain(Output::Json)),
             key_format: None,
-            on_decode_error: DecodeErrorPolicy::Fail,
+            on_decode_error: OnError::Fail,
             connect_timeout_ms: 30_000,
             properties: Properties::default(),
             tombstones: false,
@@ -321,7 +296,8 @@ impl KafkaSection {
         };
         self.formats(cx, &mut c)?;
         if let Some(p) = &self.on_decode_error {
-            c.on_decode_error = DecodeErrorPolicy::parse(p).map_err(at("on_decode_error"))?;
+            c.on_decode_error =
+                OnError::parse(p, Allowed::DECODE).map_err(at("on_decode_error"))?;
         }
         c.connect_timeout_ms = self.connect_timeout_ms.unwrap_or(c.connect_timeout_ms);
         c.origin_headers = self.origin_headers.unwrap_or(c.origin_headers);
@@ -511,11 +487,6 @@ mod tests {
         );
         assert!(Startup::parse("timestamp:x").is_err());
         assert!(Startup::parse("newest").is_err());
-        assert_eq!(
-            DecodeErrorPolicy::parse("dead-letter:dlq"),
-            Ok(DecodeErrorPolicy::DeadLetter("dlq".into()))
-        );
-        assert!(DecodeErrorPolicy::parse("dead-letter:").is_err());
     }
 
     #[test]
@@ -608,7 +579,7 @@ on_topic_recreated = "restart"
         want.partition_discovery_ms = 7;
         want.bounded = true;
         want.format = FormatRef::new(Plain(Output::Text));
-        want.on_decode_error = DecodeErrorPolicy::Skip;
+        want.on_decode_error = OnError::Skip;
         want.connect_timeout_ms = 9;
         want.on_topic_recreated = RecreatedPolicy::Restart;
         want.properties

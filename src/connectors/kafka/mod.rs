@@ -15,7 +15,7 @@ pub mod start_position;
 pub mod topic_ids;
 pub mod upstream;
 
-pub use config::{DecodeErrorPolicy, KafkaSourceConfig, Startup, TopicPattern, TopicSelector};
+pub use config::{KafkaSourceConfig, Startup, TopicPattern, TopicSelector};
 pub use source::KafkaSource;
 
 /// The source kind of the Kafka source in a job graph.

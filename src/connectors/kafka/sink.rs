@@ -26,9 +26,8 @@
 //! key's state that job keeps per partition).
 
 use super::sink_config::KafkaSinkConfig;
-use crate::connectors::kafka::sink_config::InvalidPolicy;
 use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;
@@ -45,6 +44,9 @@ use tracing::{info, warn};
 
 /// The kind of the Kafka sink in a job graph.
 pub const KIND: &str = "kafka";
+
+/// The reasons of the sink's dead letters (records whose key cannot be read).
+pub(crate) const LETTERS: &[Reason] = &[Reason::InvalidDocument];
 
 impl KafkaSink {
     /// The sink as the runtime takes it: at-least-once on its own (exactly-once with
@@ -224,8 +226,13 @@ impl KafkaSink {
     /// A record whose key cannot be read: failed or dead-lettered, by policy.
     async fn invalid(&self, r: &Record, why: &str) -> Result<()> {
         match &self.cfg.on_invalid {
-            InvalidPolicy::Fail => Err(self.err(why)),
-            InvalidPolicy::DeadLetter(topic) => {
+            OnError::Fail => Err(self.err(why)),
+            // Not a spelling of `on_invalid`; a program that sets it drops the record.
+            OnError::Skip => {
+                warn!(subtask = %self.name, error = %why, "skipping a record whose key cannot be read");
+                Ok(())
+            }
+            OnError::DeadLetter(topic) => {
                 let writer = self.dead_letter.as_ref().expect("created in open");
                 let letter = DeadLetter::of(r, why, Reason::InvalidDocument);
                 writer.send(topic, &letter).await.map_err(|e| self.err(e))
@@ -326,16 +333,11 @@ impl Sink for KafkaSink {
         let m = info.telemetry.metrics();
         self.records_out =
             Some(m.task_counter(&m.records_out, crate::connector::SINK_UID, info.index));
-        if let InvalidPolicy::DeadLetter(_) = self.cfg.on_invalid {
+        if let OnError::DeadLetter(_) = self.cfg.on_invalid {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&self.cfg.bootstrap_servers, &self.cfg.properties)
                     .map_err(|e| self.err(e))?
-                    .counted(
-                        info.telemetry.metrics(),
-                        "sink",
-                        info.index,
-                        &[Reason::InvalidDocument],
-                    ),
+                    .counted(info.telemetry.metrics(), "sink", info.index, LETTERS),
             );
         }
         Ok(())

@@ -2,18 +2,10 @@
 //! its defaults and its validation.
 
 use crate::clients::kafka::{apply, ClientRole};
+use crate::dead_letter::{Allowed, OnError};
 use crate::secret::Properties;
 use rdkafka::ClientConfig;
 use std::time::Duration;
-
-/// What happens to a record whose key cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InvalidPolicy {
-    /// Fail the job, naming the record.
-    Fail,
-    /// Write the record, with the error in headers, to this topic.
-    DeadLetter(String),
-}
 
 /// The Kafka sink's configuration. Its `Debug` hides the values of secret properties.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +15,8 @@ pub struct KafkaSinkConfig {
     pub topic: String,
     /// The JSON pointer of the message key in the payload.
     pub key: String,
-    pub on_invalid: InvalidPolicy,
+    /// What a record whose key cannot be read becomes (`on_invalid`).
+    pub on_invalid: OnError,
     /// How long a checkpoint's barrier (and the final flush) may wait for the broker to
     /// acknowledge what was sent before it.
     pub flush_timeout: Duration,
@@ -145,15 +138,8 @@ impl KafkaSinkSection {
             ));
         }
         let on_invalid = match self.on_invalid.as_deref() {
-            None | Some("fail") => InvalidPolicy::Fail,
-            Some(p) => match p.strip_prefix("dead-letter:") {
-                Some(t) if !t.is_empty() => InvalidPolicy::DeadLetter(t.to_string()),
-                _ => {
-                    return Err(at("on_invalid")(format!(
-                        "`{p}` is not one of fail, dead-letter:<topic>"
-                    )))
-                }
-            },
+            None => OnError::Fail,
+            Some(p) => OnError::parse(p, Allowed::ITEM).map_err(at("on_invalid"))?,
         };
         let flush_timeout_ms = self.flush_timeout_ms.unwrap_or(checkpoint_timeout_ms);
         if flush_timeout_ms == 0 {
@@ -258,7 +244,7 @@ mod tests {
         assert_eq!(c.properties.get("client.id").unwrap(), "sink");
         assert_eq!(c.properties.get("security.protocol").unwrap(), "sasl_ssl");
         assert_eq!(c.flush_timeout, Duration::from_secs(60));
-        assert_eq!(c.on_invalid, InvalidPolicy::Fail);
+        assert_eq!(c.on_invalid, OnError::Fail);
         let native = c.client_config();
         for (k, v) in FORCED {
             assert_eq!(native.get(k), Some(*v), "{k}");
@@ -332,6 +318,6 @@ mod tests {
         let c = section("topic = \"t\"\nkey = \"/u\"\nbootstrap_servers = \"k\"\non_invalid = \"dead-letter:bad\"")
             .config(None, 1000)
             .unwrap();
-        assert_eq!(c.on_invalid, InvalidPolicy::DeadLetter("bad".into()));
+        assert_eq!(c.on_invalid, OnError::DeadLetter("bad".into()));
     }
 }

@@ -1,6 +1,6 @@
 //! The Kafka source subtask.
 
-use super::config::{DecodeErrorPolicy, KafkaSourceConfig, TopicSelector};
+use super::config::{KafkaSourceConfig, TopicSelector};
 use super::fetcher::{
     Fetched, FetchedBatch, Fetcher, Handover, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
 };
@@ -10,7 +10,7 @@ use super::upstream::{self, Marks};
 use super::{Tp, KIND};
 use crate::clients::kafka::ClientRole;
 use crate::connectors::{Source, SourcePoll, SubtaskInfo};
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::formats::{self, Decoded, Failure, Reader};
 use crate::record::{Batch, Origin, Record};
@@ -41,6 +41,9 @@ pub const STATISTICS_INTERVAL_MS: &str = "1000";
 
 /// The `operator` label of the source's metrics.
 const OPERATOR: &str = "source";
+
+/// The reasons of the source's dead letters (records it cannot decode).
+pub(crate) const LETTERS: &[Reason] = &[Reason::Decode];
 use async_trait::async_trait;
 use bytes::Bytes;
 use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
@@ -534,25 +537,22 @@ impl KafkaSource {
         schema_id: Option<u32>,
     ) -> Result<()> {
         match &self.cfg.on_decode_error {
-            DecodeErrorPolicy::Fail => Err(self.err(format!(
+            OnError::Fail => Err(self.err(format!(
                 "record {}/{}@{} cannot be decoded: {why}",
                 run.topic, run.partition, f.offset
             ))),
-            DecodeErrorPolicy::Skip => {
+            OnError::Skip => {
                 self.skipped += 1;
                 warn!(topic = %run.topic, partition = run.partition, offset = f.offset, error = %why, skipped = self.skipped, "skipping a record that cannot be decoded");
                 Ok(())
             }
-            DecodeErrorPolicy::DeadLetter(topic) => {
+            OnError::DeadLetter(topic) => {
                 let writer = self.dead_letter.as_ref().expect("created in open");
-                let letter = DeadLetter {
-                    error: why,
-                    origin: Some((&run.topic, run.partition, f.offset)),
-                    key: f.key.clone().map(|r| &bytes[r]),
-                    payload: f.payload.clone().map_or(&[][..], |r| &bytes[r]),
-                    schema_id,
-                    ..DeadLetter::default()
-                };
+                let payload = f.payload.clone().map_or(&[][..], |r| &bytes[r]);
+                let letter = DeadLetter::new(why, Reason::Decode, payload)
+                    .with_origin(Some((&run.topic, run.partition, f.offset)))
+                    .with_key(f.key.clone().map(|r| &bytes[r]))
+                    .with_schema_id(schema_id);
                 // The position only moves past the record once the broker acknowledged
                 // it in the dead-letter topic.
                 writer.send(topic, &letter).await.map_err(|e| {
@@ -824,16 +824,11 @@ impl Source for KafkaSource {
         self.track(&resolved);
         self.mark(&resolved);
         self.positions = resolved;
-        if let DecodeErrorPolicy::DeadLetter(_) = cfg.on_decode_error {
+        if let OnError::DeadLetter(_) = cfg.on_decode_error {
             self.dead_letter = Some(
                 DeadLetterWriter::new(&cfg.bootstrap_servers, &cfg.properties)
                     .map_err(|e| self.err(e))?
-                    .counted(
-                        info.telemetry.metrics(),
-                        OPERATOR,
-                        info.index,
-                        &[Reason::Decode],
-                    ),
+                    .counted(info.telemetry.metrics(), OPERATOR, info.index, LETTERS),
             );
         }
         let fetcher = Fetcher::start(

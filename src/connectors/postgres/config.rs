@@ -1,7 +1,7 @@
 //! `[sink.postgres]`: the section as written, and the configuration the sink runs with.
 
 use crate::connector::{KeyError, PreparedSink, SinkContext, SinkSection};
-use crate::dead_letter::ItemErrorPolicy;
+use crate::dead_letter::{Allowed, OnError};
 use crate::secret::{Secret, UrlText};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -91,8 +91,10 @@ pub struct PgConfig {
     pub batch_max_rows: usize,
     pub sslmode: SslMode,
     pub ca_cert: Option<PathBuf>,
-    pub on_item_error: ItemErrorPolicy,
-    /// The source's Kafka cluster, where dead letters go.
+    /// What a record that makes no change becomes (`on_item_error`).
+    pub on_item_error: OnError,
+    /// The source's Kafka cluster, where dead letters go (`None` unless
+    /// `on_item_error` writes them).
     pub dead_letter_kafka: Option<(String, crate::secret::Properties)>,
     /// The job's name: prepared transactions are named after it.
     pub job: String,
@@ -225,20 +227,19 @@ impl PgSection {
             None => std::env::var("PGPASSWORD").ok().map(Secret::new),
         };
         let on_item_error = match &self.on_item_error {
-            Some(p) => ItemErrorPolicy::parse(p).map_err(|e| KeyError::new("on_item_error", e))?,
-            None => ItemErrorPolicy::Fail,
+            Some(p) => {
+                OnError::parse(p, Allowed::ITEM).map_err(|e| KeyError::new("on_item_error", e))?
+            }
+            None => OnError::Fail,
         };
         let dead_letter_kafka = cx
-            .source
-            .kafka
-            .as_ref()
-            .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
-        if matches!(on_item_error, ItemErrorPolicy::DeadLetter(_)) && dead_letter_kafka.is_none() {
-            return Err(KeyError::new(
+            .section
+            .dead_letter_cluster(
                 "on_item_error",
-                "dead letters go to the source's Kafka cluster, and this job's source is not Kafka",
-            ));
-        }
+                &on_item_error,
+                "this job's source is not Kafka",
+            )?
+            .map(|k| (k.bootstrap_servers.clone(), k.properties.clone()));
         let job = &cx.section.job_name;
         if job.len() > MAX_JOB_NAME {
             return Err(KeyError::absolute(

@@ -22,7 +22,7 @@ pub mod gid;
 pub mod rows;
 pub mod table;
 pub mod types;
-mod writer;
+pub(crate) mod writer;
 
 pub use config::{Delivery, Mode, PgConfig, PgSection};
 pub use writer::PgWriter;

@@ -282,7 +282,7 @@ pub(crate) mod tests {
             batch_max_rows: 100,
             sslmode: super::super::config::SslMode::Disable,
             ca_cert: None,
-            on_item_error: crate::dead_letter::ItemErrorPolicy::Fail,
+            on_item_error: crate::dead_letter::OnError::Fail,
             dead_letter_kafka: None,
             job: "j".into(),
             connect_timeout_ms: 1000,

@@ -28,8 +28,7 @@ use super::rows::{self, Change, Plan, Stmt};
 use super::table::{self, quote_literal, Layout};
 use crate::connector::kit::TwoPhaseWriter;
 use crate::connector::SubtaskInfo;
-use crate::dead_letter::ItemErrorPolicy;
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;
@@ -38,6 +37,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
+
+/// The reasons of the sink's dead letters: a value the column's type refuses
+/// (`mapping`), a record that is no row (`invalid_document`), any other refusal of the
+/// server (`rejected`).
+pub(crate) const LETTERS: &[Reason] = &[Reason::Mapping, Reason::InvalidDocument, Reason::Rejected];
 
 /// The second connection: commits and rollbacks of prepared transactions, and the
 /// early commits of completed checkpoints.
@@ -237,7 +241,7 @@ impl PgWriter {
     /// to the dead-letter topic and goes on.
     async fn item_error(&self, record: &Record, message: &str, reason: Reason) -> Result<()> {
         match &self.cfg.on_item_error {
-            ItemErrorPolicy::Fail => {
+            OnError::Fail => {
                 let at = match &record.origin {
                     Some(o) => format!(" {}/{}@{}", o.stream, o.partition, o.offset),
                     None => String::new(),
@@ -247,7 +251,12 @@ impl PgWriter {
                     self.cfg.table
                 )))
             }
-            ItemErrorPolicy::DeadLetter(topic) => {
+            // Not a spelling of `on_item_error`; a program that sets it drops the row.
+            OnError::Skip => {
+                tracing::warn!(table = %self.cfg.table, error = %message, "skipping a record the table cannot take");
+                Ok(())
+            }
+            OnError::DeadLetter(topic) => {
                 let letters = self
                     .letters
                     .as_ref()
@@ -500,19 +509,14 @@ impl TwoPhaseWriter for PgWriter {
         let committer_client = super::connect::connect(&self.cfg, &format!("{app} commits"))
             .await
             .map_err(|m| self.err(m))?;
-        if let (ItemErrorPolicy::DeadLetter(_), Some((servers, props))) =
+        if let (OnError::DeadLetter(_), Some((servers, props))) =
             (&self.cfg.on_item_error, &self.cfg.dead_letter_kafka)
         {
             let m = info.telemetry.metrics();
             self.letters = Some(
                 DeadLetterWriter::new(servers, &props.0)
                     .map_err(|e| self.err(e))?
-                    .counted(
-                        m,
-                        crate::connector::SINK_UID,
-                        info.index,
-                        &[Reason::Mapping, Reason::InvalidDocument, Reason::Rejected],
-                    ),
+                    .counted(m, crate::connector::SINK_UID, info.index, LETTERS),
             );
         }
         self.layout = Some(Arc::new(layout));

@@ -7,7 +7,7 @@
 //!   split by key groups on a rescale); timers are kept in memory and rebuilt from the
 //!   state at open.
 //! - When and how often a window is emitted, and what a late record does, is
-//!   [`assign::Timing`] with [`section::LatePolicy`]; each result is one record
+//!   [`assign::Timing`] with [`WindowSpec::late`]; each result is one record
 //!   `{key, window_start, window_end, window_id, <aggregates>}` timed at the window's
 //!   end, so that `window_id` as the document id makes a replay rewrite the same
 //!   document.
@@ -20,7 +20,7 @@ pub mod assign;
 pub mod operator;
 pub mod section;
 
-pub use section::{LatePolicy, WindowSection, WindowSpec};
+pub use section::{WindowSection, WindowSpec};
 
 /// The operator kind in a job graph, and the transform's `type`.
 pub const KIND: &str = "window";

@@ -3,15 +3,14 @@
 
 use super::aggregate::Acc;
 use super::assign::{merge, Arrival, Span};
-use super::section::{LatePolicy, WindowSpec};
+use super::section::WindowSpec;
 use crate::connector::{KafkaCluster, Operator, OperatorContext};
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, Reason};
+use crate::dead_letter::{Letters, LettersOf, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::operators::keyed::{partition_scope, scope_of};
 use crate::record::describe;
 use crate::record::{Batch, Op, Record};
 use crate::telemetry::event_time::{seconds, EventTimeMetrics};
-use crate::transforms::OnError;
 use lockgate_state::backend::{state_key, StateBatch};
 use lockgate_state::keygroup::key_group_of;
 use lockgate_state::{CheckpointId, KeyGroup, KeyedStateBackend, SubtaskSnapshot};
@@ -79,12 +78,16 @@ struct Meters {
     updated: IntCounter,
 }
 
+/// The reasons of a window's dead letters: late records (`late`), records it cannot
+/// read (`transform`).
+pub(crate) const LETTERS: &[Reason] = &[Reason::Late, Reason::Transform];
+
 /// Runs one subtask of a window transform.
 pub struct WindowOperator {
     spec: Arc<WindowSpec>,
     kafka: Option<KafkaCluster>,
     backend: Option<KeyedStateBackend>,
-    letters: Option<DeadLetterWriter>,
+    letters: Letters,
     uid: String,
     subtask: u16,
     max_parallelism: u16,
@@ -117,7 +120,6 @@ pub struct WindowOperator {
     retracted: Vec<(Vec<u8>, Span)>,
     open_windows: i64,
     meters: Option<Meters>,
-    skipped: u64,
     needs_value: bool,
 }
 
@@ -130,7 +132,7 @@ impl WindowOperator {
             spec,
             kafka,
             backend: None,
-            letters: None,
+            letters: Letters::default(),
             uid: String::new(),
             subtask: 0,
             max_parallelism: 1,
@@ -145,7 +147,6 @@ impl WindowOperator {
             retracted: Vec::new(),
             open_windows: 0,
             meters: None,
-            skipped: 0,
         }
     }
 
@@ -399,8 +400,8 @@ impl WindowOperator {
             describe(&r),
             self.late_watermark(key)
         );
-        match self.spec.late.clone() {
-            LatePolicy::Drop | LatePolicy::Update => {
+        match &self.spec.late {
+            OnError::Skip => {
                 if let Some(m) = &self.meters {
                     m.dropped.inc();
                     if m.dropped.get().is_power_of_two() {
@@ -409,42 +410,28 @@ impl WindowOperator {
                 }
                 Ok(())
             }
-            LatePolicy::DeadLetter(topic) => {
-                self.letter(&topic, &r, &why, Reason::Late)?;
+            OnError::DeadLetter(topic) => {
+                self.letters.write(topic, &r, &why, Reason::Late)?;
                 if let Some(m) = &self.meters {
                     m.dead_lettered.inc();
                 }
                 Ok(())
             }
+            // Not a spelling of `late`: a program's own spec fails the job.
+            OnError::Fail => Err(JobError::Other(why)),
         }
     }
 
     /// A record the window cannot read: as `on_error` says.
     fn failed(&mut self, r: Record, e: String) -> Result<()> {
         let why = format!("{}: window: {e}", describe(&r));
-        match self.spec.on_error.clone() {
-            OnError::Fail => Err(JobError::Other(why)),
-            OnError::Skip => {
-                self.skipped += 1;
-                if self.skipped.is_power_of_two() {
-                    tracing::warn!(task = %self.name, error = %why, skipped = self.skipped, "skipping records the window cannot read (on_error = \"skip\")");
-                }
-                Ok(())
-            }
-            OnError::DeadLetter(topic) => self.letter(&topic, &r, &why, Reason::Transform),
-        }
-    }
-
-    fn letter(&self, topic: &str, r: &Record, why: &str, reason: Reason) -> Result<()> {
-        let writer = self
-            .letters
-            .as_ref()
-            .ok_or_else(|| JobError::Other(format!("{why}: no dead-letter writer")))?;
-        let letter = DeadLetter::of(r, why, reason);
-        // Waited for: the letter is in its topic before the next barrier passes.
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(writer.send(topic, &letter)))
-            .map_err(JobError::Other)
+        self.letters.refuse(
+            &self.spec.on_error,
+            &r,
+            why,
+            Reason::Transform,
+            "skipping records the window cannot read (on_error = \"skip\")",
+        )
     }
 }
 
@@ -575,22 +562,20 @@ impl Operator for WindowOperator {
         if let Some(m) = &self.meters {
             m.open.set(open);
         }
-        let letters = matches!(self.spec.late, LatePolicy::DeadLetter(_))
-            || matches!(self.spec.on_error, OnError::DeadLetter(_));
-        if letters && self.letters.is_none() {
-            let k = self.kafka.as_ref().ok_or_else(|| {
-                JobError::Other("a window dead-letters, and the job has no Kafka cluster".into())
-            })?;
-            let writer = DeadLetterWriter::new(&k.bootstrap_servers, &k.properties)
-                .map_err(JobError::Other)?
-                .counted(
-                    m,
-                    &ctx.uid,
-                    ctx.info.index,
-                    &[Reason::Late, Reason::Transform],
-                );
-            self.letters = Some(writer);
-        }
+        self.letters.open(
+            LettersOf {
+                task: self.name.clone(),
+                what: "a window",
+                metrics: m,
+                operator: &ctx.uid,
+                subtask: ctx.info.index,
+                reasons: LETTERS,
+            },
+            &[&self.spec.late, &self.spec.on_error],
+            self.kafka
+                .as_ref()
+                .map(|k| (k.bootstrap_servers.as_str(), &k.properties)),
+        )?;
         tracing::info!(task = %self.name, windows = open, "window state opened");
         Ok(())
     }

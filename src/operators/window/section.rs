@@ -3,23 +3,10 @@
 use super::aggregate::AggSpec;
 use super::assign::{Timing, WindowKind};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
+use crate::dead_letter::{Allowed, OnError};
 use crate::record::json_key;
-use crate::transforms::OnError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// What becomes of a record that comes after its window is gone (`late`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LatePolicy {
-    /// Dropped and counted.
-    Drop,
-    /// Written to this Kafka topic with the reason, and counted.
-    DeadLetter(String),
-    /// Windows are emitted at their end and kept for `allowed_lateness_ms`; a late
-    /// record within it updates its window, which is emitted again. Later ones are
-    /// dropped and counted.
-    Update,
-}
 
 /// A window transform, checked.
 #[derive(Debug, Clone)]
@@ -29,8 +16,14 @@ pub struct WindowSpec {
     pub key: String,
     /// Each aggregate by its name in the result.
     pub aggregates: Vec<(String, AggSpec)>,
+    /// `timing.late_updates`: `late = "update"` (windows are emitted at their end and
+    /// kept for `allowed_lateness_ms`; a late record within it updates its window,
+    /// which is emitted again).
     pub timing: Timing,
-    pub late: LatePolicy,
+    /// What becomes of a record that comes after its window is gone (`late`), counted
+    /// in each case: [`OnError::Skip`] drops it (`drop`, and `update` past the
+    /// lateness), [`OnError::DeadLetter`] writes it to the topic with the reason.
+    pub late: OnError,
     /// A record the window cannot read (no event time, a field that is not a
     /// number).
     pub on_error: OnError,
@@ -171,31 +164,23 @@ impl WindowSection {
         }
         let lateness = i64::try_from(self.allowed_lateness_ms.unwrap_or(0))
             .map_err(|_| KeyError::new("allowed_lateness_ms", "is too large"))?;
-        let late = match self.late.as_deref() {
-            None | Some("drop") => LatePolicy::Drop,
-            Some("update") => LatePolicy::Update,
-            Some(s) => match s.strip_prefix("dead-letter:") {
-                Some(t) if !t.is_empty() => LatePolicy::DeadLetter(t.to_string()),
-                _ => {
-                    return Err(KeyError::new(
-                        "late",
-                        format!("`{s}` is not one of drop, dead-letter:<topic>, update"),
-                    ))
-                }
-            },
+        // `update` is the window's own: a late record within the lateness updates its
+        // window, one past it is dropped.
+        let (late, late_updates) = match self.late.as_deref() {
+            None => (OnError::Skip, false),
+            Some("update") => (OnError::Skip, true),
+            Some(s) => (
+                OnError::parse(s, Allowed::LATE).map_err(|e| KeyError::new("late", e))?,
+                false,
+            ),
         };
-        if late == LatePolicy::Update && lateness == 0 {
+        if late_updates && lateness == 0 {
             return Err(KeyError::new(
                 "late",
                 "update keeps windows for allowed_lateness_ms after their end, and it is 0: set allowed_lateness_ms",
             ));
         }
-        if matches!(late, LatePolicy::DeadLetter(_)) && cx.source_kafka.is_none() {
-            return Err(KeyError::new(
-                "late",
-                "dead letters go to the source's Kafka cluster, and this source has none: use drop",
-            ));
-        }
+        cx.dead_letter_cluster("late", &late, "this source has none: use drop")?;
         let emit_final = match self.emit.as_deref() {
             None | Some("final") => true,
             Some("update") => false,
@@ -219,7 +204,7 @@ impl WindowSection {
             timing: Timing {
                 lateness,
                 emit_final,
-                late_updates: late == LatePolicy::Update,
+                late_updates,
             },
             late,
             on_error: crate::transforms::on_error(self.on_error.as_deref(), cx)?,
