@@ -73,6 +73,7 @@ pub mod fault;
 pub mod formats;
 pub mod interpolate;
 pub mod job;
+pub mod kits;
 pub mod member;
 pub mod migrate;
 pub mod operators;

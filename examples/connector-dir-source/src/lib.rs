@@ -2,6 +2,7 @@
 //! of newline-delimited files. Each file is a split (stream = the file's name, split
 //! 0), its position the byte offset of the next line; bounded, it reads the lines
 //! each file had at the job's first start, otherwise it watches for lines and files.
+//! Files are read on a thread of their own (the fetcher kit): `poll` never blocks.
 //!
 //! ```toml
 //! [source.dir]
@@ -11,6 +12,7 @@
 //! ```
 
 use lockgate::connector::*;
+use lockgate::kits::fetcher::{Emitted, Fetcher, Handover, Positioned, Reader};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,7 +54,7 @@ impl SourceSection for DirSection {
 struct FileSplit {
     name: String,
     reader: BufReader<std::fs::File>,
-    /// The byte offset of the first line not yet emitted.
+    /// The byte offset of the first line not yet read.
     next: u64,
     /// Bytes of a line whose end has not been written yet.
     partial: Vec<u8>,
@@ -60,12 +62,21 @@ struct FileSplit {
     end: Option<u64>,
 }
 
-/// A subtask of the directory source.
+impl FileSplit {
+    fn position(&self) -> SourcePosition {
+        SourcePosition::new(&self.name, 0, NextOffset(self.next as i64))
+            .with_end(self.end.map(|e| NextOffset(e as i64)))
+    }
+}
+
+/// A subtask of the directory source. Files are read on a thread of their own (the
+/// fetcher kit), so that `poll` never blocks on a disk: it takes what the thread read.
 pub struct DirSource {
     cfg: DirSection,
-    info: Option<SubtaskInfo>,
-    splits: Vec<FileSplit>,
-    last_listing: Option<std::time::Instant>,
+    fetcher: Option<Fetcher<Positioned>>,
+    /// The positions of the lines handed to the job: what a checkpoint holds.
+    emitted: Emitted,
+    finished: bool,
 }
 
 impl DirSource {
@@ -79,12 +90,51 @@ impl DirSource {
         SourceSpec::new(KIND, move |_| {
             Box::new(DirSource {
                 cfg: cfg.clone(),
-                info: None,
-                splits: Vec::new(),
-                last_listing: None,
+                fetcher: None,
+                emitted: Emitted::default(),
+                finished: false,
             })
         })
         .with_caps(caps)
+    }
+}
+
+/// The reading side of a subtask: its files, read on the fetcher's thread.
+struct DirReader {
+    cfg: DirSection,
+    info: SubtaskInfo,
+    splits: Vec<FileSplit>,
+    last_listing: std::time::Instant,
+}
+
+impl DirReader {
+    /// Opens the files this subtask reads where each starts: restored, fresh, or new
+    /// since the checkpoint (from its beginning, unless the job is bounded: a bounded
+    /// job reads the files of its first start).
+    fn open(
+        cfg: DirSection,
+        info: SubtaskInfo,
+        restored: Option<&[SourcePosition]>,
+    ) -> Result<DirReader> {
+        let mut r = DirReader {
+            cfg,
+            info,
+            splits: Vec::new(),
+            last_listing: std::time::Instant::now(),
+        };
+        for name in r.list()? {
+            if !r.info.reads(&name, 0) {
+                continue;
+            }
+            match split_start(restored, &name, 0) {
+                SplitStart::Restored(p) => {
+                    r.add(&name, p.next.0 as u64, p.end.map(|e| e.0 as u64))?
+                }
+                SplitStart::NotInCheckpoint if r.cfg.bounded => {}
+                SplitStart::Fresh | SplitStart::NotInCheckpoint => r.add(&name, 0, None)?,
+            }
+        }
+        Ok(r)
     }
 
     /// The regular files of the directory that are not hidden, sorted.
@@ -112,7 +162,6 @@ impl DirSource {
                 path.display()
             )));
         }
-        f.seek(SeekFrom::Start(next)).map_err(io)?;
         // A bounded split ends after the last complete line it had at the first start.
         let end = match end {
             None if self.cfg.bounded => Some(last_line_end(&mut f, len).map_err(io)?),
@@ -133,51 +182,24 @@ impl DirSource {
     /// Adds the files of the directory this subtask reads and does not read yet: a
     /// file absent from the restored checkpoint starts at its beginning.
     fn discover(&mut self) -> Result<()> {
-        let info = self.info.clone().expect("opened");
         for name in self.list()? {
-            if info.reads(&name, 0) && !self.splits.iter().any(|s| s.name == name) {
+            if self.info.reads(&name, 0) && !self.splits.iter().any(|s| s.name == name) {
                 self.add(&name, 0, None)?;
             }
         }
-        self.last_listing = Some(std::time::Instant::now());
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Source for DirSource {
-    async fn open(
-        &mut self,
-        info: &SubtaskInfo,
-        restored: Option<&[SourcePosition]>,
-    ) -> Result<()> {
-        self.info = Some(info.clone());
-        for name in self.list()? {
-            if !info.reads(&name, 0) {
-                continue;
-            }
-            match split_start(restored, &name, 0) {
-                SplitStart::Restored(p) => {
-                    self.add(&name, p.next.0 as u64, p.end.map(|e| e.0 as u64))?
-                }
-                // A bounded job reads the files of its first start.
-                SplitStart::NotInCheckpoint if self.cfg.bounded => {}
-                SplitStart::Fresh | SplitStart::NotInCheckpoint => self.add(&name, 0, None)?,
-            }
-        }
-        self.last_listing = Some(std::time::Instant::now());
+        self.last_listing = std::time::Instant::now();
         Ok(())
     }
 
-    async fn poll(&mut self, out: &mut Batch) -> Result<SourcePoll> {
+    fn read_lines(&mut self) -> Result<Positioned> {
         let every = std::time::Duration::from_millis(self.cfg.discovery_ms);
-        if !self.cfg.bounded && self.last_listing.is_none_or(|t| t.elapsed() >= every) {
+        if !self.cfg.bounded && self.last_listing.elapsed() >= every {
             self.discover()?;
         }
-        let before = out.len();
+        let mut batch = Positioned::default();
         for s in &mut self.splits {
-            // Up to 1024 lines of each file per poll: a long file starves no other.
-            let mut budget = 1024;
+            // Up to 1024 lines of each file per batch: a long file starves no other.
+            let (mut budget, before) = (1024, s.next);
             while budget > 0 && s.end.is_none_or(|e| s.next < e) {
                 budget -= 1;
                 let n = s
@@ -194,34 +216,84 @@ impl Source for DirSource {
                     partition: 0,
                     offset: s.next as i64,
                 });
-                out.push(record);
+                batch.records.push(record);
+                batch.bytes += line.len();
                 s.next += line.len() as u64;
             }
+            if s.next > before {
+                batch.positions.push(s.position());
+            }
         }
-        if self.cfg.bounded
+        Ok(batch)
+    }
+}
+
+impl Reader for DirReader {
+    type Batch = Positioned;
+
+    fn read(
+        &mut self,
+        wait: std::time::Duration,
+    ) -> std::result::Result<Option<Positioned>, String> {
+        let batch = self.read_lines().map_err(|e| e.to_string())?;
+        if batch.records.is_empty() {
+            std::thread::sleep(wait.min(std::time::Duration::from_millis(20)));
+            return Ok(None);
+        }
+        Ok(Some(batch))
+    }
+
+    fn finished(&self) -> bool {
+        self.cfg.bounded
             && self
                 .splits
                 .iter()
                 .all(|s| s.end.is_some_and(|e| s.next >= e))
-        {
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for DirSource {
+    async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        restored: Option<&[SourcePosition]>,
+    ) -> Result<()> {
+        // Listing and opening files blocks: done on a thread the runtime keeps for that.
+        let (cfg, sub, restored) = (self.cfg.clone(), info.clone(), restored.map(<[_]>::to_vec));
+        let reader =
+            tokio::task::spawn_blocking(move || DirReader::open(cfg, sub, restored.as_deref()))
+                .await
+                .map_err(|e| JobError::Other(format!("opening the files: {e}")))??;
+        self.emitted = Emitted::new(reader.splits.iter().map(FileSplit::position));
+        let fetcher = Fetcher::start(&format!("dir-{}", info.index), 2, reader)
+            .map_err(|e| JobError::Other(format!("cannot start the reading thread: {e}")))?;
+        fetcher.report_to(info);
+        self.fetcher = Some(fetcher);
+        Ok(())
+    }
+
+    async fn poll(&mut self, out: &mut Batch) -> Result<SourcePoll> {
+        if self.finished {
             return Ok(SourcePoll::Finished);
         }
-        if out.len() == before {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            return Ok(SourcePoll::Idle);
+        let fetcher = self.fetcher.as_mut().expect("opened");
+        match fetcher.next(std::time::Duration::from_millis(50)).await {
+            None => Ok(SourcePoll::Idle),
+            Some(Handover::Batch(batch)) => {
+                self.emitted.take(batch, out);
+                Ok(SourcePoll::Ready)
+            }
+            Some(Handover::Finished) => {
+                self.finished = true;
+                Ok(SourcePoll::Finished)
+            }
+            Some(Handover::Fatal(e)) => Err(JobError::Other(e)),
         }
-        Ok(SourcePoll::Ready)
     }
 
     fn snapshot(&mut self, _id: CheckpointId) -> Result<Vec<SourcePosition>> {
-        Ok(self
-            .splits
-            .iter()
-            .map(|s| {
-                SourcePosition::new(&s.name, 0, NextOffset(s.next as i64))
-                    .with_end(s.end.map(|e| NextOffset(e as i64)))
-            })
-            .collect())
+        Ok(self.emitted.snapshot())
     }
 }
 

@@ -1,4 +1,4 @@
-//! "Writing a connector" shows this source whole, as it is, in under 300 lines.
+//! "Writing a connector" shows this source whole, as it is.
 
 #[test]
 fn the_guide_shows_the_whole_source_as_it_is() {
@@ -15,6 +15,4 @@ fn the_guide_shows_the_whole_source_as_it_is() {
         source.trim_end(),
         "docs/writing-a-connector.md: the first rust block must be src/lib.rs"
     );
-    let lines = guide.lines().count();
-    assert!(lines < 300, "the guide has {lines} lines");
 }

@@ -1,6 +1,7 @@
 //! The poll loop (Flink's KafkaConsumerThread + Handover): a dedicated thread polls the
-//! consumer and hands batches to the source through a bounded channel, so that
-//! backpressure stops fetching instead of growing memory. A batch is cut at [`BATCH`]
+//! consumer and hands batches to the source through the fetcher kit's bounded
+//! hand-over ([`crate::kits::fetcher`]), so that backpressure stops fetching instead
+//! of growing memory. A batch is cut at [`BATCH`]
 //! records or [`BATCH_BYTES`], so the hand-over holds less than
 //! ([`QUEUED`] + 1) × (1 MiB + the largest record) beyond what the source is processing.
 //!
@@ -12,6 +13,7 @@
 
 use super::queues::{Polled, Queues};
 use super::Tp;
+use crate::kits::fetcher::{Feed, Fetcher, Held};
 use crate::telemetry::PartitionGauges;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -20,10 +22,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 /// The consumer's context: forwards librdkafka's logs and errors to `tracing`, and
@@ -207,12 +207,10 @@ pub type OriginHeaders = [Option<Range<usize>>; 3];
 pub const ORIGIN_HEADERS: [&std::ffi::CStr; 3] =
     [c"lockgate.topic", c"lockgate.partition", c"lockgate.offset"];
 
-/// What the poll thread hands over.
-#[derive(Debug)]
-pub enum Handover {
-    Batch(FetchedBatch),
-    /// An error the job cannot continue past.
-    Fatal(String),
+impl Held for FetchedBatch {
+    fn held_bytes(&self) -> usize {
+        FetchedBatch::held_bytes(self)
+    }
 }
 
 /// Records per handed-over batch.
@@ -225,55 +223,16 @@ pub const BATCH_BYTES: usize = 1 << 20;
 /// Batches queued in the hand-over (the poll thread builds one more meanwhile).
 pub const QUEUED: usize = 2;
 
-/// The poll thread and the receiving end of its handover channel.
-pub struct Fetcher {
-    rx: mpsc::Receiver<Handover>,
-    stop: Arc<AtomicBool>,
-    /// The bytes of the batches handed over and not yet taken
-    /// (`lockgate_buffered_bytes{stage="source"}`).
-    queued: Arc<AtomicUsize>,
-}
-
-impl Fetcher {
-    /// Starts polling `consumer` on a dedicated thread; each batch also carries the
-    /// headers `copy` names.
-    pub fn start(consumer: Arc<KafkaConsumer>, name: String, copy: HeaderCopy) -> Fetcher {
-        let (tx, rx) = mpsc::channel(QUEUED);
-        let stop = Arc::new(AtomicBool::new(false));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (flag, count) = (stop.clone(), queued.clone());
-        std::thread::Builder::new()
-            .name(format!("kafka-{name}"))
-            .spawn(move || poll_loop(&consumer, (&tx, &count), &flag, copy))
-            .expect("spawn the Kafka poll thread");
-        Fetcher { rx, stop, queued }
-    }
-
-    /// The bytes of the batches handed over and not yet taken, for
-    /// `lockgate_buffered_bytes{stage="source"}`.
-    pub fn queued(&self) -> Arc<AtomicUsize> {
-        self.queued.clone()
-    }
-
-    /// The next handed-over item, waiting at most `wait`.
-    pub async fn next(&mut self, wait: Duration) -> Option<Handover> {
-        match tokio::time::timeout(wait, self.rx.recv()).await {
-            Ok(Some(h)) => {
-                if let Handover::Batch(b) = &h {
-                    self.queued.fetch_sub(b.held_bytes(), Ordering::Relaxed);
-                }
-                Some(h)
-            }
-            Ok(None) => Some(Handover::Fatal("the Kafka poll thread stopped".into())),
-            Err(_) => None,
-        }
-    }
-}
-
-impl Drop for Fetcher {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
+/// Starts polling `consumer` on a thread of its own (`kafka-{name}`, through the
+/// fetcher kit); each batch also carries the headers `copy` names.
+pub fn start(
+    consumer: Arc<KafkaConsumer>,
+    name: &str,
+    copy: HeaderCopy,
+) -> std::io::Result<Fetcher<FetchedBatch>> {
+    Fetcher::spawn(&format!("kafka-{name}"), QUEUED, move |feed| {
+        poll_loop(&consumer, feed, copy)
+    })
 }
 
 /// Builds one hand-over batch: records in runs of one partition, their keys and
@@ -388,12 +347,7 @@ impl BatchBuilder {
     }
 }
 
-fn poll_loop(
-    consumer: &KafkaConsumer,
-    (tx, queued): (&mpsc::Sender<Handover>, &AtomicUsize),
-    stop: &AtomicBool,
-    copy: HeaderCopy,
-) {
+fn poll_loop(consumer: &KafkaConsumer, feed: Feed<FetchedBatch>, copy: HeaderCopy) {
     let mut queues = Queues::new(consumer, BATCH);
     let mut batch = BatchBuilder::new(copy);
     let mut transient = 0u64;
@@ -404,7 +358,7 @@ fn poll_loop(
             warn!(error = %e, occurrences = transient, "Kafka consumer error (retrying)");
         }
     };
-    while !stop.load(Ordering::Relaxed) {
+    while !feed.stopped() {
         queues.serve_events(&mut transient_error);
         let wait = if batch.is_empty() {
             Duration::from_millis(100)
@@ -422,7 +376,7 @@ fn poll_loop(
                 Some(code) => transient_error(KafkaError::MessageConsumption(code)),
             });
         if let Some(why) = fatal {
-            let _ = tx.blocking_send(Handover::Fatal(why.into()));
+            feed.fail(why.into());
             return;
         }
         // Hand the batch over when it is full or the queue ran dry: a partial batch
@@ -430,14 +384,8 @@ fn poll_loop(
         if n > 0 && !batch.is_full() {
             continue;
         }
-        if !batch.is_empty() {
-            let b = batch.take();
-            // Counted before the send, so that the taker never takes off more than
-            // was added.
-            queued.fetch_add(b.held_bytes(), Ordering::Relaxed);
-            if tx.blocking_send(Handover::Batch(b)).is_err() {
-                return;
-            }
+        if !batch.is_empty() && !feed.send(batch.take()) {
+            return;
         }
     }
     drop(queues);

@@ -2,7 +2,7 @@
 
 use super::config::{KafkaSourceConfig, TopicSelector};
 use super::fetcher::{
-    Fetched, FetchedBatch, Fetcher, Handover, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
+    self, Fetched, FetchedBatch, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
 };
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId};
@@ -13,6 +13,7 @@ use crate::connectors::{Source, SourcePoll, SubtaskInfo};
 use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::formats::{self, Decoded, Failure, Reader};
+use crate::kits::fetcher::{Fetcher, Handover};
 use crate::record::{Batch, Origin, Record};
 use crate::telemetry::{PartitionGauges, Telemetry};
 
@@ -66,7 +67,7 @@ pub struct KafkaSource {
     /// The subtask, as opened: [`SubtaskInfo::reads`] says which partitions are its own.
     info: Option<SubtaskInfo>,
     consumer: Option<Arc<KafkaConsumer>>,
-    fetcher: Option<Fetcher>,
+    fetcher: Option<Fetcher<FetchedBatch>>,
     /// Next offset to read of every owned partition.
     positions: BTreeMap<Tp, NextOffset>,
     /// Bounded mode: where each owned partition ends.
@@ -831,18 +832,16 @@ impl Source for KafkaSource {
                     .counted(info.telemetry.metrics(), OPERATOR, info.index, LETTERS),
             );
         }
-        let fetcher = Fetcher::start(
+        let fetcher = fetcher::start(
             consumer.clone(),
-            self.name.clone(),
+            &self.name,
             HeaderCopy {
                 origin: cfg.origin_headers,
                 all: cfg.headers,
             },
-        );
-        let part: Arc<dyn crate::telemetry::metrics::Buffered> = fetcher.queued();
-        info.telemetry
-            .metrics()
-            .count_buffered(crate::telemetry::metrics::Stage::Source, &part);
+        )
+        .map_err(|e| self.err(format!("cannot start the poll thread: {e}")))?;
+        fetcher.report_to(info);
         self.fetcher = Some(fetcher);
         if cfg.partition_discovery_ms > 0 {
             let (tx, rx) = mpsc::channel(1);
@@ -889,6 +888,8 @@ impl Source for KafkaSource {
         let batch = match item {
             Handover::Batch(b) => b,
             Handover::Fatal(e) => return Err(self.err(e)),
+            // The poll thread reads until the source goes away: it never finishes.
+            Handover::Finished => return Err(self.err("the Kafka poll thread stopped")),
         };
         let FetchedBatch {
             bytes,
