@@ -24,7 +24,7 @@ pub use lifecycle::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo, SINK_UID
 /// The types a connector speaks in, so that one `use lockgate::connector::*` is its
 /// whole import: records and batches, errors, checkpoint ids and split positions.
 pub use crate::error::{JobError, Result};
-pub use crate::record::{Batch, Origin, Record};
+pub use crate::record::{Batch, Op, Origin, Record};
 pub use lockgate_state::{CheckpointId, NextOffset, SourcePosition};
 pub use operator::{FnOperator, Operator, OperatorContext};
 pub use registry::Registry;
