@@ -743,6 +743,7 @@ fn build(
     let mut several_before = false;
     // The first step that may send the sink deletes.
     let mut deletes: Option<String> = None;
+    let mut made_records: Option<String> = None;
     // Consecutive record transforms run as one step that parses each record once.
     // A `json` source's values parse (checked, or written by lockgate), and so do the
     // values every operator and transform writes.
@@ -777,14 +778,11 @@ fn build(
             }
             None => {
                 several_before |= several.is_some();
-                let merges = prepared
-                    .config
-                    .downcast_ref::<crate::operators::window::WindowSpec>()
-                    .is_some_and(|w| w.kind.merges());
-                if merges && deletes.is_none() {
-                    deletes = Some(format!(
-                        "{key} (session windows, which delete the result of a session merged into another)"
-                    ));
+                if let (Some(why), None) = (&prepared.facts.deletes, &deletes) {
+                    deletes = Some(format!("{key} ({why})"));
+                }
+                if made_records.is_none() {
+                    made_records = prepared.facts.makes_records.clone();
                 }
                 stateful.push(kind.clone());
                 if !chain.is_empty() {
@@ -813,6 +811,7 @@ fn build(
         transforms: transform_count,
         stateful_transforms: stateful,
         several_outputs: several.is_some(),
+        records_without_coordinates: made_records,
         deletes,
     };
     let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;

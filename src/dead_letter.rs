@@ -66,6 +66,10 @@ pub struct Allowed {
     pub also: &'static [&'static str],
 }
 
+/// What a key with [`Allowed::DECODE`] should say instead of a dead-letter topic when
+/// the source has no Kafka cluster to write dead letters to.
+pub const USE_FAIL_OR_SKIP: &str = "this source has none: use fail or skip";
+
 impl Allowed {
     /// `fail | skip | dead-letter:<topic>`: the Kafka source's `on_decode_error`, a
     /// transform's `on_error`.

@@ -52,16 +52,8 @@ const FLOORS: &[(&str, &[&str])] = &[
 const KNOWN: &[&str] = &[
     "runtime: runtime/chain.rs -> operators",
     "runtime: runtime/start.rs -> operators",
-    "sideways: connectors/elasticsearch/config.rs -> connectors",
     "sideways: connectors/elasticsearch/config.rs -> operators",
-    "sideways: connectors/elasticsearch/sink.rs -> connectors",
     "sideways: connectors/elasticsearch/version_guard.rs -> operators",
-    "sideways: connectors/kafka/config.rs -> connectors",
-    "sideways: connectors/kafka/sink.rs -> connectors",
-    "sideways: connectors/kafka/sink_config.rs -> connectors",
-    "sideways: connectors/kafka/source.rs -> connectors",
-    "sideways: connectors/sequence.rs -> connectors::kafka",
-    "sideways: operators/window/section.rs -> transforms",
 ];
 
 fn src() -> PathBuf {

@@ -31,7 +31,7 @@ pub use registry::Registry;
 pub use section::{
     AnyConfig, KafkaCluster, KeyError, PreparedSink, PreparedSource, PreparedTransform,
     SectionContext, SinkContext, SinkSection, SourceFacts, SourceSection, SourceWiring,
-    TransformSection,
+    TransformFacts, TransformSection,
 };
 pub use spec::{
     Guarantee, KeyFn, OperatorFactory, SinkCaps, SinkFactory, SinkSpec, SourceCaps, SourceFactory,

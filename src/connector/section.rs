@@ -8,7 +8,7 @@
 //! the source last (it learns whether the sink reads tombstones).
 
 use super::spec::{SinkSpec, SourceSpec, Step};
-use crate::dead_letter::OnError;
+use crate::dead_letter::{Allowed, OnError};
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,6 +107,23 @@ impl SectionContext {
         }
     }
 
+    /// The error policy `value` of `key` (absent: `fail`) within `allowed`, checked
+    /// against the source's cluster as [`SectionContext::dead_letter_cluster`] does.
+    pub fn error_policy(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        allowed: Allowed,
+        otherwise: &str,
+    ) -> Result<OnError, KeyError> {
+        let policy = match value {
+            None => OnError::Fail,
+            Some(s) => OnError::parse(s, allowed).map_err(|e| KeyError::new(key, e))?,
+        };
+        self.dead_letter_cluster(key, &policy, otherwise)?;
+        Ok(policy)
+    }
+
     /// Where the dead letters of `policy`, the value of `key`, go: the source's Kafka
     /// cluster when the policy writes dead letters, `None` when it does not. A policy
     /// that writes them while the source has no Kafka cluster is an error at `key`:
@@ -130,6 +147,16 @@ impl SectionContext {
         }
     }
 }
+
+/// Tags a job-file section's error with its key (relative to the section), as the
+/// sections' `config` functions return them: `(key, message)`.
+pub(crate) fn at_key(key: &'static str) -> impl Fn(String) -> (String, String) {
+    move |message| (key.to_string(), message)
+}
+
+/// What to do instead when `co_partitioned` meets a source whose keys span its splits
+/// ([`SourceFacts::not_split_keyed`]).
+pub const CO_PARTITIONED_FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
 
 /// What a source tells the sink's section, for the rules between them.
 #[derive(Debug, Clone)]
@@ -224,6 +251,9 @@ pub struct SinkContext<'a> {
     /// (`transform.N (debezium)`, a session window retracting a merged session), by
     /// its job-file key.
     pub deletes: Option<String>,
+    /// What a step before the sink makes records of its own, without source
+    /// coordinates to make ids or versions of (`a window's results`), if one does.
+    pub records_without_coordinates: Option<String>,
 }
 
 /// A validated sink section.
@@ -244,6 +274,20 @@ pub trait SinkSection: serde::de::DeserializeOwned + 'static {
 pub struct PreparedTransform {
     pub steps: Vec<Step>,
     pub config: AnyConfig,
+    /// What the steps tell the sink's section about the records they send on.
+    pub facts: TransformFacts,
+}
+
+/// What a transform's steps tell the sink's section, so that a sink refuses what it
+/// cannot write without knowing which transform it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransformFacts {
+    /// Why the steps may send the sink deletes besides tombstones, if they may
+    /// (`session windows, which delete the result of a session merged into another`).
+    pub deletes: Option<String>,
+    /// The steps make records of their own, which have no source coordinates: what
+    /// they are, for errors (`a window's results`).
+    pub makes_records: Option<String>,
 }
 
 /// A transform's job-file section (`[[transform]]` with `type = "<name>"`).

@@ -12,9 +12,3 @@ pub mod postgres;
 pub mod sequence;
 
 pub use crate::connector::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo};
-
-/// Tags a job-file section's error with its key (relative to the section), as the
-/// sections' `config` functions return them: `(key, message)`.
-pub(crate) fn at_key(key: &'static str) -> impl Fn(String) -> (String, String) {
-    move |message| (key.to_string(), message)
-}

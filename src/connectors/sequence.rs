@@ -74,7 +74,7 @@ impl crate::connector::SourceSection for SequenceSection {
         let mut facts = SourceFacts::json(KIND);
         facts.not_split_keyed = Some(format!(
             "the sequence source's keys span its splits: {}",
-            crate::connectors::kafka::config::CO_PARTITIONED_FIX
+            crate::connector::section::CO_PARTITIONED_FIX
         ));
         Ok(PreparedSource {
             facts,

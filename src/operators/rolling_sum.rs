@@ -136,6 +136,7 @@ impl TransformSection for RollingSumSection {
         Ok(PreparedTransform {
             steps: self.steps(index)?,
             config: std::sync::Arc::new(self.pointers()),
+            facts: Default::default(),
         })
     }
 }

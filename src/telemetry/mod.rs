@@ -3,7 +3,7 @@
 //! that serves them with health probes, a REST API and a status page ([`server`]).
 //!
 //! One [`Telemetry`] belongs to one job run. It is cheap to clone (one `Arc`); every
-//! task gets it through [`crate::connectors::SubtaskInfo`] and the executor reports
+//! task gets it through [`crate::connector::SubtaskInfo`] and the executor reports
 //! the job's life to it. Nothing here blocks the record path: counters are atomics,
 //! the status is behind a mutex taken a few times per checkpoint.
 

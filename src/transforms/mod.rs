@@ -32,7 +32,7 @@ pub mod shallow;
 pub mod time;
 
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
-use crate::dead_letter::{Allowed, Letters, LettersOf, OnError, Reason};
+use crate::dead_letter::{Allowed, Letters, LettersOf, OnError, Reason, USE_FAIL_OR_SKIP};
 use crate::error::JobError;
 use crate::record::{describe, json_kind, Batch, Headers, Op, Record};
 use bytes::Bytes;
@@ -183,16 +183,7 @@ static FAIL: OnError = OnError::Fail;
 /// The `on_error` key of a transform's section (absent: `fail`): `fail`, `skip` or
 /// `dead-letter:<topic>`, as the source's `on_decode_error`.
 pub(crate) fn on_error(key: Option<&str>, cx: &SectionContext) -> Result<OnError, KeyError> {
-    let policy = match key {
-        None => OnError::Fail,
-        Some(s) => OnError::parse(s, Allowed::DECODE).map_err(|e| KeyError::new("on_error", e))?,
-    };
-    cx.dead_letter_cluster(
-        "on_error",
-        &policy,
-        "this source has none: use fail or skip",
-    )?;
-    Ok(policy)
+    cx.error_policy("on_error", key, Allowed::DECODE, USE_FAIL_OR_SKIP)
 }
 
 /// A chain of transforms, each named by its kind.
@@ -251,6 +242,7 @@ impl<T: SmtConfig> TransformSection for SmtSection<T> {
         Ok(PreparedTransform {
             steps: vec![step],
             config: Arc::new(Applied(smt)),
+            facts: Default::default(),
         })
     }
 }

@@ -484,7 +484,7 @@ impl EsSection {
     /// The sink's configuration. An error is `(key, message)`, the key relative to the
     /// section.
     pub fn config(&self, ctx: &EsContext) -> Result<EsSinkConfig, (String, String)> {
-        use crate::connectors::at_key as at;
+        use crate::connector::section::at_key as at;
         let index = match (&self.index, &self.data_stream) {
             (Some(i), None) => i.clone(),
             (None, Some(ds)) => ds
@@ -628,7 +628,7 @@ impl EsSection {
     /// The nodes, credentials, TLS, compression and headers of the section. Reads
     /// `ca_cert` and `*_file` secrets now; every error names its key.
     fn connection(&self, base: &Path) -> Result<EsConnection, (String, String)> {
-        use crate::connectors::at_key as at;
+        use crate::connector::section::at_key as at;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -841,24 +841,20 @@ impl crate::connector::SinkSection for EsSection {
                 ));
             }
         }
-        // A window's results are made by the job, not read from a source: they have
-        // no coordinates to make ids or versions of.
-        if cx
-            .stateful_transforms
-            .iter()
-            .any(|k| k == crate::operators::window::KIND)
-        {
+        // Records a step made (a window's results) were not read from a source: they
+        // have no coordinates to make ids or versions of.
+        if let Some(made) = &cx.records_without_coordinates {
             let id = self.id.as_deref().unwrap_or("coordinates");
             if id == "coordinates" {
                 return Err(KeyError::new(
                     "id",
-                    "a window's results have no source coordinates to make ids of: use id = \"field:/window_id\" (each window one document, rewritten by a replay)",
+                    format!("{made} have no source coordinates to make ids of: use id = \"field:/window_id\" (each window one document, rewritten by a replay)"),
                 ));
             }
             if self.versioning.as_deref() == Some("external") {
                 return Err(KeyError::new(
                     "versioning",
-                    "versioning = \"external\" uses Kafka offsets, and a window's results have none: remove versioning",
+                    format!("versioning = \"external\" uses Kafka offsets, and {made} have none: remove versioning"),
                 ));
             }
         }

@@ -10,7 +10,7 @@ use super::action::ActionBuilder;
 use super::bulk::{BulkProcessor, FailureHandler, Shared};
 use super::config::EsSinkConfig;
 use super::encode::Encoder;
-use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::connector::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::record::Batch;
 use async_trait::async_trait;

@@ -261,7 +261,7 @@ impl KafkaSection {
         cx: &crate::connector::SectionContext,
     ) -> Result<KafkaSourceConfig, (String, String)> {
         let job_name = cx.job_name.as_str();
-        use crate::connectors::at_key as at;
+        use crate::connector::section::at_key as at;
         let topics = match (&self.topics, &self.topic_pattern) {
             (Some(t), None) if !t.is_empty() => TopicSelector::List(t.clone()),
             (None, Some(p)) => TopicSelector::Pattern(
@@ -325,7 +325,7 @@ impl KafkaSection {
         cx: &crate::connector::SectionContext,
         c: &mut KafkaSourceConfig,
     ) -> Result<(), (String, String)> {
-        use crate::connectors::at_key as at;
+        use crate::connector::section::at_key as at;
         let temporal = match self.temporal.as_deref() {
             None | Some("epoch-millis") => Temporal::EpochMillis,
             Some("iso8601") => Temporal::Iso8601,
@@ -413,7 +413,7 @@ fn registry_unused(
 
 /// What a job keyed per partition (`job.co_partitioned`) needs instead of a source
 /// whose partitions do not hold every record of a key.
-pub const CO_PARTITIONED_FIX: &str = "co_partitioned needs a Kafka source that reads one topic partitioned by the key; to combine several topics, write them into one topic with a repartition stage ([sink.kafka]) and read that";
+pub use crate::connector::section::CO_PARTITIONED_FIX;
 
 impl crate::connector::SourceSection for KafkaSection {
     fn prepare(

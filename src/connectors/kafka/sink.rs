@@ -26,7 +26,7 @@
 //! key's state that job keeps per partition).
 
 use super::sink_config::KafkaSinkConfig;
-use crate::connectors::{Sink, SinkRestore, SubtaskInfo};
+use crate::connector::{Sink, SinkRestore, SubtaskInfo};
 use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};

@@ -122,7 +122,7 @@ impl KafkaSinkSection {
         source: Option<&crate::connector::KafkaCluster>,
         checkpoint_timeout_ms: u64,
     ) -> Result<KafkaSinkConfig, (String, String)> {
-        use crate::connectors::at_key as at;
+        use crate::connector::section::at_key as at;
         if self.topic.is_empty() {
             return Err(at("topic")("must name a topic".into()));
         }

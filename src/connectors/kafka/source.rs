@@ -9,7 +9,7 @@ use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId}
 use super::upstream::{self, Marks};
 use super::{Tp, KIND};
 use crate::clients::kafka::ClientRole;
-use crate::connectors::{Source, SourcePoll, SubtaskInfo};
+use crate::connector::{Source, SourcePoll, SubtaskInfo};
 use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::error::{JobError, Result};
 use crate::formats::{self, Decoded, Failure, Reader};

@@ -2,8 +2,10 @@
 
 use super::aggregate::AggSpec;
 use super::assign::{Timing, WindowKind};
-use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
-use crate::dead_letter::{Allowed, OnError};
+use crate::connector::{
+    KeyError, PreparedTransform, SectionContext, Step, TransformFacts, TransformSection,
+};
+use crate::dead_letter::{Allowed, OnError, USE_FAIL_OR_SKIP};
 use crate::record::json_key;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -207,7 +209,12 @@ impl WindowSection {
                 late_updates,
             },
             late,
-            on_error: crate::transforms::on_error(self.on_error.as_deref(), cx)?,
+            on_error: cx.error_policy(
+                "on_error",
+                self.on_error.as_deref(),
+                Allowed::DECODE,
+                USE_FAIL_OR_SKIP,
+            )?,
         })
     }
 }
@@ -215,6 +222,7 @@ impl WindowSection {
 impl TransformSection for WindowSection {
     fn prepare(self, cx: &SectionContext, index: usize) -> Result<PreparedTransform, KeyError> {
         let spec = Arc::new(self.spec(cx)?);
+        let merges = spec.kind.merges();
         let key = spec.key.clone();
         let uid = format!("{}-{index}", super::KIND);
         let kafka = cx.source_kafka.clone();
@@ -234,6 +242,13 @@ impl TransformSection for WindowSection {
                     across_partitions: false,
                 },
             ],
+            facts: TransformFacts {
+                deletes: merges.then(|| {
+                    "session windows, which delete the result of a session merged into another"
+                        .to_string()
+                }),
+                makes_records: Some("a window's results".into()),
+            },
             config: spec,
         })
     }

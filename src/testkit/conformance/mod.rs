@@ -447,6 +447,7 @@ pub fn sink_from_section(
         transforms: 0,
         stateful_transforms: Vec::new(),
         several_outputs: false,
+        records_without_coordinates: None,
         deletes: None,
     };
     let prepared = registry
