@@ -6,8 +6,8 @@ mod common;
 
 use lockgate::builtin::registry as builtin;
 use lockgate::connector::{SinkSpec, SourceSpec};
-use lockgate::testkit::conformance::sink::{run_case, SinkContext, SinkFixture};
-use lockgate::testkit::conformance::source::{SourceContext, SourceFixture};
+use lockgate::testkit::conformance::sink::{run_case, SinkFixture, SinkTestContext};
+use lockgate::testkit::conformance::source::{SourceFixture, SourceTestContext};
 use lockgate::testkit::conformance::visibility::CommitAtBarrier;
 use lockgate::testkit::conformance::{sink_from_section, source_from_section};
 use serde_json::Value;
@@ -72,7 +72,7 @@ mod sequence_source {
         per_split: Vec<usize>,
     }
 
-    impl SourceContext for Context {
+    impl SourceTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }
@@ -150,7 +150,7 @@ mod kafka_source {
         bootstrap: String,
     }
 
-    impl SourceContext for Context {
+    impl SourceTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }
@@ -220,7 +220,7 @@ mod file_sink {
 
     struct Fixture(PathBuf);
 
-    impl SinkContext for Context {
+    impl SinkTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }
@@ -287,7 +287,7 @@ mod elasticsearch {
         http: reqwest::blocking::Client,
     }
 
-    impl SinkContext for Context {
+    impl SinkTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }
@@ -415,7 +415,7 @@ mod kafka_sink {
         bootstrap: String,
     }
 
-    impl SinkContext for Context {
+    impl SinkTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }
@@ -532,7 +532,7 @@ mod postgres {
         settings: &'static str,
     }
 
-    impl SinkContext for Context {
+    impl SinkTestContext for Context {
         fn program(&self) -> Option<PathBuf> {
             Some(common::bin())
         }

@@ -17,7 +17,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use reqwest::Method;
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -47,33 +46,9 @@ pub struct Input {
     pub output: u32,
 }
 
-/// What verification found.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Verdict {
-    pub inputs: u64,
-    pub expected_documents: u64,
-    pub documents: u64,
-    pub missing: u64,
-    pub duplicated: u64,
-    pub wrong: u64,
-    /// Inputs the dead-letter topic names (each once), and so in no document.
-    pub dead_lettered: u64,
-    /// The first few problems, described.
-    pub examples: Vec<String>,
-}
-
-impl Verdict {
-    /// Nothing missing, duplicated or wrong.
-    pub fn exact(&self) -> bool {
-        self.missing == 0 && self.duplicated == 0 && self.wrong == 0
-    }
-
-    pub(crate) fn note(&mut self, what: String) {
-        if self.examples.len() < 10 {
-            self.examples.push(what);
-        }
-    }
-}
+/// What verification found: the verdict every exactly-once check of lockgate gives.
+pub use crate::testkit::verdict::Verdict;
+use crate::testkit::verdict::{compare, Expect};
 
 /// A record's origin: topic, partition, offset.
 pub type Coordinates = (String, i32, i64);
@@ -634,11 +609,6 @@ fn key_of(value: &Value, key_ptr: &str) -> String {
 /// total) in exactly one committed line, and nothing else. Lines are matched to inputs
 /// by their content without the total, so inputs must differ in content.
 fn verify_files(t: &Target, dir: &Path, inputs: &[Input]) -> Result<Verdict, String> {
-    let mut verdict = Verdict {
-        inputs: inputs.len() as u64,
-        expected_documents: inputs.len() as u64,
-        ..Default::default()
-    };
     let (expected_total, final_totals) = expected_totals(t, inputs);
     let out_ptr = t.rolling_sum.as_ref().map(|(_, _, o)| o.as_str());
     let identity = |v: &Value| -> String {
@@ -657,6 +627,7 @@ fn verify_files(t: &Target, dir: &Path, inputs: &[Input]) -> Result<Verdict, Str
         wanted.entry(identity(&r.value)).or_default().push(i);
     }
     let mut lines: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut unreadable = Vec::new();
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -670,26 +641,28 @@ fn verify_files(t: &Target, dir: &Path, inputs: &[Input]) -> Result<Verdict, Str
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         for line in text.lines() {
-            verdict.documents += 1;
             match serde_json::from_str::<Value>(line) {
                 Ok(v) => lines.entry(identity(&v)).or_default().push(v),
-                Err(e) => {
-                    verdict.wrong += 1;
-                    verdict.note(format!("{}: not JSON ({e}): {line}", path.display()));
-                }
+                Err(e) => unreadable.push(format!("{}: not JSON ({e}): {line}", path.display())),
             }
         }
+    }
+    let found = lines
+        .iter()
+        .flat_map(|(id, got)| got.iter().map(move |_| (id.clone(), None)));
+    let mut verdict = compare(
+        inputs.iter().map(|r| identity(&r.value)),
+        found,
+        Expect::Exact,
+    );
+    for what in unreadable {
+        verdict.documents += 1;
+        verdict.wrong += 1;
+        verdict.note(what);
     }
     let mut largest: BTreeMap<String, i64> = BTreeMap::new();
     for (id, want) in &wanted {
         let got = lines.remove(id).unwrap_or_default();
-        if got.len() < want.len() {
-            verdict.missing += (want.len() - got.len()) as u64;
-            verdict.note(format!("missing {id}"));
-        } else if got.len() > want.len() {
-            verdict.duplicated += (got.len() - want.len()) as u64;
-            verdict.note(format!("{} times {id}", got.len()));
-        }
         let (Some((key_ptr, _, out)), Some(line)) = (&t.rolling_sum, got.first()) else {
             continue;
         };
@@ -707,10 +680,6 @@ fn verify_files(t: &Target, dir: &Path, inputs: &[Input]) -> Result<Verdict, Str
                 *e = (*e).max(total.unwrap_or(i64::MIN));
             }
         }
-    }
-    for (id, extra) in lines {
-        verdict.wrong += extra.len() as u64;
-        verdict.note(format!("not an input: {id}"));
     }
     check_largest(largest, &final_totals, &mut verdict);
     Ok(verdict)

@@ -183,8 +183,10 @@ pub trait Sink: Send + 'static {
     async fn invoke(&mut self, batch: Batch) -> Result<()>;
 
     /// Called at barrier `id`: make everything invoked so far durable (or staged for
-    /// commit) and return the state to keep in the checkpoint. An error declines the
-    /// checkpoint.
+    /// commit) and return the state to keep in the checkpoint.
+    /// [`crate::error::JobError::Declined`] declines only this checkpoint (the job goes
+    /// on, and the next barrier asks again); any other error fails the attempt, as
+    /// from every method (see the module's "Errors").
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>>;
 
     /// Checkpoint `id` is durable: commit what it staged.

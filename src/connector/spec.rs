@@ -90,8 +90,11 @@ pub struct SinkCaps {
     /// subtask (the Kafka sink's downstream deduplication relies on it): no `key_by`
     /// may come before it. The message says so to whoever puts one there.
     pub needs_source_order: Option<String>,
-    /// Why the sink cannot run as several members, with the job-file key it concerns;
-    /// `{members}` in the message stands for the member count asked for.
+    /// `Some((key, message))`: the sink cannot run as several members (`--members`).
+    /// `key` is the job-file key the refusal concerns, in full (`sink.file`); the
+    /// message says why and what to use instead, `{members}` standing for the member
+    /// count asked for. A job asked to run as members is refused at start with both,
+    /// exit code 2.
     pub one_process_only: Option<(String, String)>,
     /// What the sink committed for a checkpoint cannot be taken back (a database
     /// transaction, once committed, stays): a restore from a checkpoint older than the

@@ -143,7 +143,13 @@ impl Chain {
             tokio::task::block_in_place(|| op.open(ctx))?;
         }
         if let Tail::Sink(s) = &mut self.tail {
-            s.open(&self.info, sink_restore).await?;
+            // The sink is told its own name (`sink-0`), not its task's (`source-0` when
+            // chained to the source): what it names in errors and logs is the sink.
+            let info = SubtaskInfo {
+                name: format!("{SINK_UID}-{}", self.info.index),
+                ..self.info.clone()
+            };
+            s.open(&info, sink_restore).await?;
         }
         Ok(())
     }

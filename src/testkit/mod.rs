@@ -9,3 +9,4 @@ pub mod kafka;
 pub mod moto;
 pub mod postgres;
 pub mod schema_registry;
+pub mod verdict;

@@ -1,7 +1,7 @@
 //! The directory source passes lockgate's connector conformance suite.
 
 use lockgate::connector::SourceSpec;
-use lockgate::testkit::conformance::source::{SourceContext, SourceFixture};
+use lockgate::testkit::conformance::source::{SourceFixture, SourceTestContext};
 use lockgate::testkit::conformance::source_from_section;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -16,7 +16,7 @@ struct Fixture {
     written: usize,
 }
 
-impl SourceContext for Context {
+impl SourceTestContext for Context {
     /// This crate's `lockgate-dir`: the command line with `[source.dir]` registered.
     fn program(&self) -> Option<PathBuf> {
         Some(PathBuf::from(env!("CARGO_BIN_EXE_lockgate-dir")))

@@ -2,7 +2,7 @@
 //! it when it commits at the barrier instead of when the checkpoint completes.
 
 use lockgate::connector::SinkSpec;
-use lockgate::testkit::conformance::sink::{run_case, SinkContext, SinkFixture};
+use lockgate::testkit::conformance::sink::{run_case, SinkFixture, SinkTestContext};
 use lockgate::testkit::conformance::visibility::CommitAtBarrier;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ struct Context(tempfile::TempDir);
 
 struct Fixture(PathBuf);
 
-impl SinkContext for Context {
+impl SinkTestContext for Context {
     /// This crate's `lockgate-journal`: the command line with `[sink.journal]`.
     fn program(&self) -> Option<PathBuf> {
         Some(PathBuf::from(env!("CARGO_BIN_EXE_lockgate-journal")))

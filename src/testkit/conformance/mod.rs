@@ -3,9 +3,9 @@
 //! `SinkTestSuiteBase`, plus lockgate's recovery cases).
 //!
 //! A connector supplies a context: a **source** creates data sets in its external
-//! system and writes records into each split ([`source::SourceContext`]); a **sink**
+//! system and writes records into each split ([`source::SourceTestContext`]); a **sink**
 //! creates empty destinations and reads back what they hold
-//! ([`sink::SinkContext`]). The suite builds real jobs around it (a source under test
+//! ([`sink::SinkTestContext`]). The suite builds real jobs around it (a source under test
 //! feeds an exactly-once collecting sink; a sink under test is fed by the sequence
 //! source), runs them in process with checkpoints every 50 ms, stops, fails, rescales
 //! and restores them, and checks the result against what the connector promises:
@@ -30,7 +30,7 @@ pub mod visibility;
 use crate::job::{CheckpointSettings, JobBuilder, JobGraph, RestartPolicy};
 use crate::runtime::{RunOptions, RunSummary};
 use crate::telemetry::Telemetry;
-use std::collections::BTreeMap;
+use crate::testkit::verdict::{compare, Expect};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -336,50 +336,22 @@ pub fn fell_back(summary: &RunSummary, corrupted: &str) -> CaseResult {
     }
 }
 
-/// Compares two multisets of values: `Ok` when equal, otherwise what is missing and
-/// what is extra (the first few of each).
+/// Compares two multisets of values: `Ok` when equal, otherwise the verdict (what is
+/// missing, duplicated and foreign, the first few of each).
 pub fn same_multiset(expected: &[Vec<u8>], found: &[Vec<u8>]) -> CaseResult {
-    fn count(v: &[Vec<u8>]) -> BTreeMap<&[u8], i64> {
-        let mut m: BTreeMap<&[u8], i64> = BTreeMap::new();
-        for x in v {
-            *m.entry(x.as_slice()).or_default() += 1;
-        }
-        m
-    }
-    let (e, f) = (count(expected), count(found));
-    let show = |v: &[(&[u8], i64)]| {
-        v.iter()
-            .take(5)
-            .map(|(x, n)| format!("{} x{n}", String::from_utf8_lossy(x)))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let mut missing = Vec::new();
-    let mut extra = Vec::new();
-    for (k, n) in &e {
-        let m = f.get(k).copied().unwrap_or(0);
-        if m < *n {
-            missing.push((*k, n - m));
-        }
-    }
-    for (k, n) in &f {
-        let m = e.get(k).copied().unwrap_or(0);
-        if *n > m {
-            extra.push((*k, n - m));
-        }
-    }
-    if missing.is_empty() && extra.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "expected {} records, found {}: {} missing ({}), {} extra or duplicated ({})",
-        expected.len(),
-        found.len(),
-        missing.iter().map(|(_, n)| n).sum::<i64>(),
-        show(&missing),
-        extra.iter().map(|(_, n)| n).sum::<i64>(),
-        show(&extra)
-    ))
+    same_as(expected, found, Expect::Exact)
+}
+
+/// Compares the values `found` with `expected` as `expect` requires, through the one
+/// verdict of every exactly-once check ([`crate::testkit::verdict`]).
+pub fn same_as(expected: &[Vec<u8>], found: &[Vec<u8>], expect: Expect) -> CaseResult {
+    let text = |v: &Vec<u8>| String::from_utf8_lossy(v).into_owned();
+    compare(
+        expected.iter().map(text),
+        found.iter().map(|f| (text(f), None)),
+        expect,
+    )
+    .case()
 }
 
 /// The sum of `lockgate_records_out_total` of operator `operator` over its subtasks.
@@ -484,9 +456,9 @@ mod tests {
         let v = |s: &[&str]| s.iter().map(|x| x.as_bytes().to_vec()).collect::<Vec<_>>();
         assert!(same_multiset(&v(&["a", "b", "a"]), &v(&["a", "a", "b"])).is_ok());
         let e = same_multiset(&v(&["a", "b"]), &v(&["a", "a"])).unwrap_err();
-        assert!(
-            e.contains("1 missing (b x1)") && e.contains("1 extra or duplicated (a x1)"),
-            "{e}"
+        assert_eq!(
+            e,
+            "expected 2 records, found 2: 1 missing, 1 duplicated, 0 wrong (a x2, expected x1; missing b x1)"
         );
         assert!(same_multiset(&v(&["a"]), &v(&[])).is_err());
     }

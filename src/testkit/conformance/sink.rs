@@ -5,23 +5,24 @@
 
 use super::process::{self, ProcessJob};
 use super::source::{FailOnce, FailingOperator};
-use super::{job_builder, runtime, same_multiset, CaseResult};
+use super::{job_builder, runtime, same_as, CaseResult};
 use crate::connector::{Guarantee, SinkSpec};
 use crate::connectors::sequence::{SequenceConfig, SequenceSource};
 use crate::job::JobGraph;
+use crate::testkit::verdict::Expect;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What a sink's tests give the suite: a way to make destinations in its external
 /// system.
-pub trait SinkContext: Send + Sync {
+pub trait SinkTestContext: Send + Sync {
     /// Creates a new, empty destination (an index, a directory, a topic), for one
     /// case only.
     fn create(&self) -> Result<Box<dyn SinkFixture>, String>;
 
     /// The program that runs job files naming this sink (`<program> run --config`);
-    /// the process-level cases need it (see [`super::source::SourceContext::program`]).
+    /// the process-level cases need it (see [`super::source::SourceTestContext::program`]).
     fn program(&self) -> Option<PathBuf> {
         None
     }
@@ -101,23 +102,11 @@ pub fn check(f: &dyn SinkFixture, guarantee: Guarantee, expected: &[Value]) -> C
     f.settled()?;
     let found: Vec<Vec<u8>> = f.read()?.iter().map(canonical).collect();
     let expected: Vec<Vec<u8>> = expected.iter().map(canonical).collect();
-    match guarantee {
-        Guarantee::ExactlyOnce | Guarantee::Idempotent => same_multiset(&expected, &found),
-        Guarantee::AtLeastOnce => {
-            let want: std::collections::HashSet<&[u8]> =
-                expected.iter().map(Vec::as_slice).collect();
-            let have: std::collections::HashSet<&[u8]> = found.iter().map(Vec::as_slice).collect();
-            let missing = want.difference(&have).count();
-            let unknown = have.difference(&want).count();
-            if missing + unknown == 0 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "at-least-once: {missing} input records missing, {unknown} records that were never input"
-                ))
-            }
-        }
-    }
+    let expect = match guarantee {
+        Guarantee::ExactlyOnce | Guarantee::Idempotent => Expect::Exact,
+        Guarantee::AtLeastOnce => Expect::AtLeastOnce,
+    };
+    same_as(&expected, &found, expect).map_err(|e| format!("{guarantee:?}: {e}"))
 }
 
 fn job(
@@ -139,7 +128,7 @@ fn job(
         .map_err(|e| format!("the job does not build: {e}"))
 }
 
-fn bounded(cx: &dyn SinkContext, dir: &Path, parallelism: u16) -> CaseResult {
+fn bounded(cx: &dyn SinkTestContext, dir: &Path, parallelism: u16) -> CaseResult {
     let f = cx.create()?;
     let spec = f.spec()?;
     let g = spec.caps.guarantee;
@@ -159,12 +148,12 @@ fn bounded(cx: &dyn SinkContext, dir: &Path, parallelism: u16) -> CaseResult {
 }
 
 /// Case `single_subtask`.
-pub fn single_subtask(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn single_subtask(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     bounded(cx, dir, 1)
 }
 
 /// Case `several_subtasks`.
-pub fn several_subtasks(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn several_subtasks(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     bounded(cx, dir, 3)
 }
 
@@ -212,7 +201,7 @@ fn last_run(
 }
 
 /// Stops a paced run at `from` after a few checkpoints, then runs to the end at `to`.
-fn stop_then_finish(cx: &dyn SinkContext, dir: &Path, from: u16, to: u16) -> CaseResult {
+fn stop_then_finish(cx: &dyn SinkTestContext, dir: &Path, from: u16, to: u16) -> CaseResult {
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
     let rt = runtime();
@@ -222,22 +211,22 @@ fn stop_then_finish(cx: &dyn SinkContext, dir: &Path, from: u16, to: u16) -> Cas
 }
 
 /// Case `stop_and_restart`.
-pub fn stop_and_restart(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn stop_and_restart(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     stop_then_finish(cx, dir, 2, 2)
 }
 
 /// Case `rescale_up`: 2 -> 4.
-pub fn rescale_up(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn rescale_up(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     stop_then_finish(cx, dir, 2, 4)
 }
 
 /// Case `rescale_down`: 4 -> 2.
-pub fn rescale_down(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn rescale_down(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     stop_then_finish(cx, dir, 4, 2)
 }
 
 /// Case `metrics_count_records`.
-pub fn metrics_count_records(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn metrics_count_records(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let spec = f.spec()?;
     let g = spec.caps.guarantee;
@@ -255,7 +244,7 @@ pub fn metrics_count_records(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 }
 
 /// Case `failure_mid_stream`.
-pub fn failure_mid_stream(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn failure_mid_stream(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let spec = f.spec()?;
     let g = spec.caps.guarantee;
@@ -285,7 +274,7 @@ pub fn failure_mid_stream(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 /// ([`crate::connector::SinkCaps::commits_are_final`]) cannot take back what it
 /// committed for the damaged checkpoint: nothing may be lost, and the records after
 /// the restored checkpoint may be written twice.
-pub fn corrupt_newest_checkpoint(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn corrupt_newest_checkpoint(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let g = after_replay(&f.spec()?.caps);
     let rt = runtime();
@@ -309,7 +298,7 @@ fn after_replay(caps: &crate::connector::SinkCaps) -> Guarantee {
 
 /// Case `restore_older_by_path`: a run stopped after three checkpoints, then one started
 /// from the second-newest checkpoint by path (`--restore`) and run to the end.
-pub fn restore_older_by_path(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn restore_older_by_path(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let g = after_replay(&f.spec()?.caps);
     let rt = runtime();
@@ -342,7 +331,7 @@ pub fn restore_older_by_path(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 
 /// Case `fresh_start_over_output`: a bounded run to the end, its checkpoints removed,
 /// and the same job run again from nothing into the same destination.
-pub fn fresh_start_over_output(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn fresh_start_over_output(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let g = after_replay(&f.spec()?.caps);
     let rt = runtime();
@@ -362,7 +351,7 @@ pub fn fresh_start_over_output(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 
 /// Case `crash_then_rescale`: a paced process at parallelism 2 killed with SIGKILL at a
 /// seeded moment of the checkpoint protocol, then resumed at parallelism 3 to the end.
-pub fn crash_then_rescale(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn crash_then_rescale(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let job = ProcessJob::new(&program(cx)?, dir)?;
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
@@ -387,16 +376,16 @@ fn sequence_section(to: i64, rate_per_sec: u64) -> (String, String) {
     )
 }
 
-fn program(cx: &dyn SinkContext) -> Result<PathBuf, String> {
+fn program(cx: &dyn SinkTestContext) -> Result<PathBuf, String> {
     cx.program().ok_or_else(|| {
-        "the context names no program for the process-level cases (SinkContext::program)".into()
+        "the context names no program for the process-level cases (SinkTestContext::program)".into()
     })
 }
 
 /// Case `sigkill_at_seeded_moments`: three paced runs, each killed with SIGKILL at a
 /// seeded moment of the checkpoint protocol ([`process::KillAt`]), then a run to the
 /// end.
-pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn sigkill_at_seeded_moments(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let job = ProcessJob::new(&program(cx)?, dir)?;
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
@@ -421,7 +410,7 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkContext, dir: &Path) -> CaseResult
 /// ([`process::WINDOWS`], and for an exactly-once sink the two-phase kit's own:
 /// `after-stage`, `before-part-commit` and `after-part-commit`), a paced run aborted
 /// there after a completed checkpoint, then a run to the end.
-pub fn failpoint_windows(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn failpoint_windows(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let program = program(cx)?;
     let exactly_once = cx.create()?.spec()?.caps.guarantee == Guarantee::ExactlyOnce;
     // An exactly-once sink commits in two phases: also between two commits.
@@ -448,9 +437,9 @@ pub fn failpoint_windows(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
 
 /// Runs the sink case `name` against `cx` in a fresh checkpoint directory below
 /// `tmp`; `Err` says what went wrong.
-pub fn run_case(name: &str, cx: &dyn SinkContext, tmp: &Path) -> CaseResult {
+pub fn run_case(name: &str, cx: &dyn SinkTestContext, tmp: &Path) -> CaseResult {
     let dir = tmp.join(name).join("checkpoints");
-    let case: fn(&dyn SinkContext, &Path) -> CaseResult = match name {
+    let case: fn(&dyn SinkTestContext, &Path) -> CaseResult = match name {
         "single_subtask" => single_subtask,
         "several_subtasks" => several_subtasks,
         "stop_and_restart" => stop_and_restart,
@@ -472,7 +461,7 @@ pub fn run_case(name: &str, cx: &dyn SinkContext, tmp: &Path) -> CaseResult {
 
 /// Runs sink case `name` against the context `cx` and panics with the case's name and
 /// what went wrong: what each generated test calls.
-pub fn assert_case(name: &str, cx: &dyn SinkContext) {
+pub fn assert_case(name: &str, cx: &dyn SinkTestContext) {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     if let Err(e) = run_case(name, cx, tmp.path()) {
         panic!("sink conformance case {name} failed: {e}");
@@ -512,7 +501,7 @@ mod tests {
     #[test]
     fn every_listed_case_runs() {
         struct Nothing;
-        impl SinkContext for Nothing {
+        impl SinkTestContext for Nothing {
             fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
                 Err("no destination".into())
             }

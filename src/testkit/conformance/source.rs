@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// What a source's tests give the suite: a way to make data sets in its external
 /// system.
-pub trait SourceContext: Send + Sync {
+pub trait SourceTestContext: Send + Sync {
     /// Creates a new, empty data set of `splits` splits (a topic of that many
     /// partitions, a directory of that many files), for one case only.
     fn create(&self, splits: u32) -> Result<Box<dyn SourceFixture>, String>;
@@ -199,7 +199,7 @@ const PER_SPLIT: usize = 1_000;
 const PACE: u64 = 1_000;
 
 /// Case `single_split`.
-pub fn single_split(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn single_split(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(1)?;
     let mut w = Written::new(1);
     w.write(f.as_mut(), PER_SPLIT)?;
@@ -214,7 +214,7 @@ pub fn single_split(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
 }
 
 /// Case `multiple_splits`.
-pub fn multiple_splits(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn multiple_splits(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(5)?;
     let mut w = Written::new(5);
     w.write(f.as_mut(), PER_SPLIT)?;
@@ -245,7 +245,7 @@ fn run_until(
 }
 
 /// Case `stop_write_more_restart`.
-pub fn stop_write_more_restart(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn stop_write_more_restart(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
     w.write(f.as_mut(), PER_SPLIT)?;
@@ -324,7 +324,7 @@ fn second_half(
     }
 }
 
-fn rescale(cx: &dyn SourceContext, dir: &Path, from: u16, to: u16) -> CaseResult {
+fn rescale(cx: &dyn SourceTestContext, dir: &Path, from: u16, to: u16) -> CaseResult {
     let mut f = cx.create(4)?;
     let mut w = Written::new(4);
     let store = Store::default();
@@ -337,17 +337,17 @@ fn rescale(cx: &dyn SourceContext, dir: &Path, from: u16, to: u16) -> CaseResult
 }
 
 /// Case `rescale_up`: 2 -> 4.
-pub fn rescale_up(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn rescale_up(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     rescale(cx, dir, 2, 4)
 }
 
 /// Case `rescale_down`: 4 -> 2.
-pub fn rescale_down(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn rescale_down(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     rescale(cx, dir, 4, 2)
 }
 
 /// Case `metrics_count_records`.
-pub fn metrics_count_records(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn metrics_count_records(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
     w.write(f.as_mut(), PER_SPLIT)?;
@@ -368,7 +368,7 @@ pub fn metrics_count_records(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
 }
 
 /// Case `idle_subtask`.
-pub fn idle_subtask(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn idle_subtask(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(1)?;
     let mut w = Written::new(1);
     w.write(f.as_mut(), PER_SPLIT)?;
@@ -392,7 +392,7 @@ pub fn idle_subtask(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
 }
 
 /// Case `failure_mid_stream`.
-pub fn failure_mid_stream(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn failure_mid_stream(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
     let store = Store::default();
@@ -464,7 +464,7 @@ pub fn failure_mid_stream(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
 }
 
 /// Case `corrupt_newest_checkpoint`.
-pub fn corrupt_newest_checkpoint(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn corrupt_newest_checkpoint(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
     let store = Store::default();
@@ -506,16 +506,17 @@ fn read_all(job: &ProcessJob, total: usize) -> CaseResult {
     )
 }
 
-fn program(cx: &dyn SourceContext) -> Result<PathBuf, String> {
+fn program(cx: &dyn SourceTestContext) -> Result<PathBuf, String> {
     cx.program().ok_or_else(|| {
-        "the context names no program for the process-level cases (SourceContext::program)".into()
+        "the context names no program for the process-level cases (SourceTestContext::program)"
+            .into()
     })
 }
 
 /// Case `sigkill_at_seeded_moments`: three runs, each killed with SIGKILL at a seeded
 /// moment of the checkpoint protocol ([`process::KillAt`]; a source that can run
 /// unbounded gets more records before each), then a run to the end.
-pub fn sigkill_at_seeded_moments(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn sigkill_at_seeded_moments(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let job = ProcessJob::new(&program(cx)?, dir)?;
     let mut f = cx.create(3)?;
     let mut w = Written::new(3);
@@ -552,7 +553,7 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SourceContext, dir: &Path) -> CaseResu
 /// Case `failpoint_windows`: for each window of the checkpoint protocol
 /// ([`process::WINDOWS`], and the two-phase commit of the file sink), a run aborted
 /// there after a completed checkpoint, then a run to the end.
-pub fn failpoint_windows(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
+pub fn failpoint_windows(cx: &dyn SourceTestContext, dir: &Path) -> CaseResult {
     let program = program(cx)?;
     let windows = process::WINDOWS
         .iter()
@@ -585,9 +586,9 @@ pub fn failpoint_windows(cx: &dyn SourceContext, dir: &Path) -> CaseResult {
 
 /// Runs the source case `name` against `cx` in a fresh checkpoint directory below
 /// `tmp`; `Err` says what went wrong.
-pub fn run_case(name: &str, cx: &dyn SourceContext, tmp: &Path) -> CaseResult {
+pub fn run_case(name: &str, cx: &dyn SourceTestContext, tmp: &Path) -> CaseResult {
     let dir = tmp.join(name).join("checkpoints");
-    let case: fn(&dyn SourceContext, &Path) -> CaseResult = match name {
+    let case: fn(&dyn SourceTestContext, &Path) -> CaseResult = match name {
         "single_split" => single_split,
         "multiple_splits" => multiple_splits,
         "stop_write_more_restart" => stop_write_more_restart,
@@ -606,7 +607,7 @@ pub fn run_case(name: &str, cx: &dyn SourceContext, tmp: &Path) -> CaseResult {
 
 /// Runs source case `name` against the context `cx` and panics with the case's name
 /// and what went wrong: what each generated test calls.
-pub fn assert_case(name: &str, cx: &dyn SourceContext) {
+pub fn assert_case(name: &str, cx: &dyn SourceTestContext) {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     if let Err(e) = run_case(name, cx, tmp.path()) {
         panic!("source conformance case {name} failed: {e}");
@@ -643,7 +644,7 @@ mod tests {
     #[test]
     fn every_listed_case_runs() {
         struct Nothing;
-        impl super::SourceContext for Nothing {
+        impl super::SourceTestContext for Nothing {
             fn create(&self, _: u32) -> Result<Box<dyn super::SourceFixture>, String> {
                 Err("no data".into())
             }

@@ -13,7 +13,7 @@
 //! [`CommitAtBarrier`] is the mutation that proves the case: a sink whose commit runs
 //! inside its snapshot.
 
-use super::sink::{canonical, check, expected, SinkContext, SinkFixture};
+use super::sink::{canonical, check, expected, SinkFixture, SinkTestContext};
 use super::{job_builder, runtime, CaseResult};
 use crate::connector::{Guarantee, Sink, SinkRestore, SinkSpec, SubtaskInfo};
 use crate::connectors::sequence::{SequenceConfig, SequenceSource};
@@ -223,7 +223,7 @@ impl Sink for Probe {
 
 /// Case `visibility_at_checkpoints`, at parallelism 1 and then 2, each into a
 /// destination of its own.
-pub fn visibility_at_checkpoints(cx: &dyn SinkContext, dir: &Path) -> CaseResult {
+pub fn visibility_at_checkpoints(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     for parallelism in [1, 2] {
         let f = cx.create()?;
         let spec = f.spec()?;
@@ -303,7 +303,7 @@ fn probed(spec: SinkSpec, shared: &Arc<Shared>) -> SinkSpec {
 /// case that looks only at the final output; `visibility_at_checkpoints` fails it.
 pub struct CommitAtBarrier<C>(pub C);
 
-impl<C: SinkContext> SinkContext for CommitAtBarrier<C> {
+impl<C: SinkTestContext> SinkTestContext for CommitAtBarrier<C> {
     fn create(&self) -> std::result::Result<Box<dyn SinkFixture>, String> {
         Ok(Box::new(Mutated(self.0.create()?)))
     }
