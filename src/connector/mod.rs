@@ -20,7 +20,7 @@ pub mod section;
 pub mod spec;
 pub mod splits;
 
-pub use lifecycle::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo, SINK_UID};
+pub use lifecycle::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo, SINK_UID, SOURCE_UID};
 
 /// The types a connector speaks in, so that one `use lockgate::connector::*` is its
 /// whole import: records and batches, errors, checkpoint ids and split positions.
