@@ -13,9 +13,9 @@ use std::path::Path;
 
 /// The magic bytes that open every `_metadata` file.
 pub const MAGIC: &[u8; 4] = b"LGCK";
-/// The newest format version, written only when a source position is
-/// [`SourcePosition::opaque`]. A checkpoint is written in the oldest version that holds
-/// it, which an older release reads too: version 3 when a position carries a
+/// The newest format version, written only when a source position holds an opaque
+/// position (its field `opaque`). A checkpoint is written in the oldest version that
+/// holds it, which an older release reads too: version 3 when a position carries a
 /// [`SourcePosition::stream_id`], else 2 when a position carries
 /// [`SourcePosition::applied`] marks, else 1. This release reads all four.
 pub const FORMAT_VERSION: u16 = 4;
