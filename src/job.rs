@@ -633,7 +633,11 @@ impl JobBuilder {
                             "operator uid {u:?} names a checkpoint directory and must be one plain path component ({e})"
                         ));
                     }
-                    if !uids.insert(u.clone()) || u == "sink" {
+                    // The sink's and the source's own states are kept under these.
+                    if !uids.insert(u.clone())
+                        || u == crate::connector::SINK_UID
+                        || u == crate::connector::SOURCE_UID
+                    {
                         return bad(&format!("operator uid {u} is used twice"));
                     }
                 }

@@ -612,6 +612,14 @@ impl PartitionGauges {
         self.values.position.store(next, Ordering::Relaxed);
     }
 
+    /// The position a source checkpoints for this split: its offset, or nothing for an
+    /// opaque position (not an offset: the position, and so the lag, stay unknown).
+    pub fn set_split_position(&self, p: &lockgate_state::SourcePosition) {
+        if p.opaque.is_none() {
+            self.set_position(p.next.0);
+        }
+    }
+
     /// The partition's end as last fetched.
     pub fn set_end(&self, end: i64) {
         self.values.end.store(end, Ordering::Relaxed);
@@ -780,7 +788,18 @@ mod tests {
             !text.contains("lockgate_kafka_partition_position{"),
             "{text}"
         );
-        p.set_position(40);
+        // An opaque position is not an offset: the position stays unknown.
+        p.set_split_position(&lockgate_state::SourcePosition::opaque(
+            "orders",
+            3,
+            lockgate_state::OpaquePosition::new(*b"40").unwrap(),
+        ));
+        assert_eq!(t.partitions()[0].position, None);
+        p.set_split_position(&lockgate_state::SourcePosition::new(
+            "orders",
+            3,
+            lockgate_state::NextOffset(40),
+        ));
         assert_eq!(t.partitions()[0].lag, Some(60));
         assert!(t.scrape().contains(
             r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 60"#
