@@ -1,18 +1,18 @@
 //! The bulk batcher of the Elasticsearch sink: the bulk kit's
-//! ([`crate::connector::kit::bulk::batcher`]) over what an Elasticsearch action does to
+//! ([`crate::kits::bulk::batcher`]) over what an Elasticsearch action does to
 //! its document ([`Effect`]). Its tests, and the model check of every decision against
 //! an in-memory Elasticsearch, are here: they speak of Elasticsearch actions.
 
 pub use super::coalesce::Effect;
-pub use crate::connector::kit::bulk::batcher::{
+pub use crate::kits::bulk::batcher::{
     DocKey, ItemFailure, ItemResult, Limits, Refusal, RequestId, Resolution, Response, Supersedes,
     INTAKE_REQUESTS, SET_ASIDE_REQUESTS,
 };
 #[cfg(test)]
-use crate::connector::kit::bulk::{Outcome, RequestOutcome};
+use crate::kits::bulk::{Outcome, RequestOutcome};
 
 /// The kit's batcher over Elasticsearch actions.
-pub type Batcher<T> = crate::connector::kit::bulk::batcher::Batcher<T, Effect>;
+pub type Batcher<T> = crate::kits::bulk::batcher::Batcher<T, Effect>;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! The Elasticsearch side of the bulk kit ([`crate::connector::kit::bulk`]): the bulk
+//! The Elasticsearch side of the bulk kit ([`crate::kits::bulk`]): the bulk
 //! API as a [`BulkTarget`]. A request is the encoded lines of its actions, sent as one
 //! buffer to `/_bulk`; its response is read as far as it matters ([`parse_response`]);
 //! each item result is classified by Elasticsearch's rules (`item_result`); refused
@@ -13,10 +13,10 @@ use crate::clients::http::{
     auth_refusal, auth_refusal_message, error_chain, refusal_body, TlsVerify,
 };
 use crate::clients::sigv4::SignedNode;
-use crate::connector::kit::bulk::{
+use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
+use crate::kits::bulk::{
     self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
 };
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::secret::redact_url;
 use crate::telemetry::metrics::Metrics;
 use bytes::Bytes;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
 
-pub use crate::connector::kit::bulk::{ItemFailure, Shared, INVALID_DOCUMENT};
+pub use crate::kits::bulk::{ItemFailure, Shared, INVALID_DOCUMENT};
 
 /// What to do with an action Elasticsearch refused (Flink's
 /// ActionRequestFailureHandler): the bulk kit's decision over bulk actions.
@@ -851,10 +851,7 @@ mod tests {
 
     #[test]
     fn every_outcome_is_its_own_index() {
-        for (i, o) in crate::connector::kit::bulk::RequestLabel::ALL
-            .into_iter()
-            .enumerate()
-        {
+        for (i, o) in crate::kits::bulk::RequestLabel::ALL.into_iter().enumerate() {
             assert_eq!(o as usize, i, "{o:?}");
         }
         for (i, o) in ItemLabel::ALL.into_iter().enumerate() {

@@ -209,15 +209,15 @@ impl Item {
 }
 
 /// An action ready for the batcher: the item, its document, its effect on it.
-pub(crate) type Encoded = crate::connector::kit::bulk::Encoded<EsTarget>;
+pub(crate) type Encoded = crate::kits::bulk::Encoded<EsTarget>;
 
 /// What the encoder made of one action (an invalid one: the failure handler decides).
-pub(crate) type Added = crate::connector::kit::bulk::Added<EsTarget>;
+pub(crate) type Added = crate::kits::bulk::Added<EsTarget>;
 
 /// The actions of one batch of records, for the bulk processor; `bytes` is what
 /// `buffer_max_bytes` counts for them: for each encoded one its lines, its own copy of
 /// its record and the processor's bookkeeping; an estimate for the others.
-pub(crate) type EncodedBatch = crate::connector::kit::bulk::EncodedBatch<EsTarget>;
+pub(crate) type EncodedBatch = crate::kits::bulk::EncodedBatch<EsTarget>;
 
 /// An encoded action before its batch's buffer is frozen: ranges of the buffer.
 struct Pending {
@@ -266,7 +266,7 @@ pub struct Encoder {
 /// What `buffer_max_bytes` counts for an encoded action beyond its own bytes: the bulk
 /// processor's bookkeeping for it (its entry holds the item).
 fn held_per_action() -> usize {
-    crate::connector::kit::bulk::bookkeeping_bytes::<Item, Effect>()
+    crate::kits::bulk::bookkeeping_bytes::<Item, Effect>()
 }
 
 impl Encoder {

@@ -1,5 +1,6 @@
-//! Kits a sink is built from, so that it gets lockgate's guarantees without copying
-//! another sink's machinery.
+//! Kits a connector or an operator is built from, so that it gets lockgate's
+//! guarantees without copying another one's machinery. A kit stands on the connector
+//! contract and names no connector.
 //!
 //! - [`two_phase`]: stage at the barrier, commit when the checkpoint completes, commit
 //!   again on restore, abort what an abandoned checkpoint staged (exactly-once output
@@ -8,8 +9,12 @@
 //!   limit, per-document order, retries with backoff, flush at the barrier, the byte
 //!   bound, metrics) behind a small target trait: encode a request, send it, classify
 //!   each item.
+//! - [`keyed`]: keyed state in RocksDB and the keyed operator that runs a
+//!   [`keyed::KeyedFunction`] over it, snapshotted at each aligned barrier and split by
+//!   key group on a rescale.
 
 pub mod bulk;
+pub mod keyed;
 pub mod two_phase;
 
 pub use two_phase::{TwoPhaseSink, TwoPhaseWriter};
