@@ -4,14 +4,13 @@
 //! | you write | you implement | the runtime gives you |
 //! |---|---|---|
 //! | a source | [`Source`], and a [`SourceSpec`] naming its [`SplitAssigner`] | which splits are yours ([`SubtaskInfo::reads`]), where each starts ([`split_start`], typed: [`split_start_as`]), restore, rescale and members |
-//! | a sink | [`Sink`] (or a kit in [`kit`]), and a [`SinkSpec`] with its [`SinkCaps`] | the barrier: everything before it is in `snapshot`, nothing after it |
-//! | an operator | [`Operator`] (keyed: `operators::keyed::KeyedFunction`) | its state restored, rescaled by key group |
+//! | a sink | [`Sink`] (or a kit in `lockgate::kits`), and a [`SinkSpec`] with its [`SinkCaps`] | the barrier: everything before it is in `snapshot`, nothing after it |
+//! | an operator | [`Operator`] (keyed: `lockgate::kits::keyed::KeyedFunction`) | its state restored, rescaled by key group |
 //! | a job-file section | [`SourceSection`], [`SinkSection`] or [`TransformSection`], and one line in a [`Registry`] | the job file's errors (file and key), `${ENV}`, path resolution |
 //!
 //! No generic part of lockgate names a connector: everything the runtime, the job
 //! builder and the job file need to know about one is in its spec and its facts.
 
-pub mod kit;
 mod lifecycle;
 mod operator;
 pub mod position;

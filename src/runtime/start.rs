@@ -93,7 +93,7 @@ fn member_share(job: &JobGraph, rescale: bool) -> Option<KeyFilter> {
     }
     let (member, assignment) = (job.member, job.source.assignment.clone());
     Some(Arc::new(move |user_key: &[u8]| {
-        crate::operators::keyed::scope_of(user_key).is_some_and(|(stream, partition)| {
+        crate::kits::keyed::scope_of(user_key).is_some_and(|(stream, partition)| {
             owns_split(member, assignment.assigner(), stream, partition)
         })
     }))

@@ -13,6 +13,7 @@ pub mod event_time;
 pub mod metrics;
 #[cfg(feature = "harness")]
 pub mod server;
+pub mod sink;
 pub mod status;
 
 use metrics::Metrics;
@@ -429,13 +430,13 @@ impl Telemetry {
                 f(view, s.outcome.as_deref(), s.value as u64);
             }
         };
-        each(&m.sink_pending, &|s, _, v| s.pending = v);
-        each(&m.sink_in_flight, &|s, _, v| s.in_flight_requests = v);
-        each(&m.sink_bytes_sent, &|s, _, v| s.bytes_sent = v);
-        each(&m.sink_requests, &|s, o, v| {
+        each(&m.sink.pending, &|s, _, v| s.pending = v);
+        each(&m.sink.in_flight, &|s, _, v| s.in_flight_requests = v);
+        each(&m.sink.bytes_sent, &|s, _, v| s.bytes_sent = v);
+        each(&m.sink.requests, &|s, o, v| {
             s.requests.insert(o.unwrap_or_default().to_string(), v);
         });
-        each(&m.sink_items, &|s, o, v| {
+        each(&m.sink.items, &|s, o, v| {
             s.items.insert(o.unwrap_or_default().to_string(), v);
         });
         out.into_values().collect()
@@ -943,16 +944,18 @@ mod tests {
     fn sink_and_operator_views_are_read_from_the_metrics() {
         let t = Telemetry::new("j", "g", 2, 128);
         let m = t.metrics();
-        m.task_gauge(&m.sink_pending, "sink", 1).set(7);
-        m.task_gauge(&m.sink_in_flight, "sink", 1).set(2);
-        m.task_counter(&m.sink_bytes_sent, "sink", 1).inc_by(300);
-        m.sink_items
+        m.task_gauge(&m.sink.pending, "sink", 1).set(7);
+        m.task_gauge(&m.sink.in_flight, "sink", 1).set(2);
+        m.task_counter(&m.sink.bytes_sent, "sink", 1).inc_by(300);
+        m.sink
+            .items
             .with_label_values(&["j", "sink", "1", "created"])
             .inc_by(5);
-        m.sink_requests
+        m.sink
+            .requests
             .with_label_values(&["j", "sink", "1", "ok"])
             .inc();
-        m.task_gauge(&m.sink_pending, "sink", 0).set(0);
+        m.task_gauge(&m.sink.pending, "sink", 0).set(0);
         let v = t.sinks();
         assert_eq!(v.len(), 2, "{v:?}");
         let s1 = &v[1];
