@@ -9,7 +9,7 @@
 use lockgate::connectors::file_sink::{FileSink, FileSinkConfig};
 use lockgate::connectors::kafka::{KafkaSource, KafkaSourceConfig, TopicSelector};
 use lockgate::job::{CheckpointSettings, Job};
-use lockgate::operators::keyed::KeyedState;
+use lockgate::kits::keyed::KeyedState;
 use lockgate::operators::rolling_sum::json_key;
 use lockgate::record::{Batch, Record};
 use lockgate::testkit::kafka::EmbeddedKafka;

@@ -1,11 +1,11 @@
 //! Building a job: a source, operators (stateless ones chained, keyed ones after a
 //! `key_by` exchange), and a sink. The TOML job file is a thin layer over this API.
 
+use crate::connector::FnOperator;
 use crate::connector::{Operator, Sink, SinkSpec, Source, SourceSpec, Step};
 use crate::control::ControlSettings;
 use crate::error::{JobError, Result};
-use crate::operators::keyed::KeyedFunction;
-use crate::operators::FnOperator;
+use crate::kits::keyed::KeyedFunction;
 use crate::record::{Batch, Record};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -568,7 +568,7 @@ impl JobBuilder {
         K: KeyedFunction + 'static,
         F: Fn(u16) -> K + Send + Sync + 'static,
     {
-        self.step(crate::operators::keyed::step(kind, uid, false, factory))
+        self.step(crate::kits::keyed::step(kind, uid, false, factory))
     }
 
     /// A keyed operator whose state is a fact about the key across every partition
@@ -579,7 +579,7 @@ impl JobBuilder {
         K: KeyedFunction + 'static,
         F: Fn(u16) -> K + Send + Sync + 'static,
     {
-        self.step(crate::operators::keyed::step(kind, uid, true, factory))
+        self.step(crate::kits::keyed::step(kind, uid, true, factory))
     }
 
     /// The job runs as one process only: `--members N` is refused, naming `key` (the
@@ -633,7 +633,11 @@ impl JobBuilder {
                             "operator uid {u:?} names a checkpoint directory and must be one plain path component ({e})"
                         ));
                     }
-                    if !uids.insert(u.clone()) || u == "sink" {
+                    // The sink's and the source's own states are kept under these.
+                    if !uids.insert(u.clone())
+                        || u == crate::connector::SINK_UID
+                        || u == crate::connector::SOURCE_UID
+                    {
                         return bad(&format!("operator uid {u} is used twice"));
                     }
                 }

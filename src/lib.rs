@@ -44,11 +44,11 @@
 //! | what a start restores, abandons, refuses | [`checkpoint::start`] (pure), `lockgate_state::restore` (which checkpoint verifies) |
 //! | where a Kafka partition starts | [`connectors::kafka::start_position`] (pure) |
 //! | what one bulk item result means | [`connectors::elasticsearch::item_result`] (pure) |
-//! | batching, order per document, coalescing, retries | [`connectors::elasticsearch::batcher`] (pure) |
+//! | batching, order per document, coalescing, retries | [`kits::bulk::batcher`] (pure) |
 //! | the sink's flush at a checkpoint | [`connectors::elasticsearch::sink`] |
 //! | dead letters, and the one policy of `on_decode_error`, `on_error`, `on_item_error`, `on_invalid`, `late` | [`dead_letter`] |
 //! | members: who a member is, its checkpoint line | [`member`]; its start and rescale rules: [`checkpoint::line_plan`] (pure) |
-//! | keyed state per source partition (`co_partitioned`) | [`operators::keyed`] |
+//! | keyed state per source partition (`co_partitioned`) | [`kits::keyed`] |
 //! | failpoints | [`fault`] |
 //! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |
 //! | stop, pause, resume, checkpoint now (the control API) | [`control`] (the requests), `telemetry::control_api` (HTTP), [`checkpoint::coordinator`] (when a requested checkpoint triggers) |

@@ -329,6 +329,93 @@ fn inspect_prints_positions_and_verified_and_names_a_corrupt_file() {
     );
 }
 
+/// A checkpoint of a source whose positions are not offsets: `inspect` shows each
+/// position (digits as text, other bytes in hex) and `alter` refuses to set an offset
+/// of such a split, naming it, before it asks any cluster.
+#[test]
+fn inspect_shows_opaque_positions_and_alter_refuses_their_splits() {
+    use lockgate::state::{
+        CheckpointId, CheckpointMetadata, NextOffset, OpaquePosition, SourcePosition,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("checkpoints").join("chk-0000000003");
+    std::fs::create_dir_all(&chk).unwrap();
+    let sequence_number = "49590338271490256608559692538361571095921575989136588898";
+    let meta = CheckpointMetadata {
+        id: CheckpointId(3),
+        job_name: "opaque".into(),
+        fingerprint: 1,
+        created_ms: 1_700_000_000_000,
+        parallelism: 1,
+        max_parallelism: 128,
+        is_final: false,
+        subtasks: Vec::new(),
+        positions: vec![
+            SourcePosition::new("orders", 0, NextOffset(5)),
+            SourcePosition::opaque("shards", 0, OpaquePosition::new(sequence_number).unwrap()),
+            SourcePosition::opaque(
+                "slot",
+                1,
+                OpaquePosition::new(vec![0, 0, 0, 0x16, 0xb3, 0x74, 0xd8, 0x48]).unwrap(),
+            ),
+        ],
+    };
+    std::fs::write(chk.join("_metadata"), meta.encode().unwrap()).unwrap();
+    let chk_s = chk.display().to_string();
+
+    let (code, out, err) = lockgate(&["checkpoints", "inspect", &chk_s]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let next = |stream: &str| {
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(stream))
+            .unwrap_or_else(|| panic!("no row of {stream}: {out}"));
+        row.split_whitespace().nth(2).unwrap().to_string()
+    };
+    assert_eq!(next("orders"), "5");
+    assert_eq!(next("shards"), sequence_number);
+    assert_eq!(next("slot"), "0x00000016b374d848");
+
+    let cfg = tmp.path().join("opaque.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[job]\nname = \"opaque\"\n\n[checkpoint]\ndir = {:?}\n\n[source.sequence]\nfrom = 1\nto = 10\n\n[sink.file]\ndir = {:?}\n",
+            tmp.path().join("checkpoints"),
+            tmp.path().join("out"),
+        ),
+    )
+    .unwrap();
+    let altered = tmp.path().join("altered");
+    for (set, says) in [
+        (
+            "shards:0=5",
+            "alter sets offsets; split shards:0 has an opaque position",
+        ),
+        (
+            "slot:1=5",
+            "alter sets offsets; split slot:1 has an opaque position",
+        ),
+        // An offset split gets as far as the cluster, which this job has none of.
+        ("orders:0=6", "reads no Kafka cluster"),
+    ] {
+        let (code, out, err) = lockgate(&[
+            "checkpoints",
+            "alter",
+            &chk_s,
+            "--set-offset",
+            set,
+            "--out",
+            &altered.display().to_string(),
+            "--config",
+            &cfg.display().to_string(),
+        ]);
+        assert_eq!(code, Some(2), "{set}: {out}{err}");
+        assert!(err.contains(says), "{set}: {err}");
+        assert!(!altered.join("chk-0000000003").exists());
+    }
+}
+
 #[test]
 fn every_example_job_file_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");

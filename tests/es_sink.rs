@@ -519,22 +519,22 @@ async fn every_request_and_item_of_a_clean_run_is_counted_once() {
         .unwrap();
     s.snapshot(CheckpointId(1)).await.unwrap();
     assert_eq!(server.stats().bulk_requests, 4);
-    assert_eq!(outcomes(&m.sink_requests, REQUEST_OUTCOMES), [("ok", 4)]);
-    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("created", 35)]);
+    assert_eq!(outcomes(&m.sink.requests, REQUEST_OUTCOMES), [("ok", 4)]);
+    assert_eq!(outcomes(&m.sink.items, ITEM_OUTCOMES), [("created", 35)]);
     assert_eq!(task_count(&m.records_out), 35);
-    assert_eq!(samples(&m.sink_request_duration), 4);
-    assert_eq!(samples(&m.sink_retry_backoff), 0);
-    assert!(task_count(&m.sink_bytes_sent) > 35 * GOOD.len() as u64);
-    assert_eq!(task_gauge(&m.sink_pending), 0);
-    assert_eq!(task_gauge(&m.sink_in_flight), 0);
+    assert_eq!(samples(&m.sink.request_duration), 4);
+    assert_eq!(samples(&m.sink.retry_backoff), 0);
+    assert!(task_count(&m.sink.bytes_sent) > 35 * GOOD.len() as u64);
+    assert_eq!(task_gauge(&m.sink.pending), 0);
+    assert_eq!(task_gauge(&m.sink.in_flight), 0);
     // The same records again: the same ids, so every document is updated.
     s.invoke((0..35).map(|i| rec(i, GOOD)).collect())
         .await
         .unwrap();
     s.snapshot(CheckpointId(2)).await.unwrap();
-    assert_eq!(outcomes(&m.sink_requests, REQUEST_OUTCOMES), [("ok", 8)]);
+    assert_eq!(outcomes(&m.sink.requests, REQUEST_OUTCOMES), [("ok", 8)]);
     assert_eq!(
-        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        outcomes(&m.sink.items, ITEM_OUTCOMES),
         [("created", 35), ("updated", 35)]
     );
     assert_eq!(task_count(&m.records_out), 70);
@@ -577,25 +577,25 @@ async fn each_rejected_item_and_failed_request_is_counted_as_retried_and_everyth
     // Rejected items, and every action of the two requests refused whole (the first
     // two requests, full at 50 actions).
     let retried = stats.rejected_items + 2 * 50;
-    assert_eq!(outcome(&m.sink_items, "retried"), retried);
-    assert_eq!(outcome(&m.sink_items, "created"), 200);
+    assert_eq!(outcome(&m.sink.items, "retried"), retried);
+    assert_eq!(outcome(&m.sink.items, "created"), 200);
     assert_eq!(
-        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        outcomes(&m.sink.items, ITEM_OUTCOMES),
         [("created", 200), ("retried", retried)]
     );
-    assert_eq!(outcome(&m.sink_requests, "retried"), 2, "the two 503s");
-    let item_errors = outcome(&m.sink_requests, "item_errors");
+    assert_eq!(outcome(&m.sink.requests, "retried"), 2, "the two 503s");
+    let item_errors = outcome(&m.sink.requests, "item_errors");
     assert!(item_errors > 0);
     assert_eq!(
-        outcome(&m.sink_requests, "ok") + item_errors + 2,
+        outcome(&m.sink.requests, "ok") + item_errors + 2,
         stats.bulk_requests,
         "every request counted once"
     );
     // One backoff for each response that retried something.
-    assert_eq!(samples(&m.sink_retry_backoff), item_errors + 2);
-    assert_eq!(samples(&m.sink_request_duration), stats.bulk_requests);
+    assert_eq!(samples(&m.sink.retry_backoff), item_errors + 2);
+    assert_eq!(samples(&m.sink.request_duration), stats.bulk_requests);
     assert_eq!(task_count(&m.records_out), 200);
-    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert_eq!(task_gauge(&m.sink.pending), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -610,7 +610,8 @@ async fn the_pending_gauge_is_the_pending_count_and_0_after_each_checkpoint() {
     let (mut s, t) = sink_reporting(cfg, failing()).await;
     let pending = t
         .metrics()
-        .sink_pending
+        .sink
+        .pending
         .with_label_values(&["t", "sink", "0"]);
     s.invoke(vec![rec(4, GOOD), rec(5, GOOD)]).await.unwrap();
     assert_eq!(pending.get(), 2, "buffered");
@@ -649,12 +650,12 @@ async fn a_request_too_large_is_counted_and_split() {
     s.snapshot(CheckpointId(1)).await.unwrap();
     let stats = server.stats();
     assert!(stats.too_large >= 1, "{stats:?}");
-    assert_eq!(outcome(&m.sink_requests, "too_large"), stats.too_large);
+    assert_eq!(outcome(&m.sink.requests, "too_large"), stats.too_large);
     assert_eq!(
-        outcome(&m.sink_requests, "ok") + stats.too_large,
+        outcome(&m.sink.requests, "ok") + stats.too_large,
         stats.bulk_requests
     );
-    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("created", 8)]);
+    assert_eq!(outcomes(&m.sink.items, ITEM_OUTCOMES), [("created", 8)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -673,10 +674,10 @@ async fn a_refused_request_and_a_refused_item_are_counted_as_failed() {
     let counters = s.counters();
     wait_until("the failure", || counters.failure().is_some()).await;
     assert_eq!(
-        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        outcomes(&m.sink.requests, REQUEST_OUTCOMES),
         [("failed", 1)]
     );
-    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+    assert_eq!(outcomes(&m.sink.items, ITEM_OUTCOMES), [("failed", 1)]);
     assert_eq!(task_count(&m.records_out), 0);
     // A mapping refusal under on_item_error = "fail".
     let (mut s, t) = sink_reporting(cfg, failing()).await;
@@ -685,10 +686,10 @@ async fn a_refused_request_and_a_refused_item_are_counted_as_failed() {
     let counters = s.counters();
     wait_until("the failure", || counters.failure().is_some()).await;
     assert_eq!(
-        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        outcomes(&m.sink.requests, REQUEST_OUTCOMES),
         [("item_errors", 1)]
     );
-    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+    assert_eq!(outcomes(&m.sink.items, ITEM_OUTCOMES), [("failed", 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,11 +709,11 @@ async fn a_mapping_refusal_is_dead_lettered_and_counted_under_its_reason() {
     s.snapshot(CheckpointId(1)).await.unwrap();
     assert_eq!(server.documents("orders").len(), 2);
     assert_eq!(
-        outcomes(&m.sink_requests, REQUEST_OUTCOMES),
+        outcomes(&m.sink.requests, REQUEST_OUTCOMES),
         [("item_errors", 1)]
     );
     assert_eq!(
-        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        outcomes(&m.sink.items, ITEM_OUTCOMES),
         [("created", 2), ("dead_lettered", 1)]
     );
     let reason = |r: &str| {
@@ -731,7 +732,7 @@ async fn a_mapping_refusal_is_dead_lettered_and_counted_under_its_reason() {
         assert_eq!(reason(r), 0, "{r}");
     }
     assert_eq!(task_count(&m.records_out), 3, "written or dead-lettered");
-    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert_eq!(task_gauge(&m.sink.pending), 0);
     assert!(t
         .scrape()
         .contains("lockgate_dead_letters_total{job=\"t\",operator=\"sink\",reason=\"mapping\",subtask=\"0\"} 1"));
@@ -757,12 +758,12 @@ async fn a_dropped_sink_gives_back_its_pending_and_in_flight_and_stops_sending()
         .unwrap();
     wait_until("a bulk in flight", || server.stats().bulk_requests == 1).await;
     wait_until("the gauges", || {
-        task_gauge(&m.sink_pending) == 5 && task_gauge(&m.sink_in_flight) == 1
+        task_gauge(&m.sink.pending) == 5 && task_gauge(&m.sink.in_flight) == 1
     })
     .await;
     drop(s);
     wait_until("the dropped sink's share given back", || {
-        task_gauge(&m.sink_pending) == 0 && task_gauge(&m.sink_in_flight) == 0
+        task_gauge(&m.sink.pending) == 0 && task_gauge(&m.sink.in_flight) == 0
     })
     .await;
     // The next attempt's sink of the same subtask counts from 0.
@@ -778,9 +779,9 @@ async fn a_dropped_sink_gives_back_its_pending_and_in_flight_and_stops_sending()
         .await
         .unwrap();
     next.invoke(vec![rec(10, GOOD)]).await.unwrap();
-    assert_eq!(task_gauge(&m.sink_pending), 1);
+    assert_eq!(task_gauge(&m.sink.pending), 1);
     next.snapshot(CheckpointId(1)).await.unwrap();
-    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert_eq!(task_gauge(&m.sink.pending), 0);
     // The dropped sink's processor sent nothing after the stall ended: only its one
     // request (answered late by the server) and the next sink's one.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -819,12 +820,12 @@ async fn a_refused_write_falls_back_to_the_one_it_coalesced_and_counts_only_what
         "the older write is in the index"
     );
     assert_eq!(
-        outcomes(&m.sink_items, ITEM_OUTCOMES),
+        outcomes(&m.sink.items, ITEM_OUTCOMES),
         [("created", 1), ("dead_lettered", 1)]
     );
     assert_eq!(task_count(&m.records_out), 2, "written or dead-lettered");
     assert_eq!(s.counters().coalesced(), 0, "the older write was not moot");
-    assert_eq!(task_gauge(&m.sink_pending), 0);
+    assert_eq!(task_gauge(&m.sink.pending), 0);
 
     let server = server_with_mapping().await;
     let mut cfg = config(&server);
@@ -835,7 +836,7 @@ async fn a_refused_write_falls_back_to_the_one_it_coalesced_and_counts_only_what
     let failed = s.snapshot(CheckpointId(1)).await.unwrap_err().to_string();
     assert!(failed.contains("orders/k"), "{failed}");
     let counters = s.counters();
-    assert_eq!(outcomes(&m.sink_items, ITEM_OUTCOMES), [("failed", 1)]);
+    assert_eq!(outcomes(&m.sink.items, ITEM_OUTCOMES), [("failed", 1)]);
     assert_eq!(task_count(&m.records_out), 0, "nothing was written");
     assert_eq!(counters.coalesced(), 0);
     assert!(server.documents("orders").is_empty());

@@ -85,6 +85,21 @@ impl std::fmt::Display for Moved {
     }
 }
 
+/// Refuses a change of a split whose position is opaque (not an offset), naming it.
+pub fn refuse_opaque(positions: &[SourcePosition], changes: &[SetOffset]) -> Result<(), String> {
+    match changes.iter().find(|c| {
+        positions
+            .iter()
+            .any(|p| p.stream == c.topic && p.partition == c.partition && p.opaque.is_some())
+    }) {
+        Some(c) => Err(format!(
+            "alter sets offsets; split {}:{} has an opaque position",
+            c.topic, c.partition
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The positions with `changes` applied, and what moved. Refuses (naming the change):
 /// a partition the checkpoint does not hold (its job never read it, or another member
 /// does); two changes of one partition; an offset before the partition's earliest
@@ -93,12 +108,14 @@ impl std::fmt::Display for Moved {
 /// topic id: deleted and created again, its offsets start over) or whose id the
 /// cluster did not tell when the checkpoint knows it; and a move back on a
 /// split with upstream marks (`origin_headers`), whose records at or below the marks
-/// would be taken for the upstream stage's duplicates and dropped, not read again.
+/// would be taken for the upstream stage's duplicates and dropped, not read again;
+/// and a split whose position is opaque ([`refuse_opaque`]).
 pub fn apply(
     positions: &[SourcePosition],
     changes: &[SetOffset],
     ranges: &BTreeMap<(String, i32), PartitionRange>,
 ) -> Result<(Vec<SourcePosition>, Vec<Moved>), String> {
+    refuse_opaque(positions, changes)?;
     let mut out = positions.to_vec();
     let mut moved = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
@@ -237,6 +254,22 @@ mod tests {
         ] {
             assert!(bad.parse::<SetOffset>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_split_with_an_opaque_position_is_refused_by_name() {
+        let mut held = positions();
+        held.push(SourcePosition::opaque(
+            "shards",
+            0,
+            lockgate_state::OpaquePosition::new(*b"12").unwrap(),
+        ));
+        let err = apply(&held, &[set("orders:0=121"), set("shards:0=5")], &ranges()).unwrap_err();
+        assert_eq!(
+            err,
+            "alter sets offsets; split shards:0 has an opaque position"
+        );
+        assert!(apply(&held, &[set("orders:0=121")], &ranges()).is_ok());
     }
 
     #[test]

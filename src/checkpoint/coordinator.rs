@@ -490,6 +490,7 @@ mod tests {
             end: None,
             applied: Vec::new(),
             stream_id: None,
+            opaque: None,
         }
     }
 

@@ -267,7 +267,7 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
             "  {:<24} {:>9} {:>14} {:>14}  {}",
             p.stream,
             p.partition,
-            p.next.0,
+            next_shown(p),
             p.end.map_or("-".to_string(), |e| e.0.to_string()),
             id
         );
@@ -328,6 +328,21 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
     }
 }
 
+/// The NEXT column of `inspect`: the offset, or an opaque position as its text when
+/// every byte is printable ASCII other than a space (a sequence number's digits), else
+/// as `0x` and its bytes in hex.
+fn next_shown(p: &lockgate_state::SourcePosition) -> String {
+    match &p.opaque {
+        None => p.next.0.to_string(),
+        Some(o) if !o.as_bytes().is_empty() && o.as_bytes().iter().all(u8::is_ascii_graphic) => {
+            String::from_utf8_lossy(o.as_bytes()).into_owned()
+        }
+        Some(o) => std::iter::once("0x".to_string())
+            .chain(o.as_bytes().iter().map(|b| format!("{b:02x}")))
+            .collect(),
+    }
+}
+
 /// `checkpoints alter`: writes a copy of `chk` into `out` with the offsets of
 /// `set_offset`, each checked against its partition on the cluster of `config`'s
 /// source, and prints what each change skips or replays.
@@ -378,6 +393,11 @@ pub fn alter(
             job.name,
             config.display()
         );
+        return EXIT_USAGE;
+    }
+    // Before the cluster is asked: an opaque split has no offsets to set.
+    if let Err(e) = crate::checkpoint::alter::refuse_opaque(&meta.positions, &changes) {
+        eprintln!("error: --set-offset {e}");
         return EXIT_USAGE;
     }
     let Some(cluster) = &job.source_cluster else {

@@ -23,7 +23,8 @@
 //!   a restart (a restart cannot cure it: a foreign output directory, a fenced store).
 //! - **Restore.** `open` receives everything the restored checkpoint holds for the
 //!   source or sink (a union list over all its old subtasks, whatever the old
-//!   parallelism or member count); each subtask keeps its own share.
+//!   parallelism or member count); each subtask keeps its own share. A source's own
+//!   state ([`Source::restore_state`]) comes the same way, whole, before `open`.
 
 use crate::error::Result;
 use crate::record::Batch;
@@ -33,6 +34,10 @@ use lockgate_state::{CheckpointId, SourcePosition};
 /// The operator id of the sink: its state in checkpoints and its metrics
 /// (`operator="sink"`) are under it.
 pub const SINK_UID: &str = "sink";
+
+/// The operator id under which a source's own state ([`Source::snapshot_state`]) is kept
+/// in checkpoints; no keyed operator may use it.
+pub const SOURCE_UID: &str = "source";
 
 /// Identity of one subtask, handed to every lifecycle call that needs it.
 #[derive(Debug, Clone)]
@@ -136,6 +141,21 @@ pub trait Source: Send + 'static {
     /// appended by `poll`. A split the subtask owns but does not read right now (a
     /// partition that disappeared) keeps its position here, or it would be lost.
     fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<SourcePosition>>;
+
+    /// State of this subtask kept in the checkpoint beside its positions (an
+    /// acknowledging source's ids of messages that may be redelivered); `None`:
+    /// positions only. Called right after `snapshot(id)`, between the same two polls.
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    /// Every source subtask's state in the restored checkpoint, `(old subtask, bytes)`:
+    /// a union list, whatever the old parallelism or member count (old members'
+    /// subtasks numbered one after the other), and empty when the checkpoint holds
+    /// none. Called once before `open` on every restore; never on a fresh start.
+    fn restore_state(&mut self, _states: &[(u16, Vec<u8>)]) -> Result<()> {
+        Ok(())
+    }
 
     /// Checkpoint `id` is durable.
     async fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<()> {

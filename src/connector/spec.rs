@@ -156,7 +156,7 @@ pub enum Step {
     /// Partitions records by key: every record of a key reaches the same subtask of
     /// the keyed steps after it.
     KeyBy(KeyFn),
-    /// A keyed operator with state in RocksDB (see `operators::keyed::step`). `uid`
+    /// A keyed operator with state in RocksDB (see `kits::keyed::step`). `uid`
     /// names its state in checkpoints and must stay the same across versions of the
     /// job. With `across_partitions`, its state is a fact about the key across every
     /// source partition: in a `co_partitioned` job it is not scoped by partition.

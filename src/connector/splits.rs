@@ -253,6 +253,7 @@ mod tests {
             end: None,
             applied: Vec::new(),
             stream_id: None,
+            opaque: None,
         };
         let restored = [at("a", 0, 7), at("b", 0, 9)];
         assert_eq!(split_start(None, "a", 0), SplitStart::Fresh);

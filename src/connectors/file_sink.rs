@@ -22,9 +22,9 @@
 //! restore touches is formed here, inside the configured directory, so a crafted
 //! checkpoint cannot name a file elsewhere.
 
-use crate::connector::kit::{TwoPhaseSink, TwoPhaseWriter};
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
+use crate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;
 use lockgate_state::durable;

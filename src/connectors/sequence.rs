@@ -266,6 +266,7 @@ impl Source for SequenceSource {
                 end: Some(NextOffset(end)),
                 applied: Vec::new(),
                 stream_id: None,
+                opaque: None,
             })
             .collect())
     }

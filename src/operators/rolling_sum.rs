@@ -5,9 +5,9 @@
 //! (overflow is an error), and from the first number that is not an integer on, a
 //! decimal. A key is its text ([`json_key`]).
 
-use super::keyed::{KeyedFunction, KeyedState};
 use crate::connector::{KeyError, PreparedTransform, SectionContext, Step, TransformSection};
 use crate::error::{JobError, Result};
+use crate::kits::keyed::{KeyedFunction, KeyedState};
 /// The key helpers, where the rolling sum's users have always found them.
 pub use crate::record::{canonical_key, describe, json_key, key_text, set_pointer};
 use crate::record::{Batch, Record};
@@ -120,7 +120,7 @@ impl RollingSumSection {
         }
         Ok(vec![
             Step::KeyBy(std::sync::Arc::new(move |r| json_key(r, &key))),
-            super::keyed::step(KIND, &format!("{KIND}-{i}"), false, move |_| RollingSum {
+            crate::kits::keyed::step(KIND, &format!("{KIND}-{i}"), false, move |_| RollingSum {
                 field: field.clone(),
                 output: output.clone(),
             }),

@@ -3,10 +3,10 @@
 
 use super::message::Message;
 use crate::connector::KeyFn;
+use crate::connector::{Operator, OperatorContext};
 use crate::connector::{Sink, SinkRestore, SubtaskInfo};
 use crate::error::{JobError, Result};
 use crate::event_time::Watermark;
-use crate::operators::{Operator, OperatorContext};
 use crate::record::Batch;
 use lockgate_state::keygroup::{key_group_of, subtask_for_group};
 use lockgate_state::{CheckpointId, SubtaskSnapshot};

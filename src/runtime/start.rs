@@ -10,7 +10,7 @@ use crate::checkpoint::start::{
     StartDecision, StartFacts,
 };
 use crate::connector::splits::owns_split;
-use crate::connector::{SinkRestore, SINK_UID};
+use crate::connector::{SinkRestore, SINK_UID, SOURCE_UID};
 use crate::error::{JobError, Result};
 use crate::job::JobGraph;
 use crate::member::Member;
@@ -93,7 +93,7 @@ fn member_share(job: &JobGraph, rescale: bool) -> Option<KeyFilter> {
     }
     let (member, assignment) = (job.member, job.source.assignment.clone());
     Some(Arc::new(move |user_key: &[u8]| {
-        crate::operators::keyed::scope_of(user_key).is_some_and(|(stream, partition)| {
+        crate::kits::keyed::scope_of(user_key).is_some_and(|(stream, partition)| {
             owns_split(member, assignment.assigner(), stream, partition)
         })
     }))
@@ -595,6 +595,34 @@ pub(super) fn check_compatible(
     }
 }
 
+/// `(subtask, inline state)` of every subtask of `uid` in `set`, old members' subtasks
+/// numbered one after the other (old member `k`'s subtask `j` follows the subtasks of
+/// members `0..k`).
+fn inline_states(set: &RestoreSet, uid: &str) -> Vec<(u16, Vec<u8>)> {
+    set.parts
+        .iter()
+        .scan(0u16, |next, r| {
+            let offset = *next;
+            *next += r.metadata.parallelism;
+            Some((offset, r))
+        })
+        .flat_map(|(offset, r)| {
+            r.metadata
+                .subtasks
+                .iter()
+                .filter(move |s| s.operator == uid)
+                .map(move |s| (offset + s.subtask, s.inline_state.clone()))
+        })
+        .collect()
+}
+
+/// The sources' own states of the restored checkpoint, numbered as
+/// [`sink_restore`] numbers the sinks' (`None`: a fresh start, where
+/// `Source::restore_state` is not called).
+pub(super) fn source_restore(restored: Option<&RestoreSet>) -> Option<Vec<(u16, Vec<u8>)>> {
+    restored.map(|set| inline_states(set, SOURCE_UID))
+}
+
 /// The sinks' states of the restored checkpoint. In a rescale, the old members' sink
 /// subtasks are numbered one after the other (old member `k`'s subtask `j` follows the
 /// subtasks of members `0..k`), and the checkpoint id is the newest of them.
@@ -603,22 +631,7 @@ pub(super) fn sink_restore(restored: Option<&RestoreSet>) -> SinkRestore {
         None => SinkRestore::default(),
         Some(set) => SinkRestore {
             checkpoint: Some(set.newest().metadata.id),
-            states: set
-                .parts
-                .iter()
-                .scan(0u16, |next, r| {
-                    let offset = *next;
-                    *next += r.metadata.parallelism;
-                    Some((offset, r))
-                })
-                .flat_map(|(offset, r)| {
-                    r.metadata
-                        .subtasks
-                        .iter()
-                        .filter(|s| s.operator == SINK_UID)
-                        .map(move |s| (offset + s.subtask, s.inline_state.clone()))
-                })
-                .collect(),
+            states: inline_states(set, SINK_UID),
             parallelism: set.parts.iter().map(|r| r.metadata.parallelism).sum(),
         },
     }
@@ -692,6 +705,49 @@ mod tests {
             ],
             "only the sink's subtasks, each once"
         );
+    }
+
+    #[test]
+    fn source_states_are_every_old_subtask_s_numbered_member_after_member_and_none_fresh() {
+        assert_eq!(
+            source_restore(None),
+            None,
+            "a fresh start restores no state"
+        );
+        // Old member 0 ran 2 subtasks, old member 1 ran 3; only some kept a state.
+        let with_source = |mut r: Restored, subtasks: &[u16]| {
+            r.metadata
+                .subtasks
+                .extend(subtasks.iter().map(|&i| lockgate_state::SubtaskSnapshot {
+                    operator: SOURCE_UID.into(),
+                    subtask: i,
+                    key_groups: None,
+                    state_dir: None,
+                    files: Vec::new(),
+                    inline_state: vec![b's', r.metadata.id.0 as u8, i as u8],
+                }));
+            r
+        };
+        let set = RestoreSet {
+            parts: vec![
+                with_source(part(5, 2, &[0, 1]), &[0, 1]),
+                with_source(part(7, 3, &[2]), &[1]),
+            ],
+            keep: None,
+        };
+        assert_eq!(
+            source_restore(Some(&set)),
+            Some(vec![
+                (0, vec![b's', 5, 0]),
+                (1, vec![b's', 5, 1]),
+                (3, vec![b's', 7, 1])
+            ]),
+            "the sources' states only, each once"
+        );
+        assert_eq!(sink_restore(Some(&set)).states.len(), 5, "the sinks' apart");
+        // A restore whose checkpoint holds no source state still restores (an empty list).
+        let set = RestoreSet::one(part(3, 2, &[0]));
+        assert_eq!(source_restore(Some(&set)), Some(Vec::new()));
     }
 
     #[test]

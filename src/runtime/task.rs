@@ -6,7 +6,7 @@ use super::message::{Control, Message, Report, TaskId};
 use crate::connector::{SinkRestore, Source, SourcePoll};
 use crate::error::{JobError, Result};
 use crate::event_time::{Emitter, InputWatermarks};
-use lockgate_state::{CheckpointId, SourcePosition};
+use lockgate_state::{CheckpointId, SourcePosition, SubtaskSnapshot};
 use std::future::poll_fn;
 use std::path::PathBuf;
 use std::task::Poll;
@@ -49,13 +49,14 @@ async fn snapshot_and_ack(
     chain: &mut Chain,
     id: CheckpointId,
     positions: Vec<SourcePosition>,
+    source_state: Option<Vec<u8>>,
 ) -> Result<()> {
     let pending = io.pending_dir(id);
     if !pending.is_dir() {
         debug!(checkpoint = %id, "checkpoint already aborted; barrier skipped");
         return Ok(());
     }
-    let snapshots = match chain.barrier(id, &pending).await {
+    let mut snapshots = match chain.barrier(id, &pending).await {
         Ok(s) => s,
         Err(JobError::Declined(reason)) => {
             tracing::warn!(checkpoint = %id, %reason, "declining checkpoint");
@@ -70,6 +71,14 @@ async fn snapshot_and_ack(
         Err(e) => return Err(e),
     };
     debug!(checkpoint = %id, "snapshotted");
+    snapshots.extend(source_state.map(|inline_state| SubtaskSnapshot {
+        operator: crate::connector::SOURCE_UID.to_string(),
+        subtask: io.id.subtask,
+        key_groups: None,
+        state_dir: None,
+        files: Vec::new(),
+        inline_state,
+    }));
     io.report(Report::Ack {
         id,
         task: io.id,
@@ -79,17 +88,28 @@ async fn snapshot_and_ack(
     .await
 }
 
+/// What a source subtask restores: the union list of positions and every old source
+/// subtask's own state.
+pub type SourceRestore = (Vec<SourcePosition>, Vec<(u16, Vec<u8>)>);
+
 /// Runs a source task until the final checkpoint completes.
 pub async fn run_source_task(
     mut io: TaskIo,
     mut source: Box<dyn Source>,
-    restored: Option<Vec<SourcePosition>>,
+    restored: Option<SourceRestore>,
     mut chain: Chain,
     sink_restore: SinkRestore,
 ) -> Result<()> {
     let span = tracing::info_span!("task", job = %chain.info.job, task = %chain.info.name);
     async move {
-        source.open(&chain.info, restored.as_deref()).await?;
+        let positions = match restored {
+            Some((positions, states)) => {
+                source.restore_state(&states)?;
+                Some(positions)
+            }
+            None => None,
+        };
+        source.open(&chain.info, positions.as_deref()).await?;
         chain.open(&sink_restore).await?;
         chain.info.telemetry.task_opened();
         let mut finished = false;
@@ -118,8 +138,9 @@ pub async fn run_source_task(
                 match msg {
                     Control::Trigger { id, .. } => {
                         let positions = source.snapshot(id)?;
+                        let state = source.snapshot_state(id)?;
                         crate::fault::hit("before-source-ack");
-                        snapshot_and_ack(&io, &mut chain, id, positions).await?;
+                        snapshot_and_ack(&io, &mut chain, id, positions, state).await?;
                         crate::fault::hit("after-source-snapshot");
                     }
                     Control::Stop => {
@@ -285,7 +306,7 @@ pub async fn run_input_task(
                             if let Some((_, started)) = aligning.take().filter(|a| a.0 == id && inputs.len() > 1) {
                                 alignment.observe(started.elapsed().as_secs_f64());
                             }
-                            snapshot_and_ack(&io, &mut chain, id, Vec::new()).await?
+                            snapshot_and_ack(&io, &mut chain, id, Vec::new(), None).await?
                         }
                         AlignEvent::Superseded { aborted, .. } => {
                             io.report(Report::Decline { id: aborted, task: io.id, reason: "superseded by a newer barrier during alignment".into() }).await?;

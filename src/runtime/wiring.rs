@@ -5,7 +5,7 @@
 
 use super::chain::{Chain, Exchange, Tail, EXCHANGE_CAPACITY, SINK_UID};
 use super::message::{Control, Report, TaskId};
-use super::start::{sink_restore, RestoreSet};
+use super::start::{sink_restore, source_restore, RestoreSet};
 use super::task::{run_input_task, run_source_task, TaskIo};
 use crate::connector::{Operator, OperatorContext, SubtaskInfo};
 use crate::error::Result;
@@ -92,7 +92,10 @@ fn warn_unrestored(vs: &[Vertex], restored: Option<&RestoreSet>) {
         .collect();
     for r in restored.iter().flat_map(|set| &set.parts) {
         for s in &r.metadata.subtasks {
-            if s.operator != SINK_UID && !known.contains(&s.operator) {
+            if s.operator != SINK_UID
+                && s.operator != crate::connector::SOURCE_UID
+                && !known.contains(&s.operator)
+            {
                 warn!(operator = %s.operator, subtask = s.subtask, "state of an operator the job no longer has is not restored");
             }
         }
@@ -204,6 +207,7 @@ pub(super) fn wire(
     let mut controls = Vec::new();
     let mut tasks = JoinSet::new();
     let sink_restore = sink_restore(restored);
+    let source_states = source_restore(restored);
     let (mut senders, mut receivers) = exchanges(vs.len(), p);
     // The bytes in this attempt's exchange channels; they leave the gauge with the
     // attempt.
@@ -267,10 +271,12 @@ pub(super) fn wire(
             let sr = sink_restore.clone();
             if v == 0 {
                 let source = (job.source.factory)(i);
-                let positions = restored.map(RestoreSet::positions);
-                tasks.spawn(async move {
-                    (id, run_source_task(io, source, positions, chain, sr).await)
-                });
+                let restore = restored
+                    .map(RestoreSet::positions)
+                    .map(|positions| (positions, source_states.clone().unwrap_or_default()));
+                tasks.spawn(
+                    async move { (id, run_source_task(io, source, restore, chain, sr).await) },
+                );
             } else {
                 let inputs = std::mem::take(&mut receivers[v][usize::from(i)]);
                 tasks.spawn(async move { (id, run_input_task(io, inputs, chain, sr).await) });

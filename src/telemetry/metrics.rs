@@ -4,6 +4,7 @@
 //! `_seconds` histograms). Every series carries the `job` label; per-task series also
 //! `operator` and `subtask`.
 
+use super::sink::SinkFamilies;
 use prometheus::core::Collector;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -37,14 +38,8 @@ pub struct Metrics {
     pub checkpoint_last_timestamp: prometheus::Gauge,
     pub checkpoint_last_age: prometheus::Gauge,
     pub checkpoint_alignment: HistogramVec,
-    // Sink.
-    pub sink_pending: IntGaugeVec,
-    pub sink_in_flight: IntGaugeVec,
-    pub sink_requests: IntCounterVec,
-    pub sink_items: IntCounterVec,
-    pub sink_retry_backoff: HistogramVec,
-    pub sink_request_duration: HistogramVec,
-    pub sink_bytes_sent: IntCounterVec,
+    /// The bulk sinks' families (`lockgate_sink_*`).
+    pub sink: SinkFamilies,
     /// Bytes waiting between the source and the sink, by [`Stage`].
     pub buffered_bytes: IntGaugeVec,
     buffered_parts: std::sync::Mutex<Vec<(Stage, std::sync::Weak<dyn Buffered>)>>,
@@ -181,41 +176,7 @@ impl Metrics {
                 "Time a subtask with several inputs waited from a checkpoint's first barrier to its last.",
                 TASK,
             ),
-            sink_pending: gauge(
-                "lockgate_sink_pending_actions",
-                "Bulk actions taken by the sink and not yet acknowledged by Elasticsearch.",
-                TASK,
-            ),
-            sink_in_flight: gauge(
-                "lockgate_sink_in_flight_requests",
-                "Bulk requests sent and not yet answered.",
-                TASK,
-            ),
-            sink_requests: counter(
-                "lockgate_sink_bulk_requests_total",
-                "Bulk requests by outcome: ok (every item written), item_errors (item results came back and some items were not written), retried (no usable item results: a connection error, 408, 429, 5xx; every action is sent again after a backoff), too_large (413: split in halves), failed (401, 403 or another 4xx: the job fails).",
-                &["job", "operator", "subtask", "outcome"],
-            ),
-            sink_items: counter(
-                "lockgate_sink_items_total",
-                "Bulk items by outcome: created (201), updated (200), deleted, not_found (a delete of a missing document, counted as written), conflict_already_written (409 under create or external versions: written by an earlier attempt), retried (a transient item failure: 429, 5xx, a concurrent update), dead_lettered, dropped and requeued (by a failure handler), failed (the job fails: refused under on_item_error = fail, out of retries, unauthorized).",
-                &["job", "operator", "subtask", "outcome"],
-            ),
-            sink_retry_backoff: histogram(
-                "lockgate_sink_retry_backoff_seconds",
-                "Backoff scheduled before a bulk retry (one per response that retries actions).",
-                TASK,
-            ),
-            sink_request_duration: histogram(
-                "lockgate_sink_request_duration_seconds",
-                "Time from sending a bulk request to its response.",
-                TASK,
-            ),
-            sink_bytes_sent: counter(
-                "lockgate_sink_sent_bytes_total",
-                "Bytes of bulk request bodies sent, before compression.",
-                TASK,
-            ),
+            sink: SinkFamilies::register(&counter, &gauge, &histogram, TASK),
             buffered_bytes: gauge(
                 "lockgate_buffered_bytes",
                 "Bytes of records waiting between the source and the sink, by stage: source (fetched and handed over, not yet read by the source's task), exchange (in the channels between tasks), sink (actions taken by the sink and not yet acknowledged, their bookkeeping included). Each stage is bounded; a backlog makes the source wait.",

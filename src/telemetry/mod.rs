@@ -13,6 +13,7 @@ pub mod event_time;
 pub mod metrics;
 #[cfg(feature = "harness")]
 pub mod server;
+pub mod sink;
 pub mod status;
 
 use metrics::Metrics;
@@ -429,13 +430,13 @@ impl Telemetry {
                 f(view, s.outcome.as_deref(), s.value as u64);
             }
         };
-        each(&m.sink_pending, &|s, _, v| s.pending = v);
-        each(&m.sink_in_flight, &|s, _, v| s.in_flight_requests = v);
-        each(&m.sink_bytes_sent, &|s, _, v| s.bytes_sent = v);
-        each(&m.sink_requests, &|s, o, v| {
+        each(&m.sink.pending, &|s, _, v| s.pending = v);
+        each(&m.sink.in_flight, &|s, _, v| s.in_flight_requests = v);
+        each(&m.sink.bytes_sent, &|s, _, v| s.bytes_sent = v);
+        each(&m.sink.requests, &|s, o, v| {
             s.requests.insert(o.unwrap_or_default().to_string(), v);
         });
-        each(&m.sink_items, &|s, o, v| {
+        each(&m.sink.items, &|s, o, v| {
             s.items.insert(o.unwrap_or_default().to_string(), v);
         });
         out.into_values().collect()
@@ -612,6 +613,14 @@ impl PartitionGauges {
         self.values.position.store(next, Ordering::Relaxed);
     }
 
+    /// The position a source checkpoints for this split: its offset, or nothing for an
+    /// opaque position (not an offset: the position, and so the lag, stay unknown).
+    pub fn set_split_position(&self, p: &lockgate_state::SourcePosition) {
+        if p.opaque.is_none() {
+            self.set_position(p.next.0);
+        }
+    }
+
     /// The partition's end as last fetched.
     pub fn set_end(&self, end: i64) {
         self.values.end.store(end, Ordering::Relaxed);
@@ -780,7 +789,18 @@ mod tests {
             !text.contains("lockgate_kafka_partition_position{"),
             "{text}"
         );
-        p.set_position(40);
+        // An opaque position is not an offset: the position stays unknown.
+        p.set_split_position(&lockgate_state::SourcePosition::opaque(
+            "orders",
+            3,
+            lockgate_state::OpaquePosition::new(*b"40").unwrap(),
+        ));
+        assert_eq!(t.partitions()[0].position, None);
+        p.set_split_position(&lockgate_state::SourcePosition::new(
+            "orders",
+            3,
+            lockgate_state::NextOffset(40),
+        ));
         assert_eq!(t.partitions()[0].lag, Some(60));
         assert!(t.scrape().contains(
             r#"lockgate_kafka_partition_lag{job="j",operator="source",partition="3",subtask="0",topic="orders"} 60"#
@@ -924,16 +944,18 @@ mod tests {
     fn sink_and_operator_views_are_read_from_the_metrics() {
         let t = Telemetry::new("j", "g", 2, 128);
         let m = t.metrics();
-        m.task_gauge(&m.sink_pending, "sink", 1).set(7);
-        m.task_gauge(&m.sink_in_flight, "sink", 1).set(2);
-        m.task_counter(&m.sink_bytes_sent, "sink", 1).inc_by(300);
-        m.sink_items
+        m.task_gauge(&m.sink.pending, "sink", 1).set(7);
+        m.task_gauge(&m.sink.in_flight, "sink", 1).set(2);
+        m.task_counter(&m.sink.bytes_sent, "sink", 1).inc_by(300);
+        m.sink
+            .items
             .with_label_values(&["j", "sink", "1", "created"])
             .inc_by(5);
-        m.sink_requests
+        m.sink
+            .requests
             .with_label_values(&["j", "sink", "1", "ok"])
             .inc();
-        m.task_gauge(&m.sink_pending, "sink", 0).set(0);
+        m.task_gauge(&m.sink.pending, "sink", 0).set(0);
         let v = t.sinks();
         assert_eq!(v.len(), 2, "{v:?}");
         let s1 = &v[1];

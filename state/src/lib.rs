@@ -31,6 +31,8 @@ pub use backend::{BackendOptions, KeyedStateBackend, StateRestore};
 pub use error::StateError;
 pub use ids::{CheckpointId, NextOffset};
 pub use keygroup::{KeyGroup, KeyGroupRange};
-pub use metadata::{CheckpointMetadata, FileEntry, SourcePosition, SubtaskSnapshot, UpstreamMark};
+pub use metadata::{
+    CheckpointMetadata, FileEntry, OpaquePosition, SourcePosition, SubtaskSnapshot, UpstreamMark,
+};
 pub use restore::{restore_plan, CheckpointEntry, EntryStatus, RestorePlan};
 pub use snapshot_dir::SnapshotDir;

@@ -13,12 +13,12 @@ use std::path::Path;
 
 /// The magic bytes that open every `_metadata` file.
 pub const MAGIC: &[u8; 4] = b"LGCK";
-/// The newest format version, written when a source position carries a
-/// [`SourcePosition::stream_id`]. A checkpoint without ids is written in the oldest
-/// version that holds it, which an older release reads too: version 2 when a position
-/// carries [`SourcePosition::applied`] marks, else version 1. This release reads all
-/// three.
-pub const FORMAT_VERSION: u16 = 3;
+/// The newest format version, written only when a source position holds an opaque
+/// position (its field `opaque`). A checkpoint is written in the oldest version that
+/// holds it, which an older release reads too: version 3 when a position carries a
+/// [`SourcePosition::stream_id`], else 2 when a position carries
+/// [`SourcePosition::applied`] marks, else 1. This release reads all four.
+pub const FORMAT_VERSION: u16 = 4;
 /// The oldest format version this release reads.
 pub const OLDEST_READABLE: u16 = 1;
 /// The file name of the metadata inside a checkpoint directory.
@@ -90,6 +90,40 @@ pub struct SourcePosition {
     /// another id, and offsets that start over). `None`: unknown (a broker that does not
     /// report ids, or a checkpoint of an older format).
     pub stream_id: Option<[u8; 16]>,
+    /// The position itself, when the source's positions are not offsets (format
+    /// version 4). `next` is then 0 and means nothing: tools that work on offsets refuse
+    /// such a split.
+    pub opaque: Option<OpaquePosition>,
+}
+
+/// A split's position that only its source reads: a Kinesis sequence number (decimal
+/// text, up to 39 digits), a PostgreSQL LSN, a RabbitMQ stream offset. At most
+/// [`OpaquePosition::MAX_LEN`] bytes: [`OpaquePosition::new`] refuses more, and a
+/// checkpoint holding more is refused when it is written and when it is read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpaquePosition(Vec<u8>);
+
+impl OpaquePosition {
+    /// The most bytes one position may hold.
+    pub const MAX_LEN: usize = 256;
+
+    /// `bytes` as a position; an error says how long it is when it holds more than
+    /// [`OpaquePosition::MAX_LEN`] bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> std::result::Result<OpaquePosition, String> {
+        let bytes = bytes.into();
+        match bytes.len() {
+            n if n > Self::MAX_LEN => Err(format!(
+                "an opaque position of {n} bytes, at most {} are allowed",
+                Self::MAX_LEN
+            )),
+            _ => Ok(OpaquePosition(bytes)),
+        }
+    }
+
+    /// The bytes the source wrote.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl SourcePosition {
@@ -103,6 +137,20 @@ impl SourcePosition {
             end: None,
             applied: Vec::new(),
             stream_id: None,
+            opaque: None,
+        }
+    }
+
+    /// Split `split` of `stream` continues at `position`, which only its source reads
+    /// (`next` is 0).
+    pub fn opaque(
+        stream: impl Into<String>,
+        split: i32,
+        position: OpaquePosition,
+    ) -> SourcePosition {
+        SourcePosition {
+            opaque: Some(position),
+            ..SourcePosition::new(stream, split, NextOffset(0))
         }
     }
 
@@ -149,12 +197,12 @@ mod v1 {
     }
 
     impl CheckpointMetadata {
-        /// `m` in version 1, if it has no marks and no stream ids (which version 1
-        /// cannot hold).
+        /// `m` in version 1, if it has no marks, no stream ids and no opaque positions
+        /// (which version 1 cannot hold).
         pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
             if m.positions
                 .iter()
-                .any(|p| !p.applied.is_empty() || p.stream_id.is_some())
+                .any(|p| !p.applied.is_empty() || p.stream_id.is_some() || p.opaque.is_some())
             {
                 return None;
             }
@@ -202,6 +250,7 @@ mod v1 {
                         end: p.end,
                         applied: Vec::new(),
                         stream_id: None,
+                        opaque: None,
                     })
                     .collect(),
             }
@@ -238,9 +287,13 @@ mod v2 {
     }
 
     impl CheckpointMetadata {
-        /// `m` in version 2, if it has no stream ids (which version 2 cannot hold).
+        /// `m` in version 2, if it has no stream ids and no opaque positions (which
+        /// version 2 cannot hold).
         pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
-            if m.positions.iter().any(|p| p.stream_id.is_some()) {
+            if m.positions
+                .iter()
+                .any(|p| p.stream_id.is_some() || p.opaque.is_some())
+            {
                 return None;
             }
             Some(CheckpointMetadata {
@@ -288,11 +341,118 @@ mod v2 {
                         end: p.end,
                         applied: p.applied,
                         stream_id: None,
+                        opaque: None,
                     })
                     .collect(),
             }
         }
     }
+}
+
+/// Format version 3: its source positions had marks and stream ids, but no opaque
+/// positions.
+mod v3 {
+    use super::{NextOffset, SubtaskSnapshot, UpstreamMark};
+    use crate::ids::CheckpointId;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct CheckpointMetadata {
+        id: CheckpointId,
+        job_name: String,
+        fingerprint: u64,
+        created_ms: u64,
+        parallelism: u16,
+        max_parallelism: u16,
+        is_final: bool,
+        subtasks: Vec<SubtaskSnapshot>,
+        positions: Vec<SourcePosition>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct SourcePosition {
+        stream: String,
+        partition: i32,
+        next: NextOffset,
+        end: Option<NextOffset>,
+        applied: Vec<UpstreamMark>,
+        stream_id: Option<[u8; 16]>,
+    }
+
+    impl CheckpointMetadata {
+        /// `m` in version 3, if it has no opaque positions (which version 3 cannot
+        /// hold).
+        pub(super) fn of(m: &super::CheckpointMetadata) -> Option<CheckpointMetadata> {
+            if m.positions.iter().any(|p| p.opaque.is_some()) {
+                return None;
+            }
+            Some(CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name.clone(),
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks.clone(),
+                positions: m
+                    .positions
+                    .iter()
+                    .map(|p| SourcePosition {
+                        stream: p.stream.clone(),
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                        applied: p.applied.clone(),
+                        stream_id: p.stream_id,
+                    })
+                    .collect(),
+            })
+        }
+    }
+
+    impl From<CheckpointMetadata> for super::CheckpointMetadata {
+        fn from(m: CheckpointMetadata) -> Self {
+            super::CheckpointMetadata {
+                id: m.id,
+                job_name: m.job_name,
+                fingerprint: m.fingerprint,
+                created_ms: m.created_ms,
+                parallelism: m.parallelism,
+                max_parallelism: m.max_parallelism,
+                is_final: m.is_final,
+                subtasks: m.subtasks,
+                positions: m
+                    .positions
+                    .into_iter()
+                    .map(|p| super::SourcePosition {
+                        stream: p.stream,
+                        partition: p.partition,
+                        next: p.next,
+                        end: p.end,
+                        applied: p.applied,
+                        stream_id: p.stream_id,
+                        opaque: None,
+                    })
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// The first source position whose opaque position is longer than
+/// [`OpaquePosition::MAX_LEN`], described.
+fn check_opaque_lengths(m: &CheckpointMetadata) -> std::result::Result<(), String> {
+    m.positions.iter().try_for_each(|p| match &p.opaque {
+        Some(o) if o.0.len() > OpaquePosition::MAX_LEN => Err(format!(
+            "split {} {}: an opaque position of {} bytes, at most {} are allowed",
+            p.stream,
+            p.partition,
+            o.0.len(),
+            OpaquePosition::MAX_LEN
+        )),
+        _ => Ok(()),
+    })
 }
 
 fn bincode_config() -> impl bincode::config::Config {
@@ -303,13 +463,18 @@ fn bincode_config() -> impl bincode::config::Config {
 
 impl CheckpointMetadata {
     /// Encodes the metadata in the versioned, checksummed file format, in the oldest
-    /// version that holds it: 1 when no source position carries marks or a stream id,
-    /// 2 when marks but no ids, else 3.
+    /// version that holds it: 1 when no source position carries marks, a stream id or
+    /// an opaque position, 2 when marks but no ids, 3 when ids, and 4 only when some
+    /// position is opaque. An opaque position longer than [`OpaquePosition::MAX_LEN`]
+    /// is [`StateError::Encode`].
     pub fn encode(&self) -> Result<Vec<u8>> {
+        check_opaque_lengths(self).map_err(StateError::Encode)?;
         let encoded = if let Some(old) = v1::CheckpointMetadata::of(self) {
             bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (1u16, b))
         } else if let Some(old) = v2::CheckpointMetadata::of(self) {
             bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (2u16, b))
+        } else if let Some(old) = v3::CheckpointMetadata::of(self) {
+            bincode::serde::encode_to_vec(&old, bincode_config()).map(|b| (3u16, b))
         } else {
             bincode::serde::encode_to_vec(self, bincode_config()).map(|b| (FORMAT_VERSION, b))
         };
@@ -378,11 +543,20 @@ impl CheckpointMetadata {
                 .map_err(undecodable)?;
                 (m.into(), used)
             }
+            3 => {
+                let (m, used) = bincode::serde::decode_from_slice::<v3::CheckpointMetadata, _>(
+                    body,
+                    bincode_config(),
+                )
+                .map_err(undecodable)?;
+                (m.into(), used)
+            }
             _ => bincode::serde::decode_from_slice(body, bincode_config()).map_err(undecodable)?,
         };
         if used != body.len() {
             return Err(corrupt("trailing bytes in body".into()));
         }
+        check_opaque_lengths(&meta).map_err(corrupt)?;
         // The CRC is not a secret: a well-formed file may still name paths outside the
         // checkpoint. No caller ever sees such metadata.
         crate::names::check_metadata(&meta).map_err(|detail| StateError::UnsafeName {
@@ -441,6 +615,7 @@ pub(crate) mod tests {
                     offset: 99,
                 }],
                 stream_id: Some(*b"\x3f\x01topic-id-bytes"),
+                opaque: None,
             }],
         }
     }
@@ -516,10 +691,10 @@ pub(crate) mod tests {
         v3[4..6].copy_from_slice(&1u16.to_le_bytes());
         assert!(CheckpointMetadata::decode(&v3, Path::new("x")).is_err());
         // Nor does an unknown newer version.
-        let mut v4 = want.encode().unwrap();
-        v4[4..6].copy_from_slice(&4u16.to_le_bytes());
-        let err = CheckpointMetadata::decode(&v4, Path::new("x")).unwrap_err();
-        assert!(err.to_string().contains("format version 4"), "{err}");
+        let mut v5 = want.encode().unwrap();
+        v5[4..6].copy_from_slice(&5u16.to_le_bytes());
+        let err = CheckpointMetadata::decode(&v5, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("format version 5"), "{err}");
     }
 
     #[test]
@@ -591,6 +766,136 @@ pub(crate) mod tests {
             CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap(),
             ids_only
         );
+    }
+
+    #[test]
+    fn reads_format_version_3_as_positions_without_opaque_positions() {
+        // Version 3's layout, written field by field as that release's serde did.
+        #[derive(Serialize)]
+        struct V3Position<'a> {
+            stream: &'a str,
+            partition: i32,
+            next: NextOffset,
+            end: Option<NextOffset>,
+            applied: &'a [UpstreamMark],
+            stream_id: Option<[u8; 16]>,
+        }
+        #[derive(Serialize)]
+        struct V3<'a> {
+            id: CheckpointId,
+            job_name: &'a str,
+            fingerprint: u64,
+            created_ms: u64,
+            parallelism: u16,
+            max_parallelism: u16,
+            is_final: bool,
+            subtasks: &'a [SubtaskSnapshot],
+            positions: Vec<V3Position<'a>>,
+        }
+        let mut want = sample(6);
+        want.positions[0].end = Some(NextOffset(40));
+        let old = V3 {
+            id: want.id,
+            job_name: &want.job_name,
+            fingerprint: want.fingerprint,
+            created_ms: want.created_ms,
+            parallelism: want.parallelism,
+            max_parallelism: want.max_parallelism,
+            is_final: want.is_final,
+            subtasks: &want.subtasks,
+            positions: want
+                .positions
+                .iter()
+                .map(|p| V3Position {
+                    stream: &p.stream,
+                    partition: p.partition,
+                    next: p.next,
+                    end: p.end,
+                    applied: &p.applied,
+                    stream_id: p.stream_id,
+                })
+                .collect(),
+        };
+        let body = bincode::serde::encode_to_vec(&old, bincode_config()).unwrap();
+        let bytes = framed(3, &body);
+        assert_eq!(
+            CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap(),
+            want
+        );
+        // This release writes a checkpoint with stream ids but no opaque position as
+        // version 3, byte for byte.
+        assert_eq!(want.encode().unwrap(), bytes);
+        // A version-4 body under a version-3 header does not decode as version 3.
+        let mut v4 = want.clone();
+        v4.positions[0].opaque = Some(
+            OpaquePosition::new(*b"49590338271490256608559692538361571095921575989136588898")
+                .unwrap(),
+        );
+        let mut v4 = v4.encode().unwrap();
+        assert_eq!(v4[4..6], 4u16.to_le_bytes());
+        v4[4..6].copy_from_slice(&3u16.to_le_bytes());
+        assert!(CheckpointMetadata::decode(&v4, Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn writes_version_4_only_for_an_opaque_position_and_reads_it_back() {
+        let mut m = sample(8);
+        m.positions[0].stream_id = None;
+        m.positions[0].applied.clear();
+        m.positions.push(SourcePosition::opaque(
+            "shards",
+            0,
+            OpaquePosition::new(vec![0, 0xff, b'/', 7]).unwrap(),
+        ));
+        let bytes = m.encode().unwrap();
+        assert_eq!(bytes[4..6], 4u16.to_le_bytes());
+        let got = CheckpointMetadata::decode(&bytes, Path::new("x")).unwrap();
+        assert_eq!(got, m);
+        assert_eq!(got.positions[1].next, NextOffset(0));
+        assert_eq!(
+            got.positions[1].opaque.as_ref().unwrap().as_bytes(),
+            &[0, 0xff, b'/', 7]
+        );
+        // Without the opaque split it is version 1 again.
+        m.positions.pop();
+        assert_eq!(m.encode().unwrap()[4..6], 1u16.to_le_bytes());
+    }
+
+    #[test]
+    fn an_opaque_position_is_at_most_max_len_bytes_written_and_read() {
+        assert!(OpaquePosition::new(vec![7; OpaquePosition::MAX_LEN]).is_ok());
+        let err = OpaquePosition::new(vec![7; OpaquePosition::MAX_LEN + 1]).unwrap_err();
+        assert_eq!(
+            err,
+            "an opaque position of 257 bytes, at most 256 are allowed"
+        );
+        // One longer than the bound, as a release without the bound might have built it.
+        let mut m = sample(9);
+        m.positions[0].opaque = Some(OpaquePosition(vec![7; OpaquePosition::MAX_LEN + 1]));
+        let err = m.encode().unwrap_err().to_string();
+        assert!(
+            err.contains("split orders 3: an opaque position of 257 bytes, at most 256"),
+            "{err}"
+        );
+        let body = bincode::serde::encode_to_vec(&m, bincode_config()).unwrap();
+        let err = CheckpointMetadata::decode(&framed(4, &body), Path::new("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("split orders 3: an opaque position of 257 bytes, at most 256"),
+            "{err}"
+        );
+        // An opaque position whose length runs past the body (a crafted file with a
+        // good CRC) is undecodable, not half-read.
+        m.positions[0].opaque = Some(OpaquePosition(vec![7; 4]));
+        let mut body = bincode::serde::encode_to_vec(&m, bincode_config()).unwrap();
+        let at = body.len() - 4 - 8;
+        assert_eq!(body[at..at + 8], 4u64.to_le_bytes());
+        body[at..at + 8].copy_from_slice(&5u64.to_le_bytes());
+        let err = CheckpointMetadata::decode(&framed(4, &body), Path::new("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("undecodable body"), "{err}");
     }
 
     #[test]

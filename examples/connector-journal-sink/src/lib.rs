@@ -18,7 +18,7 @@
 //! is fsynced, then the journal line, and the staged file is removed. A committable
 //! whose line the journal holds already is committed, so nothing is appended twice.
 
-use lockgate::connector::kit::{TwoPhaseSink, TwoPhaseWriter};
+use lockgate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use lockgate::connector::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};

@@ -887,7 +887,7 @@ mod tests {
             .encode(&upsert, &mut enc)
             .unwrap();
         let batch = enc.take_batch();
-        let crate::connector::kit::bulk::Added::Encoded(e) = &batch.actions[0] else {
+        let crate::kits::bulk::Added::Encoded(e) = &batch.actions[0] else {
             panic!("encoded")
         };
         let key = e.doc.as_ref().unwrap().as_bytes().to_vec();

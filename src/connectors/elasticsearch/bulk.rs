@@ -1,22 +1,25 @@
-//! The Elasticsearch side of the bulk kit ([`crate::connector::kit::bulk`]): the bulk
-//! API as a [`BulkTarget`]. A request is the encoded lines of its actions, sent as one
-//! buffer to `/_bulk`; its response is read as far as it matters ([`parse_response`]);
-//! each item result is classified by Elasticsearch's rules (`item_result`); refused
-//! actions go to the job's [`FailureHandler`]. Batching, the in-flight limit, retries,
-//! the flush at the barrier, the byte bound and the metrics are the kit's.
+//! The Elasticsearch side of the bulk kit ([`crate::kits::bulk`]): the bulk API as a
+//! [`BulkTransport`] (the actions' encoding is `encode.rs`'s [`EsEncoder`]). A request
+//! is the encoded lines of its actions, sent as one buffer to `/_bulk`; its response is
+//! read as far as it matters ([`parse_response`]); each item result is classified by
+//! Elasticsearch's rules (`item_result`); refused actions go to the job's
+//! [`FailureHandler`], the hook of the kit's failure policy. Batching, the in-flight
+//! limit, retries, the flush at the barrier, the byte bound, dead letters and the
+//! metrics are the kit's.
 
 use super::action::{BulkAction, OpType};
 use super::config::EsSinkConfig;
-use super::encode::{EncodedBatch, Encoder, Item};
+use super::encode::{Encoder, EsEncoder, Item};
 use super::item_result::{classify, classify_request};
 use crate::clients::http::{
     auth_refusal, auth_refusal_message, error_chain, refusal_body, TlsVerify,
 };
 use crate::clients::sigv4::SignedNode;
-use crate::connector::kit::bulk::{
-    self, BulkTarget, Decision, ItemLabel, Limits, Outcome, RequestOutcome, Sent,
+use crate::dead_letter::{DeadLetterWriter, OnError, Reason};
+use crate::kits::bulk::{
+    self, BulkParts, BulkTransport, Decision, FailurePolicy, ItemLabel, Limits, Outcome,
+    RequestOutcome, Sent,
 };
-use crate::dead_letter::{DeadLetter, DeadLetterWriter, OnError, Reason};
 use crate::secret::redact_url;
 use crate::telemetry::metrics::Metrics;
 use bytes::Bytes;
@@ -31,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
 
-pub use crate::connector::kit::bulk::{ItemFailure, Shared, INVALID_DOCUMENT};
+pub use crate::kits::bulk::{ItemFailure, Shared, INVALID_DOCUMENT};
 
 /// What to do with an action Elasticsearch refused (Flink's
 /// ActionRequestFailureHandler): the bulk kit's decision over bulk actions.
@@ -43,49 +46,35 @@ pub trait FailureHandler: Send + Sync {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision;
 }
 
-/// The handler of the job file's `on_item_error`. [`OnError::Skip`], which the job
-/// file does not offer there, drops the action (counted as `dropped`).
+/// The handler of the job file's `on_item_error`: the bulk kit's [`FailurePolicy`]
+/// without a hook. [`OnError::Skip`], which the job file does not offer there, drops
+/// the action (counted as `dropped`).
 pub struct PolicyFailureHandler(pub OnError);
 
 impl FailureHandler for PolicyFailureHandler {
     fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision {
-        match &self.0 {
-            OnError::Fail if failure.error_type == INVALID_DOCUMENT => {
-                FailureDecision::Fail(failure.reason.clone())
-            }
-            OnError::Fail => FailureDecision::Fail(format!(
-                "Elasticsearch refused {}: {} {}: {}",
-                action.describe(),
-                failure.status,
-                failure.error_type,
-                failure.reason
-            )),
-            OnError::Skip => FailureDecision::Drop,
-            OnError::DeadLetter(t) => FailureDecision::DeadLetter(t.clone()),
-        }
+        FailurePolicy::new(self.0.clone()).decide(SYSTEM, action, BulkAction::describe, failure)
     }
 }
 
-/// The Elasticsearch bulk API, as the bulk kit's target: one client per node.
-pub(crate) struct EsTarget {
+/// The system the kit names in its messages ("Elasticsearch refused ...").
+const SYSTEM: &str = "Elasticsearch";
+
+/// The Elasticsearch bulk API, as the bulk kit's transport: one client per node.
+pub(crate) struct EsTransport {
     /// One client per node, in `nodes` order.
     clients: Vec<Elasticsearch>,
     /// The nodes as they may be printed.
     nodes: Vec<String>,
-    handler: Arc<dyn FailureHandler>,
     /// Bulk requests ask for a filtered response, until a server refuses it.
     filter: Arc<AtomicBool>,
     /// How requests to each node are signed (`aws_sigv4`), in `nodes` order.
     signing: Option<Vec<SignedNode>>,
 }
 
-impl BulkTarget for EsTarget {
-    type Item = Item;
-    type Effect = super::coalesce::Effect;
-    type Action = BulkAction;
-
+impl BulkTransport<Item> for EsTransport {
     fn system(&self) -> &'static str {
-        "Elasticsearch"
+        SYSTEM
     }
 
     fn nodes(&self) -> usize {
@@ -159,56 +148,17 @@ impl BulkTarget for EsTarget {
         }
     }
 
-    fn unpin(&self, item: &mut Item) {
-        item.unpin()
-    }
-
-    fn action(&self, item: &Item) -> BulkAction {
-        item.full_action()
-    }
-
-    fn describe(&self, action: &BulkAction) -> String {
-        action.describe()
-    }
-
-    fn on_failure(&self, action: &BulkAction, failure: &ItemFailure) -> FailureDecision {
-        self.handler.on_failure(action, failure)
-    }
-
-    fn encode(&self, actions: Vec<BulkAction>) -> EncodedBatch {
-        let mut encoder = Encoder::new();
-        for a in actions {
-            encoder.push(a);
-        }
-        encoder.take_batch()
-    }
-
-    fn letter<'a>(
-        &self,
-        action: &'a BulkAction,
-        failure: &'a ItemFailure,
-        error: &'a str,
-    ) -> DeadLetter<'a> {
-        let payload = action
-            .record
-            .as_deref()
-            .or(action.body.as_deref())
-            .unwrap_or_default();
-        DeadLetter::new(error, Reason::of_refusal(&failure.error_type), payload)
-            .with_origin(
-                action
-                    .origin
-                    .as_ref()
-                    .map(|o| (&*o.stream, o.partition, o.offset)),
-            )
-            .with_target(&action.index, action.id.as_deref().unwrap_or_default())
+    /// By Elasticsearch's error type ([`Reason::of_refusal`]).
+    fn reason(&self, failure: &ItemFailure) -> Reason {
+        Reason::of_refusal(&failure.error_type)
     }
 }
 
-/// The Elasticsearch sink's bulk processor: the kit's, over [`EsTarget`].
-pub(crate) type BulkProcessor = bulk::BulkProcessor<EsTarget>;
+/// The Elasticsearch sink's bulk processor: the kit's, over [`EsEncoder`] and
+/// [`EsTransport`].
+pub(crate) type BulkProcessor = bulk::BulkProcessor<EsEncoder>;
 
-impl bulk::BulkProcessor<EsTarget> {
+impl bulk::BulkProcessor<EsEncoder> {
     /// Starts the processor task of `cfg` on the current runtime; it reports in
     /// `metrics` as sink subtask `subtask`.
     pub fn start(
@@ -252,18 +202,26 @@ impl bulk::BulkProcessor<EsTarget> {
             retry_initial_ms: cfg.retry_initial_ms,
             retry_max_ms: cfg.retry_max_ms,
         };
-        let target = EsTarget {
+        let transport = EsTransport {
             nodes: conn.nodes.iter().map(|n| redact_url(n)).collect(),
             clients,
-            handler,
             filter: Arc::new(AtomicBool::new(true)),
             signing: conn.signing()?,
         };
+        // The handler decides every refusal: it is the policy's hook, and always has
+        // something to say.
+        let policy = FailurePolicy::new(OnError::Fail)
+            .with_hook(move |action, failure| Some(handler.on_failure(action, failure)));
+        let parts = BulkParts {
+            encoder: EsEncoder,
+            transport,
+            policy,
+            dead_letter,
+        };
         Ok(BulkProcessor::spawn(
-            target,
+            parts,
             limits,
             cfg.buffer_max_bytes,
-            dead_letter,
             (metrics, subtask),
             name,
         ))
@@ -851,10 +809,7 @@ mod tests {
 
     #[test]
     fn every_outcome_is_its_own_index() {
-        for (i, o) in crate::connector::kit::bulk::RequestLabel::ALL
-            .into_iter()
-            .enumerate()
-        {
+        for (i, o) in crate::kits::bulk::RequestLabel::ALL.into_iter().enumerate() {
             assert_eq!(o as usize, i, "{o:?}");
         }
         for (i, o) in ItemLabel::ALL.into_iter().enumerate() {

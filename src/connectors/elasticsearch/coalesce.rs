@@ -107,7 +107,7 @@ impl Effect {
     }
 }
 
-impl crate::connector::kit::bulk::Supersedes for Effect {
+impl crate::kits::bulk::Supersedes for Effect {
     fn supersedes(&self, older: &Effect) -> bool {
         Effect::supersedes(self, older)
     }

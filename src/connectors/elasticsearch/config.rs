@@ -234,7 +234,7 @@ impl EsSinkConfig {
     /// versions. It bounds each document to one write per round trip when writes are
     /// not coalesced.
     ///
-    /// [`Limits::one_action_per_document`]: crate::connector::kit::bulk::Limits
+    /// [`Limits::one_action_per_document`]: crate::kits::bulk::Limits
     pub fn one_write_per_document(&self) -> bool {
         self.versioning == Versioning::External
     }
@@ -778,7 +778,7 @@ impl EsSection {
             // Which partition writes a document is one fact for all partitions (and
             // all members): its state is never scoped by partition.
             before.push(Step::KeyBy(Arc::new(move |r| Ok(guard_key(&id, r)))));
-            before.push(crate::operators::keyed::step(
+            before.push(crate::kits::keyed::step(
                 "elasticsearch_version_guard",
                 UID,
                 true,

@@ -23,7 +23,7 @@ use std::time::Duration;
 pub struct EsConnection {
     /// Base URLs of the nodes, without user info (credentials are in `auth`). Requests
     /// go round robin; a node that refused a connection is skipped for a while
-    /// ([`crate::connector::kit::bulk::nodes::NodeSelector`]).
+    /// ([`crate::kits::bulk::nodes::NodeSelector`]).
     pub nodes: Vec<String>,
     pub auth: Option<Auth>,
     pub ca_cert: Option<CaCert>,

@@ -14,10 +14,10 @@
 
 use super::action::{frame, BulkAction, OpType};
 use super::batcher::DocKey;
-use super::bulk::EsTarget;
 use super::coalesce::{Effect, Shapes};
 use super::params::ActionParams;
 use crate::error::Result;
+use crate::kits::bulk::{BulkEncoder, LetterParts};
 use crate::record::Origin;
 use bytes::Bytes;
 use std::ops::Range;
@@ -209,15 +209,63 @@ impl Item {
 }
 
 /// An action ready for the batcher: the item, its document, its effect on it.
-pub(crate) type Encoded = crate::connector::kit::bulk::Encoded<EsTarget>;
+pub(crate) type Encoded = crate::kits::bulk::Encoded<EsEncoder>;
 
 /// What the encoder made of one action (an invalid one: the failure handler decides).
-pub(crate) type Added = crate::connector::kit::bulk::Added<EsTarget>;
+pub(crate) type Added = crate::kits::bulk::Added<EsEncoder>;
 
 /// The actions of one batch of records, for the bulk processor; `bytes` is what
 /// `buffer_max_bytes` counts for them: for each encoded one its lines, its own copy of
 /// its record and the processor's bookkeeping; an estimate for the others.
-pub(crate) type EncodedBatch = crate::connector::kit::bulk::EncodedBatch<EsTarget>;
+pub(crate) type EncodedBatch = crate::kits::bulk::EncodedBatch<EsEncoder>;
+
+/// Bulk actions as the bulk kit's encoder: an [`Encoder`] per batch of actions, and an
+/// action back from what the batcher holds of it.
+pub(crate) struct EsEncoder;
+
+impl BulkEncoder for EsEncoder {
+    type Item = Item;
+    type Effect = Effect;
+    type Action = BulkAction;
+
+    fn encode(&self, actions: Vec<BulkAction>) -> EncodedBatch {
+        let mut encoder = Encoder::new();
+        for a in actions {
+            encoder.push(a);
+        }
+        encoder.take_batch()
+    }
+
+    fn action(&self, item: &Item) -> BulkAction {
+        item.full_action()
+    }
+
+    fn describe(&self, action: &BulkAction) -> String {
+        action.describe()
+    }
+
+    fn unpin(&self, item: &mut Item) {
+        item.unpin()
+    }
+
+    /// The record as it came (or, if the action kept none, its body), where it came
+    /// from, and the index and id it was meant for.
+    fn letter<'a>(&self, action: &'a BulkAction) -> LetterParts<'a> {
+        LetterParts {
+            payload: action
+                .record
+                .as_deref()
+                .or(action.body.as_deref())
+                .unwrap_or_default(),
+            key: None,
+            origin: action
+                .origin
+                .as_ref()
+                .map(|o| (&*o.stream, o.partition, o.offset)),
+            target: Some((&action.index, action.id.as_deref().unwrap_or_default())),
+        }
+    }
+}
 
 /// An encoded action before its batch's buffer is frozen: ranges of the buffer.
 struct Pending {
@@ -266,7 +314,7 @@ pub struct Encoder {
 /// What `buffer_max_bytes` counts for an encoded action beyond its own bytes: the bulk
 /// processor's bookkeeping for it (its entry holds the item).
 fn held_per_action() -> usize {
-    crate::connector::kit::bulk::bookkeeping_bytes::<Item, Effect>()
+    crate::kits::bulk::bookkeeping_bytes::<Item, Effect>()
 }
 
 impl Encoder {

@@ -2,7 +2,7 @@
 //! the status and the error type, with the whole table tested below.
 
 use super::action::OpType;
-pub use crate::connector::kit::bulk::{Outcome, RequestOutcome};
+pub use crate::kits::bulk::{Outcome, RequestOutcome};
 
 /// Classifies one item result.
 ///

@@ -2,7 +2,7 @@
 //! deterministic ids (and optionally external versions) so that a replay after a crash
 //! rewrites the same documents.
 //!
-//! Built on the bulk kit (`crate::connector::kit::bulk`: batching, order per document,
+//! Built on the bulk kit (`crate::kits::bulk`: batching, order per document,
 //! retries, requests in flight, flush at the barrier, metrics). What is Elasticsearch's
 //! has one file per role: what the user configures ([`config`]), how the cluster is
 //! reached ([`connection`]), records to bulk actions ([`action`]) and to the lines of a

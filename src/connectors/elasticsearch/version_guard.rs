@@ -15,7 +15,7 @@
 use super::action::document_id;
 use super::config::IdStrategy;
 use crate::error::{JobError, Result};
-use crate::operators::keyed::{KeyedFunction, KeyedState};
+use crate::kits::keyed::{KeyedFunction, KeyedState};
 use crate::record::{Batch, Origin, Record};
 
 /// The partition that writes a document.

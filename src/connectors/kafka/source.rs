@@ -1095,6 +1095,7 @@ impl Source for KafkaSource {
             end: self.ends.get(tp).copied(),
             applied: self.marks.get(tp).map(Marks::applied).unwrap_or_default(),
             stream_id: self.ids.get(&tp.0).map(TopicId::bytes),
+            opaque: None,
         });
         let parked = self
             .parked
@@ -1106,6 +1107,7 @@ impl Source for KafkaSource {
                 end: self.ends.get(tp).copied(),
                 applied: applied.clone(),
                 stream_id: self.ids.get(&tp.0).map(TopicId::bytes),
+                opaque: None,
             });
         Ok(read.chain(parked).collect())
     }
@@ -1221,6 +1223,7 @@ mod tests {
             end: Some(NextOffset(20)),
             applied: Vec::new(),
             stream_id: stream_id.map(|i| i.bytes()),
+            opaque: None,
         };
         // a: the same topic; b: recreated; c: an older checkpoint without ids;
         // d: not reported now (deleted, or a broker without ids); x: not selected.

@@ -1,6 +1,6 @@
 //! The PostgreSQL sink (`[sink.postgres]`): rows into a table, exactly once by
 //! two-phase commit, built on the connector contract's two-phase kit
-//! ([`crate::connector::kit::two_phase`]).
+//! ([`crate::kits::two_phase`]).
 //!
 //! - `exactly_once = "two-phase"` (the default): each subtask writes one checkpoint
 //!   epoch's rows in one transaction and prepares it at the barrier
@@ -27,8 +27,8 @@ pub(crate) mod writer;
 pub use config::{Delivery, Mode, PgConfig, PgSection};
 pub use writer::PgWriter;
 
-use crate::connector::kit::TwoPhaseSink;
 use crate::connector::{Guarantee, SinkCaps, SinkSpec, Step};
+use crate::kits::TwoPhaseSink;
 use crate::record::Record;
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@ use super::section::WindowSpec;
 use crate::connector::{KafkaCluster, Operator, OperatorContext};
 use crate::dead_letter::{Letters, LettersOf, OnError, Reason};
 use crate::error::{JobError, Result};
-use crate::operators::keyed::{partition_scope, scope_of};
+use crate::kits::keyed::{partition_scope, scope_of};
 use crate::record::describe;
 use crate::record::{Batch, Op, Record};
 use crate::telemetry::event_time::{seconds, EventTimeMetrics};
@@ -703,7 +703,7 @@ impl Operator for WindowOperator {
         if !wb.is_empty() {
             backend.write(wb)?;
         }
-        crate::operators::keyed::snapshot_backend(backend, &self.uid, self.subtask, pending_dir)
+        crate::kits::keyed::snapshot_backend(backend, &self.uid, self.subtask, pending_dir)
     }
 }
 

@@ -7,9 +7,9 @@
 //! a case can stop or fail a job mid-stream without the source under test having to
 //! slow down.
 
-use crate::connector::kit::{TwoPhaseSink, TwoPhaseWriter};
 use crate::connector::{Guarantee, SinkCaps, SinkSpec, SubtaskInfo};
 use crate::error::{JobError, Result};
+use crate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use crate::record::{Batch, Record};
 use async_trait::async_trait;
 use lockgate_state::CheckpointId;

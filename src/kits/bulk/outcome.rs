@@ -42,12 +42,15 @@ pub struct ItemFailure {
 }
 
 impl ItemFailure {
+    /// The `error_type` of [`ItemFailure::too_large`].
+    pub const TOO_LARGE: &'static str = "content_too_long";
+
     /// Why a single action is refused when a request holding only it is still too large
     /// (HTTP 413): it cannot be split further.
     pub fn too_large(reason: String) -> ItemFailure {
         ItemFailure {
             status: 413,
-            error_type: "content_too_long".into(),
+            error_type: ItemFailure::TOO_LARGE.into(),
             reason,
         }
     }

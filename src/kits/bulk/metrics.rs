@@ -144,14 +144,14 @@ impl SinkMetrics {
             vec.with_label_values(&[metrics.job(), OP, &sub, outcome])
         };
         SinkMetrics {
-            pending: metrics.task_gauge(&metrics.sink_pending, OP, subtask),
-            in_flight: metrics.task_gauge(&metrics.sink_in_flight, OP, subtask),
+            pending: metrics.task_gauge(&metrics.sink.pending, OP, subtask),
+            in_flight: metrics.task_gauge(&metrics.sink.in_flight, OP, subtask),
             reported_in_flight: Default::default(),
-            requests: RequestLabel::ALL.map(|o| labelled(&metrics.sink_requests, o.label())),
-            items: ItemLabel::ALL.map(|o| labelled(&metrics.sink_items, o.label())),
-            retry_backoff: metrics.task_histogram(&metrics.sink_retry_backoff, OP, subtask),
-            request_duration: metrics.task_histogram(&metrics.sink_request_duration, OP, subtask),
-            bytes_sent: metrics.task_counter(&metrics.sink_bytes_sent, OP, subtask),
+            requests: RequestLabel::ALL.map(|o| labelled(&metrics.sink.requests, o.label())),
+            items: ItemLabel::ALL.map(|o| labelled(&metrics.sink.items, o.label())),
+            retry_backoff: metrics.task_histogram(&metrics.sink.retry_backoff, OP, subtask),
+            request_duration: metrics.task_histogram(&metrics.sink.request_duration, OP, subtask),
+            bytes_sent: metrics.task_counter(&metrics.sink.bytes_sent, OP, subtask),
             records_out: metrics.task_counter(&metrics.records_out, OP, subtask),
         }
     }

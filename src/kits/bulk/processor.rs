@@ -1,4 +1,4 @@
-//! The bulk processor: buffers a [`BulkTarget`]'s actions, sends requests (at most
+//! The bulk processor: buffers a [`BulkEncoder`]'s actions, sends requests (at most
 //! `max_in_flight` at once) when `max_actions`, `max_bytes` or the flush interval is
 //! reached, retries what is transient, and counts `pending`: actions added and not yet
 //! terminally resolved (a retried action stays pending).
@@ -17,17 +17,18 @@
 //! It reports in the job's metrics ([`SinkMetrics`]): the pending count (a gauge that
 //! moves with it), requests and items by outcome, backoffs, request durations and
 //! bytes sent. Items are counted where their results are read, from the decision the
-//! target's `classify` made, summed per response; the batcher only decides.
+//! transport's `classify` made, summed per response; the batcher only decides.
 //!
 //! Every decision is the [`Batcher`]'s; this module only drives it, and it is generic
-//! over the target: no call per item goes through a pointer.
+//! over the encoder and the transport: no call per item goes through a pointer.
 
 use super::batcher::{Batcher, ItemResult, Limits, Refusal, RequestId, Resolution, Response};
 use super::metrics::{ItemLabel, RequestLabel, SinkMetrics};
 use super::nodes::NodeSelector;
 use super::outcome::{ItemFailure, Outcome, RequestOutcome};
-use super::target::{Added, BulkTarget, Decision, EncodedBatch, Sent};
-use crate::dead_letter::DeadLetterWriter;
+use super::policy::FailurePolicy;
+use super::target::{Added, BulkEncoder, BulkTransport, Decision, EncodedBatch, Sent};
+use crate::dead_letter::{DeadLetter, DeadLetterWriter};
 use crate::telemetry::metrics::{Buffered, Metrics, Stage};
 use rand::{Rng, SeedableRng};
 use std::future::Future;
@@ -191,16 +192,26 @@ impl Drop for Shared {
     }
 }
 
-enum Cmd<T: BulkTarget> {
+enum Cmd<E: BulkEncoder> {
     /// Encoded actions, with the bytes `add` counted for them in `transit_bytes`.
-    Add(EncodedBatch<T>),
+    Add(EncodedBatch<E>),
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
 
+/// What a bulk sink is made of: its encoder, its transport, and what becomes of the
+/// actions its target refuses (the policy, and the writer of the dead letters it
+/// decides on).
+pub struct BulkParts<E: BulkEncoder, T> {
+    pub encoder: E,
+    pub transport: T,
+    pub policy: FailurePolicy<E::Action>,
+    pub dead_letter: Option<DeadLetterWriter>,
+}
+
 /// The sink's handle on the processor task.
-pub struct BulkProcessor<T: BulkTarget> {
-    tx: mpsc::Sender<Cmd<T>>,
+pub struct BulkProcessor<E: BulkEncoder> {
+    tx: mpsc::Sender<Cmd<E>>,
     shared: Arc<Shared>,
     buffer_max_bytes: usize,
     /// The processor task, aborted when the sink is dropped (a failed attempt): it must
@@ -209,26 +220,31 @@ pub struct BulkProcessor<T: BulkTarget> {
     task: tokio::task::AbortHandle,
 }
 
-impl<T: BulkTarget> Drop for BulkProcessor<T> {
+impl<E: BulkEncoder> Drop for BulkProcessor<E> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl<T: BulkTarget> BulkProcessor<T> {
-    /// Starts the processor task for `target` on the current runtime. `name` names the
-    /// sink in logs; `dead_letter` writes what the failure policy dead-letters; it
-    /// reports in `metrics` as subtask `subtask` of the sink.
-    pub fn spawn(
-        target: T,
+impl<E: BulkEncoder> BulkProcessor<E> {
+    /// Starts the processor task of a sink made of `parts` on the current runtime.
+    /// `name` names the sink in logs; it reports in `metrics` as subtask `subtask` of
+    /// the sink.
+    pub fn spawn<T: BulkTransport<E::Item>>(
+        parts: BulkParts<E, T>,
         limits: Limits,
         buffer_max_bytes: usize,
-        dead_letter: Option<DeadLetterWriter>,
         (metrics, subtask): (&Metrics, u16),
         name: String,
-    ) -> BulkProcessor<T> {
+    ) -> BulkProcessor<E> {
+        let BulkParts {
+            encoder,
+            transport,
+            policy,
+            dead_letter,
+        } = parts;
         let shared = Arc::new(Shared::new(
-            target.system(),
+            transport.system(),
             SinkMetrics::new(metrics, subtask),
         ));
         // What the sink holds counts in `lockgate_buffered_bytes{stage="sink"}` for as
@@ -237,9 +253,11 @@ impl<T: BulkTarget> BulkProcessor<T> {
         metrics.count_buffered(Stage::Sink, &part);
         let (tx, rx) = mpsc::channel(4);
         let service = Service {
-            selector: NodeSelector::new(target.nodes().max(1)),
+            selector: NodeSelector::new(transport.nodes().max(1)),
             retry_max_attempts: limits.retry_max_attempts,
-            target,
+            encoder,
+            transport,
+            policy,
             shared: shared.clone(),
             dead_letter,
             batcher: Batcher::new(limits, 0),
@@ -272,7 +290,7 @@ impl<T: BulkTarget> BulkProcessor<T> {
     pub async fn add_with(
         &self,
         bytes: usize,
-        take: impl FnOnce() -> EncodedBatch<T>,
+        take: impl FnOnce() -> EncodedBatch<E>,
     ) -> Result<(), String> {
         loop {
             // Registered before the check, so that a wake-up between the two is kept.
@@ -317,7 +335,7 @@ impl<T: BulkTarget> BulkProcessor<T> {
     }
 
     /// Sends a command that answers when it is done.
-    async fn ask(&self, cmd: fn(oneshot::Sender<()>) -> Cmd<T>) -> Result<(), String> {
+    async fn ask(&self, cmd: fn(oneshot::Sender<()>) -> Cmd<E>) -> Result<(), String> {
         let stopped = "the bulk processor stopped";
         let (tx, rx) = oneshot::channel();
         self.tx
@@ -357,15 +375,17 @@ fn next_answer(in_flight: &mut Vec<InFlight>) -> impl Future<Output = Answer> + 
     })
 }
 
-struct Service<T: BulkTarget> {
-    target: T,
+struct Service<E: BulkEncoder, T> {
+    encoder: E,
+    transport: T,
+    policy: FailurePolicy<E::Action>,
     /// Which node the next request goes to.
     selector: NodeSelector,
     retry_max_attempts: u32,
     shared: Arc<Shared>,
     dead_letter: Option<DeadLetterWriter>,
     /// Every batching decision (order per document, coalescing, retries, splits).
-    batcher: Batcher<T::Item, T::Effect>,
+    batcher: Batcher<E::Item, E::Effect>,
     /// The requests out, polled by this task itself: a response is acted on, and the
     /// next request sent, without a hand-off to another task and back.
     in_flight: Vec<InFlight>,
@@ -375,9 +395,9 @@ struct Service<T: BulkTarget> {
     rng: rand::rngs::SmallRng,
     name: String,
     /// Reused from one `settle` to the next.
-    resolved: Vec<Resolution<T::Item>>,
+    resolved: Vec<Resolution<E::Item>>,
 }
-impl<T: BulkTarget> Service<T> {
+impl<E: BulkEncoder, T: BulkTransport<E::Item>> Service<E, T> {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
@@ -387,14 +407,14 @@ impl<T: BulkTarget> Service<T> {
         // The batcher counts what the target gave for each action; the bookkeeping it
         // holds for each is added here, as the target counted it for the transit.
         let now = self.batcher.bytes()
-            + self.batcher.pending() * super::batcher::bookkeeping_bytes::<T::Item, T::Effect>();
+            + self.batcher.pending() * super::batcher::bookkeeping_bytes::<E::Item, E::Effect>();
         let before = self.shared.held_bytes.swap(now, Ordering::SeqCst);
         if now < before {
             self.shared.space.notify_waiters();
         }
     }
 
-    async fn run(mut self, mut rx: mpsc::Receiver<Cmd<T>>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Cmd<E>>) {
         let mut closing: Option<oneshot::Sender<()>> = None;
         loop {
             let failed = self.shared.failure().is_some();
@@ -456,7 +476,7 @@ impl<T: BulkTarget> Service<T> {
         }
     }
 
-    async fn add(&mut self, batch: EncodedBatch<T>) {
+    async fn add(&mut self, batch: EncodedBatch<E>) {
         for added in batch.actions {
             match added {
                 Added::Encoded(e) => self.batcher.add_doc(e.doc, e.effect, e.bytes, e.item),
@@ -467,26 +487,32 @@ impl<T: BulkTarget> Service<T> {
 
     /// An action that cannot go into a request (its record has no valid id, say): the
     /// failure policy decides, as for a document the target refused.
-    async fn unwritable(&mut self, action: T::Action, why: String) {
+    async fn unwritable(&mut self, action: E::Action, why: String) {
         let failure = ItemFailure {
             status: 400,
             error_type: INVALID_DOCUMENT.into(),
             reason: why,
         };
         let m = &self.shared.metrics;
-        match self.target.on_failure(&action, &failure) {
+        let encoder = &self.encoder;
+        match self.policy.decide(
+            self.transport.system(),
+            &action,
+            |a| encoder.describe(a),
+            &failure,
+        ) {
             Decision::Fail(message) => {
                 m.items(ItemLabel::Failed, 1);
                 self.shared.fail(message)
             }
             Decision::Drop => {
-                warn!(action = %self.target.describe(&action), error = %failure.reason, "invalid document dropped by the failure handler");
+                warn!(action = %self.encoder.describe(&action), error = %failure.reason, "invalid document dropped by the failure handler");
                 m.items(ItemLabel::Dropped, 1);
                 self.shared.resolve(1);
             }
             Decision::DeadLetter(topic) => {
                 match Self::dead_letter(
-                    &self.target,
+                    (&self.encoder, &self.transport),
                     self.dead_letter.as_ref(),
                     &action,
                     &failure,
@@ -505,7 +531,7 @@ impl<T: BulkTarget> Service<T> {
                 m.items(ItemLabel::Failed, 1);
                 self.shared.fail(format!(
                     "{}: {} (a replacement for a document that is not JSON is not accepted)",
-                    self.target.describe(&action),
+                    self.encoder.describe(&action),
                     failure.reason
                 ))
             }
@@ -518,7 +544,7 @@ impl<T: BulkTarget> Service<T> {
         while let Some((id, items)) = self.batcher.next_request(now, force) {
             let actions = items.len();
             let node = self.selector.pick(now);
-            let (bytes, response) = self.target.send(node, &items);
+            let (bytes, response) = self.transport.send(node, &items);
             self.shared.bulks.fetch_add(1, Ordering::Relaxed);
             self.shared.metrics.bytes_sent.inc_by(bytes as u64);
             debug!(
@@ -567,11 +593,11 @@ impl<T: BulkTarget> Service<T> {
             // What is not written stays a while (a retry, the failure handler; a
             // response whose item count does not match is retried whole): it gets its
             // own bytes rather than keep its whole batch's buffer alive.
-            let target = &self.target;
+            let encoder = &self.encoder;
             self.batcher
-                .for_each_in_flight_mut(id, |item| target.unpin(item));
+                .for_each_in_flight_mut(id, |item| encoder.unpin(item));
         }
-        if let Some(message) = self.target.unrecoverable(node, &sent) {
+        if let Some(message) = self.transport.unrecoverable(node, &sent) {
             self.shared.fail_unrecoverable(message);
         }
         let mut already_written = 0;
@@ -613,13 +639,14 @@ impl<T: BulkTarget> Service<T> {
                     // Summed here, added once per outcome.
                     let mut counts = [0usize; ItemLabel::ALL.len()];
                     let mut unwritten = false;
-                    let target = &self.target;
+                    let transport = &self.transport;
                     let response = Response::Items(
                         items
                             .iter()
                             .zip(results)
                             .map(|(item, (status, ty, reason))| {
-                                let (outcome, label) = target.classify(item, status, ty.as_deref());
+                                let (outcome, label) =
+                                    transport.classify(item, status, ty.as_deref());
                                 if outcome == Outcome::AlreadyWritten {
                                     already_written += 1;
                                 }
@@ -651,7 +678,7 @@ impl<T: BulkTarget> Service<T> {
                 }
             }
             Sent::Request(status, why) => {
-                let outcome = self.target.classify_request(status);
+                let outcome = self.transport.classify_request(status);
                 m.request(RequestLabel::of_request(outcome));
                 if outcome == RequestOutcome::Retry {
                     m.items(ItemLabel::Retried, actions);
@@ -702,13 +729,13 @@ impl<T: BulkTarget> Service<T> {
                     } => self.refused(refusal, payload, failure, attempts).await,
                     Resolution::Exhausted(item, why) => {
                         self.shared.metrics.items(ItemLabel::Failed, 1);
-                        let what = self.target.describe(&self.target.action(&item));
+                        let what = self.encoder.describe(&self.encoder.action(&item));
                         self.shared.fail(format!("{what} {why}"))
                     }
                     Resolution::Fatal(item, why) => {
                         self.shared.metrics.items(ItemLabel::Failed, 1);
-                        let what = self.target.describe(&self.target.action(&item));
-                        let system = self.target.system();
+                        let what = self.encoder.describe(&self.encoder.action(&item));
+                        let system = self.transport.system();
                         self.shared.fail(format!("{system} refused {what}: {why}"))
                     }
                 }
@@ -735,20 +762,26 @@ impl<T: BulkTarget> Service<T> {
     async fn refused(
         &mut self,
         refusal: Refusal,
-        item: T::Item,
+        item: E::Item,
         failure: ItemFailure,
         attempts: u32,
     ) {
-        let action = self.target.action(&item);
+        let action = self.encoder.action(&item);
         let m = &self.shared.metrics;
-        match self.target.on_failure(&action, &failure) {
+        let encoder = &self.encoder;
+        match self.policy.decide(
+            self.transport.system(),
+            &action,
+            |a| encoder.describe(a),
+            &failure,
+        ) {
             Decision::Fail(message) => {
                 m.items(ItemLabel::Failed, 1);
                 self.batcher.settle_refused(refusal);
                 self.shared.fail(message)
             }
             Decision::Drop => {
-                warn!(action = %self.target.describe(&action), error = %failure.reason, "refused action dropped by the failure handler");
+                warn!(action = %self.encoder.describe(&action), error = %failure.reason, "refused action dropped by the failure handler");
                 m.items(ItemLabel::Dropped, 1);
                 self.batcher.settle_refused(refusal);
                 self.shared.resolve(1);
@@ -762,12 +795,12 @@ impl<T: BulkTarget> Service<T> {
                     self.batcher.settle_refused(refusal);
                     self.shared.fail(format!(
                         "{} requeued {attempts} times by the failure handler and still refused: {}",
-                        self.target.describe(&action),
+                        self.encoder.describe(&action),
                         failure.reason
                     ));
                     return;
                 }
-                let batch = self.target.encode(actions);
+                let batch = self.encoder.encode(actions);
                 m.items(ItemLabel::Requeued, 1);
                 self.shared.add_pending(batch.actions.len());
                 self.shared.resolve(1);
@@ -787,7 +820,7 @@ impl<T: BulkTarget> Service<T> {
             }
             Decision::DeadLetter(topic) => {
                 let written = Self::dead_letter(
-                    &self.target,
+                    (&self.encoder, &self.transport),
                     self.dead_letter.as_ref(),
                     &action,
                     &failure,
@@ -808,12 +841,13 @@ impl<T: BulkTarget> Service<T> {
 
     /// Writes the original record and the error to the dead-letter topic, waiting for
     /// the broker's acknowledgement: only then is the action resolved.
-    /// (An associated function: what it holds across the wait is the target and the
-    /// writer, not the service, whose requests in flight are not `Sync`.)
+    /// (An associated function: what it holds across the wait is the encoder, the
+    /// transport and the writer, not the service, whose requests in flight are not
+    /// `Sync`.)
     async fn dead_letter(
-        target: &T,
+        (encoder, transport): (&E, &T),
         writer: Option<&DeadLetterWriter>,
-        action: &T::Action,
+        action: &E::Action,
         failure: &ItemFailure,
         topic: &str,
     ) -> Result<(), String> {
@@ -824,10 +858,16 @@ impl<T: BulkTarget> Service<T> {
             "{} {}: {}",
             failure.status, failure.error_type, failure.reason
         );
-        let letter = target.letter(action, failure, &error);
+        let parts = encoder.letter(action);
+        let mut letter = DeadLetter::new(&error, transport.reason(failure), parts.payload)
+            .with_origin(parts.origin)
+            .with_key(parts.key);
+        if let Some((index, id)) = parts.target {
+            letter = letter.with_target(index, id);
+        }
         writer
             .send(topic, &letter)
             .await
-            .map_err(|e| format!("{e} ({})", target.describe(action)))
+            .map_err(|e| format!("{e} ({})", encoder.describe(action)))
     }
 }

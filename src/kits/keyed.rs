@@ -8,7 +8,7 @@
 //! ([`partition_scope`] before the key): a member that takes over a partition takes
 //! exactly the state of the keys that partition carries ([`scope_of`]).
 
-use super::{Operator, OperatorContext};
+use crate::connector::{Operator, OperatorContext};
 use crate::error::{JobError, Result};
 use crate::record::{Batch, Record};
 use lockgate_state::backend::{state_key, StateBatch};
