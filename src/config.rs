@@ -743,7 +743,8 @@ fn build(
     let mut several_before = false;
     // The first step that may send the sink deletes.
     let mut deletes: Option<String> = None;
-    let mut made_records: Option<String> = None;
+    // Records without coordinates: the source's own, or the first step's that makes some.
+    let mut made_records: Option<String> = source.facts.without_coordinates.clone();
     // Consecutive record transforms run as one step that parses each record once.
     // A `json` source's values parse (checked, or written by lockgate), and so do the
     // values every operator and transform writes.
@@ -1428,6 +1429,55 @@ mod dead_letter_policies {
                 }),
             })
         }
+    }
+
+    /// A source whose records have no coordinates (an acknowledging source's).
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct QueueSection {}
+
+    impl SourceSection for QueueSection {
+        fn prepare(self, _: &SectionContext) -> Result<PreparedSource, KeyError> {
+            Ok(PreparedSource {
+                facts: SourceFacts {
+                    without_coordinates: Some("messages of a queue".into()),
+                    ..SourceFacts::json("queue")
+                },
+                config: std::sync::Arc::new(()),
+                build: Box::new(|_| {
+                    SequenceSource::spec(SequenceConfig {
+                        from: 1,
+                        to: 10,
+                        keys: 1,
+                        rate_per_sec: 0,
+                        splits: 1,
+                    })
+                }),
+            })
+        }
+    }
+
+    #[test]
+    fn records_without_coordinates_from_the_source_are_refused_where_coordinates_are_needed() {
+        let registry = crate::builtin::registry().with_source::<QueueSection>("queue");
+        let load = |body: &str| {
+            build(
+                &format!("{HEAD}[source.queue]\n{body}"),
+                Path::new("/jobs/job.toml"),
+                &registry,
+            )
+            .map(|_| ())
+            .map_err(|e| format!("{}: {}", e.key, e.message))
+        };
+        let e = load(ES).unwrap_err();
+        assert!(
+            e.starts_with("sink.elasticsearch.id: messages of a queue have no source coordinates to make ids of"),
+            "{e}"
+        );
+        load(&format!("{ES}id = \"field:/n\"\n")).unwrap();
+        let e = load(&format!("{KAFKA_SINK}bootstrap_servers = \"k:9092\"\n")).unwrap_err();
+        assert!(e.starts_with("sink.kafka: a repartition stage marks each record by its source coordinates, and messages of a queue have none"), "{e}");
+        load(FILES).unwrap();
     }
 
     const HEAD: &str = "[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n";

@@ -187,6 +187,12 @@ pub struct SourceFacts {
     /// read from EARLIEST): positions then name other records than before, so a sink
     /// must not make ids or versions of them. `None`: positions never go back.
     pub positions_restart: Option<String>,
+    /// The records have no coordinates (stream, split, offset) that a replay gives
+    /// again, as an acknowledging source's messages: what they are, for errors
+    /// (`messages of a queue`). A sink then refuses ids, versions and marks made of
+    /// coordinates, as for the records a window makes
+    /// ([`SinkContext::records_without_coordinates`]). `None`: every record has them.
+    pub without_coordinates: Option<String>,
 }
 
 impl SourceFacts {
@@ -202,6 +208,7 @@ impl SourceFacts {
             event_time: false,
             not_split_keyed: None,
             positions_restart: None,
+            without_coordinates: None,
         }
     }
 }
@@ -251,8 +258,9 @@ pub struct SinkContext<'a> {
     /// (`transform.N (debezium)`, a session window retracting a merged session), by
     /// its job-file key.
     pub deletes: Option<String>,
-    /// What a step before the sink makes records of its own, without source
-    /// coordinates to make ids or versions of (`a window's results`), if one does.
+    /// What records reach the sink without source coordinates to make ids or
+    /// versions of, if some do: the source's ([`SourceFacts::without_coordinates`]) or
+    /// those a step before the sink makes of its own (`a window's results`).
     pub records_without_coordinates: Option<String>,
 }
 

@@ -11,10 +11,14 @@
 //!   each item.
 //! - [`fetcher`]: a source's reading thread and bounded hand-over, so that no source
 //!   blocks in `poll`, with the positions of what the job has taken.
+//! - [`acking`]: a source that acknowledges instead of seeking (a queue, a
+//!   subscription): acknowledged after the checkpoint completes, redeliveries of what
+//!   the job holds dropped by message id, kept in the source's checkpointed state.
 //! - [`keyed`]: keyed state in RocksDB and the keyed operator that runs a
 //!   [`keyed::KeyedFunction`] over it, snapshotted at each aligned barrier and split by
 //!   key group on a rescale.
 
+pub mod acking;
 pub mod bulk;
 pub mod fetcher;
 pub mod keyed;

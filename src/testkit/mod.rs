@@ -8,5 +8,6 @@ pub mod file_output;
 pub mod kafka;
 pub mod moto;
 pub mod postgres;
+pub mod queue;
 pub mod schema_registry;
 pub mod verdict;

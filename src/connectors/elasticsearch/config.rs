@@ -848,7 +848,7 @@ impl crate::connector::SinkSection for EsSection {
             if id == "coordinates" {
                 return Err(KeyError::new(
                     "id",
-                    format!("{made} have no source coordinates to make ids of: use id = \"field:/window_id\" (each window one document, rewritten by a replay)"),
+                    format!("{made} have no source coordinates to make ids of: use id = \"field:/<pointer>\", a field that names each document (a window's /window_id: each window one document, rewritten by a replay)"),
                 ));
             }
             if self.versioning.as_deref() == Some("external") {

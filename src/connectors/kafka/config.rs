@@ -433,6 +433,7 @@ impl crate::connector::SourceSection for KafkaSection {
             }),
             positions_restart: (cfg.on_topic_recreated == RecreatedPolicy::Restart)
                 .then(|| "source.kafka.on_topic_recreated".to_string()),
+            without_coordinates: None,
         };
         Ok(crate::connector::PreparedSource {
             facts,

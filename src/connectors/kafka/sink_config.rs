@@ -194,6 +194,11 @@ impl crate::connector::SinkSection for KafkaSinkSection {
                 "a repartition stage writes records in the order it reads them, and {kind} reorders them by key: put it into the job that reads the topic (with origin_headers = true)"
             )));
         }
+        if let Some(made) = &cx.records_without_coordinates {
+            return Err(crate::connector::KeyError::section(format!(
+                "a repartition stage marks each record by its source coordinates, and {made} have none: write them to a sink that does not need them"
+            )));
+        }
         if cx.several_outputs {
             return Err(crate::connector::KeyError::section(
                 "a repartition stage marks each record by its source coordinates, which the records a jq program makes of one input share: give the program one output (max_outputs = 1), or put it into the job that reads the topic",
