@@ -49,6 +49,8 @@
 //! | dead letters, and the one policy of `on_decode_error`, `on_error`, `on_item_error`, `on_invalid`, `late` | [`dead_letter`] |
 //! | members: who a member is, its checkpoint line | [`member`]; its start and rescale rules: [`checkpoint::line_plan`] (pure) |
 //! | keyed state per source partition (`co_partitioned`) | [`kits::keyed`] |
+//! | a source that acknowledges instead of seeking: when to acknowledge, which redelivery to drop | [`kits::acking`] (`Ledger` is pure) |
+//! | a record's JSON fields as a table's columns | [`columns`] |
 //! | failpoints | [`fault`] |
 //! | metrics, status, readiness, the HTTP listener and status page | [`telemetry`] (`status::readiness` is pure) |
 //! | stop, pause, resume, checkpoint now (the control API) | [`control`] (the requests), `telemetry::control_api` (HTTP), [`checkpoint::coordinator`] (when a requested checkpoint triggers) |
@@ -62,6 +64,7 @@ pub mod checkpoint;
 #[cfg(feature = "harness")]
 pub mod cli;
 pub mod clients;
+pub mod columns;
 pub mod config;
 pub mod connector;
 pub mod connectors;

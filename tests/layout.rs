@@ -22,6 +22,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         "core",
         &[
             "record",
+            "columns",
             "error",
             "member",
             "fault",

@@ -72,8 +72,25 @@ pub trait TwoPhaseWriter: Send + 'static {
         to_commit: &[Self::Committable],
     ) -> Result<()>;
 
-    /// Writes a batch into the current, invisible stage.
+    /// Writes a batch into the current, invisible stage (or holds it in memory, see
+    /// [`TwoPhaseWriter::buffered_bytes`]).
     async fn write(&mut self, batch: &Batch) -> Result<()>;
+
+    /// The bytes `write` holds in memory and has not put into the stage yet (rows
+    /// waiting to go as one statement, say). The kit counts them in
+    /// `lockgate_buffered_bytes{stage="sink"}` and calls [`TwoPhaseWriter::flush`]
+    /// when they pass the sink's bound ([`TwoPhaseSink::with_buffer_bound`]), so that
+    /// memory does not grow with the records between two barriers. Default 0: `write`
+    /// puts everything into the stage before it returns.
+    fn buffered_bytes(&self) -> usize {
+        0
+    }
+
+    /// Puts what `write` holds in memory into the stage, still invisible. Default:
+    /// nothing is held.
+    async fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     /// Barrier `id`: makes everything written since the last barrier durable, still
     /// invisible, and returns what names it (None: nothing was written). After this
@@ -97,6 +114,14 @@ pub trait TwoPhaseWriter: Send + 'static {
         restored: Option<CheckpointId>,
         named: &[Self::Committable],
     ) -> Result<()>;
+
+    /// No checkpoint older than `oldest` can be restored any more (see
+    /// [`Sink::notify_restorable_from`]): what the writer keeps only to commit again or
+    /// take back the output of older checkpoints (commit records in the destination,
+    /// say) may go. By default nothing is kept, nothing done.
+    async fn restorable_from(&mut self, _oldest: CheckpointId) -> Result<()> {
+        Ok(())
+    }
 
     /// Releases resources on a clean finish (after the final checkpoint completed):
     /// anything written after the final barrier cannot exist, an empty stage can.
@@ -151,6 +176,9 @@ pub fn restored_share<C: Clone>(
         .collect()
 }
 
+/// What a writer may hold in memory between two flushes by default: 64 MiB.
+pub const DEFAULT_BUFFER_BOUND: usize = 64 << 20;
+
 /// A [`Sink`] made of a [`TwoPhaseWriter`]: exactly-once output, see the module docs.
 pub struct TwoPhaseSink<W: TwoPhaseWriter> {
     writer: W,
@@ -159,17 +187,37 @@ pub struct TwoPhaseSink<W: TwoPhaseWriter> {
     records_out: Option<prometheus::IntCounter>,
     /// The subtask's name, for errors.
     name: String,
+    /// The writer's buffer is flushed once it holds more than this.
+    bound: usize,
+    /// The writer's buffered bytes, as last seen, for the buffered-bytes gauge.
+    buffered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
-    /// The sink of `writer`.
+    /// The sink of `writer`, whose buffer is flushed past [`DEFAULT_BUFFER_BOUND`].
     pub fn new(writer: W) -> TwoPhaseSink<W> {
         TwoPhaseSink {
             writer,
             pending: Vec::new(),
             records_out: None,
             name: String::new(),
+            bound: DEFAULT_BUFFER_BOUND,
+            buffered: Default::default(),
         }
+    }
+
+    /// Flushes the writer's buffer once it holds more than `bytes`
+    /// ([`TwoPhaseWriter::buffered_bytes`]).
+    pub fn with_buffer_bound(mut self, bytes: usize) -> TwoPhaseSink<W> {
+        self.bound = bytes;
+        self
+    }
+
+    fn count_buffered(&self) {
+        self.buffered.store(
+            self.writer.buffered_bytes(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The writer, for tests.
@@ -184,6 +232,8 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
         let m = info.telemetry.metrics();
         self.records_out =
             Some(m.task_counter(&m.records_out, crate::connector::SINK_UID, info.index));
+        let part: std::sync::Arc<dyn crate::telemetry::metrics::Buffered> = self.buffered.clone();
+        m.count_buffered(crate::telemetry::metrics::Stage::Sink, &part);
         self.name = info.name.clone();
         let kind = self.writer.kind();
         let states = restored
@@ -215,6 +265,10 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
 
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
         self.writer.write(&batch).await?;
+        if self.writer.buffered_bytes() > self.bound {
+            self.writer.flush().await?;
+        }
+        self.count_buffered();
         if let Some(c) = &self.records_out {
             c.inc_by(batch.len() as u64);
         }
@@ -222,7 +276,9 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
-        if let Some(c) = self.writer.prepare_commit(id).await? {
+        let staged = self.writer.prepare_commit(id).await;
+        self.count_buffered();
+        if let Some(c) = staged? {
             crate::fault::hit("after-stage");
             if let Some((last, _)) = self.pending.last().filter(|(p, _)| *p >= id) {
                 // A second stage under one id would overwrite the first.
@@ -251,6 +307,10 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
             crate::fault::hit("after-part-commit");
         }
         Ok(())
+    }
+
+    async fn notify_restorable_from(&mut self, oldest: CheckpointId) -> Result<()> {
+        self.writer.restorable_from(oldest).await
     }
 
     async fn close(&mut self) -> Result<()> {
@@ -479,5 +539,95 @@ mod tests {
         };
         sink(&log).open(&info(), &restored).await.unwrap();
         assert!(log.0.lock().unwrap().contains(&"commit 1 a".to_string()));
+    }
+
+    /// A writer that holds records in memory until `flush` (or the barrier) puts
+    /// them into its stage: what it was told, in order.
+    #[derive(Default)]
+    struct Buffering {
+        held: Vec<Vec<u8>>,
+        stage: usize,
+        calls: Vec<String>,
+        restorable_from: Option<CheckpointId>,
+    }
+
+    #[async_trait]
+    impl TwoPhaseWriter for Buffering {
+        type Committable = usize;
+
+        async fn open(
+            &mut self,
+            _: &SubtaskInfo,
+            _: Option<CheckpointId>,
+            _: &[usize],
+        ) -> Result<()> {
+            Ok(())
+        }
+        async fn write(&mut self, batch: &Batch) -> Result<()> {
+            self.held.extend(batch.iter().map(|r| r.value.to_vec()));
+            Ok(())
+        }
+        fn buffered_bytes(&self) -> usize {
+            self.held.iter().map(Vec::len).sum()
+        }
+        async fn flush(&mut self) -> Result<()> {
+            self.calls.push(format!("flush {}", self.buffered_bytes()));
+            self.stage += self.held.len();
+            self.held.clear();
+            Ok(())
+        }
+        async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Option<usize>> {
+            self.stage += self.held.len();
+            self.held.clear();
+            Ok(Some(std::mem::take(&mut self.stage)))
+        }
+        async fn commit(&mut self, c: &usize) -> Result<()> {
+            self.calls.push(format!("commit {c}"));
+            Ok(())
+        }
+        async fn abort_abandoned(&mut self, _: Option<CheckpointId>, _: &[usize]) -> Result<()> {
+            Ok(())
+        }
+        async fn restorable_from(&mut self, oldest: CheckpointId) -> Result<()> {
+            self.restorable_from = Some(oldest);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn what_a_writer_holds_in_memory_is_flushed_past_the_bound_and_counted() {
+        let telemetry = crate::telemetry::Telemetry::default();
+        let info = info().with_telemetry(telemetry.clone());
+        let mut s = TwoPhaseSink::new(Buffering::default()).with_buffer_bound(10);
+        s.open(&info, &SinkRestore::default()).await.unwrap();
+        s.invoke(batch(&["aaaa", "bbbb"])).await.unwrap();
+        assert!(s.writer.calls.is_empty(), "8 bytes: under the bound");
+        assert_eq!(
+            telemetry.metrics().refresh_buffered()[2],
+            8,
+            "counted as the sink's"
+        );
+        s.invoke(batch(&["cccc"])).await.unwrap();
+        assert_eq!(s.writer.calls, vec!["flush 12"], "12 bytes: flushed");
+        assert_eq!(telemetry.metrics().refresh_buffered()[2], 0);
+        s.invoke(batch(&["dd"])).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        assert_eq!(
+            telemetry.metrics().refresh_buffered()[2],
+            0,
+            "the barrier staged it"
+        );
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        assert_eq!(
+            s.writer.calls,
+            vec!["flush 12", "commit 4"],
+            "one epoch of 4 records"
+        );
+        s.notify_restorable_from(CheckpointId(1)).await.unwrap();
+        assert_eq!(
+            s.writer.restorable_from,
+            Some(CheckpointId(1)),
+            "passed on to the writer"
+        );
     }
 }

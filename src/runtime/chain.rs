@@ -244,13 +244,20 @@ impl Chain {
         Ok(snaps)
     }
 
-    /// Checkpoint `id` completed.
-    pub async fn notify_complete(&mut self, id: CheckpointId) -> Result<()> {
+    /// Checkpoint `id` completed; none older than `restorable_from` can be restored.
+    pub async fn notify_complete(
+        &mut self,
+        id: CheckpointId,
+        restorable_from: Option<CheckpointId>,
+    ) -> Result<()> {
         for (op, _) in &mut self.ops {
             op.notify_checkpoint_complete(id)?;
         }
         if let Tail::Sink(s) = &mut self.tail {
             s.notify_checkpoint_complete(id).await?;
+            if let Some(oldest) = restorable_from {
+                s.notify_restorable_from(oldest).await?;
+            }
         }
         Ok(())
     }

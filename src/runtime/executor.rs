@@ -262,6 +262,9 @@ async fn run_attempt(
     // of its RocksDB checkpoint). Subtasks take barriers in order, so once a later
     // checkpoint is published none of them touches an older one any more.
     let mut aborted: Vec<CheckpointId> = Vec::new();
+    // The newest checkpoints this attempt published (at most as many as retention
+    // keeps), oldest first: once there are that many, they are what retention keeps.
+    let mut completed: Vec<CheckpointId> = Vec::new();
     let mut stop_seen = false;
     let mut retention: Option<tokio::task::JoinHandle<()>> = None;
     let mut running = all.len();
@@ -406,7 +409,15 @@ async fn run_attempt(
                                 info!(checkpoint = %id, path = %path, duration_ms = took, is_final, "checkpoint completed");
                                 crate::fault::after_publish();
                                 crate::fault::checkpoint_completed();
-                                send_all(Control::Complete { id, is_final });
+                                completed.push(id);
+                                if completed.len() > job.checkpoint.retain {
+                                    completed.remove(0);
+                                }
+                                send_all(Control::Complete {
+                                    id,
+                                    is_final,
+                                    restorable_from: oldest_retained(&completed, job.checkpoint.retain),
+                                });
                                 if let Some(c) = control {
                                     c.completed(id, &path.to_string());
                                 }
@@ -471,8 +482,39 @@ async fn run_attempt(
 
 /// Ends a failed attempt: aborts every task and waits until all are gone, so that
 /// no task of this attempt still touches the working state when the next one starts.
+/// The oldest checkpoint retention keeps once the last of `completed` (this attempt's
+/// published checkpoints, in order) is published and the newest `retain` stay: known
+/// only when this attempt published at least `retain` (older ones on disk may be kept
+/// otherwise).
+fn oldest_retained(completed: &[CheckpointId], retain: usize) -> Option<CheckpointId> {
+    if retain == 0 || completed.len() < retain {
+        return None;
+    }
+    Some(completed[completed.len() - retain])
+}
+
 async fn fail_attempt(tasks: &mut JoinSet<(TaskId, Result<()>)>, e: JobError) -> Result<()> {
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     Err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_restorable_checkpoint_is_known_once_retention_keeps_only_this_attempt_s() {
+        let ids: Vec<CheckpointId> = (4..=8).map(CheckpointId).collect();
+        assert_eq!(
+            oldest_retained(&ids[..1], 3),
+            None,
+            "older ones on disk are kept"
+        );
+        assert_eq!(oldest_retained(&ids[..2], 3), None);
+        assert_eq!(oldest_retained(&ids[..3], 3), Some(CheckpointId(4)));
+        assert_eq!(oldest_retained(&ids[2..5], 3), Some(CheckpointId(6)));
+        assert_eq!(oldest_retained(&ids[4..5], 1), Some(CheckpointId(8)));
+        assert_eq!(oldest_retained(&ids, 0), None);
+    }
 }

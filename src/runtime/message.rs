@@ -29,7 +29,13 @@ pub enum Control {
     /// Sources only: read again after a `Pause`.
     Resume,
     /// Checkpoint `id` is published. After the final one, tasks finish.
-    Complete { id: CheckpointId, is_final: bool },
+    /// `restorable_from`: the oldest checkpoint retention keeps once this one is
+    /// published, when the run knows it (see [`crate::connector::Sink::notify_restorable_from`]).
+    Complete {
+        id: CheckpointId,
+        is_final: bool,
+        restorable_from: Option<CheckpointId>,
+    },
     /// Checkpoint `id` was aborted.
     Aborted { id: CheckpointId },
 }

@@ -158,9 +158,13 @@ pub async fn run_source_task(
                         }
                         paused = false;
                     }
-                    Control::Complete { id, is_final } => {
+                    Control::Complete {
+                        id,
+                        is_final,
+                        restorable_from,
+                    } => {
                         source.notify_checkpoint_complete(id).await?;
-                        chain.notify_complete(id).await?;
+                        chain.notify_complete(id, restorable_from).await?;
                         if is_final {
                             chain.end().await?;
                             source.close().await?;
@@ -331,7 +335,11 @@ pub async fn run_input_task(
 
 async fn handle_control(c: Control, chain: &mut Chain, aligner: &mut Aligner) -> Result<()> {
     match c {
-        Control::Complete { id, .. } => chain.notify_complete(id).await,
+        Control::Complete {
+            id,
+            restorable_from,
+            ..
+        } => chain.notify_complete(id, restorable_from).await,
         Control::Aborted { id } => {
             aligner.cancel(id);
             chain.notify_aborted(id).await

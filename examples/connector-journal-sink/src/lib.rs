@@ -18,8 +18,8 @@
 //! is fsynced, then the journal line, and the staged file is removed. A committable
 //! whose line the journal holds already is committed, so nothing is appended twice.
 
-use lockgate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use lockgate::connector::*;
+use lockgate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

@@ -44,7 +44,7 @@ fn key_bytes(pointers: &[String], r: &Record) -> Vec<u8> {
         let root: &serde_json::value::RawValue = serde_json::from_str(text).ok()?;
         let mut out = Vec::new();
         for p in pointers {
-            let v = rows::raw_pointer(root, p)?;
+            let v = crate::columns::raw_pointer(root, p)?;
             let t = route_text(v.get());
             out.extend_from_slice(t.as_bytes());
             out.push(0x1f);

@@ -485,6 +485,17 @@ impl<E: BulkEncoder, T: BulkTransport<E::Item>> Service<E, T> {
         }
     }
 
+    /// What the failure policy makes of `action`, which failed with `failure`.
+    fn decide(&self, action: &E::Action, failure: &ItemFailure) -> Decision<E::Action> {
+        let encoder = &self.encoder;
+        self.policy.decide(
+            self.transport.system(),
+            action,
+            |a| encoder.describe(a),
+            failure,
+        )
+    }
+
     /// An action that cannot go into a request (its record has no valid id, say): the
     /// failure policy decides, as for a document the target refused.
     async fn unwritable(&mut self, action: E::Action, why: String) {
@@ -494,13 +505,7 @@ impl<E: BulkEncoder, T: BulkTransport<E::Item>> Service<E, T> {
             reason: why,
         };
         let m = &self.shared.metrics;
-        let encoder = &self.encoder;
-        match self.policy.decide(
-            self.transport.system(),
-            &action,
-            |a| encoder.describe(a),
-            &failure,
-        ) {
+        match self.decide(&action, &failure) {
             Decision::Fail(message) => {
                 m.items(ItemLabel::Failed, 1);
                 self.shared.fail(message)
@@ -768,13 +773,7 @@ impl<E: BulkEncoder, T: BulkTransport<E::Item>> Service<E, T> {
     ) {
         let action = self.encoder.action(&item);
         let m = &self.shared.metrics;
-        let encoder = &self.encoder;
-        match self.policy.decide(
-            self.transport.system(),
-            &action,
-            |a| encoder.describe(a),
-            &failure,
-        ) {
+        match self.decide(&action, &failure) {
             Decision::Fail(message) => {
                 m.items(ItemLabel::Failed, 1);
                 self.batcher.settle_refused(refusal);
