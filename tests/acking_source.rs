@@ -122,7 +122,7 @@ fn failed_acknowledgements_never_stall_the_job() {
     // FLINK-23183: after an acknowledgement failed, the broker redelivers messages the
     // job already holds; dropped and never acknowledged, they fill the prefetch
     // window and the job takes nothing more. Here the prefetch is small, so a stall
-    // would stop the run short of the end.
+    // would stop the run short of the end. One consumer: the job goes on.
     let dir = tempfile::tempdir().unwrap();
     let q = MemoryQueue::new();
     let sent = publish(&q, 3_000, true);
@@ -131,7 +131,7 @@ fn failed_acknowledgements_never_stall_the_job() {
     let g = job(
         "failed_acks",
         dir.path(),
-        2,
+        1,
         q.spec(40, WINDOW),
         &store,
         0,
@@ -145,9 +145,42 @@ fn failed_acknowledgements_never_stall_the_job() {
 }
 
 #[test]
+fn with_several_consumers_a_failed_acknowledgement_restarts_the_job() {
+    // The messages the failed channel gave back may reach the other consumer, which
+    // does not hold their ids: only a restart, which gives every subtask every id,
+    // keeps them from being taken as new.
+    let dir = tempfile::tempdir().unwrap();
+    let q = MemoryQueue::new();
+    let sent = publish(&q, 3_000, true);
+    q.fail_acks(1);
+    let store = Store::default();
+    let g = job(
+        "failed_ack_restarts",
+        dir.path(),
+        2,
+        q.spec(40, WINDOW),
+        &store,
+        0,
+        None,
+    );
+    let rt = runtime();
+    let summary = run_and_stop(&rt, &g, "every message committed and acknowledged", || {
+        store.committed_len() >= sent.len() && q.ready() == 0 && q.unacked() == 0
+    })
+    .unwrap();
+    assert_eq!(q.failed_acks(), 1);
+    assert_eq!(
+        summary.restarts, 1,
+        "the failed acknowledgement restarted the job"
+    );
+    same_as(&sent, &values(&store), Expect::Exact).unwrap();
+    check_drained(&q);
+}
+
+#[test]
 fn a_rescale_keeps_every_id_not_known_acknowledged() {
-    // The acknowledgements of the first run's last checkpoints fail, so messages it
-    // committed come again: the second run, at another parallelism, must drop each
+    // The acknowledgements of the first run's last checkpoints are lost, so messages
+    // it committed come again: the second run, at another parallelism, must drop each
     // of them, whichever old subtask had it.
     let dir = tempfile::tempdir().unwrap();
     let q = MemoryQueue::new();
@@ -166,7 +199,7 @@ fn a_rescale_keeps_every_id_not_known_acknowledged() {
     run_and_stop(&rt, &first, "half the messages committed", || {
         let half = store.committed_len() >= sent.len() / 2;
         if half {
-            q.fail_acks(u32::MAX);
+            q.lose_acks(u32::MAX);
         }
         half
     })
@@ -183,11 +216,11 @@ fn a_rescale_keeps_every_id_not_known_acknowledged() {
         .filter(|v| committed.contains(v))
         .count();
     assert!(again > 0, "committed messages wait to be delivered again");
-    q.fail_acks(0);
+    q.lose_acks(0);
     let second = job(
         "rescale",
         dir.path(),
-        1,
+        2,
         q.spec(100, WINDOW),
         &store,
         0,

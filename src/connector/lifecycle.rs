@@ -217,14 +217,15 @@ pub trait Sink: Send + 'static {
         Ok(())
     }
 
-    /// No checkpoint older than `oldest` can be restored any more: retention removed
-    /// it from the checkpoint directory (or the store), so a sink may forget what it
-    /// keeps to commit or take back the output of older ones (commit records, staged
-    /// files) instead of keeping it forever. Called after
-    /// `notify_checkpoint_complete`, once the run has completed as many checkpoints as
-    /// `checkpoint.retain` keeps, with `oldest` growing; never for a checkpoint the
-    /// runtime could still restore. A copy of an older checkpoint directory made by
-    /// hand and restored by path may then write its records again.
+    /// No checkpoint older than `oldest` will be restored any more: retention keeps
+    /// only `oldest` and newer ones in the checkpoint directory (or the store; it
+    /// removes the older ones beside the job, right after this), so a sink may forget
+    /// what it keeps to commit or take back the output of older ones (commit records)
+    /// instead of keeping it forever. Called after `notify_checkpoint_complete`, once
+    /// the attempt has published as many checkpoints as retention keeps
+    /// (`checkpoint.retain`, at least 2), with `oldest` growing. A copy of an older
+    /// checkpoint directory made by hand and restored by path may then write its
+    /// records again.
     async fn notify_restorable_from(&mut self, _oldest: CheckpointId) -> Result<()> {
         Ok(())
     }

@@ -410,7 +410,7 @@ async fn run_attempt(
                                 crate::fault::after_publish();
                                 crate::fault::checkpoint_completed();
                                 completed.push(id);
-                                if completed.len() > job.checkpoint.retain {
+                                if completed.len() > job.checkpoint.retain.max(2) {
                                     completed.remove(0);
                                 }
                                 send_all(Control::Complete {
@@ -483,11 +483,13 @@ async fn run_attempt(
 /// Ends a failed attempt: aborts every task and waits until all are gone, so that
 /// no task of this attempt still touches the working state when the next one starts.
 /// The oldest checkpoint retention keeps once the last of `completed` (this attempt's
-/// published checkpoints, in order) is published and the newest `retain` stay: known
-/// only when this attempt published at least `retain` (older ones on disk may be kept
+/// published checkpoints, in order) is published: retention keeps the newest `retain`,
+/// and never fewer than two (`lockgate_state::restore::retention_victims`). Known only
+/// when this attempt published at least that many (older ones on disk may be kept
 /// otherwise).
 fn oldest_retained(completed: &[CheckpointId], retain: usize) -> Option<CheckpointId> {
-    if retain == 0 || completed.len() < retain {
+    let retain = retain.max(2);
+    if completed.len() < retain {
         return None;
     }
     Some(completed[completed.len() - retain])
@@ -514,7 +516,9 @@ mod tests {
         assert_eq!(oldest_retained(&ids[..2], 3), None);
         assert_eq!(oldest_retained(&ids[..3], 3), Some(CheckpointId(4)));
         assert_eq!(oldest_retained(&ids[2..5], 3), Some(CheckpointId(6)));
-        assert_eq!(oldest_retained(&ids[4..5], 1), Some(CheckpointId(8)));
-        assert_eq!(oldest_retained(&ids, 0), None);
+        // Retention never keeps fewer than two.
+        assert_eq!(oldest_retained(&ids[4..5], 1), None);
+        assert_eq!(oldest_retained(&ids[3..5], 1), Some(CheckpointId(7)));
+        assert_eq!(oldest_retained(&ids[3..5], 0), Some(CheckpointId(7)));
     }
 }

@@ -1,8 +1,9 @@
 //! An in-memory message queue that redelivers as a broker does (RabbitMQ's rules), for
 //! the tests of the acknowledging-source kit and of sources built on it.
 //!
-//! Consumers take messages in order, at most `prefetch` unacknowledged each; a
-//! message is gone once acknowledged. A consumer that is dropped (its job torn down)
+//! Consumers take messages in order, at most `prefetch` unacknowledged each, on a
+//! channel whose delivery tags count from 1 (as AMQP's do); a message is gone once
+//! acknowledged. A consumer that is dropped (its job torn down)
 //! or whose acknowledgement fails (its channel closed) gives every message it has not
 //! acknowledged back to the head of the queue, in delivery order, where any consumer
 //! takes it again. Faults are asked for: [`MemoryQueue::fail_acks`].
@@ -25,33 +26,36 @@ struct Message {
 #[derive(Debug, Default)]
 struct Inner {
     ready: VecDeque<Message>,
-    /// tag -> (channel, message), unacknowledged.
-    unacked: BTreeMap<u64, (u64, Message)>,
-    next_tag: u64,
+    /// (channel, tag) -> message, unacknowledged.
+    unacked: BTreeMap<(u64, u64), Message>,
+    /// The last tag of each open channel.
+    tags: BTreeMap<u64, u64>,
     next_channel: u64,
     acked: usize,
     redelivered: usize,
     failing_acks: u32,
     failed_acks: usize,
+    losing_acks: u32,
 }
 
 impl Inner {
     fn channel(&mut self) -> u64 {
         self.next_channel += 1;
+        self.tags.insert(self.next_channel, 0);
         self.next_channel
     }
 
     /// Channel `channel` closed: its unacknowledged messages go back to the head of
     /// the queue, in the order they were delivered.
     fn close(&mut self, channel: u64) {
-        let back: Vec<u64> = self
+        self.tags.remove(&channel);
+        let back: Vec<(u64, u64)> = self
             .unacked
-            .iter()
-            .filter(|(_, (c, _))| *c == channel)
-            .map(|(tag, _)| *tag)
+            .range((channel, 0)..=(channel, u64::MAX))
+            .map(|(k, _)| *k)
             .collect();
-        for tag in back.into_iter().rev() {
-            let (_, m) = self.unacked.remove(&tag).expect("listed above");
+        for k in back.into_iter().rev() {
+            let m = self.unacked.remove(&k).expect("listed above");
             self.redelivered += 1;
             self.ready.push_front(m);
         }
@@ -84,6 +88,13 @@ impl MemoryQueue {
     /// the messages that channel has not acknowledged come again.
     pub fn fail_acks(&self, n: u32) {
         self.inner().failing_acks = n;
+    }
+
+    /// The next `n` acknowledgements are lost on their way: the consumer is told they
+    /// were sent, the broker never sees them (the connection broke right after), so
+    /// their messages come again once the channel closes.
+    pub fn lose_acks(&self, n: u32) {
+        self.inner().losing_acks = n;
     }
 
     /// Messages waiting for a consumer.
@@ -139,7 +150,8 @@ impl MemoryQueue {
     }
 }
 
-/// One consumer of a [`MemoryQueue`], on a channel of its own.
+/// One consumer of a [`MemoryQueue`], on a channel of its own (a new one after its
+/// channel closed). Its handles are `(channel, delivery tag)`.
 pub struct QueueConsumer {
     queue: MemoryQueue,
     channel: Option<u64>,
@@ -156,14 +168,14 @@ impl Drop for QueueConsumer {
 
 #[async_trait]
 impl Acknowledged for QueueConsumer {
-    type Handle = u64;
+    type Handle = (u64, u64);
 
     async fn open(&mut self, _: &SubtaskInfo) -> Result<()> {
         self.channel = Some(self.queue.inner().channel());
         Ok(())
     }
 
-    async fn receive(&mut self, out: &mut Vec<Delivery<u64>>) -> Result<SourcePoll> {
+    async fn receive(&mut self, out: &mut Vec<Delivery<(u64, u64)>>) -> Result<SourcePoll> {
         {
             let mut q = self.queue.inner();
             let channel = match self.channel {
@@ -174,20 +186,21 @@ impl Acknowledged for QueueConsumer {
                     c
                 }
             };
-            let mut held = q.unacked.values().filter(|(c, _)| *c == channel).count();
+            let mut held = q.unacked.range((channel, 0)..=(channel, u64::MAX)).count();
             while held < self.prefetch {
                 let Some(m) = q.ready.pop_front() else { break };
-                q.next_tag += 1;
-                let tag = q.next_tag;
+                let tag = q.tags.get_mut(&channel).expect("an open channel");
+                *tag += 1;
+                let tag = *tag;
                 out.push(Delivery {
-                    handle: tag,
+                    handle: (channel, tag),
                     id: m.id.clone(),
                     record: Record {
                         value: m.value.clone(),
                         ..Default::default()
                     },
                 });
-                q.unacked.insert(tag, (channel, m));
+                q.unacked.insert((channel, tag), m);
                 held += 1;
             }
         }
@@ -198,10 +211,11 @@ impl Acknowledged for QueueConsumer {
         Ok(SourcePoll::Ready)
     }
 
-    async fn acknowledge(&mut self, handles: Vec<u64>) -> std::result::Result<(), String> {
+    async fn acknowledge(&mut self, handles: Vec<(u64, u64)>) -> std::result::Result<(), String> {
         let mut q = self.queue.inner();
         let Some(channel) = self.channel else {
-            return Err("no channel".into());
+            // The channel closed: its messages were given back, nothing to acknowledge.
+            return Ok(());
         };
         if q.failing_acks > 0 {
             q.failing_acks -= 1;
@@ -210,19 +224,20 @@ impl Acknowledged for QueueConsumer {
             self.channel = None;
             return Err("the channel closed (a failure the test asked for)".into());
         }
-        for tag in &handles {
-            match q.unacked.get(tag) {
-                Some((c, _)) if *c == channel => {
-                    q.unacked.remove(tag);
-                    q.acked += 1;
-                }
+        if q.losing_acks > 0 {
+            q.losing_acks -= 1;
+            return Ok(());
+        }
+        // Handles of an earlier channel name deliveries the broker gave back when it
+        // closed: their tags mean other deliveries on this one.
+        for (c, tag) in handles.into_iter().filter(|(c, _)| *c == channel) {
+            if q.unacked.remove(&(c, tag)).is_none() {
                 // AMQP closes the channel on an unknown delivery tag.
-                _ => {
-                    q.close(channel);
-                    self.channel = None;
-                    return Err(format!("unknown delivery tag {tag}: the channel closed"));
-                }
+                q.close(channel);
+                self.channel = None;
+                return Err(format!("unknown delivery tag {tag}: the channel closed"));
             }
+            q.acked += 1;
         }
         Ok(())
     }

@@ -60,6 +60,11 @@ const PACE: u64 = 4_000;
 /// that the stop after three checkpoints, or the failure after the first, comes long
 /// before the end.
 const STOP_RECORDS: i64 = 20_000;
+/// The records of the SIGKILL case: fifteen seconds at [`PACE`]. Its three runs each
+/// go on from the last one's checkpoint until a kill up to seven checkpoints or sixty
+/// source batches in: on a busy machine checkpoints come later and batches hold more,
+/// and five seconds of input ran out before the third kill.
+const KILL_RECORDS: i64 = 60_000;
 
 fn sequence(to: i64, rate_per_sec: u64) -> SequenceConfig {
     SequenceConfig {
@@ -390,7 +395,7 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkTestContext, dir: &Path) -> CaseRe
     let f = cx.create()?;
     let g = f.spec()?.caps.guarantee;
     let (schedule, note) = process::kill_schedule(20261204, 3, process::KILL_POINTS);
-    job.write(&sequence_section(STOP_RECORDS, PACE), &f.section()?)?;
+    job.write(&sequence_section(KILL_RECORDS, PACE), &f.section()?)?;
     let mut kills = 0;
     for at in schedule {
         let killed = job.kill_at(at).map_err(|e| format!("{e} {note}"))?;
@@ -401,9 +406,9 @@ pub fn sigkill_at_seeded_moments(cx: &dyn SinkTestContext, dir: &Path) -> CaseRe
             "{kills} of 3 runs were killed: the runs ended first {note}"
         ));
     }
-    job.write(&sequence_section(STOP_RECORDS, 0), &f.section()?)?;
+    job.write(&sequence_section(KILL_RECORDS, 0), &f.section()?)?;
     job.run_to_end()?;
-    check(f.as_ref(), g, &expected(STOP_RECORDS)).map_err(|e| format!("{e} {note}"))
+    check(f.as_ref(), g, &expected(KILL_RECORDS)).map_err(|e| format!("{e} {note}"))
 }
 
 /// Case `failpoint_windows`: for each window of the checkpoint protocol
