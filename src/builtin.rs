@@ -13,9 +13,7 @@ pub fn registry() -> Registry {
         .with_source::<crate::connectors::sequence::SequenceSection>(
             crate::connectors::sequence::KIND,
         )
-        .with_source::<crate::connectors::kafka::config::KafkaSection>(
-            crate::connectors::kafka::KIND,
-        )
+        .with_source::<crate::connectors::kafka::KafkaSection>(crate::connectors::kafka::KIND)
         .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
             crate::operators::rolling_sum::KIND,
         )
@@ -32,11 +30,9 @@ pub fn registry() -> Registry {
         .with_transform::<SmtSection<jq::JqConfig>>(jq::JqConfig::KIND)
         .with_transform::<SmtSection<debezium::DebeziumConfig>>(debezium::DebeziumConfig::KIND)
         .with_sink::<crate::connectors::file_sink::FileSection>(crate::connectors::file_sink::KIND)
-        .with_sink::<crate::connectors::elasticsearch::config::EsSection>(
-            crate::connectors::elasticsearch::config::KIND,
+        .with_sink::<crate::connectors::elasticsearch::EsSection>(
+            crate::connectors::elasticsearch::KIND,
         )
-        .with_sink::<crate::connectors::kafka::sink_config::KafkaSinkSection>(
-            crate::connectors::kafka::sink::KIND,
-        )
+        .with_sink::<crate::connectors::kafka::KafkaSinkSection>(crate::connectors::kafka::KIND)
         .with_sink::<crate::connectors::postgres::PgSection>(crate::connectors::postgres::KIND)
 }

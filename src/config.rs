@@ -1593,7 +1593,7 @@ mod dead_letter_policies {
     }
 
     fn kafka_sink(d: &JobDescription) -> String {
-        let c = d.sink_config::<crate::connectors::kafka::sink_config::KafkaSinkConfig>();
+        let c = d.sink_config::<crate::connectors::kafka::KafkaSinkConfig>();
         word(&c.unwrap().on_invalid)
     }
 

@@ -21,7 +21,7 @@
 //! Letters of records without Kafka coordinates (the sequence source) carry none.
 //!
 //! The producer takes the Kafka source's `[source.kafka.properties]`, except the
-//! consumer-only ones ([`crate::connectors::kafka::properties`]), so that dead letters
+//! consumer-only ones ([`crate::clients::kafka::applies_to`]), so that dead letters
 //! reach the cluster the way the source does.
 
 use crate::clients::kafka::{apply, ClientRole};
@@ -321,7 +321,7 @@ impl LetterCounts {
 impl DeadLetterWriter {
     /// A writer to the cluster at `bootstrap_servers`. It takes every property of
     /// `properties` (the Kafka source's librdkafka properties) that applies to a
-    /// producer ([`crate::connectors::kafka::properties::applies_to`]), then sets `enable.idempotence = true` and
+    /// producer ([`crate::clients::kafka::applies_to`]), then sets `enable.idempotence = true` and
     /// `acks = all`, which the job file may not weaken (refused at load). Creating the
     /// producer does not wait for the cluster; an error means librdkafka refused the
     /// configuration.

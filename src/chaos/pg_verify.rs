@@ -4,25 +4,24 @@
 //! prepared.
 //!
 //! The expected rows are made by the sink's own reading of a record
-//! ([`crate::connectors::postgres::rows::change_of`]) and loaded into a temporary
+//! ([`crate::connectors::postgres::verify::change_of`]) and loaded into a temporary
 //! table shaped like the target, so that the database compares values of one type
 //! (a timestamp written as epoch milliseconds equals the same instant in RFC 3339):
 //! the harness checks what the protocol delivers, not the conversion.
 
 use super::verify::{Input, Verdict};
-use crate::connectors::postgres::config::{Mode, PgConfig};
-use crate::connectors::postgres::rows::{self, Change};
-use crate::connectors::postgres::{connect, gid, table};
+use crate::connectors::postgres::verify::{self as pg, Change};
+use crate::connectors::postgres::{Mode, PgConfig};
 use crate::record::Record;
 use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 
 fn db(e: tokio_postgres::Error) -> String {
-    connect::describe(&e)
+    pg::describe(&e)
 }
 
 /// The expected changes in the order the table receives them: partition order.
-fn expected_changes(cfg: &PgConfig, layout: &table::Layout, inputs: &[Input]) -> Vec<Change> {
+fn expected_changes(cfg: &PgConfig, layout: &pg::Layout, inputs: &[Input]) -> Vec<Change> {
     let mut order: Vec<&Input> = inputs.iter().collect();
     order.sort_by(|a, b| {
         (&a.topic, a.partition, a.offset, a.output).cmp(&(
@@ -46,7 +45,7 @@ fn expected_changes(cfg: &PgConfig, layout: &table::Layout, inputs: &[Input]) ->
             ..Record::default()
         };
         // A record the sink cannot write is failed or dead-lettered: in no row.
-        if let Ok(c) = rows::change_of(layout, cfg.mode, &r) {
+        if let Ok(c) = pg::change_of(layout, cfg.mode, &r) {
             out.push(c);
         }
     }
@@ -54,21 +53,21 @@ fn expected_changes(cfg: &PgConfig, layout: &table::Layout, inputs: &[Input]) ->
 }
 
 /// The rows the table must hold in the end.
-fn final_rows(mode: Mode, layout: &table::Layout, changes: Vec<Change>) -> Vec<Vec<rows::Cell>> {
+fn final_rows(mode: Mode, layout: &pg::Layout, changes: Vec<Change>) -> Vec<Vec<pg::Cell>> {
     match mode {
         Mode::Upsert => {
             // Each key's last change: its position, and its row (None: deleted).
-            type Last = (usize, Option<Vec<rows::Cell>>);
+            type Last = (usize, Option<Vec<pg::Cell>>);
             let mut last: HashMap<Vec<Option<String>>, Last> = HashMap::new();
             for (n, c) in changes.into_iter().enumerate() {
-                let k = rows::key_of(&c, layout);
+                let k = pg::key_of(&c, layout);
                 let row = match c {
                     Change::Write(cells) => Some(cells),
                     Change::Delete(_) => None,
                 };
                 last.insert(k, (n, row));
             }
-            let mut rows: Vec<(usize, Vec<rows::Cell>)> = last
+            let mut rows: Vec<(usize, Vec<pg::Cell>)> = last
                 .into_values()
                 .filter_map(|(n, r)| r.map(|r| (n, r)))
                 .collect();
@@ -76,14 +75,14 @@ fn final_rows(mode: Mode, layout: &table::Layout, changes: Vec<Change>) -> Vec<V
             rows.into_iter().map(|(_, r)| r).collect()
         }
         Mode::Insert => {
-            let mut rows: Vec<Vec<rows::Cell>> = Vec::new();
+            let mut rows: Vec<Vec<pg::Cell>> = Vec::new();
             for c in changes {
                 match c {
                     Change::Write(cells) => rows.push(cells),
                     Change::Delete(k) => {
-                        let gone = rows::key_of(&Change::Delete(k), layout);
+                        let gone = pg::key_of(&Change::Delete(k), layout);
                         rows.retain(|cells| {
-                            rows::key_of(&Change::Write(cells.clone()), layout) != gone
+                            pg::key_of(&Change::Write(cells.clone()), layout) != gone
                         })
                     }
                 }
@@ -94,9 +93,9 @@ fn final_rows(mode: Mode, layout: &table::Layout, changes: Vec<Change>) -> Vec<V
 }
 
 async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, String> {
-    let client = connect::connect(cfg, "lockgate chaos verify").await?;
-    let t = table::load(&client, &cfg.table).await?;
-    let layout = table::layout(cfg, &t)?;
+    let client = pg::connect(cfg, "lockgate chaos verify").await?;
+    let t = pg::load(&client, &cfg.table).await?;
+    let layout = pg::layout(cfg, &t)?;
     let expected = final_rows(cfg.mode, &layout, expected_changes(cfg, &layout, inputs));
     let mut verdict = Verdict {
         inputs: inputs.len() as u64,
@@ -110,18 +109,18 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
         ))
         .await
         .map_err(db)?;
-    let scratch = table::Layout {
+    let scratch = pg::Layout {
         table: "pg_temp.lockgate_expected".into(),
         ..layout.clone()
     };
     let changes: Vec<Change> = expected.into_iter().map(Change::Write).collect();
-    let plan = rows::plan(&changes, Mode::Insert, &scratch);
+    let plan = pg::plan(&changes, Mode::Insert, &scratch);
     for stmt in &plan.stmts {
-        let rows::Stmt::Write { present, rows: at } = stmt else {
+        let pg::Stmt::Write { present, rows: at } = stmt else {
             continue;
         };
-        let sql = rows::write_sql(&scratch, Mode::Insert, present);
-        let params = rows::params(&changes, at, &scratch, stmt);
+        let sql = pg::write_sql(&scratch, Mode::Insert, present);
+        let params = pg::params(&changes, at, &scratch, stmt);
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
         client.execute(&sql, &refs).await.map_err(db)?;
@@ -129,7 +128,7 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
     let cols: Vec<String> = layout
         .written
         .iter()
-        .map(|w| format!("{}::text", table::quote_ident(&w.column.name)))
+        .map(|w| format!("{}::text", pg::quote_ident(&w.column.name)))
         .collect();
     let cols = cols.join(", ");
     let count = |sql: String| {
@@ -165,7 +164,7 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
             let keys: Vec<String> = layout
                 .key
                 .iter()
-                .map(|&k| table::quote_ident(&layout.written[k].column.name))
+                .map(|&k| pg::quote_ident(&layout.written[k].column.name))
                 .collect();
             let keys = keys.join(", ");
             let missing_keys = count(format!(
@@ -209,7 +208,7 @@ async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, Strin
     let left = client
         .query(
             "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, $1)",
-            &[&gid::prefix(&cfg.job)],
+            &[&pg::prefix(&cfg.job)],
         )
         .await
         .map_err(db)?;

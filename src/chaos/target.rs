@@ -73,9 +73,9 @@ impl Target {
     pub fn from_job_file(path: &Path) -> Result<Target, String> {
         let d = crate::config::describe(path, &crate::builtin::registry())
             .map_err(|e| e.to_string())?;
-        use crate::connectors::elasticsearch::EsSinkConfig;
+        use crate::connectors::elasticsearch::{EsSinkConfig, IndexTemplate, NullValue};
         use crate::connectors::file_sink::FileSinkConfig;
-        use crate::connectors::kafka::sink_config::KafkaSinkConfig;
+        use crate::connectors::kafka::KafkaSinkConfig;
         let k = d
             .source_config::<crate::connectors::kafka::KafkaSourceConfig>()
             .ok_or("the chaos harness verifies [source.kafka] jobs")?
@@ -90,11 +90,7 @@ impl Target {
         ) {
             (_, _, Some(k)) => Output::Topic(k.topic.clone()),
             (Some(e), _, None) => {
-                if super::super::connectors::elasticsearch::index_name::IndexTemplate::parse(
-                    &e.index,
-                )
-                .map_or(true, |t| t.fixed().is_none())
-                {
+                if IndexTemplate::parse(&e.index).map_or(true, |t| t.fixed().is_none()) {
                     return Err(format!(
                         "the chaos harness verifies one index, not the template `{}`",
                         e.index
@@ -119,7 +115,7 @@ impl Target {
                     id: e.id,
                     dead_letters,
                     tombstones_delete: e.on_null_value
-                        == Some(crate::connectors::elasticsearch::config::NullValue::Delete),
+                        == Some(NullValue::Delete),
                     data_stream: e.data_stream.as_ref().map(|_| e.timestamp.clone()),
                 }))
             }

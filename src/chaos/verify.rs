@@ -404,15 +404,14 @@ fn mget(t: &EsTarget, ids: &[String]) -> Result<HashMap<String, Value>, String> 
 }
 
 /// Sets the `@timestamp` the sink gives a data stream document (see
-/// [`crate::connectors::elasticsearch::params::with_timestamp`]).
+/// [`crate::connectors::elasticsearch::with_timestamp`]).
 fn set_timestamp(
     doc: &mut Value,
     ts: &crate::connectors::elasticsearch::TimestampSource,
     record_timestamp: Option<i64>,
 ) {
     let bytes = serde_json::to_vec(doc).expect("JSON");
-    if let Ok(with) =
-        crate::connectors::elasticsearch::params::with_timestamp(&bytes, ts, record_timestamp)
+    if let Ok(with) = crate::connectors::elasticsearch::with_timestamp(&bytes, ts, record_timestamp)
     {
         *doc = serde_json::from_slice(&with).expect("JSON");
     }

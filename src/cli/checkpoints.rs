@@ -261,7 +261,7 @@ fn inspect_dir(chk: &Path, shown: &str) -> i32 {
         // Kafka's spelling of a topic id (as `kafka-topics.sh --describe` shows it).
         let id = p
             .stream_id
-            .and_then(crate::connectors::kafka::topic_ids::TopicId::from_bytes)
+            .and_then(crate::connectors::kafka::TopicId::from_bytes)
             .map_or("-".to_string(), |id| id.to_string());
         println!(
             "  {:<24} {:>9} {:>14} {:>14}  {}",
@@ -417,7 +417,7 @@ pub fn alter(
         })
         .map(|c| (c.topic.clone(), c.partition))
         .collect();
-    let ranges = match crate::connectors::kafka::offsets::ranges(cluster, &wanted) {
+    let ranges = match crate::connectors::kafka::ranges(cluster, &wanted) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

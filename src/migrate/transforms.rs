@@ -541,8 +541,7 @@ fn java_replacement(r: &str) -> String {
 
 /// Whether a Java date format is one lockgate's index templates read.
 fn supported_date(format: &str) -> bool {
-    crate::connectors::elasticsearch::index_name::IndexTemplate::parse(&format!("x-{{{format}}}"))
-        .is_ok()
+    crate::connectors::elasticsearch::IndexTemplate::parse(&format!("x-{{{format}}}")).is_ok()
 }
 
 /// A Java `SimpleDateFormat` as strftime, if its letters are the common ones.

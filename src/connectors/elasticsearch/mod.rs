@@ -10,6 +10,10 @@
 //! ([`params`]), what an action does to its document ([`coalesce`]), what an
 //! item result means ([`item_result`]), the bulk API as the kit's target ([`bulk`]),
 //! the kit's batcher over Elasticsearch actions and its tests ([`batcher`]), the sink lifecycle ([`sink`]) with the index template it puts at open ([`index_setup`]).
+//!
+//! This file is the folder's face: the rest of lockgate reaches the sink through what
+//! it re-exports, never through the submodules (they stay public for programs built on
+//! the library).
 
 pub mod action;
 pub mod batcher;
@@ -25,11 +29,22 @@ pub mod params;
 pub mod sink;
 pub mod version_guard;
 
+/// The sink (`[sink.elasticsearch]`): its kind and section of the job file, its
+/// configuration and the sink itself.
+pub use config::{EsSection, EsSinkConfig, IdStrategy, NullValue, Operation, Versioning, KIND};
+pub use sink::EsSink;
+
+/// How the sink reaches the cluster: its nodes, credentials and TLS.
 pub use crate::clients::http::{Auth, TlsVerify};
+pub use connection::EsConnection;
+
+/// What a program of its own builds a sink from: records as bulk actions, their lines,
+/// and what happens to an action the cluster refuses.
 pub use action::{ActionBuilder, BulkAction, ConfigActionBuilder, OpType};
 pub use bulk::{FailureDecision, FailureHandler, ItemFailure, PolicyFailureHandler, Shared};
-pub use config::{EsSinkConfig, IdStrategy, NullValue, Operation, Versioning};
-pub use connection::EsConnection;
 pub use encode::Encoder;
-pub use params::TimestampSource;
-pub use sink::EsSink;
+
+/// The `index` setting as the sink reads it, and the `@timestamp` it gives a data
+/// stream document: what job-file migration and the chaos harness check against.
+pub use index_name::IndexTemplate;
+pub use params::{with_timestamp, TimestampSource};

@@ -42,8 +42,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-/// The kind of the Kafka sink in a job graph.
-pub const KIND: &str = "kafka";
+/// The kind of the Kafka sink in a job graph: the folder's kind, which the source
+/// shares.
+pub const KIND: &str = super::KIND;
 
 /// The reasons of the sink's dead letters (records whose key cannot be read).
 pub(crate) const LETTERS: &[Reason] = &[Reason::InvalidDocument];

@@ -15,6 +15,10 @@
 //! With `key`, records of one key reach one subtask (a `key_by` on the key columns
 //! before the sink): one key's changes stay in order, and two subtasks never wait on
 //! each other's locks.
+//!
+//! This file is the folder's face: the rest of lockgate reaches the sink through what
+//! it re-exports and through [`verify`], never through the submodules (they stay public
+//! for programs built on the library).
 
 pub mod config;
 pub mod connect;
@@ -24,8 +28,27 @@ pub mod table;
 pub mod types;
 pub(crate) mod writer;
 
+/// The sink (`[sink.postgres]`): its section of the job file, its configuration and
+/// the writer the two-phase kit drives.
 pub use config::{Delivery, Mode, PgConfig, PgSection};
 pub use writer::PgWriter;
+
+/// What checking a table the sink wrote needs, read the way the sink reads it (the
+/// chaos harness compares the table with what the sink would have written).
+pub mod verify {
+    // Paths from the crate root: the layout check reads `super::` in this file as the
+    // folder's parent, not as this inline module's.
+    /// How the sink connects to the server, and how it describes the server's errors.
+    pub use crate::connectors::postgres::connect::{connect, describe};
+    /// The prefix of the names of a job's prepared transactions.
+    pub use crate::connectors::postgres::gid::prefix;
+    /// The changes the sink makes of records and the statements it writes them with.
+    pub use crate::connectors::postgres::rows::{
+        change_of, key_of, params, plan, write_sql, Cell, Change, Stmt,
+    };
+    /// The target table and the layout of the columns the sink writes.
+    pub use crate::connectors::postgres::table::{layout, load, quote_ident, Layout};
+}
 
 use crate::connector::{Guarantee, SinkCaps, SinkSpec, Step};
 use crate::kits::TwoPhaseSink;
