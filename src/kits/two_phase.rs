@@ -28,9 +28,11 @@
 //! (standard configuration, serde): a committable's serde form is part of the
 //! checkpoint format and must stay readable by later versions.
 
+use crate::clients::kafka::KafkaCluster;
 use crate::connector::{Sink, SinkRestore, SubtaskInfo};
+use crate::dead_letter::{Letters, LettersOf, OnError, Reason};
 use crate::error::{JobError, Result};
-use crate::record::Batch;
+use crate::record::{Batch, Record};
 use async_trait::async_trait;
 use lockgate_state::CheckpointId;
 use serde::de::DeserializeOwned;
@@ -72,8 +74,20 @@ pub trait TwoPhaseWriter: Send + 'static {
         to_commit: &[Self::Committable],
     ) -> Result<()>;
 
+    /// Whether the destination can take `record`; `Err(why)`: it cannot (a value its
+    /// column refuses, a row too large). The sink's item error policy then decides
+    /// ([`TwoPhaseSink::on_item_error`]): the job fails naming the record, or the
+    /// record is skipped or written to a dead-letter topic, and the rest of the batch
+    /// is written. A record that `write` fails on instead fails the attempt, and the
+    /// restart meets it again until the restart policy gives up. Default: every record
+    /// can be written.
+    fn check(&self, _record: &Record) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
     /// Writes a batch into the current, invisible stage (or holds it in memory, see
-    /// [`TwoPhaseWriter::buffered_bytes`]).
+    /// [`TwoPhaseWriter::buffered_bytes`]). The batch holds only records
+    /// [`TwoPhaseWriter::check`] accepted.
     async fn write(&mut self, batch: &Batch) -> Result<()>;
 
     /// The bytes `write` holds in memory and has not put into the stage yet (rows
@@ -191,7 +205,15 @@ pub struct TwoPhaseSink<W: TwoPhaseWriter> {
     bound: usize,
     /// The writer's buffered bytes, as last seen, for the buffered-bytes gauge.
     buffered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// What becomes of a record the writer's `check` refuses, and where dead letters go.
+    on_item_error: OnError,
+    letters_cluster: Option<KafkaCluster>,
+    letters: Letters,
 }
+
+/// The reason of the dead letters of a two-phase sink: a record the destination
+/// cannot take.
+pub const LETTERS: &[Reason] = &[Reason::InvalidDocument];
 
 impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
     /// The sink of `writer`, whose buffer is flushed past [`DEFAULT_BUFFER_BOUND`].
@@ -203,7 +225,61 @@ impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
             name: String::new(),
             bound: DEFAULT_BUFFER_BOUND,
             buffered: Default::default(),
+            on_item_error: OnError::Fail,
+            letters_cluster: None,
+            letters: Letters::default(),
         }
+    }
+
+    /// Records [`TwoPhaseWriter::check`] refuses follow `policy` (the section's
+    /// `on_item_error`, parsed by `SectionContext::error_policy`); its dead letters go
+    /// to `cluster` (the source's Kafka cluster). Without this, a refused record fails
+    /// the job.
+    pub fn on_item_error(
+        mut self,
+        policy: OnError,
+        cluster: Option<KafkaCluster>,
+    ) -> TwoPhaseSink<W> {
+        self.on_item_error = policy;
+        self.letters_cluster = cluster;
+        self
+    }
+
+    /// The records of `batch` the writer can take; the others follow the item error
+    /// policy (an error when it fails the job).
+    fn accepted(&mut self, batch: Batch) -> Result<Batch> {
+        let refused: Vec<(usize, String)> = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| self.writer.check(r).err().map(|why| (i, why)))
+            .collect();
+        if refused.is_empty() {
+            return Ok(batch);
+        }
+        let kind = self.writer.kind();
+        for (i, why) in &refused {
+            let record = &batch[*i];
+            let message = format!(
+                "{} cannot be written by the {kind}: {why}",
+                crate::record::describe(record)
+            );
+            self.letters
+                .refuse(
+                    &self.on_item_error,
+                    record,
+                    message,
+                    Reason::InvalidDocument,
+                    "skipping a record the sink cannot write",
+                )
+                .map_err(|e| JobError::task(&self.name, e))?;
+        }
+        let mut refused = refused.into_iter().map(|(i, _)| i).peekable();
+        Ok(batch
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| refused.next_if_eq(i).is_none())
+            .map(|(_, r)| r)
+            .collect())
     }
 
     /// Flushes the writer's buffer once it holds more than `bytes`
@@ -234,6 +310,20 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
             Some(m.task_counter(&m.records_out, crate::connector::SINK_UID, info.index));
         let part: std::sync::Arc<dyn crate::telemetry::metrics::Buffered> = self.buffered.clone();
         m.count_buffered(crate::telemetry::metrics::Stage::Sink, &part);
+        self.letters.open(
+            LettersOf {
+                task: info.name.clone(),
+                what: "the sink",
+                metrics: m,
+                operator: crate::connector::SINK_UID,
+                subtask: info.index,
+                reasons: LETTERS,
+            },
+            &[&self.on_item_error],
+            self.letters_cluster
+                .as_ref()
+                .map(|k| (k.bootstrap_servers.as_str(), &k.properties)),
+        )?;
         self.name = info.name.clone();
         let kind = self.writer.kind();
         let states = restored
@@ -264,6 +354,7 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        let batch = self.accepted(batch)?;
         self.writer.write(&batch).await?;
         if self.writer.buffered_bytes() > self.bound {
             self.writer.flush().await?;
@@ -391,7 +482,18 @@ mod tests {
             ));
             Ok(())
         }
+        fn check(&self, record: &crate::record::Record) -> std::result::Result<(), String> {
+            match record.value.starts_with(b"bad") {
+                true => Err("a bad value".into()),
+                false => Ok(()),
+            }
+        }
+
         async fn write(&mut self, batch: &Batch) -> Result<()> {
+            assert!(
+                batch.iter().all(|r| !r.value.starts_with(b"bad")),
+                "the kit hands write only records check accepts"
+            );
             self.stage.extend(
                 batch
                     .iter()
@@ -628,6 +730,47 @@ mod tests {
             s.writer.restorable_from,
             Some(CheckpointId(1)),
             "passed on to the writer"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_record_the_writer_refuses_follows_the_item_error_policy() {
+        // fail (the default): the job fails naming the record, nothing of it staged.
+        let log = Log::default();
+        let mut s = sink(&log);
+        s.open(&info(), &SinkRestore::default()).await.unwrap();
+        let e = s
+            .invoke(batch(&["a", "bad1"]))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot be written by the two-phase sink: a bad value"),
+            "{e}"
+        );
+        // skip: the rest of the batch is written, in order.
+        let mut s = sink(&log).on_item_error(OnError::Skip, None);
+        s.open(&info(), &SinkRestore::default()).await.unwrap();
+        s.invoke(batch(&["a", "bad1", "b", "bad2", "c"]))
+            .await
+            .unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        assert!(log
+            .0
+            .lock()
+            .unwrap()
+            .contains(&"commit 1 a,b,c".to_string()));
+        // dead letters without a cluster: refused at open, naming the sink.
+        let mut s = sink(&log).on_item_error(OnError::DeadLetter("dlq".into()), None);
+        let e = s
+            .open(&info(), &SinkRestore::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the sink dead-letters, and the job has no Kafka cluster"),
+            "{e}"
         );
     }
 }
