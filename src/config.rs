@@ -580,8 +580,157 @@ fn build(
         |n, v| registry.parse_source(n, v),
         &err,
     )?;
+    let parsed_transforms = parse_transforms(&file.transform, registry, &err)?;
+    let sink_names = registry.sink_names();
+    let sinks = parse_tables(
+        &file.sink,
+        "sink",
+        &sink_names,
+        |n, v| registry.parse_sink(n, v),
+        &err,
+    )?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let resolve = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+
+    let JobSettings {
+        mut b,
+        cx,
+        checkpoint_dir,
+        checkpoint_store,
+    } = job_settings(&file, base, &resolve, registry, &err)?;
+
+    // The source first (the sink checks its facts), then the transforms, then the sink;
+    // the source is built last, once it knows what the sink reads.
+    let (source_name, source) = exactly_one(sources, "source", &source_names, &err)?;
+    let source = source(&cx).map_err(at(&format!("source.{source_name}")))?;
+    b = b.source_cluster(source.facts.kafka.clone());
+    // The transforms dead-letter to the source's cluster.
+    let cx = SectionContext {
+        source_kafka: source.facts.kafka.clone(),
+        event_time: source.facts.event_time,
+        ..cx
+    };
+    let transform_count = parsed_transforms.len();
+    let chained = chain_transforms(parsed_transforms, &cx, &source.facts, &err)?;
+    let (sink_name, sink) = exactly_one(sinks, "sink", &sink_names, &err)?;
+    let sink_cx = SinkContext {
+        section: &cx,
+        source: &source.facts,
+        transforms: transform_count,
+        stateful_transforms: chained.stateful,
+        several_outputs: chained.several.is_some(),
+        records_without_coordinates: chained.made_records,
+        deletes: chained.deletes,
+    };
+    let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
+    let not_split_keyed = source.facts.not_split_keyed.clone();
+    let source_spec = (source.build)(SourceWiring {
+        tombstones: sink.reads_tombstones || chained.reads_tombstones,
+        headers: chained.reads_headers,
+    });
+    let graph = b
+        .source_spec(source_spec)
+        .steps(chained.steps)
+        .sink_spec(sink.spec)
+        .build()
+        .map_err(|e| err("job", e.to_string()))?;
+    // Without keyed state, co_partitioned keeps nothing per partition.
+    if graph.co_partitioned && graph.has_keyed_state() {
+        if let Some(why) = not_split_keyed {
+            return Err(err("job.co_partitioned", why));
+        }
+    }
+    let description = JobDescription {
+        name: graph.name.clone(),
+        checkpoint_dir,
+        checkpoint_store,
+        source: (source_name.to_string(), source.config),
+        transforms: chained.transforms,
+        sink: (sink_name.to_string(), sink.config),
+    };
+    Ok((graph, description))
+}
+
+/// The job-wide sections, checked: the job builder (without its connectors), what
+/// every connector section is read with, and where the checkpoints go.
+struct JobSettings {
+    /// The job, without its connectors yet.
+    b: crate::job::JobBuilder,
+    cx: SectionContext,
+    /// The checkpoint directory (a store's local staging directory).
+    checkpoint_dir: PathBuf,
+    /// The object store's `dir` as written, if the checkpoints go to one.
+    checkpoint_store: Option<String>,
+}
+
+/// Reads `[job]`, `[checkpoint]`, `[restart]`, `[state]`, `[metrics]` and `[control]`.
+fn job_settings(
+    file: &JobFile,
+    base: &Path,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+    registry: &Registry,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<JobSettings, ConfigError> {
+    let j = &file.job;
+    check_parallelism(j, err)?;
+    let (c, checkpoint_store) = checkpointing(&file.checkpoint, resolve, err)?;
+    let restart = file.restart.policy().map_err(|(k, m)| err(&k, m))?;
+    let cx = SectionContext {
+        job_name: j.name.clone(),
+        base_dir: base.to_path_buf(),
+        parallelism: j.parallelism,
+        max_parallelism: j.max_parallelism,
+        checkpoint_timeout_ms: c.timeout_ms,
+        formats: registry.formats().clone(),
+        source_kafka: None,
+        event_time: false,
+    };
+    let checkpoint_dir = c.dir.clone();
+    let mut b = Job::builder(&j.name)
+        .parallelism(j.parallelism)
+        .max_parallelism(j.max_parallelism)
+        .co_partitioned(j.co_partitioned)
+        .left_out(j.left_out.clone())
+        .restart(restart)
+        .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
+        .checkpointing(c);
+    if let Some(m) = &file.metrics {
+        b = b.metrics_listen(metrics_listen(m, err)?);
+    }
+    if let Some(c) = file.control.as_ref().filter(|c| c.enabled) {
+        if file.metrics.is_none() {
+            return Err(err(
+                "control.enabled",
+                "the control API is served on the metrics listener: set [metrics] listen too"
+                    .into(),
+            ));
+        }
+        let token = control_token(c, resolve, err)?;
+        b = b.control(crate::control::ControlSettings { token });
+    }
+    Ok(JobSettings {
+        b,
+        cx,
+        checkpoint_dir,
+        checkpoint_store,
+    })
+}
+
+/// Each `[[transform]]` read through the registry by its `type`: its key
+/// (`transform[i]`), its type and what builds it.
+fn parse_transforms(
+    tables: &[toml::Table],
+    registry: &Registry,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Vec<(String, String, crate::connector::registry::ParsedTransform)>, ConfigError> {
     let mut parsed_transforms = Vec::new();
-    for (i, t) in file.transform.iter().enumerate() {
+    for (i, t) in tables.iter().enumerate() {
         let key = format!("transform[{i}]");
         let mut t = t.clone();
         let kind = match t.remove("type") {
@@ -607,27 +756,17 @@ fn build(
                     ),
                 )
             })?
-            .map_err(at(&key))?;
+            .map_err(|e| err(&e.full_key(&key), e.message))?;
         parsed_transforms.push((key, kind, parsed));
     }
-    let sink_names = registry.sink_names();
-    let sinks = parse_tables(
-        &file.sink,
-        "sink",
-        &sink_names,
-        |n, v| registry.parse_sink(n, v),
-        &err,
-    )?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    let resolve = |p: &Path| {
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            base.join(p)
-        }
-    };
+    Ok(parsed_transforms)
+}
 
-    let j = &file.job;
+/// Checks `parallelism` and `max_parallelism` (at most 32768 key groups).
+fn check_parallelism(
+    j: &JobSection,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
     if j.max_parallelism == 0 || j.max_parallelism > 32768 {
         return Err(err(
             "job.max_parallelism",
@@ -643,12 +782,18 @@ fn build(
             ),
         ));
     }
-    let (local, store) = file
-        .checkpoint
-        .location(&resolve)
-        .map_err(|(k, m)| err(&k, m))?;
-    let checkpoint_store = store.as_ref().map(|_| file.checkpoint.dir.clone());
-    let mut c = file.checkpoint.settings(local);
+    Ok(())
+}
+
+/// The checkpoint settings (checked) and, for a store, its `dir` as given.
+fn checkpointing(
+    section: &CheckpointSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(CheckpointSettings, Option<String>), ConfigError> {
+    let (local, store) = section.location(resolve).map_err(|(k, m)| err(&k, m))?;
+    let checkpoint_store = store.as_ref().map(|_| section.dir.clone());
+    let mut c = section.settings(local);
     c.store = store;
     if c.retain < 2 {
         return Err(err(
@@ -659,81 +804,76 @@ fn build(
     if c.timeout_ms == 0 {
         return Err(err("checkpoint.timeout_ms", "must be positive".into()));
     }
-    let restart = file.restart.policy().map_err(|(k, m)| err(&k, m))?;
-    let cx = SectionContext {
-        job_name: j.name.clone(),
-        base_dir: base.to_path_buf(),
-        parallelism: j.parallelism,
-        max_parallelism: j.max_parallelism,
-        checkpoint_timeout_ms: c.timeout_ms,
-        formats: registry.formats().clone(),
-        source_kafka: None,
-        event_time: false,
-    };
-    let checkpoint_dir = c.dir.clone();
-    let mut b = Job::builder(&j.name)
-        .parallelism(j.parallelism)
-        .max_parallelism(j.max_parallelism)
-        .co_partitioned(j.co_partitioned)
-        .left_out(j.left_out.clone())
-        .restart(restart)
-        .state_options(file.state.options().map_err(|(k, m)| err(&k, m))?)
-        .checkpointing(c);
-    if let Some(m) = &file.metrics {
-        let addr: std::net::SocketAddr = m.listen.parse().map_err(|_| {
-            err(
-                "metrics.listen",
-                format!(
-                    "`{}` is not an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464",
-                    m.listen
-                ),
-            )
-        })?;
-        b = b.metrics_listen(addr);
-    }
-    if let Some(c) = file.control.as_ref().filter(|c| c.enabled) {
-        if file.metrics.is_none() {
-            return Err(err(
-                "control.enabled",
-                "the control API is served on the metrics listener: set [metrics] listen too"
-                    .into(),
-            ));
-        }
-        let token = match &c.token_file {
-            None => None,
-            Some(f) => {
-                let t = read_secret_file(&resolve(Path::new(f)))
-                    .map_err(|m| err("control.token_file", m))?;
-                if t.expose().trim().is_empty() {
-                    return Err(err("control.token_file", format!("{f} is empty")));
-                }
-                // What a client can send in `Authorization: Bearer <token>`.
-                if !t.expose().bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(err(
-                        "control.token_file",
-                        format!("{f}: a token is one word of visible ASCII characters (no spaces or other characters)"),
-                    ));
-                }
-                Some(t)
-            }
-        };
-        b = b.control(crate::control::ControlSettings { token });
-    }
+    Ok((c, checkpoint_store))
+}
 
-    // The source first (the sink checks its facts), then the transforms, then the sink;
-    // the source is built last, once it knows what the sink reads.
-    let (source_name, source) = exactly_one(sources, "source", &source_names, &err)?;
-    let source = source(&cx).map_err(at(&format!("source.{source_name}")))?;
-    b = b.source_cluster(source.facts.kafka.clone());
-    // The transforms dead-letter to the source's cluster.
-    let cx = SectionContext {
-        source_kafka: source.facts.kafka.clone(),
-        event_time: source.facts.event_time,
-        ..cx
+/// `metrics.listen` as an address.
+fn metrics_listen(
+    m: &MetricsSection,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<std::net::SocketAddr, ConfigError> {
+    m.listen.parse().map_err(|_| {
+        err(
+            "metrics.listen",
+            format!(
+                "`{}` is not an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464",
+                m.listen
+            ),
+        )
+    })
+}
+
+/// The control API's bearer token, read from `token_file` (if given): one word of
+/// visible ASCII.
+fn control_token(
+    c: &ControlSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<Secret>, ConfigError> {
+    let Some(f) = &c.token_file else {
+        return Ok(None);
     };
+    let t = read_secret_file(&resolve(Path::new(f))).map_err(|m| err("control.token_file", m))?;
+    if t.expose().trim().is_empty() {
+        return Err(err("control.token_file", format!("{f} is empty")));
+    }
+    // What a client can send in `Authorization: Bearer <token>`.
+    if !t.expose().bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(err(
+            "control.token_file",
+            format!("{f}: a token is one word of visible ASCII characters (no spaces or other characters)"),
+        ));
+    }
+    Ok(Some(t))
+}
+
+/// The transforms as the job's steps, and what they tell the sink's section.
+struct ChainedTransforms {
+    /// Each transform's type and configuration, in order.
+    transforms: Vec<(String, AnyConfig)>,
+    steps: Vec<crate::connector::Step>,
+    /// The types of the transforms that run as steps of their own, in order.
+    stateful: Vec<String>,
+    reads_headers: bool,
+    reads_tombstones: bool,
+    /// The first transform that makes several records of one.
+    several: Option<String>,
+    /// The first step that may send the sink deletes.
+    deletes: Option<String>,
+    /// Records without coordinates: the source's own, or the first step's that makes some.
+    made_records: Option<String>,
+}
+
+/// Prepares each transform and makes the job's steps of them: consecutive record
+/// transforms run as one step that parses each record once.
+fn chain_transforms(
+    parsed_transforms: Vec<(String, String, crate::connector::registry::ParsedTransform)>,
+    cx: &SectionContext,
+    source: &crate::connector::SourceFacts,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<ChainedTransforms, ConfigError> {
     let mut transforms = Vec::new();
     let mut steps = Vec::new();
-    let transform_count = parsed_transforms.len();
     let mut stateful = Vec::new();
     let mut reads_headers = false;
     let mut reads_tombstones = false;
@@ -741,20 +881,17 @@ fn build(
     // earlier step: output numbers restart in each step, so only one step may number.
     let mut several: Option<String> = None;
     let mut several_before = false;
-    // The first step that may send the sink deletes.
     let mut deletes: Option<String> = None;
-    // Records without coordinates: the source's own, or the first step's that makes some.
-    let mut made_records: Option<String> = source.facts.without_coordinates.clone();
-    // Consecutive record transforms run as one step that parses each record once.
+    let mut made_records: Option<String> = source.without_coordinates.clone();
     // A `json` source's values parse (checked, or written by lockgate), and so do the
     // values every operator and transform writes.
-    let values = match source.facts.format.as_str() {
+    let values = match source.format.as_str() {
         "json" => crate::transforms::Values::Checked,
         _ => crate::transforms::Values::Unchecked,
     };
     let mut chain: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)> = Vec::new();
     for (i, (key, kind, parsed)) in parsed_transforms.into_iter().enumerate() {
-        let prepared = parsed(&cx, i).map_err(at(&key))?;
+        let prepared = parsed(cx, i).map_err(|e| err(&e.full_key(&key), e.message))?;
         match prepared.config.downcast_ref::<crate::transforms::Applied>() {
             Some(a) => {
                 reads_headers |= a.0.reads_headers();
@@ -805,43 +942,16 @@ fn build(
             cx.source_kafka.clone(),
         ));
     }
-    let (sink_name, sink) = exactly_one(sinks, "sink", &sink_names, &err)?;
-    let sink_cx = SinkContext {
-        section: &cx,
-        source: &source.facts,
-        transforms: transform_count,
-        stateful_transforms: stateful,
-        several_outputs: several.is_some(),
-        records_without_coordinates: made_records,
-        deletes,
-    };
-    let sink = sink(&sink_cx).map_err(at(&format!("sink.{sink_name}")))?;
-    let not_split_keyed = source.facts.not_split_keyed.clone();
-    let source_spec = (source.build)(SourceWiring {
-        tombstones: sink.reads_tombstones || reads_tombstones,
-        headers: reads_headers,
-    });
-    let graph = b
-        .source_spec(source_spec)
-        .steps(steps)
-        .sink_spec(sink.spec)
-        .build()
-        .map_err(|e| err("job", e.to_string()))?;
-    // Without keyed state, co_partitioned keeps nothing per partition.
-    if graph.co_partitioned && graph.has_keyed_state() {
-        if let Some(why) = not_split_keyed {
-            return Err(err("job.co_partitioned", why));
-        }
-    }
-    let description = JobDescription {
-        name: graph.name.clone(),
-        checkpoint_dir,
-        checkpoint_store,
-        source: (source_name.to_string(), source.config),
+    Ok(ChainedTransforms {
         transforms,
-        sink: (sink_name.to_string(), sink.config),
-    };
-    Ok((graph, description))
+        steps,
+        stateful,
+        reads_headers,
+        reads_tombstones,
+        several,
+        deletes,
+        made_records,
+    })
 }
 
 #[cfg(test)]

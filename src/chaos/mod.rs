@@ -432,17 +432,8 @@ fn spawn(
     Ok((child, events, reader))
 }
 
-/// The complete checkpoints of `checkpoint_dir` (`chk-N` with a `_metadata`), oldest
-/// first, as the snapshot directory lists them.
-pub fn complete_checkpoints(checkpoint_dir: &Path) -> Vec<PathBuf> {
-    use crate::state::restore::EntryStatus;
-    crate::state::snapshot_dir::list(checkpoint_dir)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.status == EntryStatus::Complete)
-        .map(|e| checkpoint_dir.join(e.name))
-        .collect()
-}
+/// The complete checkpoints of a checkpoint directory, oldest first.
+pub use crate::testkit::checkpoint::complete_checkpoints;
 
 /// Damages the newest complete checkpoint: a flipped byte or a truncation of its
 /// `_metadata` or of one of its keyed state files (SSTs and WAL copies). Returns the checkpoint's directory and what
@@ -541,35 +532,7 @@ fn supervise(
 /// least [`outcome::HOPELESS_SPAN_MS`], stops the harness with that error in
 /// the report (`stopped`) instead of being restarted again and again.
 pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Result<Report, String> {
-    // Reads the job file with the job's own parser, validating all of it.
-    let target = Target::from_job_file(&opts.config)?;
-    let upstream = match &opts.upstream {
-        Some(p) => Some((
-            p.as_path(),
-            Target::from_job_file(p).map_err(|e| format!("--upstream {}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
-    // What the output is verified against: the repartition stage's input, if any.
-    let verified = match &upstream {
-        Some((_, up)) => target.through(up)?,
-        None => {
-            if let target::Output::Topic(topic) = &target.output {
-                return Err(format!(
-                    "this job writes the topic `{topic}`: give the job that reads it as --config and this one as --upstream"
-                ));
-            }
-            target.clone()
-        }
-    };
-    if opts.corrupt_latest {
-        let stores = std::iter::once(&target).chain(upstream.as_ref().map(|(_, t)| t));
-        if let Some(store) = stores.filter_map(|t| t.checkpoint_store.as_ref()).next() {
-            return Err(format!(
-                "--corrupt-latest damages checkpoints in a local directory; this job keeps them in {store}"
-            ));
-        }
-    }
+    let (target, upstream, verified) = read_targets(opts)?;
     let started = Instant::now();
     let log = Arc::new(Mutex::new(
         std::fs::OpenOptions::new()
@@ -583,20 +546,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
         failpoints: opts.failpoints.clone(),
         ..Default::default()
     };
-    let bar = if opts.progress {
-        ProgressBar::new(
-            u64::from(opts.kills)
-                * u64::from(opts.members.max(1))
-                * (1 + u64::from(upstream.is_some())),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("  {spinner} [{elapsed_precise}] kills {pos}/{len} {msg}")
-            .expect("template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(100));
+    let bar = progress_bar(opts, upstream.is_some());
     let stop_faults = Arc::new(AtomicBool::new(false));
     // Whatever way this function returns, the fault thread stops (and clears the
     // faults) instead of leaving them armed on the server.
@@ -642,26 +592,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
             after_kill: &after_kill,
             kills_total: &kills_total,
         };
-        let lanes: Vec<Result<Report, String>> = if opts.members == 1 {
-            vec![ctx.run(Member::SOLO)]
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = Member::all(opts.members)
-                    .map(|m| {
-                        let ctx = &ctx;
-                        scope.spawn(move || ctx.run(m))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err("a member's lane panicked".into()))
-                    })
-                    .collect()
-            })
-        };
-        for lane in lanes {
+        for lane in ctx.run_members() {
             report.absorb(lane?);
         }
         if report.stopped.is_some() {
@@ -674,6 +605,73 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
         report.network_faults = t.join().unwrap_or_default();
         report.es_stats = es.as_ref().and_then(es_faults::stats);
     }
+    summarize(&mut report, opts, &target)?;
+    if report.stopped.is_none() {
+        let inputs = verify::read_inputs(&verified)?;
+        report.verdict = match &verified.output {
+            target::Output::Postgres(cfg) => pg_verify::verify_table(cfg, &inputs.records)?,
+            _ => verify::verify(&verified, &inputs)?,
+        };
+    }
+    report.elapsed_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The job (`--config`), its repartition stage (`--upstream`, with its path) if any,
+/// and what the output is verified against: the repartition stage's input, if any.
+/// Each job file is read with the job's own parser, validating all of it.
+#[allow(clippy::type_complexity)]
+fn read_targets(opts: &ChaosOptions) -> Result<(Target, Option<(&Path, Target)>, Target), String> {
+    let target = Target::from_job_file(&opts.config)?;
+    let upstream = match &opts.upstream {
+        Some(p) => Some((
+            p.as_path(),
+            Target::from_job_file(p).map_err(|e| format!("--upstream {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let verified = match &upstream {
+        Some((_, up)) => target.through(up)?,
+        None => {
+            if let target::Output::Topic(topic) = &target.output {
+                return Err(format!(
+                    "this job writes the topic `{topic}`: give the job that reads it as --config and this one as --upstream"
+                ));
+            }
+            target.clone()
+        }
+    };
+    if opts.corrupt_latest {
+        let stores = std::iter::once(&target).chain(upstream.as_ref().map(|(_, t)| t));
+        if let Some(store) = stores.filter_map(|t| t.checkpoint_store.as_ref()).next() {
+            return Err(format!(
+                "--corrupt-latest damages checkpoints in a local directory; this job keeps them in {store}"
+            ));
+        }
+    }
+    Ok((target, upstream, verified))
+}
+
+/// The kills bar (hidden without `--progress`): one kill per member and stage.
+fn progress_bar(opts: &ChaosOptions, with_upstream: bool) -> ProgressBar {
+    let bar = if opts.progress {
+        ProgressBar::new(
+            u64::from(opts.kills) * u64::from(opts.members.max(1)) * (1 + u64::from(with_upstream)),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("  {spinner} [{elapsed_precise}] kills {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// The report's totals over the runs: the file sink's roll-backs, the abort points that
+/// never fired, the recovery percentiles.
+fn summarize(report: &mut Report, opts: &ChaosOptions, target: &Target) -> Result<(), String> {
     if target.elasticsearch().is_none() {
         let checks = report.runs.iter().filter_map(|r| r.roll_back.as_ref());
         report.parts_rolled_back = Some(checks.clone().map(|c| c.moved.len() as u64).sum());
@@ -689,15 +687,7 @@ pub fn run(opts: &ChaosOptions, mut after_kill: impl FnMut(u32) + Send) -> Resul
     }
     report.recovery_ms_p50 = percentile(&report.recovery_ms, 0.50);
     report.recovery_ms_p99 = percentile(&report.recovery_ms, 0.99);
-    if report.stopped.is_none() {
-        let inputs = verify::read_inputs(&verified)?;
-        report.verdict = match &verified.output {
-            target::Output::Postgres(cfg) => pg_verify::verify_table(cfg, &inputs.records)?,
-            _ => verify::verify(&verified, &inputs)?,
-        };
-    }
-    report.elapsed_s = started.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(())
 }
 
 /// The abort points of `spec` (items whose action holds `exit`) that no run reports
@@ -743,23 +733,48 @@ fn who(stage: Stage, member: Member) -> String {
 }
 
 impl<F: FnMut(u32) + Send> Lane<'_, F> {
-    /// Runs one member until it finishes: killed on its own seeded schedule, restarted
-    /// with the same command. Returns the lane's part of the report (no verdict).
-    fn run(&self, member: Member) -> Result<Report, String> {
-        let (opts, target, bar) = (self.opts, self.target, self.bar);
-        let log = self.log;
-        let line = crate::checkpoint::lines::line_dir(&target.checkpoint_dir, member);
-        // Each member has its own schedule; member 0's is the single process's. The
-        // repartition stage's members have theirs too.
+    /// Runs every member's lane of this stage (in threads of their own when there are
+    /// several); returns their reports in member order.
+    fn run_members(&self) -> Vec<Result<Report, String>> {
+        if self.opts.members == 1 {
+            return vec![self.run(Member::SOLO)];
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = Member::all(self.opts.members)
+                .map(|m| scope.spawn(move || self.run(m)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a member's lane panicked".into()))
+                })
+                .collect()
+        })
+    }
+
+    /// The member's kill schedule: each member has its own, seeded from `--seed`;
+    /// member 0's is the single process's. The repartition stage's members have theirs
+    /// too.
+    fn schedule(&self, member: Member) -> rand::rngs::SmallRng {
         let salt = match self.stage {
             Stage::Upstream => 0x5DEE_CE66_D000,
             Stage::Job => 0,
         };
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(
-            opts.seed
+        rand::rngs::SmallRng::seed_from_u64(
+            self.opts
+                .seed
                 .wrapping_add(u64::from(member.index).wrapping_mul(0x9E37_79B9))
                 .wrapping_add(salt),
-        );
+        )
+    }
+
+    /// Runs one member until it finishes: killed on its own seeded schedule, restarted
+    /// with the same command. Returns the lane's part of the report (no verdict).
+    fn run(&self, member: Member) -> Result<Report, String> {
+        let (opts, target) = (self.opts, self.target);
+        let line = crate::checkpoint::lines::line_dir(&target.checkpoint_dir, member);
+        let mut rng = self.schedule(member);
         let started = Instant::now();
         let mut report = Report::default();
         let mut outcomes: Vec<(RunOutcome, u64)> = Vec::new();
@@ -786,26 +801,15 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 .map(rollback::list)
                 .transpose()
                 .map_err(|e| format!("listing the file sink's directory: {e}"))?;
-            let spawned = Instant::now();
-            let (mut child, events, reader) =
-                spawn(opts, (self.config, self.stage), member, runs, log)
-                    .map_err(|e| format!("cannot start the job: {e}"))?;
-            let kill_at = (report.kills < opts.kills).then(|| {
-                spawned
-                    + Duration::from_millis(
-                        rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1),
-                    )
-            });
             let corrupt_next = opts.corrupt_latest && report.corruption.is_none();
-            let status = supervise(&mut child, kill_at, || {
-                let decided = events.lock().expect("lock").restored.is_some();
-                let enough =
-                    !corrupt_next || fallback_rolls_back(target, &complete_checkpoints(&line));
-                (checking.is_none() || decided) && enough
-            })?;
-            // The process is gone: its log ends.
-            let _ = reader.join();
-            let ev = std::mem::take(&mut *events.lock().expect("lock"));
+            let kill = report.kills < opts.kills;
+            let (status, ev, spawned) = self.supervised_run(
+                member,
+                runs,
+                &line,
+                &mut rng,
+                (kill, corrupt_next, checking.is_some()),
+            )?;
             report.checkpoints_completed += ev.checkpoints;
             report.replays_dropped += ev.replays_dropped;
             let first_record_ms = ev
@@ -820,36 +824,21 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 report.corruption_detected = Some(c.fell_back());
                 report.corruption = Some(c);
             }
-            let outcome = match status {
-                None => RunOutcome::Killed,
-                Some(s) if s.success() => RunOutcome::Finished,
-                Some(s) if s.code() == Some(2) => {
-                    return Err(format!(
-                        "{}the job refused its configuration (see {})",
-                        who(self.stage, member),
-                        opts.log.display()
-                    ))
-                }
-                Some(s)
-                    if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) =>
-                {
-                    RunOutcome::FailpointAbort
-                }
-                // A job failure (exit 1), a panic or a crash: restarted, and counted.
-                Some(s) => RunOutcome::Failed {
-                    error: ev.error.clone().unwrap_or_else(|| format!("{s}")),
-                    started: ev.first_record.is_some() || ev.checkpoints > 0,
-                },
+            let Some(outcome) = run_outcome(status, &ev) else {
+                return Err(format!(
+                    "{}the job refused its configuration (see {})",
+                    who(self.stage, member),
+                    opts.log.display()
+                ));
+            };
+            let roll_back = match (sink_dir, &sink_before) {
+                (Some(dir), Some(before)) => Some(roll_back_check(dir, before, &ev, &outcome)?),
+                _ => None,
             };
             report.runs.push(RunRecord {
                 stage: self.stage,
                 member: member.index,
-                ended: match &outcome {
-                    RunOutcome::Killed => "killed".into(),
-                    RunOutcome::Finished => "finished".into(),
-                    RunOutcome::FailpointAbort => "failpoint-abort".into(),
-                    RunOutcome::Failed { error, .. } => format!("failed: {error}"),
-                },
+                ended: ended(&outcome),
                 restored: ev.restored.clone().unwrap_or(Restored::Unknown),
                 checkpoints: ev.checkpoints,
                 first_record_ms,
@@ -860,20 +849,7 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 },
                 failpoint: ev.failpoint.clone(),
                 restored_offsets: ev.restored_offsets,
-                roll_back: match (sink_dir, &sink_before) {
-                    (Some(dir), Some(before)) => {
-                        let after = rollback::list(dir)
-                            .map_err(|e| format!("listing the file sink's directory: {e}"))?;
-                        let restore_done = ev.checkpoints > 0 || outcome == RunOutcome::Finished;
-                        Some(rollback::check(
-                            before,
-                            &after,
-                            ev.restored.as_ref().unwrap_or(&Restored::Unknown),
-                            restore_done,
-                        ))
-                    }
-                    _ => None,
-                },
+                roll_back,
                 newest_after: complete_checkpoints(&line).last().map(|p| file_name(p)),
             });
             outcomes.push((outcome.clone(), started.elapsed().as_millis() as u64));
@@ -881,26 +857,11 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
                 RunOutcome::Finished => break,
                 RunOutcome::Killed => {
                     report.kills += 1;
-                    let total = self.kills_total.fetch_add(1, Ordering::Relaxed) + 1;
-                    bar.inc(1);
-                    bar.set_message(format!(
-                        "runs {runs}, checkpoints {}",
-                        report.checkpoints_completed
-                    ));
-                    (self.after_kill.lock().expect("lock"))(total);
-                    let chks = complete_checkpoints(&line);
-                    if corrupt_next && fallback_rolls_back(target, &chks) {
-                        let fallback = file_name(&chks[chks.len() - 2]);
-                        if let Some((chk, what)) = corrupt_latest(&line, &mut rng) {
-                            report.corrupted = Some(what.clone());
-                            checking = Some(Corruption {
-                                what,
-                                checkpoint: file_name(&chk),
-                                fallback,
-                                ..Default::default()
-                            });
-                            // Recorded now, completed by the next run.
-                            report.corruption = checking.clone();
+                    self.count_kill(runs, &report);
+                    if corrupt_next {
+                        if let Some(c) = corrupt_for_next_run(target, &line, &mut rng, &mut report)
+                        {
+                            checking = Some(c);
                         }
                     }
                 }
@@ -929,6 +890,126 @@ impl<F: FnMut(u32) + Send> Lane<'_, F> {
         }
         Ok(report)
     }
+
+    /// Starts run `runs` of the member and waits until it ends; returns its exit status
+    /// (none: killed), what its log said, and when it started. With a kill left
+    /// (`kill`), it is killed at a time drawn from the schedule, but not before the
+    /// fallback of the checkpoint to corrupt has something to roll back
+    /// (`corrupt_next`), nor, after a corruption (`checking`), before the run logged
+    /// its restore decision.
+    fn supervised_run(
+        &self,
+        member: Member,
+        runs: u32,
+        line: &Path,
+        rng: &mut rand::rngs::SmallRng,
+        (kill, corrupt_next, checking): (bool, bool, bool),
+    ) -> Result<(Option<ExitStatus>, RunEvents, Instant), String> {
+        let (opts, target) = (self.opts, self.target);
+        let spawned = Instant::now();
+        let (mut child, events, reader) =
+            spawn(opts, (self.config, self.stage), member, runs, self.log)
+                .map_err(|e| format!("cannot start the job: {e}"))?;
+        let kill_at = kill.then(|| {
+            spawned
+                + Duration::from_millis(rng.gen_range(opts.kill_after_ms.0..=opts.kill_after_ms.1))
+        });
+        let status = supervise(&mut child, kill_at, || {
+            let decided = events.lock().expect("lock").restored.is_some();
+            let enough = !corrupt_next || fallback_rolls_back(target, &complete_checkpoints(line));
+            (!checking || decided) && enough
+        })?;
+        // The process is gone: its log ends.
+        let _ = reader.join();
+        let ev = std::mem::take(&mut *events.lock().expect("lock"));
+        Ok((status, ev, spawned))
+    }
+
+    /// Counts a kill over all lanes, shows it, and runs `after_kill` with the total.
+    fn count_kill(&self, runs: u32, report: &Report) {
+        let total = self.kills_total.fetch_add(1, Ordering::Relaxed) + 1;
+        self.bar.inc(1);
+        self.bar.set_message(format!(
+            "runs {runs}, checkpoints {}",
+            report.checkpoints_completed
+        ));
+        (self.after_kill.lock().expect("lock"))(total);
+    }
+}
+
+/// How a run ended, from its exit status (none: SIGKILLed by the harness) and what its
+/// log said; none for a job that refused its configuration (exit 2), which no restart
+/// cures.
+fn run_outcome(status: Option<ExitStatus>, ev: &RunEvents) -> Option<RunOutcome> {
+    Some(match status {
+        None => RunOutcome::Killed,
+        Some(s) if s.success() => RunOutcome::Finished,
+        Some(s) if s.code() == Some(2) => return None,
+        Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => {
+            RunOutcome::FailpointAbort
+        }
+        // A job failure (exit 1), a panic or a crash: restarted, and counted.
+        Some(s) => RunOutcome::Failed {
+            error: ev.error.clone().unwrap_or_else(|| format!("{s}")),
+            started: ev.first_record.is_some() || ev.checkpoints > 0,
+        },
+    })
+}
+
+/// How a run ended, as the report's table says it.
+fn ended(outcome: &RunOutcome) -> String {
+    match outcome {
+        RunOutcome::Killed => "killed".into(),
+        RunOutcome::Finished => "finished".into(),
+        RunOutcome::FailpointAbort => "failpoint-abort".into(),
+        RunOutcome::Failed { error, .. } => format!("failed: {error}"),
+    }
+}
+
+/// What a run did to the file sink's directory (`before` it started): whether its
+/// restore rolled back exactly the parts committed after the restored checkpoint.
+fn roll_back_check(
+    dir: &Path,
+    before: &rollback::SinkListing,
+    ev: &RunEvents,
+    outcome: &RunOutcome,
+) -> Result<rollback::RollBackCheck, String> {
+    let after =
+        rollback::list(dir).map_err(|e| format!("listing the file sink's directory: {e}"))?;
+    let restore_done = ev.checkpoints > 0 || *outcome == RunOutcome::Finished;
+    Ok(rollback::check(
+        before,
+        &after,
+        ev.restored.as_ref().unwrap_or(&Restored::Unknown),
+        restore_done,
+    ))
+}
+
+/// After a kill meant to leave a checkpoint to corrupt: damages the newest complete
+/// checkpoint, if its fallback rolls back (and one could be damaged), and records it in
+/// the report; returns it, for the next run to complete.
+fn corrupt_for_next_run(
+    target: &Target,
+    line: &Path,
+    rng: &mut rand::rngs::SmallRng,
+    report: &mut Report,
+) -> Option<Corruption> {
+    let chks = complete_checkpoints(line);
+    if !fallback_rolls_back(target, &chks) {
+        return None;
+    }
+    let fallback = file_name(&chks[chks.len() - 2]);
+    let (chk, what) = corrupt_latest(line, rng)?;
+    report.corrupted = Some(what.clone());
+    let checking = Corruption {
+        what,
+        checkpoint: file_name(&chk),
+        fallback,
+        ..Default::default()
+    };
+    // Recorded now, completed by the next run.
+    report.corruption = Some(checking.clone());
+    Some(checking)
 }
 
 #[cfg(test)]
@@ -992,6 +1073,34 @@ mod tests {
             "{}",
             r.table()
         );
+    }
+
+    #[test]
+    fn how_a_run_ended_from_its_exit_status() {
+        use std::os::unix::process::ExitStatusExt;
+        let ev = RunEvents::default();
+        assert_eq!(run_outcome(None, &ev), Some(RunOutcome::Killed));
+        let exited = |code: i32| Some(ExitStatus::from_raw(code << 8));
+        assert_eq!(run_outcome(exited(0), &ev), Some(RunOutcome::Finished));
+        assert_eq!(run_outcome(exited(2), &ev), None, "a refused configuration");
+        let aborted = Some(ExitStatus::from_raw(libc::SIGABRT));
+        assert_eq!(run_outcome(aborted, &ev), Some(RunOutcome::FailpointAbort));
+        let failed = RunEvents {
+            error: Some("error: no broker".into()),
+            checkpoints: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            run_outcome(exited(1), &failed),
+            Some(RunOutcome::Failed {
+                error: "error: no broker".into(),
+                started: true
+            })
+        );
+        assert!(matches!(
+            run_outcome(exited(1), &ev),
+            Some(RunOutcome::Failed { started: false, .. })
+        ));
     }
 
     #[test]

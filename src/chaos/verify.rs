@@ -692,6 +692,35 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
         ..Default::default()
     };
     let (expected_total, final_totals) = expected_totals(t, inputs);
+    let refused = refused_inputs(t, e, all, &mut verdict)?;
+    let totals = (&expected_total[..], &final_totals);
+    match &e.id {
+        IdStrategy::Coordinates => {
+            verify_by_coordinates(t, e, inputs, &refused, totals, &mut verdict)?;
+        }
+        IdStrategy::Key | IdStrategy::Field(_) if t.rolling_sum.is_none() => {
+            verify_latest(e, inputs, &refused, &mut verdict)?;
+        }
+        IdStrategy::Key | IdStrategy::Field(_) => {
+            verify_totals_by_id(t, e, inputs, &refused, totals, &mut verdict)?;
+        }
+    }
+    verdict.documents = count(e)?;
+    verdict.duplicated = verdict
+        .documents
+        .saturating_sub(verdict.expected_documents - verdict.missing);
+    Ok(verdict)
+}
+
+/// Which inputs the sink refused (dead-lettered), in input order; a dead letter that
+/// names no input is wrong.
+fn refused_inputs(
+    t: &Target,
+    e: &EsTarget,
+    all: &Inputs,
+    verdict: &mut Verdict,
+) -> Result<Vec<bool>, String> {
+    let inputs = &all.records[..];
     let letters = match &e.dead_letters {
         Some(topic) => dead_lettered(t, topic)?,
         None => Default::default(),
@@ -714,151 +743,177 @@ fn verify_index(t: &Target, e: &EsTarget, all: &Inputs) -> Result<Verdict, Strin
         .map(|r| letters.contains(&coordinates(r)))
         .collect();
     verdict.dead_lettered = refused.iter().filter(|r| **r).count() as u64;
-    match &e.id {
-        IdStrategy::Coordinates => {
-            let ids: Vec<String> = inputs
-                .iter()
-                .map(|r| match r.output {
-                    0 => format!("{}-{}-{}", r.topic, r.partition, r.offset),
-                    n => format!("{}-{}-{}-{n}", r.topic, r.partition, r.offset),
-                })
-                .collect();
-            let docs = mget(e, &ids)?;
-            verdict.expected_documents = ids.len() as u64 - verdict.dead_lettered;
-            for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
-                if refused[i] {
-                    if docs.contains_key(id) {
-                        verdict.wrong += 1;
-                        verdict.note(format!("{id}: dead-lettered, and indexed too"));
-                    }
-                    continue;
-                }
-                let Some(doc) = docs.get(id) else {
-                    verdict.missing += 1;
-                    verdict.note(format!("missing {id}"));
-                    continue;
-                };
-                let mut want = r.value.clone();
-                if let Some(ts) = &e.data_stream {
-                    set_timestamp(&mut want, ts, r.timestamp);
-                }
-                if let Some((_, _, out)) = &t.rolling_sum {
-                    match expected_total[i] {
-                        Some(total) => {
-                            set_pointer(&mut want, out, json!(total));
-                        }
-                        None => {
-                            if let Some(got) = doc.pointer(out) {
-                                set_pointer(&mut want, out, got.clone());
-                            }
-                        }
-                    }
-                }
-                if *doc != want {
-                    verdict.wrong += 1;
-                    verdict.note(format!("{id}: indexed {doc}, expected {want}"));
-                }
+    Ok(refused)
+}
+
+/// Documents with an id of coordinates: one per input not refused, equal to it (its
+/// running total as expected, where a rolling sum has one).
+fn verify_by_coordinates(
+    t: &Target,
+    e: &EsTarget,
+    inputs: &[Input],
+    refused: &[bool],
+    (expected_total, final_totals): (&[Option<i64>], &BTreeMap<String, i64>),
+    verdict: &mut Verdict,
+) -> Result<(), String> {
+    let ids: Vec<String> = inputs
+        .iter()
+        .map(|r| match r.output {
+            0 => format!("{}-{}-{}", r.topic, r.partition, r.offset),
+            n => format!("{}-{}-{}-{n}", r.topic, r.partition, r.offset),
+        })
+        .collect();
+    let docs = mget(e, &ids)?;
+    verdict.expected_documents = ids.len() as u64 - verdict.dead_lettered;
+    for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
+        if refused[i] {
+            if docs.contains_key(id) {
+                verdict.wrong += 1;
+                verdict.note(format!("{id}: dead-lettered, and indexed too"));
             }
-            // Keys read from several partitions have no fixed per-record totals, but
-            // their largest total must be the sum of all their inputs.
-            if let Some((key_ptr, _, out)) = &t.rolling_sum {
-                let mut largest: BTreeMap<String, i64> = BTreeMap::new();
-                for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
-                    if expected_total[i].is_some() {
-                        continue;
-                    }
-                    let key = key_of(&r.value, key_ptr);
-                    if let Some(total) = docs.get(id).and_then(|d| as_i64(d.pointer(out))) {
-                        let e = largest.entry(key).or_insert(i64::MIN);
-                        *e = (*e).max(total);
+            continue;
+        }
+        let Some(doc) = docs.get(id) else {
+            verdict.missing += 1;
+            verdict.note(format!("missing {id}"));
+            continue;
+        };
+        let mut want = r.value.clone();
+        if let Some(ts) = &e.data_stream {
+            set_timestamp(&mut want, ts, r.timestamp);
+        }
+        if let Some((_, _, out)) = &t.rolling_sum {
+            match expected_total[i] {
+                Some(total) => {
+                    set_pointer(&mut want, out, json!(total));
+                }
+                None => {
+                    if let Some(got) = doc.pointer(out) {
+                        set_pointer(&mut want, out, got.clone());
                     }
                 }
-                check_largest(largest, &final_totals, &mut verdict);
             }
         }
-        IdStrategy::Key | IdStrategy::Field(_) if t.rolling_sum.is_none() => {
-            verify_latest(e, inputs, &refused, &mut verdict)?;
+        if *doc != want {
+            verdict.wrong += 1;
+            verdict.note(format!("{id}: indexed {doc}, expected {want}"));
         }
-        IdStrategy::Key | IdStrategy::Field(_) => {
-            let Some((key_ptr, _, out)) = &t.rolling_sum else {
-                unreachable!("without a rolling_sum: verify_latest");
-            };
-            let id_of = |r: &Input| -> Option<String> {
-                match &e.id {
-                    IdStrategy::Key => r
-                        .key
-                        .as_ref()
-                        .map(|k| String::from_utf8_lossy(k).into_owned()),
-                    IdStrategy::Field(p) => r.value.pointer(p).map(|v| {
-                        v.as_str()
-                            .map(String::from)
-                            .unwrap_or_else(|| v.to_string())
-                    }),
-                    IdStrategy::Coordinates => None,
-                }
-            };
-            // Each document's last input in partition order that was not refused: the
-            // write it must show (all refused: no document).
-            let mut order: Vec<usize> = (0..inputs.len()).collect();
-            order.sort_by(|&a, &b| {
-                let (x, y) = (&inputs[a], &inputs[b]);
-                (&x.topic, x.partition, x.offset).cmp(&(&y.topic, y.partition, y.offset))
-            });
-            let mut last_of_id: BTreeMap<String, Option<usize>> = BTreeMap::new();
-            let mut some_refused: std::collections::HashSet<String> = Default::default();
-            for &i in &order {
-                if let Some(id) = id_of(&inputs[i]) {
-                    if refused[i] {
-                        some_refused.insert(id.clone());
-                    }
-                    let last = last_of_id.entry(id).or_insert(None);
-                    if !refused[i] {
-                        *last = Some(i);
-                    }
-                }
+    }
+    // Keys read from several partitions have no fixed per-record totals, but their
+    // largest total must be the sum of all their inputs.
+    if let Some((key_ptr, _, out)) = &t.rolling_sum {
+        let mut largest: BTreeMap<String, i64> = BTreeMap::new();
+        for (i, (id, r)) in ids.iter().zip(inputs).enumerate() {
+            if expected_total[i].is_some() {
+                continue;
             }
-            let ids: Vec<String> = last_of_id.keys().cloned().collect();
-            let docs = mget(e, &ids)?;
-            for (id, last) in &last_of_id {
-                let Some(i) = *last else {
-                    if docs.contains_key(id) {
-                        verdict.wrong += 1;
-                        verdict.note(format!(
-                            "document {id}: every input was dead-lettered, yet it exists"
-                        ));
-                    }
-                    continue;
-                };
-                verdict.expected_documents += 1;
-                let Some(doc) = docs.get(id) else {
-                    verdict.missing += 1;
-                    verdict.note(format!("missing document {id}"));
-                    continue;
-                };
-                // A key read from several partitions has no order between them: its
-                // final sum is what stays deterministic, and with refused inputs not
-                // even that (the last one processed may be refused): presence only.
-                if expected_total[i].is_none() && some_refused.contains(id) {
-                    continue;
-                }
-                let want = expected_total[i].or_else(|| {
-                    final_totals
-                        .get(&key_of(&inputs[i].value, key_ptr))
-                        .copied()
-                });
-                let got = as_i64(doc.pointer(out));
-                if got != want {
-                    verdict.wrong += 1;
-                    verdict.note(format!("{id}: total {got:?}, expected {want:?}"));
-                }
+            let key = key_of(&r.value, key_ptr);
+            if let Some(total) = docs.get(id).and_then(|d| as_i64(d.pointer(out))) {
+                let e = largest.entry(key).or_insert(i64::MIN);
+                *e = (*e).max(total);
+            }
+        }
+        check_largest(largest, final_totals, verdict);
+    }
+    Ok(())
+}
+
+/// Documents with an id of the key or a field, written by a rolling sum: one per id
+/// with an input not refused, showing the total of its last such input.
+fn verify_totals_by_id(
+    t: &Target,
+    e: &EsTarget,
+    inputs: &[Input],
+    refused: &[bool],
+    (expected_total, final_totals): (&[Option<i64>], &BTreeMap<String, i64>),
+    verdict: &mut Verdict,
+) -> Result<(), String> {
+    let Some((key_ptr, _, out)) = &t.rolling_sum else {
+        unreachable!("without a rolling_sum: verify_latest");
+    };
+    let (last_of_id, some_refused) = last_input_of_each_id(&e.id, inputs, refused);
+    let ids: Vec<String> = last_of_id.keys().cloned().collect();
+    let docs = mget(e, &ids)?;
+    for (id, last) in &last_of_id {
+        let Some(i) = *last else {
+            if docs.contains_key(id) {
+                verdict.wrong += 1;
+                verdict.note(format!(
+                    "document {id}: every input was dead-lettered, yet it exists"
+                ));
+            }
+            continue;
+        };
+        verdict.expected_documents += 1;
+        let Some(doc) = docs.get(id) else {
+            verdict.missing += 1;
+            verdict.note(format!("missing document {id}"));
+            continue;
+        };
+        // A key read from several partitions has no order between them: its final sum
+        // is what stays deterministic, and with refused inputs not even that (the last
+        // one processed may be refused): presence only.
+        if expected_total[i].is_none() && some_refused.contains(id) {
+            continue;
+        }
+        let want = expected_total[i].or_else(|| {
+            final_totals
+                .get(&key_of(&inputs[i].value, key_ptr))
+                .copied()
+        });
+        let got = as_i64(doc.pointer(out));
+        if got != want {
+            verdict.wrong += 1;
+            verdict.note(format!("{id}: total {got:?}, expected {want:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Each document id's last input in partition order that was not refused: the write
+/// it must show (none: all refused, no document); and the ids with a refused input.
+#[allow(clippy::type_complexity)]
+fn last_input_of_each_id(
+    id: &IdStrategy,
+    inputs: &[Input],
+    refused: &[bool],
+) -> (
+    BTreeMap<String, Option<usize>>,
+    std::collections::HashSet<String>,
+) {
+    let id_of = |r: &Input| -> Option<String> {
+        match id {
+            IdStrategy::Key => r
+                .key
+                .as_ref()
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+            IdStrategy::Field(p) => r.value.pointer(p).map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| v.to_string())
+            }),
+            IdStrategy::Coordinates => None,
+        }
+    };
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&inputs[a], &inputs[b]);
+        (&x.topic, x.partition, x.offset).cmp(&(&y.topic, y.partition, y.offset))
+    });
+    let mut last_of_id: BTreeMap<String, Option<usize>> = BTreeMap::new();
+    let mut some_refused: std::collections::HashSet<String> = Default::default();
+    for &i in &order {
+        if let Some(id) = id_of(&inputs[i]) {
+            if refused[i] {
+                some_refused.insert(id.clone());
+            }
+            let last = last_of_id.entry(id).or_insert(None);
+            if !refused[i] {
+                *last = Some(i);
             }
         }
     }
-    verdict.documents = count(e)?;
-    verdict.duplicated = verdict
-        .documents
-        .saturating_sub(verdict.expected_documents - verdict.missing);
-    Ok(verdict)
+    (last_of_id, some_refused)
 }
 
 #[cfg(test)]
@@ -883,6 +938,32 @@ mod tests {
             op: crate::record::Op::Upsert,
             output: 0,
         }
+    }
+
+    #[test]
+    fn each_ids_last_input_not_refused_is_what_its_document_shows() {
+        let at = |partition: i32, offset: i64, key: &str| Input {
+            partition,
+            offset,
+            key: Some(key.as_bytes().to_vec()),
+            ..input(r#"{"n":1}"#)
+        };
+        // Out of partition order on purpose.
+        let inputs = [at(1, 7, "a"), at(1, 3, "a"), at(0, 9, "b"), at(2, 1, "c")];
+        let refused = [true, false, false, true];
+        let (last, some_refused) = last_input_of_each_id(&IdStrategy::Key, &inputs, &refused);
+        assert_eq!(
+            last,
+            BTreeMap::from([
+                ("a".to_string(), Some(1)),
+                ("b".to_string(), Some(2)),
+                ("c".to_string(), None),
+            ])
+        );
+        assert_eq!(
+            some_refused,
+            ["a".to_string(), "c".to_string()].into_iter().collect()
+        );
     }
 
     /// The verifier expects of each input exactly what the job's chain writes for it:

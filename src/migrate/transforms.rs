@@ -13,58 +13,122 @@ fn short(class: &str) -> &str {
 
 /// Translates the chain; returns the index routing its routers make.
 pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>) -> IndexRouting {
-    let mut routing = IndexRouting::default();
     let Some(list) = s.get("transforms") else {
         s.leave(
             "predicates",
             "no Filter names these predicates (there are no transforms)",
         );
-        return routing;
+        return IndexRouting::default();
     };
     let names: Vec<&str> = list
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .collect();
-    let topics: Vec<String> = s
-        .peek("topics")
+    let topics = listed_topics(s);
+    let router_problem = router_problem(s, &names);
+    let mut chain = Chain {
+        s,
+        f,
+        notes,
+        routing: IndexRouting::default(),
+        topics,
+    };
+    let mut i = 0;
+    while i < names.len() {
+        let Some(step) = read_step(chain.s, names[i]) else {
+            i += 1;
+            continue;
+        };
+        let took_next = translate_step(&mut chain, &step, router_problem, names.get(i + 1));
+        i += if took_next { 2 } else { 1 };
+    }
+    leave_unnamed_predicates(chain.s);
+    chain.routing
+}
+
+/// What the translation of a chain writes to, and what its steps share.
+struct Chain<'c, 'a> {
+    s: &'c mut Settings<'a>,
+    f: &'c mut JobFile,
+    notes: &'c mut Vec<String>,
+    /// The index routing the routers (and `ExtractField$Key`) make.
+    routing: IndexRouting,
+    /// The connector's `topics` (empty when it reads `topics.regex`).
+    topics: Vec<String>,
+}
+
+/// One transform of the chain: its name, class and options.
+struct Step<'a> {
+    name: &'a str,
+    class: &'a str,
+    /// `transforms.NAME.`
+    prefix: String,
+    /// `transforms.NAME.type`, where the transform's section comes from.
+    type_key: String,
+    /// The options without the prefix, `type` left out.
+    opts: BTreeMap<String, String>,
+}
+
+impl Step<'_> {
+    fn opt(&self, k: &str) -> Option<&str> {
+        self.opts.get(k).map(String::as_str)
+    }
+
+    /// The setting an option comes from.
+    fn from(&self, k: &str) -> String {
+        format!("{}{k}", self.prefix)
+    }
+
+    /// Reports the transform as left out, for `why`.
+    fn leave(&self, s: &mut Settings<'_>, why: String) {
+        s.left_out.push((
+            self.type_key.clone(),
+            format!("transform {} ({}): {why}", self.name, self.class),
+        ));
+    }
+
+    /// A new `[[transform]]` section of type `ty`.
+    fn section<'f>(&self, f: &'f mut JobFile, ty: &str) -> &'f mut Section {
+        let t = f.array_section("transform");
+        t.set("type", ty, &[self.type_key.as_str()]);
+        t
+    }
+}
+
+/// The connector's `topics`, each trimmed.
+fn listed_topics(s: &Settings<'_>) -> Vec<String> {
+    s.peek("topics")
         .map(|t| {
             t.split(',')
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty())
                 .collect()
         })
-        .unwrap_or_default();
-    // Routers change the topic that later steps (and the index name) see; lockgate
-    // names indices from the original topic, so a router translates only as the last
-    // step that reads the topic, and not into a data stream.
-    let class_of = |s: &Settings<'_>, n: &str| {
-        s.peek(&format!("transforms.{n}.type"))
-            .map(short)
-            .unwrap_or_default()
-            .to_string()
-    };
-    let classes: Vec<String> = names.iter().map(|n| class_of(s, n)).collect();
-    let routers: Vec<usize> = (0..names.len())
-        .filter(|&i| matches!(classes[i].as_str(), "RegexRouter" | "TimestampRouter"))
+        .unwrap_or_default()
+}
+
+/// Why the chain's routers cannot be translated, if they cannot.
+///
+/// Routers change the topic that later steps (and the index name) see; lockgate names
+/// indices from the original topic, so a router translates only as the last step that
+/// reads the topic, and not into a data stream.
+fn router_problem(s: &Settings<'_>, names: &[&str]) -> Option<&'static str> {
+    let classes: Vec<&str> = names
+        .iter()
+        .map(|n| {
+            s.peek(&format!("transforms.{n}.type"))
+                .map(short)
+                .unwrap_or_default()
+        })
         .collect();
-    let reads_topic_after = |at: usize| {
-        names[at + 1..]
-            .iter()
-            .zip(&classes[at + 1..])
-            .any(|(n, c)| match c.as_str() {
-                "InsertField$Value" => s.peek(&format!("transforms.{n}.topic.field")).is_some(),
-                "Filter" => s
-                    .peek(&format!("transforms.{n}.predicate"))
-                    .and_then(|p| s.peek(&format!("predicates.{p}.type")))
-                    .is_some_and(|t| short(t) == "TopicNameMatches"),
-                _ => false,
-            })
-    };
+    let routers: Vec<usize> = (0..names.len())
+        .filter(|&i| matches!(classes[i], "RegexRouter" | "TimestampRouter"))
+        .collect();
     let data_stream = s
         .peek("data.stream.type")
         .is_some_and(|t| !t.trim().eq_ignore_ascii_case("none"));
-    let router_problem = if routers.is_empty() {
+    if routers.is_empty() {
         None
     } else if data_stream {
         Some("a router renames the topic a data stream's namespace is made of: lockgate names the stream from the original topic")
@@ -73,399 +137,466 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
             && !(classes[routers[0]] == "RegexRouter" && classes[routers[1]] == "TimestampRouter"))
     {
         Some("routers in this order: lockgate translates a RegexRouter, a TimestampRouter, or a RegexRouter then a TimestampRouter")
-    } else if routers.iter().any(|&r| reads_topic_after(r)) {
+    } else if routers
+        .iter()
+        .any(|&r| reads_topic(s, &names[r + 1..], &classes[r + 1..]))
+    {
         Some(
             "a later transform reads the renamed topic: lockgate's transforms see the original one",
         )
     } else {
         None
-    };
-    let mut i = 0;
-    while i < names.len() {
-        let name = names[i];
-        let prefix = format!("transforms.{name}.");
-        let type_key = format!("{prefix}type");
-        let Some(class) = s.get(&type_key) else {
-            s.left_out.push((
-                format!("transforms.{name}"),
-                "the transform has no type".into(),
-            ));
-            i += 1;
-            continue;
-        };
-        let opts: BTreeMap<String, String> = s
-            .family(&prefix)
-            .into_iter()
-            .map(|(k, v)| (k[prefix.len()..].to_string(), v.to_string()))
-            .filter(|(k, _)| k != "type")
-            .collect();
-        let opt = |k: &str| opts.get(k).map(String::as_str);
-        if let (Some(why), "RegexRouter" | "TimestampRouter") = (router_problem, short(class)) {
-            for k in opts.keys() {
-                s.used.insert(format!("{prefix}{k}"));
-            }
-            s.left_out.push((
-                type_key.clone(),
-                format!("transform {name} ({class}): {why}"),
-            ));
-            i += 1;
-            continue;
-        }
-        let known: Option<&[&str]> = match short(class) {
-            "InsertField$Value" => Some(&[
-                "static.field",
-                "static.value",
-                "topic.field",
-                "partition.field",
-                "offset.field",
-                "timestamp.field",
-            ]),
-            "ReplaceField$Value" => {
-                Some(&["include", "whitelist", "exclude", "blacklist", "renames"])
-            }
-            "ExtractField$Value" | "ExtractField$Key" => Some(&["field"]),
-            "ValueToKey" => Some(&["fields"]),
-            "Cast$Value" => Some(&["spec"]),
-            "TimestampConverter$Value" => {
-                Some(&["field", "target.type", "format", "unix.precision"])
-            }
-            "Flatten$Value" => Some(&["delimiter"]),
-            "MaskField$Value" => Some(&["fields", "replacement"]),
-            "Filter" => Some(&[]),
-            "RegexRouter" => Some(&["regex", "replacement"]),
-            "TimestampRouter" => Some(&["topic.format", "timestamp.format"]),
-            _ => None,
-        };
-        if let Some(known) = known {
-            unknown_options(s, &prefix, &opts, known);
-        }
-        let from = |k: &str| format!("{prefix}{k}");
-        let leave = |why: String, s: &mut Settings<'_>| {
-            s.left_out.push((
-                type_key.clone(),
-                format!("transform {name} ({class}): {why}"),
-            ));
-        };
-        // A condition on a transform other than Filter has no equivalent.
-        if opt("predicate").is_some() && short(class) != "Filter" {
-            leave(
-                "lockgate's transforms take no predicate (only filter is conditional)".into(),
-                s,
-            );
-            i += 1;
-            continue;
-        }
-        match short(class) {
-            "InsertField$Value" => {
-                let t = f.array_section("transform");
-                t.set("type", "insert_field", &[type_key.as_str()]);
-                if let (Some(field), Some(value)) = (opt("static.field"), opt("static.value")) {
-                    let mut m = toml::map::Map::new();
-                    m.insert(plain(field), toml::Value::String(value.into()));
-                    t.set(
-                        "static",
-                        toml::Value::Table(m),
-                        &[&from("static.field"), &from("static.value")],
-                    );
-                }
-                for (c, l) in [
-                    ("topic.field", "topic_field"),
-                    ("partition.field", "partition_field"),
-                    ("offset.field", "offset_field"),
-                    ("timestamp.field", "timestamp_field"),
-                ] {
-                    if let Some(v) = opt(c) {
-                        t.set(l, plain(v), &[&from(c)]);
-                    }
-                }
-            }
-            "ReplaceField$Value" => {
-                let t = f.array_section("transform");
-                t.set("type", "replace_field", &[type_key.as_str()]);
-                for (c, l) in [
-                    ("include", "include"),
-                    ("whitelist", "include"),
-                    ("exclude", "exclude"),
-                    ("blacklist", "exclude"),
-                ] {
-                    if let Some(v) = opt(c) {
-                        t.set(l, list_value(v), &[&from(c)]);
-                    }
-                }
-                if let Some(r) = opt("renames") {
-                    let mut m = toml::map::Map::new();
-                    for pair in r.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                        if let Some((a, b)) = pair.split_once(':') {
-                            m.insert(a.trim().into(), toml::Value::String(b.trim().into()));
-                        }
-                    }
-                    t.set("rename", toml::Value::Table(m), &[&from("renames")]);
-                }
-            }
-            "ExtractField$Value" => {
-                let t = f.array_section("transform");
-                t.set("type", "extract_field", &[type_key.as_str()]);
-                if let Some(v) = opt("field") {
-                    t.set("field", v, &[&from("field")]);
-                }
-            }
-            "ValueToKey" => {
-                let fields: Vec<String> = opt("fields")
-                    .unwrap_or_default()
-                    .split(',')
-                    .map(|f| f.trim().to_string())
-                    .filter(|f| !f.is_empty())
-                    .collect();
-                // With ExtractField$Key next, the key is one field's value.
-                let next = names.get(i + 1).copied();
-                let extract = next.and_then(|n| {
-                    let class = s.peek(&format!("transforms.{n}.type"))?;
-                    (short(class) == "ExtractField$Key").then_some(n)
-                });
-                let t = f.array_section("transform");
-                t.set("type", "set_key", &[type_key.as_str()]);
-                match extract {
-                    Some(n) => {
-                        let field_key = format!("transforms.{n}.field");
-                        s.get(&format!("transforms.{n}.type"));
-                        let field = s.get(&field_key).unwrap_or_default().trim().to_string();
-                        t.set(
-                            "field",
-                            format!("/{field}"),
-                            &[&from("fields"), field_key.as_str()],
-                        );
-                        i += 1;
-                    }
-                    None => {
-                        let list = fields
-                            .iter()
-                            .map(|f| toml::Value::String(format!("/{f}")))
-                            .collect();
-                        t.set("fields", toml::Value::Array(list), &[&from("fields")]);
-                    }
-                }
-            }
-            "Cast$Value" => {
-                let spec = opt("spec").unwrap_or_default();
-                if !spec.contains(':') {
-                    leave(
-                        "a cast of the whole value has no equivalent (cast takes fields)".into(),
-                        s,
-                    );
-                } else {
-                    let mut m = toml::map::Map::new();
-                    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                        if let Some((field, ty)) = pair.split_once(':') {
-                            m.insert(
-                                field.trim().into(),
-                                toml::Value::String(ty.trim().to_ascii_lowercase()),
-                            );
-                        }
-                    }
-                    let t = f.array_section("transform");
-                    t.set("type", "cast", &[type_key.as_str()]);
-                    t.set("spec", toml::Value::Table(m), &[&from("spec")]);
-                }
-            }
-            "TimestampConverter$Value" => match timestamp_converter(&opts) {
-                Ok(pairs) => {
-                    let t = f.array_section("transform");
-                    t.set("type", "timestamp_converter", &[type_key.as_str()]);
-                    for (k, v, c) in pairs {
-                        t.set(k, v, &[&from(c)]);
-                    }
-                }
-                Err(why) => leave(why, s),
-            },
-            "Flatten$Value" => {
-                let t = f.array_section("transform");
-                t.set("type", "flatten", &[type_key.as_str()]);
-                if let Some(d) = opt("delimiter") {
-                    t.set("delimiter", d, &[&from("delimiter")]);
-                }
-            }
-            "MaskField$Value" => {
-                let t = f.array_section("transform");
-                t.set("type", "mask_field", &[type_key.as_str()]);
-                if let Some(v) = opt("fields") {
-                    t.set("fields", list_value(v), &[&from("fields")]);
-                }
-                if let Some(v) = opt("replacement") {
-                    t.set("replacement", v, &[&from("replacement")]);
-                }
-            }
-            "Filter" => match filter(s, &opts, &prefix) {
-                Ok(section) => {
-                    let t = f.array_section("transform");
-                    t.set("type", "filter", &[type_key.as_str()]);
-                    for e in section.entries {
-                        t.entries.push(e);
-                    }
-                }
-                Err(why) => leave(why, s),
-            },
-            "ExtractNewRecordState" => {
-                // Debezium 2.x: delete.handling.mode (drop, default | rewrite | none) and
-                // drop.tombstones (default true); 3.x: delete.tombstone.handling.mode
-                // (tombstone, default | drop | rewrite | rewrite-with-tombstone |
-                // delete-to-tombstone). A delete that becomes a tombstone is then what
-                // the sink's behavior.on.null.values says.
-                let null_values = s
-                    .peek("behavior.on.null.values")
-                    .map(|v| v.trim().to_ascii_lowercase())
-                    .unwrap_or_else(|| "fail".into());
-                let new_mode = opt("delete.tombstone.handling.mode").map(str::trim);
-                let (mode_key, mode) = match new_mode {
-                    Some(m) => ("delete.tombstone.handling.mode", Some(m)),
-                    None => (
-                        "delete.handling.mode",
-                        opt("delete.handling.mode").map(str::trim),
-                    ),
-                };
-                // (delete_handling, tombstones kept, the delete becomes a tombstone)
-                let chosen = match (mode_key, mode) {
-                    (_, Some("rewrite")) => Some(("rewrite", false, false)),
-                    (_, Some("rewrite-with-tombstone")) => Some(("rewrite", true, false)),
-                    (_, Some("drop")) => Some(("drop", false, false)),
-                    ("delete.handling.mode", None) => Some(("drop", false, false)),
-                    ("delete.handling.mode", Some("none")) => Some(("delete", false, true)),
-                    (_, Some("tombstone") | Some("delete-to-tombstone")) => {
-                        Some(("delete", true, true))
-                    }
-                    _ => None,
-                };
-                let Some((handling, keep, as_tombstone)) = chosen else {
-                    leave(
-                        format!(
-                            "{mode_key} = {} has no equivalent",
-                            mode.unwrap_or_default()
-                        ),
-                        s,
-                    );
-                    i += 1;
-                    continue;
-                };
-                // A delete become a tombstone deletes the document only where the sink
-                // deletes on a tombstone.
-                let handling = match (as_tombstone, null_values.as_str()) {
-                    (true, "delete") | (false, _) => handling,
-                    (true, "ignore") => "drop",
-                    (true, _) => {
-                        leave("a delete becomes a tombstone, on which Kafka Connect's sink fails (behavior.on.null.values = fail): set behavior.on.null.values".into(), s);
-                        i += 1;
-                        continue;
-                    }
-                };
-                let t = f.array_section("transform");
-                t.set("type", "debezium", &[type_key.as_str()]);
-                t.set("delete_handling", handling, &[&from(mode_key)]).because(
-                    "delete: the document is deleted; drop: nothing is written; rewrite: __deleted = \"true\"",
-                );
-                let drop_tombstones = if new_mode.is_some() {
-                    !keep
-                } else {
-                    opt("drop.tombstones").is_none_or(|v| v.trim() != "false")
-                };
-                t.set(
-                    "drop_tombstones",
-                    drop_tombstones,
-                    &[&from("drop.tombstones")],
-                );
-                if let Some(v) = opt("add.fields") {
-                    if v.contains(':') {
-                        s.left_out.push((from("add.fields"), "renamed fields (name:alias) have no equivalent: the fields are added as __name".into()));
-                    }
-                    let names = v
-                        .split(',')
-                        .map(|f| f.split(':').next().unwrap_or_default().trim().to_string())
-                        .filter(|f| !f.is_empty())
-                        .map(toml::Value::String)
-                        .collect();
-                    t.set(
-                        "add_fields",
-                        toml::Value::Array(names),
-                        &[&from("add.fields")],
-                    );
-                }
-                if new_mode.is_none() && opt("delete.handling.mode").is_none() {
-                    notes.push(format!("transform {name}: no delete mode is set: Debezium 2.x drops deletes (translated so), Debezium 3.x turns them into tombstones: set delete.tombstone.handling.mode to say which"));
-                }
-                unknown_options(
-                    s,
-                    &prefix,
-                    &opts,
-                    &[
-                        "delete.handling.mode",
-                        "delete.tombstone.handling.mode",
-                        "drop.tombstones",
-                        "add.fields",
-                    ],
-                );
-            }
-            "ExtractField$Key" => {
-                // The key becomes one field of the key (Debezium's `{"id": 7}` -> 7): the
-                // sink reads that field, from the value or from a JSON key.
-                match opt("field") {
-                    Some(field) => {
-                        routing.key_field = Some((
-                            field.trim().to_string(),
-                            vec![type_key.clone(), from("field")],
-                        ));
-                    }
-                    None => leave("ExtractField$Key without a field".into(), s),
-                }
-            }
-            "RegexRouter" => {
-                let (Some(regex), Some(replacement)) = (opt("regex"), opt("replacement")) else {
-                    leave("RegexRouter needs regex and replacement".into(), s);
-                    i += 1;
-                    continue;
-                };
-                let Ok(re) = regex::Regex::new(&format!("^(?:{regex})$")) else {
-                    leave(format!("`{regex}` is not a regex lockgate reads"), s);
-                    i += 1;
-                    continue;
-                };
-                if topics.is_empty() {
-                    leave("renames topics matched by topics.regex, which are not known in advance: give topic_to_index by hand".into(), s);
-                } else {
-                    // Java's `$1` is the regex crate's `${1}`.
-                    let rust = java_replacement(replacement);
-                    for t in &topics {
-                        let renamed = re.replace(t, rust.as_str()).to_string();
-                        if renamed != *t {
-                            routing.renamed.insert(t.clone(), renamed.to_lowercase());
-                        }
-                    }
-                    routing.renamed_from.push(type_key.clone());
-                    routing.renamed_from.push(from("regex"));
-                    routing.renamed_from.push(from("replacement"));
-                }
-            }
-            "TimestampRouter" => {
-                let format = opt("timestamp.format").unwrap_or("yyyyMMdd");
-                let topic_format = opt("topic.format").unwrap_or("${topic}-${timestamp}");
-                if supported_date(format) {
-                    let index = topic_format
-                        .replace("${topic}", "{topic}")
-                        .replace("${timestamp}", &format!("{{{format}}}"));
-                    routing.template = Some((
-                        index,
-                        vec![
-                            type_key.clone(),
-                            from("topic.format"),
-                            from("timestamp.format"),
-                        ],
-                    ));
-                } else {
-                    leave(format!("timestamp.format `{format}`: lockgate's index dates take yyyy, yy, MM, dd, HH, mm, ss and . - _"), s);
-                }
-            }
-            other => leave(format!("lockgate has no transform for {other}"), s),
-        }
-        i += 1;
     }
-    // Predicates no Filter named.
+}
+
+/// Whether one of these transforms (names and their classes) reads the record's topic.
+fn reads_topic(s: &Settings<'_>, names: &[&str], classes: &[&str]) -> bool {
+    names.iter().zip(classes).any(|(n, c)| match *c {
+        "InsertField$Value" => s.peek(&format!("transforms.{n}.topic.field")).is_some(),
+        "Filter" => s
+            .peek(&format!("transforms.{n}.predicate"))
+            .and_then(|p| s.peek(&format!("predicates.{p}.type")))
+            .is_some_and(|t| short(t) == "TopicNameMatches"),
+        _ => false,
+    })
+}
+
+/// The transform `name`'s class and options (marked used); none, reported, without a type.
+fn read_step<'a>(s: &mut Settings<'a>, name: &'a str) -> Option<Step<'a>> {
+    let prefix = format!("transforms.{name}.");
+    let type_key = format!("{prefix}type");
+    let Some(class) = s.get(&type_key) else {
+        s.left_out.push((
+            format!("transforms.{name}"),
+            "the transform has no type".into(),
+        ));
+        return None;
+    };
+    let opts: BTreeMap<String, String> = s
+        .family(&prefix)
+        .into_iter()
+        .map(|(k, v)| (k[prefix.len()..].to_string(), v.to_string()))
+        .filter(|(k, _)| k != "type")
+        .collect();
+    Some(Step {
+        name,
+        class,
+        prefix,
+        type_key,
+        opts,
+    })
+}
+
+/// The options lockgate's equivalent of a transform class takes; none for a class whose
+/// translation checks its own (or that has no equivalent).
+fn known_options(class: &str) -> Option<&'static [&'static str]> {
+    match class {
+        "InsertField$Value" => Some(&[
+            "static.field",
+            "static.value",
+            "topic.field",
+            "partition.field",
+            "offset.field",
+            "timestamp.field",
+        ]),
+        "ReplaceField$Value" => Some(&["include", "whitelist", "exclude", "blacklist", "renames"]),
+        "ExtractField$Value" | "ExtractField$Key" => Some(&["field"]),
+        "ValueToKey" => Some(&["fields"]),
+        "Cast$Value" => Some(&["spec"]),
+        "TimestampConverter$Value" => Some(&["field", "target.type", "format", "unix.precision"]),
+        "Flatten$Value" => Some(&["delimiter"]),
+        "MaskField$Value" => Some(&["fields", "replacement"]),
+        "Filter" => Some(&[]),
+        "RegexRouter" => Some(&["regex", "replacement"]),
+        "TimestampRouter" => Some(&["topic.format", "timestamp.format"]),
+        _ => None,
+    }
+}
+
+/// Translates one transform (or reports it left out); returns whether it also took the
+/// next one (`next`, its name), as `ValueToKey` takes an `ExtractField$Key` after it.
+fn translate_step(
+    c: &mut Chain<'_, '_>,
+    t: &Step<'_>,
+    router_problem: Option<&str>,
+    next: Option<&&str>,
+) -> bool {
+    if let (Some(why), "RegexRouter" | "TimestampRouter") = (router_problem, short(t.class)) {
+        for k in t.opts.keys() {
+            c.s.used.insert(t.from(k));
+        }
+        t.leave(c.s, why.into());
+        return false;
+    }
+    if let Some(known) = known_options(short(t.class)) {
+        unknown_options(c.s, &t.prefix, &t.opts, known);
+    }
+    // A condition on a transform other than Filter has no equivalent.
+    if t.opt("predicate").is_some() && short(t.class) != "Filter" {
+        t.leave(
+            c.s,
+            "lockgate's transforms take no predicate (only filter is conditional)".into(),
+        );
+        return false;
+    }
+    match short(t.class) {
+        "InsertField$Value" => insert_field(c, t),
+        "ReplaceField$Value" => replace_field(c, t),
+        "ExtractField$Value" => extract_field(c, t),
+        "ValueToKey" => return value_to_key(c, t, next.copied()),
+        "Cast$Value" => cast(c, t),
+        "TimestampConverter$Value" => timestamp_converter_step(c, t),
+        "Flatten$Value" => flatten(c, t),
+        "MaskField$Value" => mask_field(c, t),
+        "Filter" => filter_step(c, t),
+        "ExtractNewRecordState" => extract_new_record_state(c, t),
+        "ExtractField$Key" => key_field(c, t),
+        "RegexRouter" => regex_router(c, t),
+        "TimestampRouter" => timestamp_router(c, t),
+        other => t.leave(c.s, format!("lockgate has no transform for {other}")),
+    }
+    false
+}
+
+/// `InsertField$Value` as `insert_field`.
+fn insert_field(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let section = t.section(c.f, "insert_field");
+    if let (Some(field), Some(value)) = (t.opt("static.field"), t.opt("static.value")) {
+        let mut m = toml::map::Map::new();
+        m.insert(plain(field), toml::Value::String(value.into()));
+        section.set(
+            "static",
+            toml::Value::Table(m),
+            &[&t.from("static.field"), &t.from("static.value")],
+        );
+    }
+    for (connect, ours) in [
+        ("topic.field", "topic_field"),
+        ("partition.field", "partition_field"),
+        ("offset.field", "offset_field"),
+        ("timestamp.field", "timestamp_field"),
+    ] {
+        if let Some(v) = t.opt(connect) {
+            section.set(ours, plain(v), &[&t.from(connect)]);
+        }
+    }
+}
+
+/// `ReplaceField$Value` as `replace_field`.
+fn replace_field(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let section = t.section(c.f, "replace_field");
+    for (connect, ours) in [
+        ("include", "include"),
+        ("whitelist", "include"),
+        ("exclude", "exclude"),
+        ("blacklist", "exclude"),
+    ] {
+        if let Some(v) = t.opt(connect) {
+            section.set(ours, list_value(v), &[&t.from(connect)]);
+        }
+    }
+    if let Some(r) = t.opt("renames") {
+        let mut m = toml::map::Map::new();
+        for pair in r.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if let Some((a, b)) = pair.split_once(':') {
+                m.insert(a.trim().into(), toml::Value::String(b.trim().into()));
+            }
+        }
+        section.set("rename", toml::Value::Table(m), &[&t.from("renames")]);
+    }
+}
+
+/// `ExtractField$Value` as `extract_field`.
+fn extract_field(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let section = t.section(c.f, "extract_field");
+    if let Some(v) = t.opt("field") {
+        section.set("field", v, &[&t.from("field")]);
+    }
+}
+
+/// `ValueToKey` as `set_key`: with `ExtractField$Key` next (which it then takes, and
+/// returns true), the key is one field's value; otherwise the listed fields.
+fn value_to_key(c: &mut Chain<'_, '_>, t: &Step<'_>, next: Option<&str>) -> bool {
+    let fields: Vec<String> = t
+        .opt("fields")
+        .unwrap_or_default()
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect();
+    let extract = next.and_then(|n| {
+        let class = c.s.peek(&format!("transforms.{n}.type"))?;
+        (short(class) == "ExtractField$Key").then_some(n)
+    });
+    let section = t.section(c.f, "set_key");
+    match extract {
+        Some(n) => {
+            let field_key = format!("transforms.{n}.field");
+            c.s.get(&format!("transforms.{n}.type"));
+            let field = c.s.get(&field_key).unwrap_or_default().trim().to_string();
+            section.set(
+                "field",
+                format!("/{field}"),
+                &[&t.from("fields"), field_key.as_str()],
+            );
+            true
+        }
+        None => {
+            let list = fields
+                .iter()
+                .map(|f| toml::Value::String(format!("/{f}")))
+                .collect();
+            section.set("fields", toml::Value::Array(list), &[&t.from("fields")]);
+            false
+        }
+    }
+}
+
+/// `Cast$Value` of fields as `cast`; a cast of the whole value is left out.
+fn cast(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let spec = t.opt("spec").unwrap_or_default();
+    if !spec.contains(':') {
+        t.leave(
+            c.s,
+            "a cast of the whole value has no equivalent (cast takes fields)".into(),
+        );
+        return;
+    }
+    let mut m = toml::map::Map::new();
+    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((field, ty)) = pair.split_once(':') {
+            m.insert(
+                field.trim().into(),
+                toml::Value::String(ty.trim().to_ascii_lowercase()),
+            );
+        }
+    }
+    let section = t.section(c.f, "cast");
+    section.set("spec", toml::Value::Table(m), &[&t.from("spec")]);
+}
+
+/// `TimestampConverter$Value` as `timestamp_converter`, if its options have an equivalent.
+fn timestamp_converter_step(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    match timestamp_converter(&t.opts) {
+        Ok(pairs) => {
+            let section = t.section(c.f, "timestamp_converter");
+            for (k, v, connect) in pairs {
+                section.set(k, v, &[&t.from(connect)]);
+            }
+        }
+        Err(why) => t.leave(c.s, why),
+    }
+}
+
+/// `Flatten$Value` as `flatten`.
+fn flatten(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let section = t.section(c.f, "flatten");
+    if let Some(d) = t.opt("delimiter") {
+        section.set("delimiter", d, &[&t.from("delimiter")]);
+    }
+}
+
+/// `MaskField$Value` as `mask_field`.
+fn mask_field(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let section = t.section(c.f, "mask_field");
+    if let Some(v) = t.opt("fields") {
+        section.set("fields", list_value(v), &[&t.from("fields")]);
+    }
+    if let Some(v) = t.opt("replacement") {
+        section.set("replacement", v, &[&t.from("replacement")]);
+    }
+}
+
+/// `Filter` (with its predicate) as `filter`, if the predicate has an equivalent.
+fn filter_step(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    match filter(c.s, &t.opts, &t.prefix) {
+        Ok(keys) => {
+            let section = t.section(c.f, "filter");
+            section.entries.extend(keys.entries);
+        }
+        Err(why) => t.leave(c.s, why),
+    }
+}
+
+/// Debezium's `ExtractNewRecordState` as `debezium`, if its delete handling has an
+/// equivalent given the sink's `behavior.on.null.values`.
+fn extract_new_record_state(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let null_values =
+        c.s.peek("behavior.on.null.values")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .unwrap_or_else(|| "fail".into());
+    let new_mode = t.opt("delete.tombstone.handling.mode").map(str::trim);
+    let (mode_key, mode) = match new_mode {
+        Some(m) => ("delete.tombstone.handling.mode", Some(m)),
+        None => (
+            "delete.handling.mode",
+            t.opt("delete.handling.mode").map(str::trim),
+        ),
+    };
+    let Some((handling, keep, as_tombstone)) = delete_mode(mode_key, mode) else {
+        t.leave(
+            c.s,
+            format!(
+                "{mode_key} = {} has no equivalent",
+                mode.unwrap_or_default()
+            ),
+        );
+        return;
+    };
+    let Some(handling) = delete_handling(handling, as_tombstone, &null_values) else {
+        t.leave(c.s, "a delete becomes a tombstone, on which Kafka Connect's sink fails (behavior.on.null.values = fail): set behavior.on.null.values".into());
+        return;
+    };
+    let section = t.section(c.f, "debezium");
+    section.set("delete_handling", handling, &[&t.from(mode_key)]).because(
+        "delete: the document is deleted; drop: nothing is written; rewrite: __deleted = \"true\"",
+    );
+    let drop_tombstones = if new_mode.is_some() {
+        !keep
+    } else {
+        t.opt("drop.tombstones").is_none_or(|v| v.trim() != "false")
+    };
+    section.set(
+        "drop_tombstones",
+        drop_tombstones,
+        &[&t.from("drop.tombstones")],
+    );
+    if let Some(v) = t.opt("add.fields") {
+        if v.contains(':') {
+            c.s.left_out.push((
+                t.from("add.fields"),
+                "renamed fields (name:alias) have no equivalent: the fields are added as __name"
+                    .into(),
+            ));
+        }
+        let names = v
+            .split(',')
+            .map(|f| f.split(':').next().unwrap_or_default().trim().to_string())
+            .filter(|f| !f.is_empty())
+            .map(toml::Value::String)
+            .collect();
+        section.set(
+            "add_fields",
+            toml::Value::Array(names),
+            &[&t.from("add.fields")],
+        );
+    }
+    if new_mode.is_none() && t.opt("delete.handling.mode").is_none() {
+        c.notes.push(format!("transform {}: no delete mode is set: Debezium 2.x drops deletes (translated so), Debezium 3.x turns them into tombstones: set delete.tombstone.handling.mode to say which", t.name));
+    }
+    unknown_options(
+        c.s,
+        &t.prefix,
+        &t.opts,
+        &[
+            "delete.handling.mode",
+            "delete.tombstone.handling.mode",
+            "drop.tombstones",
+            "add.fields",
+        ],
+    );
+}
+
+/// What Debezium's delete mode (`mode_key` = `mode`) is: (lockgate's `delete_handling`,
+/// whether tombstones are kept, whether the delete becomes a tombstone); none without an
+/// equivalent.
+///
+/// Debezium 2.x: delete.handling.mode (drop, default | rewrite | none) and
+/// drop.tombstones (default true); 3.x: delete.tombstone.handling.mode (tombstone,
+/// default | drop | rewrite | rewrite-with-tombstone | delete-to-tombstone).
+fn delete_mode(mode_key: &str, mode: Option<&str>) -> Option<(&'static str, bool, bool)> {
+    match (mode_key, mode) {
+        (_, Some("rewrite")) => Some(("rewrite", false, false)),
+        (_, Some("rewrite-with-tombstone")) => Some(("rewrite", true, false)),
+        (_, Some("drop")) => Some(("drop", false, false)),
+        ("delete.handling.mode", None) => Some(("drop", false, false)),
+        ("delete.handling.mode", Some("none")) => Some(("delete", false, true)),
+        (_, Some("tombstone") | Some("delete-to-tombstone")) => Some(("delete", true, true)),
+        _ => None,
+    }
+}
+
+/// The `delete_handling` written: a delete become a tombstone is what the sink's
+/// `behavior.on.null.values` (`null_values`) says, and deletes the document only where
+/// the sink deletes on a tombstone; none where the sink fails on one.
+fn delete_handling(
+    handling: &'static str,
+    as_tombstone: bool,
+    null_values: &str,
+) -> Option<&'static str> {
+    match (as_tombstone, null_values) {
+        (true, "delete") | (false, _) => Some(handling),
+        (true, "ignore") => Some("drop"),
+        (true, _) => None,
+    }
+}
+
+/// `ExtractField$Key`: the key becomes one field of the key (Debezium's `{"id": 7}` ->
+/// 7); the sink reads that field, from the value or from a JSON key.
+fn key_field(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    match t.opt("field") {
+        Some(field) => {
+            c.routing.key_field = Some((
+                field.trim().to_string(),
+                vec![t.type_key.clone(), t.from("field")],
+            ));
+        }
+        None => t.leave(c.s, "ExtractField$Key without a field".into()),
+    }
+}
+
+/// `RegexRouter` as the index names of the listed topics it renames.
+fn regex_router(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let (Some(regex), Some(replacement)) = (t.opt("regex"), t.opt("replacement")) else {
+        t.leave(c.s, "RegexRouter needs regex and replacement".into());
+        return;
+    };
+    let Ok(re) = regex::Regex::new(&format!("^(?:{regex})$")) else {
+        t.leave(c.s, format!("`{regex}` is not a regex lockgate reads"));
+        return;
+    };
+    if c.topics.is_empty() {
+        t.leave(c.s, "renames topics matched by topics.regex, which are not known in advance: give topic_to_index by hand".into());
+        return;
+    }
+    // Java's `$1` is the regex crate's `${1}`.
+    let rust = java_replacement(replacement);
+    for topic in &c.topics {
+        let renamed = re.replace(topic, rust.as_str()).to_string();
+        if renamed != *topic {
+            c.routing
+                .renamed
+                .insert(topic.clone(), renamed.to_lowercase());
+        }
+    }
+    c.routing.renamed_from.push(t.type_key.clone());
+    c.routing.renamed_from.push(t.from("regex"));
+    c.routing.renamed_from.push(t.from("replacement"));
+}
+
+/// `TimestampRouter` as the index template, if lockgate's templates read its date format.
+fn timestamp_router(c: &mut Chain<'_, '_>, t: &Step<'_>) {
+    let format = t.opt("timestamp.format").unwrap_or("yyyyMMdd");
+    let topic_format = t.opt("topic.format").unwrap_or("${topic}-${timestamp}");
+    if !supported_date(format) {
+        t.leave(c.s, format!("timestamp.format `{format}`: lockgate's index dates take yyyy, yy, MM, dd, HH, mm, ss and . - _"));
+        return;
+    }
+    let index = topic_format
+        .replace("${topic}", "{topic}")
+        .replace("${timestamp}", &format!("{{{format}}}"));
+    c.routing.template = Some((
+        index,
+        vec![
+            t.type_key.clone(),
+            t.from("topic.format"),
+            t.from("timestamp.format"),
+        ],
+    ));
+}
+
+/// Reports the predicates no Filter named.
+fn leave_unnamed_predicates(s: &mut Settings<'_>) {
     s.leave(
         "predicates",
         "no Filter names these predicates (lockgate's transforms take none)",
@@ -479,7 +610,6 @@ pub fn transforms(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>
     for k in unused {
         s.leave(&k, "a predicate no Filter names");
     }
-    routing
 }
 
 /// Reports the options of a transform that lockgate's does not take.
@@ -700,5 +830,89 @@ mod tests {
         assert!(supported_date("yyyy.MM.dd"));
         assert!(!supported_date("yyyy/MM/dd"));
         assert!(!supported_date("EEE"));
+    }
+
+    fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn problem(pairs: &[(&str, &str)], names: &[&str]) -> Option<&'static str> {
+        let all = settings(pairs);
+        let s = Settings {
+            all: &all,
+            used: Default::default(),
+            left_out: Vec::new(),
+        };
+        router_problem(&s, names)
+    }
+
+    #[test]
+    fn routers_translate_only_last_in_order_and_not_into_a_data_stream() {
+        let regex = (
+            "transforms.r.type",
+            "org.apache.kafka.connect.transforms.RegexRouter",
+        );
+        let time = (
+            "transforms.t.type",
+            "org.apache.kafka.connect.transforms.TimestampRouter",
+        );
+        assert_eq!(problem(&[regex, time], &["r", "t"]), None);
+        assert!(problem(&[regex, time], &["t", "r"])
+            .is_some_and(|why| why.starts_with("routers in this order")));
+        assert!(problem(&[regex, ("data.stream.type", "logs")], &["r"])
+            .is_some_and(|why| why.contains("data stream")));
+        assert_eq!(
+            problem(&[regex, ("data.stream.type", "None")], &["r"]),
+            None
+        );
+        let insert = ("transforms.i.type", "InsertField$Value");
+        assert_eq!(problem(&[regex, insert], &["r", "i"]), None);
+        assert!(problem(
+            &[regex, insert, ("transforms.i.topic.field", "t")],
+            &["r", "i"]
+        )
+        .is_some_and(|why| why.contains("reads the renamed topic")));
+        assert_eq!(
+            problem(
+                &[regex, insert, ("transforms.i.topic.field", "t")],
+                &["i", "r"]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn debezium_delete_modes_and_the_sinks_null_values() {
+        assert_eq!(
+            delete_mode("delete.handling.mode", None),
+            Some(("drop", false, false))
+        );
+        assert_eq!(
+            delete_mode("delete.handling.mode", Some("none")),
+            Some(("delete", false, true))
+        );
+        assert_eq!(delete_mode("delete.tombstone.handling.mode", None), None);
+        assert_eq!(
+            delete_mode("delete.tombstone.handling.mode", Some("none")),
+            None
+        );
+        assert_eq!(
+            delete_mode(
+                "delete.tombstone.handling.mode",
+                Some("delete-to-tombstone")
+            ),
+            Some(("delete", true, true))
+        );
+        assert_eq!(
+            delete_mode("delete.handling.mode", Some("rewrite-with-tombstone")),
+            Some(("rewrite", true, false))
+        );
+        assert_eq!(delete_handling("rewrite", false, "fail"), Some("rewrite"));
+        assert_eq!(delete_handling("delete", true, "delete"), Some("delete"));
+        assert_eq!(delete_handling("delete", true, "ignore"), Some("drop"));
+        assert_eq!(delete_handling("delete", true, "fail"), None);
     }
 }

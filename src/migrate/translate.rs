@@ -657,6 +657,25 @@ fn null_values(s: &mut Settings<'_>, f: &mut JobFile, refused: Option<&str>) {
 
 /// `[sink.elasticsearch]`.
 fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mut Vec<String>) {
+    connection(s, f, notes);
+    // Where: a data stream, or an index named after the topic.
+    let data_stream = match data_stream_type(s) {
+        Some(kind) => {
+            data_stream_target(s, f, kind);
+            true
+        }
+        None => {
+            index_target(s, f, &routing);
+            false
+        }
+    };
+    schema_mapping(s, data_stream);
+    item_errors(s, f);
+    batching_and_retries(s, f);
+}
+
+/// The cluster's URLs, credentials (the password never copied) and compression.
+fn connection(s: &mut Settings<'_>, f: &mut JobFile, notes: &mut Vec<String>) {
     let es = f.section("sink.elasticsearch");
     let mut url_user = None;
     match s.get("connection.url").map(|u| {
@@ -715,9 +734,12 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
         f.section("sink.elasticsearch")
             .set("compression", "gzip", &["connection.compression"]);
     }
+}
 
-    // Where: a data stream, or an index named after the topic.
-    let mut ds_type = s
+/// The data stream's type, if the records go to one: a type without a dataset is
+/// reported, and the records go to an index.
+fn data_stream_type(s: &mut Settings<'_>) -> Option<String> {
+    let ds_type = s
         .get("data.stream.type")
         .map(|t| t.trim().to_ascii_lowercase())
         .filter(|t| t != "none" && !t.is_empty());
@@ -729,166 +751,196 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             "data.stream.type".into(),
             "a data stream without data.stream.dataset (Kafka Connect refuses it too): written to an index instead".into(),
         ));
-        ds_type = None;
+        return None;
     }
-    let data_stream = ds_type.is_some();
-    if let Some(kind) = ds_type {
-        let dataset = s
-            .get("data.stream.dataset")
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let namespace = s
-            .get("data.stream.namespace")
-            .unwrap_or("${topic}")
-            .trim()
-            .replace("${topic}", "{topic}");
-        let mut t = toml::map::Map::new();
-        t.insert("type".into(), toml::Value::String(kind));
-        t.insert("dataset".into(), toml::Value::String(dataset));
-        t.insert("namespace".into(), toml::Value::String(namespace));
-        let es = f.section("sink.elasticsearch");
-        es.set(
-            "data_stream",
-            toml::Value::Table(t),
-            &[
-                "data.stream.type",
-                "data.stream.dataset",
-                "data.stream.namespace",
-            ],
-        );
-        if let Some(fields) = s.get("data.stream.timestamp.field") {
-            let mut all = fields.split(',').map(str::trim).filter(|f| !f.is_empty());
-            if let Some(first) = all.next() {
-                // Connect reads a top-level field of that very name (`a.b` after a
-                // Flatten): one JSON pointer step, escaped.
-                es.set(
-                    "timestamp_field",
-                    format!("/{}", first.replace('~', "~0").replace('/', "~1")),
-                    &["data.stream.timestamp.field"],
-                );
-            }
-            let rest: Vec<&str> = all.collect();
-            if !rest.is_empty() {
-                s.left_out.push((
-                    "data.stream.timestamp.field".into(),
-                    format!(
-                        "lockgate takes one timestamp field: {} not used",
-                        rest.join(", ")
-                    ),
-                ));
-            }
+    ds_type
+}
+
+/// A data stream of type `kind`: its name, timestamp field, one document per record,
+/// no deletes.
+fn data_stream_target(s: &mut Settings<'_>, f: &mut JobFile, kind: String) {
+    let dataset = s
+        .get("data.stream.dataset")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let namespace = s
+        .get("data.stream.namespace")
+        .unwrap_or("${topic}")
+        .trim()
+        .replace("${topic}", "{topic}");
+    let mut t = toml::map::Map::new();
+    t.insert("type".into(), toml::Value::String(kind));
+    t.insert("dataset".into(), toml::Value::String(dataset));
+    t.insert("namespace".into(), toml::Value::String(namespace));
+    let es = f.section("sink.elasticsearch");
+    es.set(
+        "data_stream",
+        toml::Value::Table(t),
+        &[
+            "data.stream.type",
+            "data.stream.dataset",
+            "data.stream.namespace",
+        ],
+    );
+    if let Some(fields) = s.get("data.stream.timestamp.field") {
+        let mut all = fields.split(',').map(str::trim).filter(|f| !f.is_empty());
+        if let Some(first) = all.next() {
+            // Connect reads a top-level field of that very name (`a.b` after a
+            // Flatten): one JSON pointer step, escaped.
+            es.set(
+                "timestamp_field",
+                format!("/{}", first.replace('~', "~0").replace('/', "~1")),
+                &["data.stream.timestamp.field"],
+            );
         }
-        es.set("id", "coordinates", &[]).because(
-            "a data stream takes create actions, one document per record (Connect's topic+partition+offset)",
-        );
-        // Connect writes a data stream's documents with the key as id when keys are
-        // not ignored: the first write of a key stays, later ones are skipped.
-        if !s.flag("key.ignore", false) {
+        let rest: Vec<&str> = all.collect();
+        if !rest.is_empty() {
             s.left_out.push((
-                "key.ignore".into(),
-                "false (Kafka Connect's default) into a data stream: Connect keeps the first record of each key; lockgate writes one document per record (id = coordinates)".into(),
+                "data.stream.timestamp.field".into(),
+                format!(
+                    "lockgate takes one timestamp field: {} not used",
+                    rest.join(", ")
+                ),
             ));
         }
-        s.get("write.method");
-        null_values(s, f, Some("a data stream takes no deletes"));
-    } else {
-        s.get("data.stream.dataset");
-        s.get("data.stream.namespace");
-        s.get("data.stream.timestamp.field");
-        let (index, from) = match &routing.template {
-            Some((t, from)) => (t.clone(), from.clone()),
-            None => ("{topic}".to_string(), Vec::new()),
-        };
-        let from_refs: Vec<&str> = from.iter().map(String::as_str).collect();
+    }
+    es.set("id", "coordinates", &[]).because(
+        "a data stream takes create actions, one document per record (Connect's topic+partition+offset)",
+    );
+    // Connect writes a data stream's documents with the key as id when keys are
+    // not ignored: the first write of a key stays, later ones are skipped.
+    if !s.flag("key.ignore", false) {
+        s.left_out.push((
+            "key.ignore".into(),
+            "false (Kafka Connect's default) into a data stream: Connect keeps the first record of each key; lockgate writes one document per record (id = coordinates)".into(),
+        ));
+    }
+    s.get("write.method");
+    null_values(s, f, Some("a data stream takes no deletes"));
+}
+
+/// An index named after the topic (as the routers and the mapping rename it): its
+/// name, the documents' ids and the write, and whether it is an alias.
+fn index_target(s: &mut Settings<'_>, f: &mut JobFile, routing: &IndexRouting) {
+    s.get("data.stream.dataset");
+    s.get("data.stream.namespace");
+    s.get("data.stream.timestamp.field");
+    index_names(s, f, routing);
+    document_ids_and_write(s, f, routing);
+    match s
+        .get("external.resource.usage")
+        .map(|u| u.trim().to_ascii_uppercase())
+        .as_deref()
+    {
+        None | Some("INDEX") | Some("") => {}
+        Some("ALIAS_INDEX") => {
+            f.section("sink.elasticsearch").set(
+                "require_alias",
+                true,
+                &["external.resource.usage"],
+            );
+        }
+        Some(other) => s.left_out.push((
+            "external.resource.usage".into(),
+            format!(
+                "{other}: mapped data streams have no equivalent (give data_stream, one per job)"
+            ),
+        )),
+    }
+}
+
+/// `index` (the routers' template, or the topic) and `topic_to_index` (the renamed
+/// topics and Connect's mapping).
+fn index_names(s: &mut Settings<'_>, f: &mut JobFile, routing: &IndexRouting) {
+    let (index, from) = match &routing.template {
+        Some((t, from)) => (t.clone(), from.clone()),
+        None => ("{topic}".to_string(), Vec::new()),
+    };
+    let from_refs: Vec<&str> = from.iter().map(String::as_str).collect();
+    f.section("sink.elasticsearch")
+        .set("index", index.as_str(), &from_refs)
+        .because("Connect names the index after the topic, in lower case");
+    let mut mapping: BTreeMap<String, String> = routing.renamed.clone();
+    let mut mapping_from: Vec<String> = routing.renamed_from.clone();
+    if let Some(m) = s.get("topic.to.external.resource.mapping") {
+        for pair in m.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if let Some((topic, index)) = pair.split_once(':') {
+                mapping.insert(topic.trim().into(), index.trim().into());
+            }
+        }
+        mapping_from.push("topic.to.external.resource.mapping".into());
+    }
+    if !mapping.is_empty() {
+        let t = mapping
+            .into_iter()
+            .map(|(k, v)| (k, toml::Value::String(v)))
+            .collect();
+        let from: Vec<&str> = mapping_from.iter().map(String::as_str).collect();
         f.section("sink.elasticsearch")
-            .set("index", index.as_str(), &from_refs)
-            .because("Connect names the index after the topic, in lower case");
-        let mut mapping: BTreeMap<String, String> = routing.renamed.clone();
-        let mut mapping_from: Vec<String> = routing.renamed_from.clone();
-        if let Some(m) = s.get("topic.to.external.resource.mapping") {
-            for pair in m.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                if let Some((topic, index)) = pair.split_once(':') {
-                    mapping.insert(topic.trim().into(), index.trim().into());
-                }
-            }
-            mapping_from.push("topic.to.external.resource.mapping".into());
-        }
-        if !mapping.is_empty() {
-            let t = mapping
-                .into_iter()
-                .map(|(k, v)| (k, toml::Value::String(v)))
-                .collect();
-            let from: Vec<&str> = mapping_from.iter().map(String::as_str).collect();
-            f.section("sink.elasticsearch")
-                .set("topic_to_index", toml::Value::Table(t), &from);
-        }
-        // Ids and the write.
-        let key_ignore = s.flag("key.ignore", false);
-        let upsert = s
-            .get("write.method")
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("upsert"));
-        let es = f.section("sink.elasticsearch");
-        if key_ignore {
-            es.set("id", "coordinates", &["key.ignore"]);
-        } else if let Some((field, from)) = &routing.key_field {
-            let mut from: Vec<&str> = from.iter().map(String::as_str).collect();
-            from.insert(0, "key.ignore");
-            es.set("id", format!("field:/{field}"), &from).because(
-                "the key's field names the document: read from the value, or from a JSON key (a delete)",
-            );
-        } else {
-            es.set("id", "key", &["key.ignore"]).because(
-                "key.ignore = false (Connect's default): the record's key is the document id",
-            );
-        }
-        if upsert {
-            es.set("operation", "upsert", &["write.method"]);
-        } else {
-            es.set("operation", "index", &["write.method"]);
-            if !key_ignore
-                && s.peek("external.version.header")
-                    .is_none_or(|h| h.trim().is_empty())
-            {
-                es.set("versioning", "external", &["key.ignore", "write.method"])
-                    .because("Connect versions keyed documents by the record's offset, so a replay never regresses one");
-            }
-        }
-        null_values(
-            s,
-            f,
-            key_ignore.then_some("with key.ignore = true no key names the document to delete"),
+            .set("topic_to_index", toml::Value::Table(t), &from);
+    }
+}
+
+/// `id`, `operation`, `versioning` and `on_null_value` of an index's documents.
+fn document_ids_and_write(s: &mut Settings<'_>, f: &mut JobFile, routing: &IndexRouting) {
+    let key_ignore = s.flag("key.ignore", false);
+    let upsert = s
+        .get("write.method")
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("upsert"));
+    let es = f.section("sink.elasticsearch");
+    if key_ignore {
+        es.set("id", "coordinates", &["key.ignore"]);
+    } else if let Some((field, from)) = &routing.key_field {
+        let mut from: Vec<&str> = from.iter().map(String::as_str).collect();
+        from.insert(0, "key.ignore");
+        es.set("id", format!("field:/{field}"), &from).because(
+            "the key's field names the document: read from the value, or from a JSON key (a delete)",
         );
-        match s
-            .get("external.resource.usage")
-            .map(|u| u.trim().to_ascii_uppercase())
-            .as_deref()
+    } else {
+        es.set("id", "key", &["key.ignore"])
+            .because("key.ignore = false (Connect's default): the record's key is the document id");
+    }
+    if upsert {
+        es.set("operation", "upsert", &["write.method"]);
+    } else {
+        es.set("operation", "index", &["write.method"]);
+        if !key_ignore
+            && s.peek("external.version.header")
+                .is_none_or(|h| h.trim().is_empty())
         {
-            None | Some("INDEX") | Some("") => {}
-            Some("ALIAS_INDEX") => {
-                f.section("sink.elasticsearch")
-                    .set("require_alias", true, &["external.resource.usage"]);
-            }
-            Some(other) => s.left_out.push((
-                "external.resource.usage".into(),
-                format!("{other}: mapped data streams have no equivalent (give data_stream, one per job)"),
-            )),
+            es.set("versioning", "external", &["key.ignore", "write.method"])
+                .because("Connect versions keyed documents by the record's offset, so a replay never regresses one");
         }
     }
+    null_values(
+        s,
+        f,
+        key_ignore.then_some("with key.ignore = true no key names the document to delete"),
+    );
+}
+
+/// Whether the value converter gives records a schema (Connect's JsonConverter does
+/// unless `schemas.enable` is false).
+fn converter_gives_schemas(s: &Settings<'_>) -> bool {
+    let value = s
+        .peek("value.converter")
+        .map(|c| c.rsplit('.').next().unwrap_or(c));
+    match value {
+        Some("JsonConverter") | None => s
+            .peek("value.converter.schemas.enable")
+            .is_none_or(|v| v.trim().eq_ignore_ascii_case("true")),
+        Some("AvroConverter" | "ProtobufConverter" | "JsonSchemaConverter") => true,
+        _ => false,
+    }
+}
+
+/// Reports the index mapping Connect makes from the record's schema, which lockgate
+/// does not.
+fn schema_mapping(s: &mut Settings<'_>, data_stream: bool) {
     // Connect's default (schema.ignore = false) maps the index from the record's
     // schema, when the converter gives one.
-    let schemas = {
-        let value = s
-            .peek("value.converter")
-            .map(|c| c.rsplit('.').next().unwrap_or(c));
-        match value {
-            Some("JsonConverter") | None => s
-                .peek("value.converter.schemas.enable")
-                .is_none_or(|v| v.trim().eq_ignore_ascii_case("true")),
-            Some("AvroConverter" | "ProtobufConverter" | "JsonSchemaConverter") => true,
-            _ => false,
-        }
-    };
+    let schemas = converter_gives_schemas(s);
     if s.peek("schema.ignore").is_none() && schemas && !data_stream {
         s.left_out.push((
             "schema.ignore".into(),
@@ -903,8 +955,10 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             "false: Connect makes the index mapping from the record's schema; lockgate does not (give it with index_template_file)".into(),
         ));
     }
+}
 
-    // Failures.
+/// `on_item_error` from `behavior.on.malformed.documents` and the dead-letter topic.
+fn item_errors(s: &mut Settings<'_>, f: &mut JobFile) {
     let dlq = s
         .peek("errors.deadletterqueue.topic.name")
         .map(str::trim)
@@ -941,8 +995,10 @@ fn sink(s: &mut Settings<'_>, f: &mut JobFile, routing: IndexRouting, notes: &mu
             );
         }
     }
+}
 
-    // Batching and retries.
+/// Bulk sizes, in-flight requests, retries, the buffer bound and the request timeout.
+fn batching_and_retries(s: &mut Settings<'_>, f: &mut JobFile) {
     let es = f.section("sink.elasticsearch");
     let pairs = [
         ("batch.size", "bulk_max_actions"),
@@ -1002,6 +1058,31 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+    }
+
+    #[test]
+    fn which_converters_give_a_schema() {
+        let gives = |pairs: &[(&str, &str)]| {
+            let all: BTreeMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            converter_gives_schemas(&Settings {
+                all: &all,
+                used: BTreeSet::new(),
+                left_out: Vec::new(),
+            })
+        };
+        assert!(gives(&[]));
+        assert!(!gives(&[("value.converter.schemas.enable", "false")]));
+        let json = "org.apache.kafka.connect.json.JsonConverter";
+        assert!(gives(&[("value.converter", json)]));
+        assert!(gives(&[(
+            "value.converter",
+            "io.confluent.connect.avro.AvroConverter"
+        )]));
+        let string = "org.apache.kafka.connect.storage.StringConverter";
+        assert!(!gives(&[("value.converter", string)]));
     }
 
     /// Every setting of the table is one the translation reads: none is reported as

@@ -247,64 +247,28 @@ async fn run_attempt(
         tolerable_failures: job.checkpoint.tolerable_failures,
     };
     let start = Instant::now();
-    let mut coord = Coordinator::new(cfg, all.clone(), sources.clone(), *next_id, 0);
+    let coord = Coordinator::new(cfg, all.clone(), sources.clone(), *next_id, 0);
     let mut tick = tokio::time::interval(Duration::from_millis(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut triggered_at: Option<(CheckpointId, Instant)> = None;
-    let since_trigger = |triggered_at: &Option<(CheckpointId, Instant)>, id: CheckpointId| {
-        triggered_at
-            .filter(|t| t.0 == id)
-            .map_or(0, |t| t.1.elapsed().as_millis() as u64)
-    };
     telemetry.set_state(JobState::Running);
-    // Aborted checkpoints whose directories are not removed yet: a subtask may still be
-    // writing its snapshot into one (an expired checkpoint's keyed subtask in the middle
-    // of its RocksDB checkpoint). Subtasks take barriers in order, so once a later
-    // checkpoint is published none of them touches an older one any more.
-    let mut aborted: Vec<CheckpointId> = Vec::new();
-    // The newest checkpoints this attempt published (at most as many as retention
-    // keeps), oldest first: once there are that many, they are what retention keeps.
-    let mut completed: Vec<CheckpointId> = Vec::new();
-    let mut stop_seen = false;
-    let mut retention: Option<tokio::task::JoinHandle<()>> = None;
     let mut running = all.len();
-    let send_all = |msg: Control| {
-        for (_, c) in &controls {
-            let _ = c.send(msg.clone());
-        }
-    };
-    let send_sources = |msg: Control| {
-        for (t, c) in &controls {
-            if t.vertex == 0 {
-                let _ = c.send(msg.clone());
-            }
-        }
-    };
-
-    // The control API's requests are read with the coordinator's clock. A pause holds
-    // across in-process restarts (`wire` queued `Pause` before a new attempt's sources
-    // started); the job says paused once every source confirmed it. A checkpoint
-    // asked for is triggered as soon as none is pending.
-    let mut paused = start_paused;
-    let mut paused_sources: HashSet<TaskId> = HashSet::new();
-    let mut follow_control = |coord: &mut Coordinator| -> Option<bool> {
-        let c = control?;
-        let mut changed = None;
-        if c.is_paused() != paused {
-            paused = c.is_paused();
-            send_sources(if paused {
-                Control::Pause
-            } else {
-                Control::Resume
-            });
-            info!(job = %job.name, paused, "{} by the control API", if paused { "pause" } else { "resume" });
-            changed = Some(paused);
-        }
-        if c.take_requests(coord.next_id()) {
-            info!(job = %job.name, checkpoint = %coord.next_id(), "checkpoint asked for by the control API");
-            coord.request_checkpoint();
-        }
-        changed
+    let mut stop_seen = false;
+    let mut a = Attempt {
+        job,
+        dir,
+        store,
+        control,
+        telemetry,
+        controls,
+        sources,
+        coord,
+        start,
+        triggered_at: None,
+        aborted: Vec::new(),
+        completed: Vec::new(),
+        retention: None,
+        paused: start_paused,
+        paused_sources: HashSet::new(),
     };
 
     // Every return of the loop below leaves through here: a retention pass still
@@ -314,35 +278,13 @@ async fn run_attempt(
         loop {
             let mut actions = Vec::new();
             tokio::select! {
-                _ = tick.tick() => {
-                    if follow_control(&mut coord) == Some(false) {
-                        paused_sources.clear();
-                        telemetry.set_paused(false);
-                    }
-                    actions = coord.poll(now_ms(start))
-                }
-                r = report_rx.recv(), if running > 0 => match r {
-                    Some(Report::Ack { id, task, positions, snapshots }) => {
-                        telemetry.checkpoint_acked(id.0, task_name(task), task.vertex, task.subtask, since_trigger(&triggered_at, id));
-                        actions = coord.on_ack(id, task, positions, snapshots)
-                    }
-                    Some(Report::Decline { id, task, reason }) => actions = coord.on_decline(id, task, &reason, now_ms(start)),
-                    Some(Report::SourceFinished { task }) => coord.on_source_finished(task),
-                    Some(Report::Paused { task }) => {
-                        // A confirmation that raced a resume is stale.
-                        let fresh = control.is_some_and(|c| c.is_paused()) && paused_sources.insert(task);
-                        if fresh && paused_sources.len() == sources.len() {
-                            telemetry.set_paused(true);
-                            info!(job = %job.name, "every source paused: nothing is read until resumed");
-                        }
-                    }
-                    None => {}
-                },
+                _ = tick.tick() => actions = a.on_tick(),
+                r = report_rx.recv(), if running > 0 => actions = a.on_report(r),
                 j = tasks.join_next() => match j {
                     Some(Ok((_, Ok(())))) => {
                         running -= 1;
                         if running == 0 {
-                            if coord.is_finished() {
+                            if a.coord.is_finished() {
                                 return Ok(());
                             }
                             return Err(JobError::Other("every task ended before the final checkpoint".into()));
@@ -355,129 +297,294 @@ async fn run_attempt(
                         return fail_attempt(&mut tasks, e).await;
                     }
                     Some(Err(join)) => return fail_attempt(&mut tasks, JobError::Other(format!("task panicked: {join}"))).await,
-                    None => return if coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
+                    None => return if a.coord.is_finished() { Ok(()) } else { Err(JobError::Other("no tasks".into())) },
                 },
                 _ = stop_requested(stop), if !stop_seen => {
                     stop_seen = true;
-                    info!(job = %job.name, "stop requested: finishing with a final checkpoint");
-                    coord.on_stop();
-                    telemetry.set_state(JobState::Stopping);
-                    send_sources(Control::Stop);
+                    a.on_stop();
                 }
             }
             let mut queue: std::collections::VecDeque<Action> = actions.into();
             while let Some(action) = queue.pop_front() {
-                match action {
-                    Action::Trigger { id, is_final } => {
-                        // The coordinator owns the sequence; the next attempt starts where
-                        // it stands.
-                        *next_id = coord.next_id();
-                        if let Err(e) = tokio::task::block_in_place(|| dir.begin(id)) {
-                            return fail_attempt(&mut tasks, e.into()).await;
-                        }
-                        triggered_at = Some((id, Instant::now()));
-                        telemetry.checkpoint_triggered(id.0, is_final);
-                        crate::fault::checkpoint_triggered();
-                        tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
-                        send_sources(Control::Trigger { id, is_final });
-                    }
-                    Action::Publish {
-                        id,
-                        is_final,
-                        positions,
-                        snapshots,
-                    } => {
-                        let (meta, size_bytes) =
-                            checkpoint_metadata(job, id, is_final, positions, snapshots);
-                        // The previous retention pass ends before this publish: the two never
-                        // list and rename in the checkpoint directory at the same time.
-                        if let Some(r) = retention.take() {
-                            let _ = r.await;
-                        }
-                        let published = match publish(dir, store, meta).await {
-                            Ok(p) => p,
-                            Err(e) => return fail_attempt(&mut tasks, e).await,
-                        };
-                        match published {
-                            Ok(path) => {
-                                coord.on_published(id, now_ms(start));
-                                let took = since_trigger(&triggered_at, id);
-                                telemetry.checkpoint_completed(id.0, took, size_bytes, &path);
-                                summary.checkpoints += 1;
-                                summary.last_checkpoint = Some(id);
-                                summary.checkpoint_durations_ms.push(took);
-                                info!(checkpoint = %id, path = %path, duration_ms = took, is_final, "checkpoint completed");
-                                crate::fault::after_publish();
-                                crate::fault::checkpoint_completed();
-                                completed.push(id);
-                                if completed.len() > job.checkpoint.retain.max(2) {
-                                    completed.remove(0);
-                                }
-                                send_all(Control::Complete {
-                                    id,
-                                    is_final,
-                                    restorable_from: oldest_retained(&completed, job.checkpoint.retain),
-                                });
-                                if let Some(c) = control {
-                                    c.completed(id, &path.to_string());
-                                }
-                                // Retention is housekeeping after the publish (deleting an old
-                                // checkpoint's files costs as much as it holds): it runs beside
-                                // the job, and its failure does not undo the publish.
-                                // The directories of aborted checkpoints older than this one go
-                                // in the same task, after retention, so that the two never
-                                // work on one directory at once (a checkpoint whose publish
-                                // failed after its `_metadata` was renamed in can be both).
-                                let (done, later): (Vec<_>, Vec<_>) =
-                                    aborted.iter().partition(|a| **a < id);
-                                aborted = later;
-                                retention = Some(spawn_retention(
-                                    dir.clone(),
-                                    store.cloned(),
-                                    job.checkpoint.retain,
-                                    done,
-                                ));
-                            }
-                            Err(e) => {
-                                queue.extend(coord.on_publish_failed(id, e.to_string(), now_ms(start)))
-                            }
-                        }
-                    }
-                    Action::Abort { id, cause, reason } => {
-                        warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
-                        let status = match cause {
-                            AbortCause::Declined => CheckpointStatus::Declined,
-                            AbortCause::Expired => CheckpointStatus::TimedOut,
-                            AbortCause::PublishFailed => CheckpointStatus::Failed,
-                        };
-                        telemetry.checkpoint_aborted(id.0, status, since_trigger(&triggered_at, id), &reason);
-                        if let Some(c) = control {
-                            c.aborted(id, &reason);
-                        }
-                        // Removed once a later checkpoint is published (or at the next start).
-                        aborted.push(id);
-                        send_all(Control::Aborted { id });
-                    }
-                    Action::Fail { failures, last } => {
-                        return fail_attempt(
-                            &mut tasks,
-                            JobError::TooManyCheckpointFailures {
-                                failures,
-                                tolerable: job.checkpoint.tolerable_failures,
-                                last,
-                            },
-                        )
-                        .await;
-                    }
+                match a.act(action, next_id, summary).await {
+                    Ok(more) => queue.extend(more),
+                    Err(e) => return fail_attempt(&mut tasks, e).await,
                 }
             }
         }
     }
     .await;
-    if let Some(r) = retention.take() {
+    if let Some(r) = a.retention.take() {
         let _ = r.await;
     }
     outcome
+}
+
+/// One attempt's side of the checkpoint protocol: the coordinator, the tasks' control
+/// channels, and what the attempt remembers between the coordinator's actions.
+struct Attempt<'a> {
+    job: &'a JobGraph,
+    dir: &'a Arc<SnapshotDir>,
+    store: Option<&'a Arc<CheckpointStore>>,
+    control: Option<&'a crate::control::JobControl>,
+    telemetry: &'a Telemetry,
+    /// One control channel per task, downstream first.
+    controls: Vec<(TaskId, tokio::sync::mpsc::UnboundedSender<Control>)>,
+    sources: Vec<TaskId>,
+    coord: Coordinator,
+    /// The coordinator's clock starts here.
+    start: Instant,
+    /// The newest checkpoint triggered, and when.
+    triggered_at: Option<(CheckpointId, Instant)>,
+    /// Aborted checkpoints whose directories are not removed yet: a subtask may still
+    /// be writing its snapshot into one (an expired checkpoint's keyed subtask in the
+    /// middle of its RocksDB checkpoint). Subtasks take barriers in order, so once a
+    /// later checkpoint is published none of them touches an older one any more.
+    aborted: Vec<CheckpointId>,
+    /// The newest checkpoints this attempt published (at most as many as retention
+    /// keeps), oldest first: once there are that many, they are what retention keeps.
+    completed: Vec<CheckpointId>,
+    /// The retention pass running beside the job, if any.
+    retention: Option<tokio::task::JoinHandle<()>>,
+    /// Whether the sources were told to pause (as the control API last said).
+    paused: bool,
+    /// The sources that confirmed the pause.
+    paused_sources: HashSet<TaskId>,
+}
+
+impl Attempt<'_> {
+    fn send_all(&self, msg: Control) {
+        for (_, c) in &self.controls {
+            let _ = c.send(msg.clone());
+        }
+    }
+
+    fn send_sources(&self, msg: Control) {
+        for (t, c) in &self.controls {
+            if t.vertex == 0 {
+                let _ = c.send(msg.clone());
+            }
+        }
+    }
+
+    /// Milliseconds since checkpoint `id` was triggered (0 if it is not the newest).
+    fn since_trigger(&self, id: CheckpointId) -> u64 {
+        self.triggered_at
+            .filter(|t| t.0 == id)
+            .map_or(0, |t| t.1.elapsed().as_millis() as u64)
+    }
+
+    /// The coordinator's clock ticks, after the control API's requests are followed.
+    fn on_tick(&mut self) -> Vec<Action> {
+        if self.follow_control() == Some(false) {
+            self.paused_sources.clear();
+            self.telemetry.set_paused(false);
+        }
+        self.coord.poll(now_ms(self.start))
+    }
+
+    /// Follows the control API's requests; returns the pause state if it changed.
+    ///
+    /// A pause holds across in-process restarts (`wire` queued `Pause` before a new
+    /// attempt's sources started); the job says paused once every source confirmed
+    /// it. A checkpoint asked for is triggered as soon as none is pending.
+    fn follow_control(&mut self) -> Option<bool> {
+        let c = self.control?;
+        let mut changed = None;
+        if c.is_paused() != self.paused {
+            self.paused = c.is_paused();
+            let paused = self.paused;
+            self.send_sources(if paused {
+                Control::Pause
+            } else {
+                Control::Resume
+            });
+            info!(job = %self.job.name, paused, "{} by the control API", if paused { "pause" } else { "resume" });
+            changed = Some(paused);
+        }
+        if c.take_requests(self.coord.next_id()) {
+            info!(job = %self.job.name, checkpoint = %self.coord.next_id(), "checkpoint asked for by the control API");
+            self.coord.request_checkpoint();
+        }
+        changed
+    }
+
+    /// A task's report to the coordinator (or, for a pause, to the job's state).
+    fn on_report(&mut self, report: Option<Report>) -> Vec<Action> {
+        match report {
+            Some(Report::Ack {
+                id,
+                task,
+                positions,
+                snapshots,
+            }) => {
+                self.telemetry.checkpoint_acked(
+                    id.0,
+                    task_name(task),
+                    task.vertex,
+                    task.subtask,
+                    self.since_trigger(id),
+                );
+                self.coord.on_ack(id, task, positions, snapshots)
+            }
+            Some(Report::Decline { id, task, reason }) => {
+                self.coord.on_decline(id, task, &reason, now_ms(self.start))
+            }
+            Some(Report::SourceFinished { task }) => {
+                self.coord.on_source_finished(task);
+                Vec::new()
+            }
+            Some(Report::Paused { task }) => {
+                // A confirmation that raced a resume is stale.
+                let fresh =
+                    self.control.is_some_and(|c| c.is_paused()) && self.paused_sources.insert(task);
+                if fresh && self.paused_sources.len() == self.sources.len() {
+                    self.telemetry.set_paused(true);
+                    info!(job = %self.job.name, "every source paused: nothing is read until resumed");
+                }
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// A stop (SIGTERM): the job finishes with a final checkpoint.
+    fn on_stop(&mut self) {
+        info!(job = %self.job.name, "stop requested: finishing with a final checkpoint");
+        self.coord.on_stop();
+        self.telemetry.set_state(JobState::Stopping);
+        self.send_sources(Control::Stop);
+    }
+
+    /// Carries out one of the coordinator's actions; returns the actions that follow
+    /// from it, or the error that fails the attempt.
+    async fn act(
+        &mut self,
+        action: Action,
+        next_id: &mut CheckpointId,
+        summary: &mut RunSummary,
+    ) -> Result<Vec<Action>> {
+        match action {
+            Action::Trigger { id, is_final } => {
+                // The coordinator owns the sequence; the next attempt starts where it
+                // stands.
+                *next_id = self.coord.next_id();
+                self.trigger(id, is_final)?;
+            }
+            Action::Publish {
+                id,
+                is_final,
+                positions,
+                snapshots,
+            } => {
+                let (meta, size_bytes) =
+                    checkpoint_metadata(self.job, id, is_final, positions, snapshots);
+                // The previous retention pass ends before this publish: the two never
+                // list and rename in the checkpoint directory at the same time.
+                if let Some(r) = self.retention.take() {
+                    let _ = r.await;
+                }
+                match publish(self.dir, self.store, meta).await? {
+                    Ok(path) => self.published(id, is_final, path, size_bytes, summary),
+                    Err(e) => {
+                        return Ok(self.coord.on_publish_failed(
+                            id,
+                            e.to_string(),
+                            now_ms(self.start),
+                        ))
+                    }
+                }
+            }
+            Action::Abort { id, cause, reason } => self.abort(id, cause, reason),
+            Action::Fail { failures, last } => {
+                return Err(JobError::TooManyCheckpointFailures {
+                    failures,
+                    tolerable: self.job.checkpoint.tolerable_failures,
+                    last,
+                })
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Begins checkpoint `id`'s directory and sends the barrier to the sources.
+    fn trigger(&mut self, id: CheckpointId, is_final: bool) -> Result<()> {
+        tokio::task::block_in_place(|| self.dir.begin(id))?;
+        self.triggered_at = Some((id, Instant::now()));
+        self.telemetry.checkpoint_triggered(id.0, is_final);
+        crate::fault::checkpoint_triggered();
+        tracing::debug!(checkpoint = %id, is_final, "checkpoint triggered");
+        self.send_sources(Control::Trigger { id, is_final });
+        Ok(())
+    }
+
+    /// Checkpoint `id` is published (at `path`): it is counted and announced, every task
+    /// is told it completed, and retention (with the removal of older aborted
+    /// checkpoints) starts beside the job.
+    fn published(
+        &mut self,
+        id: CheckpointId,
+        is_final: bool,
+        path: String,
+        size_bytes: u64,
+        summary: &mut RunSummary,
+    ) {
+        self.coord.on_published(id, now_ms(self.start));
+        let took = self.since_trigger(id);
+        self.telemetry
+            .checkpoint_completed(id.0, took, size_bytes, &path);
+        summary.checkpoints += 1;
+        summary.last_checkpoint = Some(id);
+        summary.checkpoint_durations_ms.push(took);
+        info!(checkpoint = %id, path = %path, duration_ms = took, is_final, "checkpoint completed");
+        crate::fault::after_publish();
+        crate::fault::checkpoint_completed();
+        let retain = self.job.checkpoint.retain;
+        self.completed.push(id);
+        if self.completed.len() > retain.max(2) {
+            self.completed.remove(0);
+        }
+        self.send_all(Control::Complete {
+            id,
+            is_final,
+            restorable_from: oldest_retained(&self.completed, retain),
+        });
+        if let Some(c) = self.control {
+            c.completed(id, &path.to_string());
+        }
+        // Retention is housekeeping after the publish (deleting an old checkpoint's
+        // files costs as much as it holds): it runs beside the job, and its failure does
+        // not undo the publish. The directories of aborted checkpoints older than this
+        // one go in the same task, after retention, so that the two never work on one
+        // directory at once (a checkpoint whose publish failed after its `_metadata` was
+        // renamed in can be both).
+        let (done, later): (Vec<_>, Vec<_>) = self.aborted.iter().partition(|a| **a < id);
+        self.aborted = later;
+        self.retention = Some(spawn_retention(
+            self.dir.clone(),
+            self.store.cloned(),
+            retain,
+            done,
+        ));
+    }
+
+    /// Checkpoint `id` is aborted: reported, and its directory removed once a later
+    /// checkpoint is published (or at the next start).
+    fn abort(&mut self, id: CheckpointId, cause: AbortCause, reason: String) {
+        warn!(checkpoint = %id, reason = %reason, "checkpoint aborted");
+        let status = match cause {
+            AbortCause::Declined => CheckpointStatus::Declined,
+            AbortCause::Expired => CheckpointStatus::TimedOut,
+            AbortCause::PublishFailed => CheckpointStatus::Failed,
+        };
+        self.telemetry
+            .checkpoint_aborted(id.0, status, self.since_trigger(id), &reason);
+        if let Some(c) = self.control {
+            c.aborted(id, &reason);
+        }
+        self.aborted.push(id);
+        self.send_all(Control::Aborted { id });
+    }
 }
 
 /// Ends a failed attempt: aborts every task and waits until all are gone, so that

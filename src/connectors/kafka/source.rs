@@ -2,7 +2,8 @@
 
 use super::config::{KafkaSourceConfig, TopicSelector};
 use super::fetcher::{
-    self, Fetched, FetchedBatch, HeaderCopy, KafkaConsumer, LiveEnds, LogContext, Run,
+    self, Fetched, FetchedBatch, HeaderAt, HeaderCopy, KafkaConsumer, LiveEnds, LogContext,
+    OriginHeaders, Run,
 };
 use super::start_position::{check_in_range, resolve_timestamp, start_positions, Start};
 use super::topic_ids::{self, topic_identity, Identity, RecreatedPolicy, TopicId};
@@ -699,17 +700,12 @@ fn check_restored_ids(
     ))
 }
 
-#[async_trait]
-impl Source for KafkaSource {
-    async fn open(
-        &mut self,
-        info: &SubtaskInfo,
-        restored: Option<&[SourcePosition]>,
-    ) -> Result<()> {
-        self.name = info.name.clone();
-        self.info = Some(info.clone());
-        let config = self.client_config();
-        let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
+/// A fetched record with its origin headers and its headers, when they are read.
+type FetchedRecord = (Fetched, Option<OriginHeaders>, Option<Vec<HeaderAt>>);
+
+impl KafkaSource {
+    /// Registers the subtask's metrics (and the event clock's).
+    fn register_metrics(&mut self, info: &SubtaskInfo, live_ends: Arc<LiveEnds>) {
         let telemetry = info.telemetry.clone();
         let m = telemetry.metrics();
         let k = super::metrics::KafkaMetrics::of(m);
@@ -721,23 +717,27 @@ impl Source for KafkaSource {
             restored: m.task_gauge(&k.partitions_restored, OPERATOR, info.index),
             partitions: BTreeMap::new(),
             from_checkpoint: BTreeSet::new(),
-            live_ends: live_ends.clone(),
+            live_ends,
             telemetry: telemetry.clone(),
         });
         if let Some(c) = self.clock.as_mut() {
             c.report_to(&telemetry, info.index);
         }
-        let consumer = KafkaConsumer::new(
-            config
-                .create_with_context(LogContext::new(live_ends))
-                .map_err(|e| self.err(format!("cannot create consumer: {e}")))?,
-        );
-        let consumer = Arc::new(consumer);
-        self.consumer = Some(consumer.clone());
-        let cfg = self.cfg.clone();
+    }
+
+    /// The listing the source opens with. A bounded job captures the end of every
+    /// partition at its first start, so it waits (up to the connect timeout) until
+    /// every selected topic's partitions are known: one whose are not would be read as
+    /// empty. (`&mut self`: the subtask is `Send` but not `Sync`, and the future holds it
+    /// across its awaits.)
+    async fn first_listing(
+        &mut self,
+        consumer: &Arc<KafkaConsumer>,
+        cfg: &KafkaSourceConfig,
+    ) -> Result<Listing> {
         let timeout = Duration::from_millis(cfg.connect_timeout_ms);
         let deadline = std::time::Instant::now() + timeout;
-        let listing = loop {
+        loop {
             let listing = tokio::task::spawn_blocking({
                 let consumer = consumer.clone();
                 let cfg = cfg.clone();
@@ -751,11 +751,9 @@ impl Source for KafkaSource {
                     cfg.connect_timeout_ms
                 ))
             })?;
-            // A bounded job captures the end of every partition at its first start: a
-            // topic whose partitions are unknown now would be read as empty.
             let unknown = unknown_topics(&listing, &cfg.topics);
             if !cfg.bounded || unknown.is_empty() {
-                break listing;
+                return Ok(listing);
             }
             if std::time::Instant::now() >= deadline {
                 return Err(self.err(format!(
@@ -766,12 +764,19 @@ impl Source for KafkaSource {
             }
             warn!(subtask = %self.name, topics = ?unknown, "bounded: waiting for the partitions of these topics");
             tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        let restored =
-            check_restored_ids(restored, &listing.ids, &cfg).map_err(|(topic, was, now)| {
-                self.err(topic_ids::recreated_message(&topic, was, now))
-            })?;
-        let restored = restored.as_deref();
+        }
+    }
+
+    /// Takes over the restored positions (already checked against the topics' ids)
+    /// that apply to the listing: the topics' ids, the bounded ends, the positions of
+    /// partitions gone from the cluster (parked), the origin marks. Returns where each
+    /// owned partition starts.
+    fn adopt_restored(
+        &mut self,
+        restored: Option<&[SourcePosition]>,
+        listing: Listing,
+        cfg: &KafkaSourceConfig,
+    ) -> BTreeMap<Tp, Start> {
         // Each topic's id: the cluster's where it reports one (the same as the
         // checkpoint's, or adopted), else the checkpoint's.
         self.ids = restored
@@ -817,6 +822,255 @@ impl Source for KafkaSource {
                 .map(|p| ((p.stream.clone(), p.partition), p.applied.clone()))
                 .collect();
         }
+        starts
+    }
+
+    /// Lists the partitions every `partition_discovery_ms`, in a task of its own, and
+    /// hands each listing to `poll`.
+    fn discover_periodically(&mut self, consumer: Arc<KafkaConsumer>, cfg: Arc<KafkaSourceConfig>) {
+        let (tx, rx) = mpsc::channel(1);
+        self.discovered = Some(rx);
+        let every = Duration::from_millis(cfg.partition_discovery_ms);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let (c, cf) = (consumer.clone(), cfg.clone());
+                let found =
+                    tokio::task::spawn_blocking(move || discover(&c, &cf, REQUEST_TIMEOUT)).await;
+                match found {
+                    Ok(Ok(listing)) => {
+                        if tx.send(listing).await.is_err() {
+                            return; // the source is gone
+                        }
+                    }
+                    Ok(Err(e)) => warn!(error = %e, "partition discovery failed; retrying"),
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+
+    /// Turns a fetched batch into records, run by run, and counts what it read.
+    async fn read_batch(&mut self, batch: FetchedBatch, out: &mut Batch) -> Result<()> {
+        let FetchedBatch {
+            bytes,
+            records,
+            runs,
+            headers,
+            all_headers,
+        } = batch;
+        // Records hold slices of the batch's buffer: it is shared from here on.
+        let bytes = Bytes::from(bytes);
+        out.reserve(records.len());
+        let mut headers = headers.into_iter();
+        let mut all_headers = all_headers.into_iter();
+        let mut records = records.into_iter().map(|f| {
+            let h = headers.next();
+            let all = all_headers.next();
+            (f, h, all)
+        });
+        let mut read_bytes = 0usize;
+        let replayed_before = self.replayed;
+        for run in runs {
+            let run_records = records.by_ref().take(run.len);
+            self.read_run(&run, run_records, &bytes, out, &mut read_bytes)
+                .await?;
+        }
+        if let Some(m) = &self.metrics {
+            m.bytes_read.inc_by(read_bytes as u64);
+        }
+        if self.replayed > replayed_before {
+            info!(subtask = %self.name, dropped = self.replayed - replayed_before, total = self.replayed, "dropped records this job already applied (a replay of the upstream stage)");
+        }
+        Ok(())
+    }
+
+    /// Reads one run (records of one partition) from the partition's position: records
+    /// before it were emitted already, records at or past a bounded end are not read.
+    /// The position moves past every record read or passed over.
+    async fn read_run(
+        &mut self,
+        run: &Run,
+        records: impl Iterator<Item = FetchedRecord> + Send,
+        bytes: &Bytes,
+        out: &mut Batch,
+        read_bytes: &mut usize,
+    ) -> Result<()> {
+        // A partition's position is looked up once per run, not once per record.
+        let tp = (run.topic.to_string(), run.partition);
+        let Some(mut next) = self.positions.get(&tp).copied() else {
+            records.for_each(drop); // unassigned meanwhile
+            return Ok(());
+        };
+        let end = self.ends.get(&tp).copied();
+        // Every owned partition has marks when origin headers are read (empty for
+        // one that starts fresh).
+        let mut marks = self
+            .cfg
+            .origin_headers
+            .then(|| self.marks.remove(&tp).unwrap_or_default());
+        for (f, h, all) in records {
+            if f.offset < next.0 {
+                continue; // already emitted (a re-fetch)
+            }
+            if end.is_some_and(|end| f.offset >= end.0) {
+                continue; // beyond a bounded end
+            }
+            match self
+                .read_record(run, &tp, &f, h, all, bytes, marks.as_mut())
+                .await
+            {
+                Ok(Some(record)) => {
+                    *read_bytes += f.key.as_ref().map_or(0, |r| r.len())
+                        + f.payload.as_ref().map_or(0, |r| r.len());
+                    out.push(record);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(m) = marks.take() {
+                        self.marks.insert(tp, m);
+                    }
+                    return Err(e);
+                }
+            }
+            next = NextOffset::after(f.offset);
+        }
+        if let Some(g) = self.metrics.as_ref().and_then(|m| m.partitions.get(&tp)) {
+            g.set_position(next.0);
+        }
+        if let Some(m) = marks {
+            self.marks.insert(tp.clone(), m);
+        }
+        self.positions.insert(tp, next);
+        Ok(())
+    }
+
+    /// One fetched record as a record; none for one passed over: a duplicate of a
+    /// record this job already applied (`marks`, with origin headers read), or one the
+    /// decode-error policy skipped.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_record(
+        &mut self,
+        run: &Run,
+        tp: &Tp,
+        f: &Fetched,
+        h: Option<OriginHeaders>,
+        all: Option<Vec<HeaderAt>>,
+        bytes: &Bytes,
+        marks: Option<&mut Marks>,
+    ) -> Result<Option<Record>> {
+        if let Some(marks) = marks {
+            let h = h.unwrap_or_default();
+            let at = |i: usize| h[i].clone().map(|r| &bytes[r]);
+            match upstream::parse(at(0), at(1), at(2)) {
+                // A duplicate is dropped before its payload is looked at: the first
+                // copy already went through the decode policy.
+                Ok(c) if !marks.admit(c) => {
+                    self.replayed += 1;
+                    return Ok(None);
+                }
+                Ok(_) => {}
+                Err(why) => {
+                    self.on_decode_error(run, f, bytes, &why, None).await?;
+                    return Ok(None);
+                }
+            }
+        }
+        let tombstone = f.payload.is_none() && self.cfg.tombstones;
+        let (key, value) = match self.decode(f, bytes, tombstone).await {
+            Ok(kv) => kv,
+            Err(Failure::Record { why, schema_id }) => {
+                self.on_decode_error(run, f, bytes, &why, schema_id).await?;
+                return Ok(None);
+            }
+            // Waited for with retries already: the job fails, and the record is read
+            // again after the restart.
+            Err(Failure::Registry(why)) => {
+                return Err(self.err(format!(
+                    "record {}/{}@{} needs its writer schema: {why}",
+                    run.topic, run.partition, f.offset
+                )))
+            }
+        };
+        // The time read as configured, which moves the watermark.
+        let mut observed = None;
+        let timestamp = match self.clock.as_ref() {
+            None => f.timestamp,
+            Some(c) => match c
+                .settings
+                .read(f.timestamp, if tombstone { b"" } else { &value })
+            {
+                Ok(t) => {
+                    observed = Some(t);
+                    Some(t)
+                }
+                // A tombstone has no value to read a time from: it carries its Kafka
+                // one, which says nothing about the field's times.
+                Err(_) if tombstone && f.timestamp.is_some() => f.timestamp,
+                Err(why) => {
+                    self.on_decode_error(run, f, bytes, &why, None).await?;
+                    return Ok(None);
+                }
+            },
+        };
+        if let (Some(c), Some(t)) = (self.clock.as_mut(), observed) {
+            c.observe(tp, t);
+        }
+        Ok(Some(Record {
+            key,
+            route_key: None,
+            value,
+            origin: Some(Origin {
+                stream: run.topic.clone(),
+                partition: run.partition,
+                offset: f.offset,
+            }),
+            timestamp,
+            tombstone,
+            op: crate::record::Op::Upsert,
+            output: 0,
+            headers: all.map(|all| {
+                std::sync::Arc::new(
+                    all.into_iter()
+                        .map(|(name, value)| {
+                            (
+                                String::from_utf8_lossy(&bytes[name]).into_owned(),
+                                value.map(|v| bytes.slice(v)),
+                            )
+                        })
+                        .collect(),
+                )
+            }),
+        }))
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        restored: Option<&[SourcePosition]>,
+    ) -> Result<()> {
+        self.name = info.name.clone();
+        self.info = Some(info.clone());
+        let config = self.client_config();
+        let live_ends = Arc::new(LiveEnds::new(read_committed(&config)));
+        self.register_metrics(info, live_ends.clone());
+        let consumer = KafkaConsumer::new(
+            config
+                .create_with_context(LogContext::new(live_ends))
+                .map_err(|e| self.err(format!("cannot create consumer: {e}")))?,
+        );
+        let consumer = Arc::new(consumer);
+        self.consumer = Some(consumer.clone());
+        let cfg = self.cfg.clone();
+        let listing = self.first_listing(&consumer, &cfg).await?;
+        let restored =
+            check_restored_ids(restored, &listing.ids, &cfg).map_err(|(topic, was, now)| {
+                self.err(topic_ids::recreated_message(&topic, was, now))
+            })?;
+        let starts = self.adopt_restored(restored.as_deref(), listing, &cfg);
         let resolved = self.blocking(|s| s.resolve_with_ends(&starts)).await?;
         for (tp, next) in &resolved {
             info!(subtask = %self.name, topic = %tp.0, partition = tp.1, start = next.0, how = ?starts[tp], end = ?self.ends.get(tp).map(|e| e.0), "partition assigned");
@@ -844,27 +1098,7 @@ impl Source for KafkaSource {
         fetcher.report_to(info);
         self.fetcher = Some(fetcher);
         if cfg.partition_discovery_ms > 0 {
-            let (tx, rx) = mpsc::channel(1);
-            self.discovered = Some(rx);
-            let every = Duration::from_millis(cfg.partition_discovery_ms);
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    let (c, cf) = (consumer.clone(), cfg.clone());
-                    let found =
-                        tokio::task::spawn_blocking(move || discover(&c, &cf, REQUEST_TIMEOUT))
-                            .await;
-                    match found {
-                        Ok(Ok(listing)) => {
-                            if tx.send(listing).await.is_err() {
-                                return; // the source is gone
-                            }
-                        }
-                        Ok(Err(e)) => warn!(error = %e, "partition discovery failed; retrying"),
-                        Err(_) => return,
-                    }
-                }
-            });
+            self.discover_periodically(consumer, cfg);
         }
         Ok(())
     }
@@ -891,172 +1125,7 @@ impl Source for KafkaSource {
             // The poll thread reads until the source goes away: it never finishes.
             Handover::Finished => return Err(self.err("the Kafka poll thread stopped")),
         };
-        let FetchedBatch {
-            bytes,
-            records,
-            runs,
-            headers,
-            all_headers,
-        } = batch;
-        // Records hold slices of the batch's buffer: it is shared from here on.
-        let bytes = Bytes::from(bytes);
-        out.reserve(records.len());
-        // Each record with its origin headers and its headers, when they are read.
-        let mut headers = headers.into_iter();
-        let mut all_headers = all_headers.into_iter();
-        let mut records = records.into_iter().map(|f| {
-            let h = headers.next();
-            let all = all_headers.next();
-            (f, h, all)
-        });
-        let mut read_bytes = 0usize;
-        let replayed_before = self.replayed;
-        for run in runs {
-            let run_records = records.by_ref().take(run.len);
-            // A partition's position is looked up once per run, not once per record.
-            let tp = (run.topic.to_string(), run.partition);
-            let Some(mut next) = self.positions.get(&tp).copied() else {
-                run_records.for_each(drop); // unassigned meanwhile
-                continue;
-            };
-            let end = self.ends.get(&tp).copied();
-            // Every owned partition has marks when origin headers are read (empty for
-            // one that starts fresh).
-            let mut marks = self
-                .cfg
-                .origin_headers
-                .then(|| self.marks.remove(&tp).unwrap_or_default());
-            for (f, h, all) in run_records {
-                if f.offset < next.0 {
-                    continue; // already emitted (a re-fetch)
-                }
-                if end.is_some_and(|end| f.offset >= end.0) {
-                    continue; // beyond a bounded end
-                }
-                if let Some(marks) = marks.as_mut() {
-                    let h = h.unwrap_or_default();
-                    let at = |i: usize| h[i].clone().map(|r| &bytes[r]);
-                    match upstream::parse(at(0), at(1), at(2)) {
-                        // A duplicate is dropped before its payload is looked at: the
-                        // first copy already went through the decode policy.
-                        Ok(c) if !marks.admit(c) => {
-                            self.replayed += 1;
-                            next = NextOffset::after(f.offset);
-                            continue;
-                        }
-                        Ok(_) => {}
-                        Err(why) => {
-                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why, None).await
-                            {
-                                self.marks.insert(tp, std::mem::take(marks));
-                                return Err(e);
-                            }
-                            next = NextOffset::after(f.offset);
-                            continue;
-                        }
-                    }
-                }
-                let tombstone = f.payload.is_none() && self.cfg.tombstones;
-                let (key, value) = match self.decode(&f, &bytes, tombstone).await {
-                    Ok(kv) => kv,
-                    Err(failure) => {
-                        let failed = match failure {
-                            Failure::Record { why, schema_id } => {
-                                self.on_decode_error(&run, &f, &bytes, &why, schema_id)
-                                    .await
-                            }
-                            // Waited for with retries already: the job fails, and the
-                            // record is read again after the restart.
-                            Failure::Registry(why) => Err(self.err(format!(
-                                "record {}/{}@{} needs its writer schema: {why}",
-                                run.topic, run.partition, f.offset
-                            ))),
-                        };
-                        if let Err(e) = failed {
-                            if let Some(m) = marks.take() {
-                                self.marks.insert(tp, m);
-                            }
-                            return Err(e);
-                        }
-                        next = NextOffset::after(f.offset);
-                        continue;
-                    }
-                };
-                // The time read as configured, which moves the watermark.
-                let mut observed = None;
-                let timestamp = match self.clock.as_ref() {
-                    None => f.timestamp,
-                    Some(c) => match c
-                        .settings
-                        .read(f.timestamp, if tombstone { b"" } else { &value })
-                    {
-                        Ok(t) => {
-                            observed = Some(t);
-                            Some(t)
-                        }
-                        // A tombstone has no value to read a time from: it carries its
-                        // Kafka one, which says nothing about the field's times.
-                        Err(_) if tombstone && f.timestamp.is_some() => f.timestamp,
-                        Err(why) => {
-                            if let Err(e) = self.on_decode_error(&run, &f, &bytes, &why, None).await
-                            {
-                                if let Some(m) = marks.take() {
-                                    self.marks.insert(tp, m);
-                                }
-                                return Err(e);
-                            }
-                            next = NextOffset::after(f.offset);
-                            continue;
-                        }
-                    },
-                };
-                if let (Some(c), Some(t)) = (self.clock.as_mut(), observed) {
-                    c.observe(&tp, t);
-                }
-                next = NextOffset::after(f.offset);
-                read_bytes += f.key.as_ref().map_or(0, |r| r.len())
-                    + f.payload.as_ref().map_or(0, |r| r.len());
-                out.push(Record {
-                    key,
-                    route_key: None,
-                    value,
-                    origin: Some(Origin {
-                        stream: run.topic.clone(),
-                        partition: run.partition,
-                        offset: f.offset,
-                    }),
-                    timestamp,
-                    tombstone,
-                    op: crate::record::Op::Upsert,
-                    output: 0,
-                    headers: all.map(|all| {
-                        std::sync::Arc::new(
-                            all.into_iter()
-                                .map(|(name, value)| {
-                                    (
-                                        String::from_utf8_lossy(&bytes[name]).into_owned(),
-                                        value.map(|v| bytes.slice(v)),
-                                    )
-                                })
-                                .collect(),
-                        )
-                    }),
-                });
-            }
-            if let Some(g) = self.metrics.as_ref().and_then(|m| m.partitions.get(&tp)) {
-                g.set_position(next.0);
-            }
-            if let Some(m) = marks {
-                self.marks.insert(tp.clone(), m);
-            }
-            self.positions.insert(tp, next);
-        }
-        if let Some(m) = &self.metrics {
-            m.bytes_read.inc_by(read_bytes as u64);
-        }
-        if self.replayed > replayed_before {
-            info!(subtask = %self.name, dropped = self.replayed - replayed_before, total = self.replayed, "dropped records this job already applied (a replay of the upstream stage)");
-        }
+        self.read_batch(batch, out).await?;
         Ok(if self.finished() {
             SourcePoll::Finished
         } else {

@@ -280,7 +280,7 @@ pub fn wait_for(mut done: impl FnMut() -> bool, what: &str) -> CaseResult {
 }
 
 /// The complete checkpoints of a checkpoint directory, oldest first.
-pub use crate::chaos::complete_checkpoints;
+pub use crate::testkit::checkpoint::complete_checkpoints;
 
 /// Damages the newest complete checkpoint of `dir` (flips a byte in the middle of its
 /// `_metadata`) and returns its name; the next start must report it and restore the
