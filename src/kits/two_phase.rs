@@ -232,9 +232,12 @@ impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
     }
 
     /// Records [`TwoPhaseWriter::check`] refuses follow `policy` (the section's
-    /// `on_item_error`, parsed by `SectionContext::error_policy`); its dead letters go
-    /// to `cluster` (the source's Kafka cluster). Without this, a refused record fails
-    /// the job.
+    /// `on_item_error`, parsed by `SectionContext::error_policy` within
+    /// `Allowed::ITEM`); its dead letters go to `cluster` (the source's Kafka cluster,
+    /// `SectionContext::dead_letter_cluster`). Without this, or under `fail`, a refused
+    /// record fails the attempt with a message naming it (and the restart meets it
+    /// again); under `skip` (not a spelling of a section's `on_item_error`) it is
+    /// dropped and counted.
     pub fn on_item_error(
         mut self,
         policy: OnError,

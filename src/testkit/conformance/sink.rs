@@ -334,15 +334,20 @@ pub fn restore_older_by_path(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult
     check(f.as_ref(), g, &expected(STOP_RECORDS))
 }
 
-/// Case `fresh_start_over_output`: a bounded run to the end, its checkpoints removed,
-/// and the same job run again from nothing into the same destination.
+/// Case `fresh_start_over_output`: a paced bounded run to the end over many
+/// checkpoints, its checkpoints removed, and the same job run again from nothing, unpaced
+/// and so over fewer checkpoints, into the same destination. Checkpoint ids start again
+/// at 1 on a fresh start: output named by them is overwritten only up to the fresh
+/// run's last checkpoint, so whatever the first run committed after that must be taken
+/// back by the sink, or it is there twice.
 pub fn fresh_start_over_output(cx: &dyn SinkTestContext, dir: &Path) -> CaseResult {
     let f = cx.create()?;
     let g = after_replay(&f.spec()?.caps);
     let rt = runtime();
-    for run in ["first", "fresh"] {
+    let mut checkpoints = Vec::new();
+    for (run, pace) in [("first", PACE), ("fresh", 0)] {
         let _ = std::fs::remove_dir_all(dir);
-        let graph = job("fresh", dir, 2, sequence(RECORDS, 0), f.spec()?, None)?;
+        let graph = job("fresh", dir, 2, sequence(RECORDS, pace), f.spec()?, None)?;
         let summary = super::run_to_end(&rt, &graph, None)?;
         if summary.restored_from.is_some() {
             return Err(format!(
@@ -350,6 +355,13 @@ pub fn fresh_start_over_output(cx: &dyn SinkTestContext, dir: &Path) -> CaseResu
                 summary.restored_from
             ));
         }
+        checkpoints.push(summary.checkpoints);
+    }
+    if checkpoints[0] <= checkpoints[1] {
+        return Err(format!(
+            "the paced first run completed {} checkpoints and the fresh one {}: the case needs the first to have more",
+            checkpoints[0], checkpoints[1]
+        ));
     }
     check(f.as_ref(), g, &expected(RECORDS))
 }
