@@ -180,10 +180,14 @@ fn commit(dir: &Path, c: &Staged) -> io::Result<()> {
         dir.join(format!("out-{}.journal", c.subtask)),
     );
     let done = entries(&journal)?;
-    if done.iter().any(|(id, _, _)| *id == c.checkpoint) {
-        return Ok(());
-    }
     let staged = dir.join(format!(".staged-{}-{}", c.subtask, c.checkpoint));
+    if done.iter().any(|(id, _, _)| *id == c.checkpoint) {
+        // Committed already; a crash may have come before its staged file went.
+        return match fs::remove_file(&staged) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
     let bytes = fs::read(&staged).map_err(|e| {
         io::Error::other(format!(
             "{}: staged by a checkpoint, now {e}",
