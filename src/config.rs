@@ -1528,17 +1528,20 @@ mod dead_letter_policies {
                     ..SourceFacts::json("clock")
                 },
                 config: std::sync::Arc::new(()),
-                build: Box::new(|_| {
-                    SequenceSource::spec(SequenceConfig {
-                        from: 1,
-                        to: 10,
-                        keys: 1,
-                        rate_per_sec: 0,
-                        splits: 1,
-                    })
-                }),
+                build: Box::new(|_| ten_records()),
             })
         }
+    }
+
+    /// What the test sections build: a bounded source of ten records.
+    fn ten_records() -> crate::connector::SourceSpec {
+        SequenceSource::spec(SequenceConfig {
+            from: 1,
+            to: 10,
+            keys: 1,
+            rate_per_sec: 0,
+            splits: 1,
+        })
     }
 
     /// A source whose records have no coordinates (an acknowledging source's).
@@ -1554,15 +1557,7 @@ mod dead_letter_policies {
                     ..SourceFacts::json("queue")
                 },
                 config: std::sync::Arc::new(()),
-                build: Box::new(|_| {
-                    SequenceSource::spec(SequenceConfig {
-                        from: 1,
-                        to: 10,
-                        keys: 1,
-                        rate_per_sec: 0,
-                        splits: 1,
-                    })
-                }),
+                build: Box::new(|_| ten_records()),
             })
         }
     }

@@ -4,9 +4,7 @@
 //! was published, and that the queue ends with every message acknowledged.
 
 use lockgate::testkit::conformance::source::{FailOnce, FailingOperator};
-use lockgate::testkit::conformance::{
-    collect::Store, job_builder, run_and_stop, runtime, same_as, CaseResult,
-};
+use lockgate::testkit::conformance::{collect::Store, job_builder, run_and_stop, runtime, same_as};
 use lockgate::testkit::queue::MemoryQueue;
 use lockgate::testkit::verdict::Expect;
 use std::path::Path;
@@ -57,12 +55,11 @@ fn run_to_drained(
     q: &MemoryQueue,
     store: &Store,
     total: usize,
-) -> CaseResult {
+) -> Result<lockgate::runtime::RunSummary, String> {
     let rt = runtime();
     run_and_stop(&rt, g, "every message committed and acknowledged", || {
         store.committed_len() >= total && q.ready() == 0 && q.unacked() == 0
     })
-    .map(|_| ())
 }
 
 fn check_drained(q: &MemoryQueue) {
@@ -163,11 +160,7 @@ fn with_several_consumers_a_failed_acknowledgement_restarts_the_job() {
         0,
         None,
     );
-    let rt = runtime();
-    let summary = run_and_stop(&rt, &g, "every message committed and acknowledged", || {
-        store.committed_len() >= sent.len() && q.ready() == 0 && q.unacked() == 0
-    })
-    .unwrap();
+    let summary = run_to_drained(&g, &q, &store, sent.len()).unwrap();
     assert_eq!(q.failed_acks(), 1);
     assert_eq!(
         summary.restarts, 1,
