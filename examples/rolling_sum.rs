@@ -61,9 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     source.bounded = true;
     let source = Arc::new(source);
-    let out = FileSinkConfig {
-        dir: dir.join("out"),
-    };
+    let out = FileSinkConfig::json(dir.join("out"));
     let job = Job::builder("rolling-sum")
         .parallelism(2)
         .checkpointing(CheckpointSettings::new(dir.join("checkpoints")))

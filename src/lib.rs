@@ -18,7 +18,7 @@
 //!     .source_spec(SequenceSource::spec(seq))          // its splits and how they are assigned
 //!     .key_by(|r| json_key(r, "/key"))
 //!     .keyed("rolling_sum", "sum", |_| RollingSum { field: "/value".into(), output: "/total".into() })
-//!     .sink_spec(FileSink::spec(FileSinkConfig { dir: "out".into() }))
+//!     .sink_spec(FileSink::spec(FileSinkConfig::json("out")))
 //!     .build()?;
 //! lockgate::runtime::run(&job, Default::default()).await?;
 //! # Ok(()) }

@@ -273,6 +273,63 @@ mod file_sink {
     }
 }
 
+/// The file sink writing Parquet: each fixture a directory of its own, read by pyarrow
+/// (an independent reader), every committed part file's rows.
+mod parquet_file_sink {
+    use super::*;
+
+    /// The conformance records' columns (`seq`, `key` and `value`, all longs).
+    const SCHEMA: &str = r#"{"type":"record","name":"sequence","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#;
+
+    pub struct Context(tempfile::TempDir);
+
+    struct Fixture {
+        dir: PathBuf,
+        schema: PathBuf,
+    }
+
+    impl SinkTestContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            let schema = self.0.path().join("sequence.avsc");
+            std::fs::write(&schema, SCHEMA).map_err(|e| e.to_string())?;
+            Ok(Box::new(Fixture {
+                dir: self.0.path().join(unique("out")),
+                schema,
+            }))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "file".into(),
+                format!(
+                    "dir = {:?}\nformat = \"parquet\"\nschema_file = {:?}\ncompression = \"zstd\"",
+                    self.dir.display().to_string(),
+                    self.schema.display().to_string()
+                ),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
+            Ok(common::lake::rows(&self.dir)?
+                .into_iter()
+                .map(|mut r| r["row"].take())
+                .collect())
+        }
+    }
+
+    lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
+}
+
 /// The Elasticsearch sink's context over any Elasticsearch-API server: each fixture is
 /// an index of its own, documents by `id = "field:/seq"`.
 mod elasticsearch {

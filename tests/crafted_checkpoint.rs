@@ -270,7 +270,7 @@ fn an_operator_uid_that_is_not_one_path_component_is_refused_when_the_job_is_bui
                 field: "/value".into(),
                 output: "/total".into(),
             })
-            .sink_spec(FileSink::spec(FileSinkConfig { dir: "out".into() }))
+            .sink_spec(FileSink::spec(FileSinkConfig::json("out")))
             .build();
         match built {
             Ok(_) => assert!(ok, "{uid:?} accepted"),

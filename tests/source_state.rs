@@ -87,9 +87,7 @@ fn job(dir: &Path, parallelism: u16, calls: &Calls) -> JobGraph {
                 calls: calls.clone(),
             }) as Box<dyn Source>
         })
-        .sink_spec(FileSink::spec(FileSinkConfig {
-            dir: dir.join("out"),
-        }))
+        .sink_spec(FileSink::spec(FileSinkConfig::json(dir.join("out"))))
         .build()
         .unwrap()
 }
@@ -233,7 +231,7 @@ fn a_keyed_operator_may_not_take_the_source_s_uid() {
             field: "/id".into(),
             output: "/total".into(),
         })
-        .sink_spec(FileSink::spec(FileSinkConfig { dir: "out".into() }))
+        .sink_spec(FileSink::spec(FileSinkConfig::json("out")))
         .build();
     let err = built.err().expect("refused").to_string();
     assert!(err.contains("operator uid source is used twice"), "{err}");

@@ -21,9 +21,7 @@ pub fn job(dir: &Path, from: i64, to: i64, keys: u32, interval_ms: u64) -> JobGr
         rate_per_sec: 0,
         splits: 128,
     };
-    let out = FileSinkConfig {
-        dir: dir.join("out"),
-    };
+    let out = FileSinkConfig::json(dir.join("out"));
     let mut chk = CheckpointSettings::new(dir.join("checkpoints"));
     chk.interval_ms = interval_ms;
     Job::builder("bench")

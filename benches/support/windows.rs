@@ -125,9 +125,7 @@ fn run_once(window: bool, records: i64, keys: u32) -> f64 {
         })
     };
     let g = b
-        .sink_spec(FileSink::spec(FileSinkConfig {
-            dir: tmp.path().join("out"),
-        }))
+        .sink_spec(FileSink::spec(FileSinkConfig::json(tmp.path().join("out"))))
         .build()
         .expect("valid job");
     let start = Instant::now();

@@ -85,6 +85,19 @@ pub trait TwoPhaseWriter: Send + 'static {
         Ok(())
     }
 
+    /// The records of `batch` the destination cannot take, by index, with why: the
+    /// kit calls it with each batch, then [`TwoPhaseWriter::write`] with the records
+    /// it did not name, in order. A writer that converts a whole batch at once (into
+    /// columns, say) overrides it to convert here and keep the result for the `write`
+    /// that follows. Default: [`TwoPhaseWriter::check`] of each record.
+    fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
+        batch
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| self.check(r).err().map(|why| (i, why)))
+            .collect()
+    }
+
     /// Writes a batch into the current, invisible stage (or holds it in memory, see
     /// [`TwoPhaseWriter::buffered_bytes`]). The batch holds only records
     /// [`TwoPhaseWriter::check`] accepted.
@@ -251,11 +264,7 @@ impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
     /// The records of `batch` the writer can take; the others follow the item error
     /// policy (an error when it fails the job).
     fn accepted(&mut self, batch: Batch) -> Result<Batch> {
-        let refused: Vec<(usize, String)> = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| self.writer.check(r).err().map(|why| (i, why)))
-            .collect();
+        let refused = self.writer.check_batch(&batch);
         if refused.is_empty() {
             return Ok(batch);
         }

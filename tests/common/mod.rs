@@ -5,6 +5,7 @@
 pub mod confluent;
 pub mod es;
 pub mod kafka;
+pub mod lake;
 pub mod peak;
 pub mod telemetry;
 pub mod wait;

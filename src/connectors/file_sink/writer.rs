@@ -1,251 +1,29 @@
-//! The exactly-once file sink (two-phase, like Flink's file sink).
-//!
-//! Each subtask appends records to an in-progress file. At barrier `N` the file is
-//! fsynced and renamed to `.part-<subtask>-<N>` (pending), and the checkpoint records
-//! every pending file. At `notify_checkpoint_complete(N)` pending files are renamed to
-//! `part-<subtask>-<N>` (committed). On restore from checkpoint `K`:
-//! - pending files named by `K` are committed (the notify may have been lost in a crash);
-//! - committed files of checkpoints after `K` are moved into `.rolled-back/` because
-//!   their records are about to be written again (nothing is deleted);
-//! - uncommitted leftovers (in-progress files, pending files `K` does not name) are
-//!   removed: they were never output.
-//!
-//! A restore into a directory that never held the sink's output (no [`MARKER`], no
-//! part file: a new machine, when the checkpoints are in an object store) is refused,
-//! naming what is missing: the committed output of the restored checkpoint is on the
-//! disk that wrote it, and going on would end with it absent.
-//!
-//! A subtask cleans and commits the files of old subtask indices `j` with
-//! `j % parallelism == index`, so restores at another parallelism leave nothing behind.
-//!
-//! The restored state holds only numbers (`(subtask, checkpoint id)`): every path a
-//! restore touches is formed here, inside the configured directory, so a crafted
-//! checkpoint cannot name a file elsewhere.
+//! The file sink's writer on the two-phase kit: part files staged by rename, committed
+//! by rename.
 
+use super::lines::delete_line;
+use super::names::{
+    foreign_directory, parse_part_name, part_subtask, restore_action, Part, RestoreAction, MARKER,
+    ROLLED_BACK,
+};
+use super::section::{FileFormat, FileSinkConfig, PARQUET_EXTENSION};
+use super::KIND;
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
 use crate::kits::{TwoPhaseSink, TwoPhaseWriter};
-use crate::record::{Batch, Record};
+use crate::record::Batch;
+use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use lockgate_state::durable;
 use lockgate_state::CheckpointId;
-use serde::{Deserialize, Serialize};
+use parquet::arrow::ArrowWriter;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use tracing::warn;
 
-/// The sink kind of the file sink in a job graph.
-pub const KIND: &str = "file";
-
-/// The subdirectory that receives part files rolled back by a restore.
-pub const ROLLED_BACK: &str = ".rolled-back";
-
-/// Configuration of a file sink.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FileSinkConfig {
-    pub dir: PathBuf,
-}
-
-/// `[sink.file]` as written in a job file.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSection {
-    dir: PathBuf,
-    format: Option<String>,
-}
-
-impl FileSection {
-    /// The sink's configuration, its directory resolved by `resolve` (against the job
-    /// file's directory). An error is `(key, message)`.
-    pub fn config(
-        &self,
-        resolve: &dyn Fn(&std::path::Path) -> PathBuf,
-    ) -> Result<FileSinkConfig, (String, String)> {
-        match self.format.as_deref().unwrap_or("json") {
-            "json" => Ok(FileSinkConfig {
-                dir: resolve(&self.dir),
-            }),
-            other => Err((
-                "format".into(),
-                format!("`{other}` is not supported (json)"),
-            )),
-        }
-    }
-}
-
-impl crate::connector::SinkSection for FileSection {
-    fn prepare(
-        self,
-        cx: &crate::connector::SinkContext<'_>,
-    ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
-        let cfg = self.config(&|p: &Path| cx.section.resolve(p))?;
-        Ok(crate::connector::PreparedSink {
-            spec: FileSink::spec(cfg.clone()),
-            config: std::sync::Arc::new(cfg),
-            reads_tombstones: false,
-        })
-    }
-}
-
-/// A file name the sink owns, parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartName {
-    /// `part-<subtask>-<id>`
-    Committed { subtask: u16, id: CheckpointId },
-    /// `.part-<subtask>-<id>`
-    Pending { subtask: u16, id: CheckpointId },
-    /// `.inprogress-<subtask>-<n>`
-    InProgress { subtask: u16 },
-}
-
-/// The line a delete (or a tombstone) is written as:
-/// `{"lockgate.delete":{"key":K,"before":V}}`, where `K` is the record's key as text
-/// (base64 in `{"base64": ...}` when it is not UTF-8) or null, and `V` the image before
-/// the delete or null.
-pub fn delete_line(r: &Record) -> Vec<u8> {
-    use base64::Engine;
-    use serde_json::{json, Value};
-    let key = match r.key.as_deref().map(std::str::from_utf8) {
-        None => Value::Null,
-        Some(Ok(k)) => Value::String(k.to_string()),
-        Some(Err(_)) => json!({
-            "base64": base64::engine::general_purpose::STANDARD.encode(r.key.as_deref().unwrap_or_default())
-        }),
-    };
-    let before = if r.tombstone {
-        Value::Null
-    } else {
-        serde_json::from_slice(&r.value)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()))
-    };
-    serde_json::to_vec(&json!({ "lockgate.delete": { "key": key, "before": before } }))
-        .expect("a JSON value serializes")
-}
-
-/// Parses a file name of the sink's directory.
-pub fn parse_part_name(name: &str) -> Option<PartName> {
-    let two = |rest: &str| -> Option<(u16, u64)> {
-        let (a, b) = rest.split_once('-')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
-    };
-    if let Some(rest) = name.strip_prefix("part-") {
-        let (subtask, id) = two(rest)?;
-        return Some(PartName::Committed {
-            subtask,
-            id: CheckpointId(id),
-        });
-    }
-    if let Some(rest) = name.strip_prefix(".part-") {
-        let (subtask, id) = two(rest)?;
-        return Some(PartName::Pending {
-            subtask,
-            id: CheckpointId(id),
-        });
-    }
-    if let Some(rest) = name.strip_prefix(".inprogress-") {
-        let (subtask, _) = two(rest)?;
-        return Some(PartName::InProgress { subtask });
-    }
-    None
-}
-
-/// The committed part a `.rolled-back/` entry holds, by its name in the sink's
-/// directory: a part moved there keeps its name, or gets `.<n>` appended when that name
-/// is taken (see `FileSink::roll_back`). None for anything else.
-pub fn rolled_back_part(entry: &str) -> Option<(&str, PartName)> {
-    let base = match entry.rsplit_once('.') {
-        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => entry,
-    };
-    match parse_part_name(base)? {
-        part @ PartName::Committed { .. } => Some((base, part)),
-        _ => None,
-    }
-}
-
-/// The file in the sink's directory that says the sink has written there: created at
-/// the first open, so that a restore into a directory that never held this output (a
-/// new machine, when the checkpoints live in an object store) is told apart from one
-/// whose part files were all moved away.
-pub const MARKER: &str = ".lockgate-file-sink";
-
-/// Whether restoring checkpoint `k` into the sink's directory must be refused: the
-/// directory has no [`MARKER`] (`marked`) and no part file (`holds_parts`: a directory
-/// of an older lockgate, before markers), so the output committed up to `k` (and the
-/// pending part files `k` names, `named`) is not there: the checkpoint was taken on
-/// another machine's disk. Starting anyway would end with that output missing.
-pub fn foreign_directory(
-    k: CheckpointId,
-    marked: bool,
-    holds_parts: bool,
-    named: &[String],
-) -> Option<String> {
-    if marked || holds_parts {
-        return None;
-    }
-    let pending = match named {
-        [] => String::new(),
-        files => format!(
-            " and the pending part files it names ({})",
-            files.join(", ")
-        ),
-    };
-    Some(format!(
-        "checkpoint {k} was written with another output directory: this one holds no {MARKER} and no part file, so the part files committed up to checkpoint {k}{pending} are missing (were the checkpoints restored on a new machine? the file sink's output stays on the disk that wrote it: move that directory here, or start the job without its checkpoints)"
-    ))
-}
-
-/// What a restore does with one file: a plain function of the file, the restored
-/// checkpoint and the pending files it names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestoreAction {
-    Keep,
-    Commit,
-    RollBack,
-    Remove,
-}
-
-/// Decides the fate of one sink file on restore from `restored` (None: fresh start).
-pub fn restore_action(
-    file: PartName,
-    restored: Option<CheckpointId>,
-    pending: &[(u16, CheckpointId)],
-) -> RestoreAction {
-    match file {
-        PartName::Committed { id, .. } => match restored {
-            Some(k) if id <= k => RestoreAction::Keep,
-            // Committed output of a checkpoint we are not restoring (or of any
-            // checkpoint, on a fresh start) will be written again.
-            _ => RestoreAction::RollBack,
-        },
-        PartName::Pending { subtask, id } => {
-            if pending.contains(&(subtask, id)) {
-                RestoreAction::Commit
-            } else {
-                RestoreAction::Remove
-            }
-        }
-        PartName::InProgress { .. } => RestoreAction::Remove,
-    }
-}
-
-fn part_subtask(p: PartName) -> u16 {
-    match p {
-        PartName::Committed { subtask, .. }
-        | PartName::Pending { subtask, .. }
-        | PartName::InProgress { subtask } => subtask,
-    }
-}
-
-/// What one checkpoint of one subtask staged: the pending part file
-/// `.part-<subtask>-<id>`. Its serde form, `(subtask, id)`, is in every checkpoint of
-/// the file sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Part {
-    pub subtask: u16,
-    pub id: CheckpointId,
-}
+/// The extensions a part file's name may end with, one per format.
+const FORMAT_EXTENSIONS: [&str; 2] = ["", PARQUET_EXTENSION];
 
 /// The file sink: its writer on the two-phase-commit kit.
 pub type FileSink = TwoPhaseSink<FileWriter>;
@@ -255,7 +33,10 @@ impl FileSink {
     /// files are named per subtask of one process).
     pub fn spec(cfg: FileSinkConfig) -> crate::connector::SinkSpec {
         crate::connector::SinkSpec::new(KIND, move |_| {
-            Box::new(TwoPhaseSink::new(FileWriter::new(cfg.clone())))
+            Box::new(
+                TwoPhaseSink::new(FileWriter::new(cfg.clone()))
+                    .on_item_error(cfg.on_item_error.clone(), cfg.dead_letters.clone()),
+            )
         })
         .with_caps(crate::connector::SinkCaps {
             guarantee: crate::connector::Guarantee::ExactlyOnce,
@@ -276,8 +57,28 @@ pub struct FileWriter {
     index: u16,
     parallelism: u16,
     name: String,
-    current: Option<(PathBuf, BufWriter<File>)>,
+    current: Option<(PathBuf, OpenPart)>,
     counter: u64,
+    /// The rows [`TwoPhaseWriter::check_batch`] decoded for the `write` that follows
+    /// (Parquet).
+    decoded: Option<RecordBatch>,
+}
+
+/// The part file being written since the last barrier.
+enum OpenPart {
+    Lines(BufWriter<File>),
+    Parquet(Box<ArrowWriter<BufWriter<File>>>),
+}
+
+impl OpenPart {
+    /// Ends the file (Parquet's footer) and returns it, flushed.
+    fn finish(self) -> std::result::Result<File, String> {
+        let out = match self {
+            OpenPart::Lines(w) => w,
+            OpenPart::Parquet(w) => w.into_inner().map_err(|e| e.to_string())?,
+        };
+        out.into_inner().map_err(|e| e.error().to_string())
+    }
 }
 
 impl FileWriter {
@@ -290,6 +91,7 @@ impl FileWriter {
             name: String::new(),
             current: None,
             counter: 0,
+            decoded: None,
         }
     }
 
@@ -302,12 +104,16 @@ impl FileWriter {
         subtask % self.parallelism.max(1) == self.index
     }
 
-    fn committed_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
-        self.cfg.dir.join(format!("part-{subtask}-{}", id.0))
+    fn pending_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
+        self.pending_path_as(subtask, id, self.cfg.format.extension())
     }
 
-    fn pending_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
-        self.cfg.dir.join(format!(".part-{subtask}-{}", id.0))
+    fn committed_path_as(&self, subtask: u16, id: CheckpointId, ext: &str) -> PathBuf {
+        self.cfg.dir.join(format!("part-{subtask}-{}{ext}", id.0))
+    }
+
+    fn pending_path_as(&self, subtask: u16, id: CheckpointId, ext: &str) -> PathBuf {
+        self.cfg.dir.join(format!(".part-{subtask}-{}{ext}", id.0))
     }
 
     /// Creates the directory's marker (empty; its existence is what counts). Subtasks
@@ -392,6 +198,17 @@ impl TwoPhaseWriter for FileWriter {
         Ok(())
     }
 
+    fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
+        match &self.cfg.format {
+            FileFormat::Json => Vec::new(),
+            FileFormat::Parquet(p) => {
+                let decoded = p.decode(batch);
+                self.decoded = decoded.rows;
+                decoded.refused
+            }
+        }
+    }
+
     async fn write(&mut self, batch: &Batch) -> Result<()> {
         if self.current.is_none() {
             self.counter += 1;
@@ -405,20 +222,63 @@ impl TwoPhaseWriter for FileWriter {
                 .truncate(true)
                 .open(&path)
                 .map_err(|e| self.err("create", &path, e))?;
-            self.current = Some((path, BufWriter::with_capacity(1 << 20, f)));
-        }
-        let (path, w) = self.current.as_mut().expect("opened above");
-        for r in batch {
-            let line = if r.tombstone || r.op == crate::record::Op::Delete {
-                std::borrow::Cow::Owned(delete_line(r))
-            } else {
-                std::borrow::Cow::Borrowed(&r.value[..])
+            let out = BufWriter::with_capacity(1 << 20, f);
+            let part = match &self.cfg.format {
+                FileFormat::Json => OpenPart::Lines(out),
+                FileFormat::Parquet(p) => OpenPart::Parquet(Box::new(
+                    p.writer(out).map_err(|e| self.err("create", &path, e))?,
+                )),
             };
-            w.write_all(&line)
-                .and_then(|_| w.write_all(b"\n"))
-                .map_err(|e| {
-                    JobError::task(&self.name, format!("write {}: {e}", path.display()))
-                })?;
+            self.current = Some((path, part));
+        }
+        let decoded = self.decoded.take();
+        let (path, part) = self.current.as_mut().expect("opened above");
+        let failed = |e: &dyn std::fmt::Display| {
+            JobError::task(&self.name, format!("write {}: {e}", path.display()))
+        };
+        match part {
+            OpenPart::Lines(w) => {
+                for r in batch {
+                    let line = if r.tombstone || r.op == crate::record::Op::Delete {
+                        std::borrow::Cow::Owned(delete_line(r))
+                    } else {
+                        std::borrow::Cow::Borrowed(&r.value[..])
+                    };
+                    w.write_all(&line)
+                        .and_then(|_| w.write_all(b"\n"))
+                        .map_err(|e| failed(&e))?;
+                }
+            }
+            OpenPart::Parquet(w) => {
+                let rows = decoded.as_ref().map_or(0, |d| d.num_rows());
+                if rows != batch.len() {
+                    // The kit calls check_batch with each batch before its write.
+                    return Err(failed(&format!(
+                        "{rows} decoded rows for a batch of {} records",
+                        batch.len()
+                    )));
+                }
+                if let Some(d) = &decoded {
+                    w.write(d).map_err(|e| failed(&e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        match &self.current {
+            Some((_, OpenPart::Parquet(w))) => w.in_progress_size(),
+            _ => 0,
+        }
+    }
+
+    /// Ends the Parquet row group held in memory (written into the in-progress file).
+    async fn flush(&mut self) -> Result<()> {
+        if let Some((path, OpenPart::Parquet(w))) = &mut self.current {
+            w.flush().map_err(|e| {
+                JobError::task(&self.name, format!("write {}: {e}", path.display()))
+            })?;
         }
         Ok(())
     }
@@ -427,9 +287,7 @@ impl TwoPhaseWriter for FileWriter {
         let Some((path, w)) = self.current.take() else {
             return Ok(None);
         };
-        let f = w
-            .into_inner()
-            .map_err(|e| self.err("flush", &path, e.error()))?;
+        let f = w.finish().map_err(|e| self.err("flush", &path, e))?;
         f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
         let pending = self.pending_path(self.index, id);
         // The rename and the directory fsync make the pending file durable before the
@@ -442,8 +300,18 @@ impl TwoPhaseWriter for FileWriter {
     }
 
     async fn commit(&mut self, p: &Part) -> Result<()> {
-        let from = self.pending_path(p.subtask, p.id);
-        let to = self.committed_path(p.subtask, p.id);
+        // The part's format is the one its file has (a restore may come with another).
+        let ext = FORMAT_EXTENSIONS
+            .into_iter()
+            .find(|ext| self.pending_path_as(p.subtask, p.id, ext).exists())
+            .or_else(|| {
+                FORMAT_EXTENSIONS
+                    .into_iter()
+                    .find(|ext| self.committed_path_as(p.subtask, p.id, ext).exists())
+            })
+            .unwrap_or(self.cfg.format.extension());
+        let from = self.pending_path_as(p.subtask, p.id, ext);
+        let to = self.committed_path_as(p.subtask, p.id, ext);
         if from.exists() {
             durable::rename_durable(&from, &to).map_err(|e| self.err("commit", &from, e))?;
         } else if !to.exists() {
@@ -493,132 +361,11 @@ impl TwoPhaseWriter for FileWriter {
         Ok(())
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::connector::{Sink, SinkRestore};
-
-    #[test]
-    fn a_delete_is_a_line_naming_its_key_and_image() {
-        use crate::record::Op;
-        let line = |r: Record| String::from_utf8(delete_line(&r)).unwrap();
-        let delete = Record {
-            key: Some(b"u-1".to_vec().into()),
-            value: br#"{"id":1}"#.to_vec().into(),
-            op: Op::Delete,
-            ..Record::default()
-        };
-        assert_eq!(
-            line(delete.clone()),
-            r#"{"lockgate.delete":{"before":{"id":1},"key":"u-1"}}"#
-        );
-        let tombstone = Record {
-            key: Some(vec![0xff, 0x00].into()),
-            value: Default::default(),
-            tombstone: true,
-            ..Record::default()
-        };
-        assert_eq!(
-            line(tombstone),
-            r#"{"lockgate.delete":{"before":null,"key":{"base64":"/wA="}}}"#
-        );
-    }
-
-    #[test]
-    fn names_parse() {
-        assert_eq!(
-            parse_part_name("part-2-17"),
-            Some(PartName::Committed {
-                subtask: 2,
-                id: CheckpointId(17)
-            })
-        );
-        assert_eq!(
-            parse_part_name(".part-0-3"),
-            Some(PartName::Pending {
-                subtask: 0,
-                id: CheckpointId(3)
-            })
-        );
-        assert_eq!(
-            parse_part_name(".inprogress-1-9"),
-            Some(PartName::InProgress { subtask: 1 })
-        );
-        assert_eq!(parse_part_name("part-x-1"), None);
-        assert_eq!(parse_part_name("notes.txt"), None);
-    }
-
-    #[test]
-    fn rolled_back_entries_name_the_part_they_hold() {
-        let part = |id| PartName::Committed {
-            subtask: 1,
-            id: CheckpointId(id),
-        };
-        assert_eq!(rolled_back_part("part-1-7"), Some(("part-1-7", part(7))));
-        assert_eq!(rolled_back_part("part-1-7.2"), Some(("part-1-7", part(7))));
-        assert_eq!(rolled_back_part("part-1-7.x"), None);
-        assert_eq!(rolled_back_part("part-1-7."), None);
-        assert_eq!(rolled_back_part(".part-1-7"), None, "never a pending file");
-        assert_eq!(rolled_back_part("notes.1"), None);
-    }
-
-    #[test]
-    fn a_restore_into_a_directory_that_never_held_the_output_is_refused() {
-        let k = CheckpointId(7);
-        let named = vec!["out/.part-0-7".to_string()];
-        // (marked, holds part files, refused)
-        for (marked, parts, refused) in [
-            (true, true, false),
-            (true, false, false), // every part file moved away downstream
-            (false, true, false), // a directory of a lockgate before markers
-            (false, false, true), // a new machine
-        ] {
-            assert_eq!(
-                foreign_directory(k, marked, parts, &named).is_some(),
-                refused,
-                "{marked} {parts}"
-            );
-        }
-        let why = foreign_directory(k, false, false, &named).unwrap();
-        assert!(
-            why.contains("out/.part-0-7") && why.contains("checkpoint 7"),
-            "{why}"
-        );
-        let why = foreign_directory(k, false, false, &[]).unwrap();
-        assert!(
-            why.contains("committed up to checkpoint 7 are missing"),
-            "{why}"
-        );
-    }
-
-    #[test]
-    fn restore_actions_cover_every_case() {
-        let k = Some(CheckpointId(10));
-        let pending = [(0u16, CheckpointId(10)), (1, CheckpointId(9))];
-        let c = |s, id| PartName::Committed {
-            subtask: s,
-            id: CheckpointId(id),
-        };
-        let p = |s, id| PartName::Pending {
-            subtask: s,
-            id: CheckpointId(id),
-        };
-        assert_eq!(restore_action(c(0, 9), k, &pending), RestoreAction::Keep);
-        assert_eq!(restore_action(c(0, 10), k, &pending), RestoreAction::Keep);
-        assert_eq!(
-            restore_action(c(0, 11), k, &pending),
-            RestoreAction::RollBack
-        );
-        assert_eq!(restore_action(c(0, 1), None, &[]), RestoreAction::RollBack);
-        assert_eq!(restore_action(p(0, 10), k, &pending), RestoreAction::Commit);
-        assert_eq!(restore_action(p(1, 9), k, &pending), RestoreAction::Commit);
-        assert_eq!(restore_action(p(1, 11), k, &pending), RestoreAction::Remove);
-        assert_eq!(
-            restore_action(PartName::InProgress { subtask: 0 }, k, &pending),
-            RestoreAction::Remove
-        );
-    }
+    use serde::Serialize;
 
     fn info(index: u16, parallelism: u16) -> SubtaskInfo {
         SubtaskInfo::new("job", &format!("sink-{index}"), index, parallelism)
@@ -633,9 +380,7 @@ mod tests {
     }
 
     fn sink(dir: &Path) -> FileSink {
-        FileSink::new(FileWriter::new(FileSinkConfig {
-            dir: dir.to_path_buf(),
-        }))
+        FileSink::new(FileWriter::new(FileSinkConfig::json(dir.to_path_buf())))
     }
 
     fn batch(values: &[&str]) -> Batch {
@@ -818,22 +563,5 @@ mod tests {
         fs::write(tmp.path().join("part-0-5"), "x").unwrap();
         sink(tmp.path()).open(&info(0, 1), &restored).await.unwrap();
         assert_eq!(listing(tmp.path()), vec!["part-0-5"]);
-    }
-
-    #[test]
-    fn only_json_is_a_supported_format() {
-        let section = |format: Option<&str>| FileSection {
-            dir: "out".into(),
-            format: format.map(str::to_string),
-        };
-        let resolve = |p: &Path| Path::new("/jobs").join(p);
-        assert_eq!(
-            section(None).config(&resolve).unwrap().dir,
-            Path::new("/jobs/out")
-        );
-        assert!(section(Some("json")).config(&resolve).is_ok());
-        let (key, msg) = section(Some("csv")).config(&resolve).unwrap_err();
-        assert_eq!(key, "format");
-        assert!(msg.contains("`csv`"), "{msg}");
     }
 }

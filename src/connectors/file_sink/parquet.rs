@@ -1,0 +1,209 @@
+//! The Parquet format: records (JSON values) decoded by an Arrow schema into columns,
+//! written as row groups of one Parquet file per part.
+//!
+//! A record the schema does not describe (a field it does not name, a value of the
+//! wrong type, a missing required field, not one JSON object) is refused with the
+//! decoder's reason, which names the field; the sink's item error policy decides
+//! what happens to it. A delete has no row to be, so it is refused too.
+
+use crate::record::{Batch, Op, Record};
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use std::io::Write;
+
+/// The Parquet format of a file sink: the columns and the compression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParquetFormat {
+    pub schema: SchemaRef,
+    pub compression: Compression,
+}
+
+/// The compressions `compression` accepts, by name.
+pub const COMPRESSIONS: &str = "snappy | zstd | gzip | none";
+
+/// The compression named `name` ([`COMPRESSIONS`]).
+pub fn compression(name: &str) -> Option<Compression> {
+    Some(match name {
+        "snappy" => Compression::SNAPPY,
+        "zstd" => Compression::ZSTD(ZstdLevel::default()),
+        "gzip" => Compression::GZIP(GzipLevel::default()),
+        "none" => Compression::UNCOMPRESSED,
+        _ => return None,
+    })
+}
+
+/// What decoding a batch gave: the rows of the records that fit, in order, and the
+/// records that do not, by index in the batch, with why.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub rows: Option<RecordBatch>,
+    pub refused: Vec<(usize, String)>,
+}
+
+impl ParquetFormat {
+    /// A writer of one Parquet file into `out`.
+    pub fn writer<W: Write + Send>(&self, out: W) -> Result<ArrowWriter<W>, String> {
+        let props = WriterProperties::builder()
+            .set_compression(self.compression)
+            .build();
+        ArrowWriter::try_new(out, self.schema.clone(), Some(props)).map_err(|e| e.to_string())
+    }
+
+    /// Decodes the values of `batch` into rows. The common case, every record fitting,
+    /// is one pass; when one does not, each is tried alone to find which.
+    pub fn decode(&self, batch: &Batch) -> Decoded {
+        let mut refused = Vec::new();
+        let mut rows: Vec<usize> = Vec::with_capacity(batch.len());
+        for (i, r) in batch.iter().enumerate() {
+            match row_refusal(r) {
+                Some(why) => refused.push((i, why)),
+                None => rows.push(i),
+            }
+        }
+        match self.decode_rows(batch, &rows) {
+            Ok(decoded) => Decoded {
+                rows: decoded,
+                refused,
+            },
+            Err(_) => {
+                let mut fitting = Vec::with_capacity(rows.len());
+                for i in rows {
+                    match self.decode_rows(batch, &[i]) {
+                        Ok(_) => fitting.push(i),
+                        Err(why) => refused.push((i, why)),
+                    }
+                }
+                refused.sort_by_key(|(i, _)| *i);
+                let rows = self
+                    .decode_rows(batch, &fitting)
+                    .expect("records that decode alone decode together");
+                Decoded { rows, refused }
+            }
+        }
+    }
+
+    /// The rows of `batch[i]` for each `i` of `which`, in order; an error when one
+    /// does not fit (or is not exactly one JSON object).
+    fn decode_rows(&self, batch: &Batch, which: &[usize]) -> Result<Option<RecordBatch>, String> {
+        if which.is_empty() {
+            return Ok(None);
+        }
+        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
+            .with_strict_mode(true)
+            .with_batch_size(which.len())
+            .build_decoder()
+            .map_err(|e| e.to_string())?;
+        for &i in which {
+            let value = &batch[i].value;
+            let read = decoder.decode(value).map_err(|e| e.to_string())?;
+            if read != value.len() {
+                return Err("the value is more than one JSON object".into());
+            }
+        }
+        let rows = decoder.flush().map_err(|e| e.to_string())?;
+        let n = rows.as_ref().map_or(0, |b| b.num_rows());
+        if n != which.len() {
+            return Err(format!(
+                "{} values gave {n} rows: a value is not exactly one JSON object",
+                which.len()
+            ));
+        }
+        Ok(rows)
+    }
+}
+
+/// Why `r` cannot be a row at all, before its value is looked at.
+fn row_refusal(r: &Record) -> Option<String> {
+    if r.tombstone || r.op == Op::Delete {
+        return Some("a delete has no row in a Parquet file".into());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Decimal128Type, Int64Type};
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn format() -> ParquetFormat {
+        ParquetFormat {
+            schema: Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("amount", DataType::Decimal128(12, 2), false),
+                Field::new("note", DataType::Utf8, true),
+            ])),
+            compression: Compression::SNAPPY,
+        }
+    }
+
+    fn batch(values: &[&str]) -> Batch {
+        values
+            .iter()
+            .map(|v| Record {
+                value: v.as_bytes().to_vec().into(),
+                ..Record::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_become_rows_with_exact_decimals() {
+        let d = format().decode(&batch(&[
+            r#"{"id":1,"amount":12.34,"note":"a"}"#,
+            r#"{"id":2,"amount":"99999999.99"}"#,
+        ]));
+        assert!(d.refused.is_empty(), "{:?}", d.refused);
+        let rows = d.rows.unwrap();
+        assert_eq!(rows.num_rows(), 2);
+        let ids = rows.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.values(), &[1, 2]);
+        let amounts = rows.column(1).as_primitive::<Decimal128Type>();
+        assert_eq!(amounts.value(0), 1234);
+        assert_eq!(amounts.value(1), 9_999_999_999);
+        assert!(rows.column(2).is_null(1));
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_is_refused_naming_its_field_and_the_rest_are_kept() {
+        let mut b = batch(&[
+            r#"{"id":1,"amount":1}"#,
+            r#"{"id":"two","amount":2}"#,
+            r#"{"id":3,"amount":3,"extra":true}"#,
+            r#"{"amount":4}"#,
+            r#"{"id":5,"amount":5}{"id":6,"amount":6}"#,
+            r#"7"#,
+            r#"{"id":8,"amount":8}"#,
+        ]);
+        b.push(Record {
+            op: Op::Delete,
+            value: br#"{"id":9,"amount":9}"#.to_vec().into(),
+            ..Record::default()
+        });
+        let d = format().decode(&b);
+        let refused: Vec<usize> = d.refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(refused, vec![1, 2, 3, 4, 5, 7], "{:?}", d.refused);
+        let why = |i: usize| &d.refused.iter().find(|(j, _)| *j == i).unwrap().1;
+        assert!(why(1).contains("id"), "{}", why(1));
+        assert!(why(2).contains("extra"), "{}", why(2));
+        assert!(why(3).contains("id"), "{}", why(3));
+        assert!(why(7).contains("delete"), "{}", why(7));
+        let rows = d.rows.unwrap();
+        let ids = rows.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.values(), &[1, 8]);
+    }
+
+    #[test]
+    fn compressions_are_named() {
+        for name in ["snappy", "zstd", "gzip", "none"] {
+            assert!(compression(name).is_some(), "{name}");
+            assert!(COMPRESSIONS.contains(name));
+        }
+        assert!(compression("lz4").is_none());
+    }
+}

@@ -1,0 +1,224 @@
+//! `[sink.file]` as written in a job file, and the configuration it becomes.
+
+use super::avro_arrow::arrow_schema_of_text;
+use super::parquet::{compression, ParquetFormat, COMPRESSIONS};
+use super::FileSink;
+use crate::clients::kafka::KafkaCluster;
+use crate::dead_letter::{Allowed, OnError};
+use crate::error::Result;
+use std::path::{Path, PathBuf};
+
+/// Configuration of a file sink.
+#[derive(Debug, Clone)]
+pub struct FileSinkConfig {
+    pub dir: PathBuf,
+    pub format: FileFormat,
+    /// What a record the format cannot hold becomes (`on_item_error`): the job fails
+    /// naming it (the default), or it is written to a dead-letter topic.
+    pub on_item_error: OnError,
+    /// The cluster of the dead letters (the source's), with a dead-letter policy.
+    pub dead_letters: Option<KafkaCluster>,
+}
+
+impl FileSinkConfig {
+    /// A sink of JSON lines into `dir`.
+    pub fn json(dir: impl Into<PathBuf>) -> FileSinkConfig {
+        FileSinkConfig {
+            dir: dir.into(),
+            format: FileFormat::Json,
+            on_item_error: OnError::Fail,
+            dead_letters: None,
+        }
+    }
+}
+
+/// How records are written into a part file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileFormat {
+    /// One value per line; a delete as a line naming it ([`super::delete_line`]).
+    Json,
+    /// Columns by a schema, one Parquet file per part.
+    Parquet(ParquetFormat),
+}
+
+impl FileFormat {
+    /// The extension of the part files' names (empty for JSON lines, as before).
+    pub fn extension(&self) -> &'static str {
+        match self {
+            FileFormat::Json => "",
+            FileFormat::Parquet(_) => PARQUET_EXTENSION,
+        }
+    }
+}
+
+/// The extension of Parquet part files.
+pub const PARQUET_EXTENSION: &str = ".parquet";
+
+/// `[sink.file]` as written in a job file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSection {
+    dir: PathBuf,
+    format: Option<String>,
+    /// An Avro record schema: the columns of Parquet files.
+    schema_file: Option<PathBuf>,
+    /// Parquet's compression ([`COMPRESSIONS`]); default snappy.
+    compression: Option<String>,
+    /// `fail` (the default) or `dead-letter:<topic>`.
+    on_item_error: Option<String>,
+}
+
+impl FileSection {
+    /// The sink's configuration, its paths resolved by `resolve` (against the job
+    /// file's directory). An error is `(key, message)`.
+    pub fn config(
+        &self,
+        resolve: &dyn Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<FileSinkConfig, (String, String)> {
+        let err = |k: &str, m: String| (k.to_string(), m);
+        let format = match self.format.as_deref().unwrap_or("json") {
+            "json" => {
+                if self.compression.is_some() {
+                    return Err(err(
+                        "compression",
+                        "applies to format = \"parquet\" only".into(),
+                    ));
+                }
+                FileFormat::Json
+            }
+            "parquet" => {
+                let Some(schema_file) = &self.schema_file else {
+                    return Err(err(
+                        "schema_file",
+                        "format = \"parquet\" needs an Avro record schema: its fields are the columns".into(),
+                    ));
+                };
+                let path = resolve(schema_file);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| err("schema_file", format!("{}: {e}", path.display())))?;
+                let schema = arrow_schema_of_text(&text)
+                    .map_err(|m| err("schema_file", format!("{}: {m}", path.display())))?;
+                let name = self.compression.as_deref().unwrap_or("snappy");
+                let compression = compression(name).ok_or_else(|| {
+                    err(
+                        "compression",
+                        format!("`{name}` is not one of {COMPRESSIONS}"),
+                    )
+                })?;
+                FileFormat::Parquet(ParquetFormat {
+                    schema: std::sync::Arc::new(schema),
+                    compression,
+                })
+            }
+            other => {
+                return Err(err(
+                    "format",
+                    format!("`{other}` is not supported (json | parquet)"),
+                ))
+            }
+        };
+        Ok(FileSinkConfig {
+            dir: resolve(&self.dir),
+            format,
+            on_item_error: OnError::Fail,
+            dead_letters: None,
+        })
+    }
+}
+
+impl crate::connector::SinkSection for FileSection {
+    fn prepare(
+        self,
+        cx: &crate::connector::SinkContext<'_>,
+    ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
+        let mut cfg = self.config(&|p: &Path| cx.section.resolve(p))?;
+        cfg.on_item_error = cx.section.error_policy(
+            "on_item_error",
+            self.on_item_error.as_deref(),
+            Allowed::ITEM,
+            "this job's source is not Kafka",
+        )?;
+        cfg.dead_letters = cx
+            .section
+            .dead_letter_cluster(
+                "on_item_error",
+                &cfg.on_item_error,
+                "this job's source is not Kafka",
+            )?
+            .cloned();
+        Ok(crate::connector::PreparedSink {
+            spec: FileSink::spec(cfg.clone()),
+            config: std::sync::Arc::new(cfg),
+            reads_tombstones: false,
+        })
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_parquet_are_the_formats() {
+        let section = |format: Option<&str>| FileSection {
+            dir: "out".into(),
+            format: format.map(str::to_string),
+            ..FileSection::default()
+        };
+        let resolve = |p: &Path| Path::new("/jobs").join(p);
+        assert_eq!(
+            section(None).config(&resolve).unwrap().dir,
+            Path::new("/jobs/out")
+        );
+        assert!(section(Some("json")).config(&resolve).is_ok());
+        let (key, msg) = section(Some("csv")).config(&resolve).unwrap_err();
+        assert_eq!(key, "format");
+        assert!(msg.contains("`csv`"), "{msg}");
+    }
+
+    #[test]
+    fn parquet_needs_a_record_schema_and_names_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let resolve = |p: &Path| dir.path().join(p);
+        std::fs::write(
+            dir.path().join("order.avsc"),
+            r#"{"type":"record","name":"o","fields":[{"name":"id","type":"long"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("bad.avsc"), r#""string""#).unwrap();
+        let section = |schema: Option<&str>, compression: Option<&str>| FileSection {
+            dir: "out".into(),
+            format: Some("parquet".into()),
+            schema_file: schema.map(PathBuf::from),
+            compression: compression.map(str::to_string),
+            ..FileSection::default()
+        };
+        let cfg = section(Some("order.avsc"), Some("zstd"))
+            .config(&resolve)
+            .unwrap();
+        let FileFormat::Parquet(p) = &cfg.format else {
+            panic!("{cfg:?}")
+        };
+        assert_eq!(p.schema.fields().len(), 1);
+        assert_eq!(cfg.format.extension(), ".parquet");
+        let key = |s: FileSection| s.config(&resolve).unwrap_err();
+        assert_eq!(key(section(None, None)).0, "schema_file");
+        let (k, m) = key(section(Some("bad.avsc"), None));
+        assert_eq!(k, "schema_file");
+        assert!(m.contains("bad.avsc") && m.contains("record"), "{m}");
+        let (k, m) = key(section(Some("missing.avsc"), None));
+        assert_eq!(k, "schema_file");
+        assert!(m.contains("missing.avsc"), "{m}");
+        let (k, m) = key(section(Some("order.avsc"), Some("lz4")));
+        assert_eq!(k, "compression");
+        assert!(m.contains("`lz4`") && m.contains("zstd"), "{m}");
+        let json_with_compression = FileSection {
+            compression: Some("zstd".into()),
+            ..section(None, None)
+        };
+        let json_with_compression = FileSection {
+            format: None,
+            ..json_with_compression
+        };
+        assert_eq!(key(json_with_compression).0, "compression");
+    }
+}

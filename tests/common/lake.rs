@@ -1,0 +1,78 @@
+//! The independent readers of Parquet output: pyarrow (`tests/lake/read_parquet.py`)
+//! in a virtual environment with `tests/lake/requirements.txt`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The Python of the environment with pyarrow: `LOCKGATE_LAKE_PYTHON`, or a virtual
+/// environment created once under the target directory from the pinned requirements.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("LOCKGATE_LAKE_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let venv = tmp.join("lake-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join("installed");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let lock = std::fs::File::create(tmp.join("lake-venv.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    if ready.exists() {
+        return python;
+    }
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/requirements.txt");
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap()
+        .success()
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "-r"])
+            .arg(&requirements)
+            .status()
+            .unwrap()
+            .success();
+    assert!(
+        ok,
+        "cannot install {} from PyPI (set LOCKGATE_LAKE_PYTHON to a Python that has pyarrow)",
+        requirements.display()
+    );
+    std::fs::write(&ready, b"").unwrap();
+    python
+}
+
+fn reader(dir: &Path, schema: bool) -> Result<Vec<Value>, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_parquet.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(script).arg(dir);
+    if schema {
+        cmd.arg("--schema");
+    }
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "pyarrow could not read {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{l:?}: {e}")))
+        .collect()
+}
+
+/// Every row of the committed Parquet part files under `dir`, read by pyarrow, as
+/// `{"file": name, "row": {...}}` (decimals as exact text, times in ISO 8601).
+pub fn rows(dir: &Path) -> Result<Vec<Value>, String> {
+    reader(dir, false)
+}
+
+/// The Arrow schema and compression of each committed Parquet part file under `dir`,
+/// as pyarrow reads them: `{"file": name, "schema": [...], "compression": codec}`.
+pub fn schemas(dir: &Path) -> Result<Vec<Value>, String> {
+    reader(dir, true)
+}

@@ -1,0 +1,184 @@
+//! The file sink's Parquet format, read back by pyarrow (an independent reader): Avro's
+//! types as Parquet's logical types with exact values, the compression asked for, and
+//! a record the schema does not describe failing the job by name. Exactly-once under
+//! crashes, restores and rescales is the conformance suite's (`tests/conformance.rs`,
+//! `parquet_file_sink`).
+
+mod common;
+
+use lockgate::connector::{Sink, SinkRestore, SubtaskInfo};
+use lockgate::connectors::file_sink::{FileSection, FileSink, FileWriter};
+use lockgate::record::{Batch, Record};
+use lockgate_state::CheckpointId;
+use serde_json::{json, Value};
+use std::path::Path;
+
+const ORDER: &str = r#"{"type":"record","name":"order","fields":[
+    {"name":"id","type":"long"},
+    {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+    {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"day","type":{"type":"int","logicalType":"date"}},
+    {"name":"note","type":["null","string"],"default":null},
+    {"name":"kind","type":{"type":"enum","name":"kind","symbols":["retail","wholesale"]}},
+    {"name":"tags","type":{"type":"array","items":"string"}},
+    {"name":"qty","type":{"type":"map","values":"int"}},
+    {"name":"ship","type":{"type":"record","name":"ship","fields":[
+        {"name":"city","type":"string"},
+        {"name":"weight","type":"double"}]}},
+    {"name":"hash","type":{"type":"fixed","name":"h4","size":4}}
+]}"#;
+
+fn section(dir: &Path, extra: &str) -> FileSection {
+    std::fs::write(dir.join("order.avsc"), ORDER).unwrap();
+    toml::from_str(&format!(
+        "dir = \"out\"\nformat = \"parquet\"\nschema_file = \"order.avsc\"\n{extra}"
+    ))
+    .unwrap()
+}
+
+fn sink(dir: &Path, extra: &str) -> FileSink {
+    let cfg = section(dir, extra).config(&|p| dir.join(p)).unwrap();
+    FileSink::new(FileWriter::new(cfg))
+}
+
+fn batch(values: &[Value]) -> Batch {
+    values
+        .iter()
+        .map(|v| Record::from_value(serde_json::to_vec(v).unwrap()))
+        .collect()
+}
+
+fn fresh() -> SinkRestore {
+    SinkRestore {
+        checkpoint: None,
+        states: vec![],
+        parallelism: 1,
+    }
+}
+
+fn order(id: i64, amount: Value, at: Value) -> Value {
+    json!({
+        "id": id, "amount": amount, "at": at, "day": "2024-05-01", "note": null,
+        "kind": "retail", "tags": ["a", "b"], "qty": {"x": 2},
+        "ship": {"city": "Lyon", "weight": 1.5}, "hash": "deadbeef"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_types_reach_parquet_as_its_logical_types_with_exact_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = sink(tmp.path(), "compression = \"zstd\"");
+    s.open(&SubtaskInfo::new("job", "sink-0", 0, 1), &fresh())
+        .await
+        .unwrap();
+    s.invoke(batch(&[
+        order(1, json!(12.34), json!("2024-05-01T12:00:00Z")),
+        order(2, json!("99999999.99"), json!(1714564800123_i64)),
+    ]))
+    .await
+    .unwrap();
+    s.snapshot(CheckpointId(1)).await.unwrap();
+    let out = tmp.path().join("out");
+    assert!(
+        common::lake::rows(&out).unwrap().is_empty(),
+        "nothing is visible before the checkpoint completes"
+    );
+    s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+
+    let rows = common::lake::rows(&out).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["file"], "part-0-1.parquet");
+    let r = &rows[0]["row"];
+    assert_eq!(r["id"], 1);
+    assert_eq!(r["amount"], "12.34", "a decimal keeps its digits");
+    assert_eq!(r["at"], "2024-05-01T12:00:00+00:00");
+    assert_eq!(r["day"], "2024-05-01");
+    assert_eq!(r["note"], Value::Null);
+    assert_eq!(r["kind"], "retail");
+    assert_eq!(r["tags"], json!(["a", "b"]));
+    assert_eq!(r["qty"], json!([["x", 2]]));
+    assert_eq!(r["ship"], json!({"city": "Lyon", "weight": 1.5}));
+    assert_eq!(r["hash"], "deadbeef");
+    let r = &rows[1]["row"];
+    assert_eq!(r["amount"], "99999999.99");
+    assert_eq!(r["at"], "2024-05-01T12:00:00.123000+00:00");
+
+    let schemas = common::lake::schemas(&out).unwrap();
+    let s0 = &schemas[0];
+    assert_eq!(s0["compression"], "ZSTD");
+    let ty = |name: &str| {
+        s0["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {s0}"))
+            .clone()
+    };
+    assert_eq!(ty("amount")["type"], "decimal128(12, 2)");
+    assert_eq!(ty("at")["type"], "timestamp[ms, tz=+00:00]");
+    assert_eq!(ty("day")["type"], "date32[day]");
+    assert_eq!(ty("note")["nullable"], true);
+    assert_eq!(ty("id")["nullable"], false);
+    assert_eq!(ty("hash")["type"], "fixed_size_binary[4]");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_the_schema_does_not_describe_fails_the_job_naming_its_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = sink(tmp.path(), "");
+    s.open(&SubtaskInfo::new("job", "sink-0", 0, 1), &fresh())
+        .await
+        .unwrap();
+    let mut wrong = order(2, json!(1), json!(0));
+    wrong["ship"]["weight"] = json!("heavy");
+    let err = s
+        .invoke(batch(&[order(1, json!(1), json!(0)), wrong]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("weight"), "{err}");
+    assert!(err.contains("file sink"), "{err}");
+}
+
+#[test]
+fn a_job_writes_parquet_that_pyarrow_reads_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("seq.avsc"),
+        r#"{"type":"record","name":"s","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#,
+    )
+    .unwrap();
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[job]\nname = \"parquet\"\nparallelism = 2\n\n[checkpoint]\ndir = \"chk\"\ninterval_ms = 200\n\n[source.sequence]\nfrom = 1\nto = 20000\nkeys = 10\nrate_per_sec = 20000\n\n[sink.file]\ndir = \"out\"\nformat = \"parquet\"\nschema_file = \"seq.avsc\"\ncompression = \"gzip\"\n",
+    )
+    .unwrap();
+    let status = std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(&job)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rows = common::lake::rows(&tmp.path().join("out")).unwrap();
+    let mut seqs: Vec<i64> = rows
+        .iter()
+        .map(|r| {
+            let row = &r["row"];
+            assert_eq!(row["value"], row["seq"]);
+            assert_eq!(row["key"].as_i64().unwrap(), row["seq"].as_i64().unwrap() % 10);
+            row["seq"].as_i64().unwrap()
+        })
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (1..=20000).collect::<Vec<_>>(), "every record once");
+    let files: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|r| r["file"].as_str().unwrap().to_string())
+        .collect();
+    assert!(files.len() > 2, "several checkpoints' parts: {files:?}");
+    for s in common::lake::schemas(&tmp.path().join("out")).unwrap() {
+        assert_eq!(s["compression"], "GZIP", "{s}");
+    }
+}
