@@ -167,7 +167,10 @@ fn a_job_writes_parquet_that_pyarrow_reads_whole() {
         .map(|r| {
             let row = &r["row"];
             assert_eq!(row["value"], row["seq"]);
-            assert_eq!(row["key"].as_i64().unwrap(), row["seq"].as_i64().unwrap() % 10);
+            assert_eq!(
+                row["key"].as_i64().unwrap(),
+                row["seq"].as_i64().unwrap() % 10
+            );
             row["seq"].as_i64().unwrap()
         })
         .collect();

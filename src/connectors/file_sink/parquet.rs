@@ -8,7 +8,7 @@
 
 use crate::record::{Batch, Op, Record};
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -57,8 +57,18 @@ impl ParquetFormat {
     pub fn decode(&self, batch: &Batch) -> Decoded {
         let mut refused = Vec::new();
         let mut rows: Vec<usize> = Vec::with_capacity(batch.len());
+        let decimals = self
+            .schema
+            .fields()
+            .iter()
+            .any(|f| has_decimal(f.data_type()));
         for (i, r) in batch.iter().enumerate() {
-            match row_refusal(r) {
+            let why = row_refusal(r).or_else(|| {
+                decimals
+                    .then(|| decimal_refusal(&self.schema, &r.value))
+                    .flatten()
+            });
+            match why {
                 Some(why) => refused.push((i, why)),
                 None => rows.push(i),
             }
@@ -115,6 +125,86 @@ impl ParquetFormat {
     }
 }
 
+/// Whether `t` holds a decimal anywhere.
+fn has_decimal(t: &DataType) -> bool {
+    match t {
+        DataType::Decimal128(..) | DataType::Decimal256(..) => true,
+        DataType::Struct(fields) => fields.iter().any(|f| has_decimal(f.data_type())),
+        DataType::List(f) | DataType::Map(f, _) => has_decimal(f.data_type()),
+        _ => false,
+    }
+}
+
+/// Why a decimal of `value` cannot be held exactly by its column: Arrow's decoder
+/// drops the digits past the column's scale, so a value with more (`12.345` for a
+/// scale of 2) is refused here instead of written as another number. None when every
+/// decimal fits, or when the value is not JSON (the decoder says why).
+fn decimal_refusal(schema: &Schema, value: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+    let obj = v.as_object()?;
+    schema.fields().iter().find_map(|f| {
+        obj.get(f.name())
+            .and_then(|x| decimal_misfit(f.data_type(), x, f.name()))
+    })
+}
+
+fn decimal_misfit(t: &DataType, v: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value;
+    match (t, v) {
+        (DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale), _) => {
+            let text = match v {
+                Value::Number(n) => n.to_string(),
+                Value::String(s) => s.clone(),
+                _ => return None,
+            };
+            let places = decimal_places(&text)?;
+            (places > i64::from(*scale)).then(|| {
+                format!("{path}: {text} has {places} decimal places, more than the column's scale {scale}")
+            })
+        }
+        (DataType::Struct(fields), Value::Object(o)) => fields.iter().find_map(|f| {
+            o.get(f.name())
+                .and_then(|x| decimal_misfit(f.data_type(), x, &format!("{path}.{}", f.name())))
+        }),
+        (DataType::List(f), Value::Array(items)) => items
+            .iter()
+            .find_map(|x| decimal_misfit(f.data_type(), x, &format!("{path}[]"))),
+        (DataType::Map(entries, _), Value::Object(o)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => o
+                .values()
+                .find_map(|x| decimal_misfit(kv[1].data_type(), x, &format!("{path}{{}}"))),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The decimal places `text` (a decimal numeral, maybe with an exponent) needs, its
+/// trailing zeros after the point not counted. None when it is not a numeral.
+pub fn decimal_places(text: &str) -> Option<i64> {
+    let (mantissa, exp) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let mantissa = mantissa.trim_start_matches(['-', '+']);
+    let fraction = match mantissa.split_once('.') {
+        Some((int, frac)) => {
+            if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            frac.trim_end_matches('0')
+        }
+        None => {
+            if mantissa.is_empty() || !mantissa.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            ""
+        }
+    };
+    let places = fraction.len() as i64 - exp;
+    Some(places.max(0))
+}
+
 /// Why `r` cannot be a row at all, before its value is looked at.
 fn row_refusal(r: &Record) -> Option<String> {
     if r.tombstone || r.op == Op::Delete {
@@ -128,7 +218,7 @@ mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Decimal128Type, Int64Type};
-    use arrow_schema::{DataType, Field, Schema};
+    use arrow_schema::Field;
     use std::sync::Arc;
 
     fn format() -> ParquetFormat {
@@ -196,6 +286,37 @@ mod tests {
         let rows = d.rows.unwrap();
         let ids = rows.column(0).as_primitive::<Int64Type>();
         assert_eq!(ids.values(), &[1, 8]);
+    }
+
+    #[test]
+    fn a_decimal_with_more_places_than_its_scale_is_refused_not_truncated() {
+        let d = format().decode(&batch(&[
+            r#"{"id":1,"amount":12.345}"#,
+            r#"{"id":2,"amount":"12.3400"}"#,
+            r#"{"id":3,"amount":1.2345e2}"#,
+            r#"{"id":4,"amount":1.23456e2}"#,
+            r#"{"id":5,"amount":"-0.001"}"#,
+        ]));
+        let refused: Vec<usize> = d.refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(refused, vec![0, 3, 4], "{:?}", d.refused);
+        assert!(d.refused[0]
+            .1
+            .starts_with("amount: 12.345 has 3 decimal places"));
+        let rows = d.rows.unwrap();
+        let amounts = rows.column(1).as_primitive::<Decimal128Type>();
+        assert_eq!(amounts.values(), &[1234, 12345]);
+    }
+
+    #[test]
+    fn decimal_places_count_what_the_value_needs() {
+        assert_eq!(decimal_places("12"), Some(0));
+        assert_eq!(decimal_places("12.30"), Some(1));
+        assert_eq!(decimal_places("-0.001"), Some(3));
+        assert_eq!(decimal_places("1.5e3"), Some(0));
+        assert_eq!(decimal_places("15E-3"), Some(3));
+        assert_eq!(decimal_places("1.2.3"), None);
+        assert_eq!(decimal_places("abc"), None);
+        assert_eq!(decimal_places(""), None);
     }
 
     #[test]
