@@ -3,6 +3,7 @@
 //! Unknown keys are errors; every error names the file and the key. Relative paths are
 //! resolved against the directory of the job file, so a job runs the same from anywhere.
 
+use crate::clients::store::S3Settings;
 use crate::connector::registry::one_of;
 use crate::connector::{AnyConfig, KeyError, Registry, SectionContext, SinkContext, SourceWiring};
 use crate::job::{CheckpointSettings, ExponentialDelay, Job, JobGraph, RestartPolicy};
@@ -179,24 +180,19 @@ impl CheckpointSection {
         resolve: &dyn Fn(&Path) -> PathBuf,
     ) -> Result<(PathBuf, Option<StoreLocation>), (String, String)> {
         let key = |k: &str| format!("checkpoint.{k}");
-        let s3_keys = [
-            ("endpoint", self.endpoint.is_some()),
-            ("region", self.region.is_some()),
-            ("allow_http", self.allow_http.is_some()),
-            ("access_key_id", self.access_key_id.is_some()),
-            ("secret_access_key", self.secret_access_key.is_some()),
-            (
-                "secret_access_key_file",
-                self.secret_access_key_file.is_some(),
-            ),
-        ];
+        let settings = S3Settings {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            allow_http: self.allow_http,
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            secret_access_key_file: self.secret_access_key_file.clone(),
+        };
         let location = CheckpointLocation::parse(&self.dir).map_err(|m| (key("dir"), m))?;
         let store = match location {
             CheckpointLocation::Local(p) => {
-                let only_store = s3_keys
-                    .iter()
-                    .find(|(_, set)| *set)
-                    .map(|(k, _)| *k)
+                let only_store = settings
+                    .first_set()
                     .or(self.local_dir.as_ref().map(|_| "local_dir"));
                 if let Some(k) = only_store {
                     return Err((
@@ -209,59 +205,9 @@ impl CheckpointSection {
             }
             CheckpointLocation::Store(s) => s,
         };
-        if !matches!(store.scheme(), "s3" | "s3a") {
-            if let Some((k, _)) = s3_keys.iter().find(|(_, set)| *set) {
-                return Err((
-                    key(k),
-                    format!(
-                        "is an S3 setting; a {}:// store takes its settings from its environment variables",
-                        store.scheme()
-                    ),
-                ));
-            }
-        }
-        let secret = match (&self.secret_access_key, &self.secret_access_key_file) {
-            (Some(_), Some(_)) => {
-                return Err((
-                    key("secret_access_key"),
-                    "set secret_access_key or secret_access_key_file, not both".into(),
-                ))
-            }
-            (Some(s), None) => Some(s.clone()),
-            (None, Some(f)) => Some(
-                read_secret_file(&resolve(f)).map_err(|m| (key("secret_access_key_file"), m))?,
-            ),
-            (None, None) => None,
-        };
-        if secret.is_some() != self.access_key_id.is_some() {
-            return Err((
-                key(if secret.is_some() {
-                    "access_key_id"
-                } else {
-                    "secret_access_key"
-                }),
-                "access_key_id and secret_access_key (or secret_access_key_file) go together"
-                    .into(),
-            ));
-        }
-        let mut store = store;
-        let options: [(&str, Option<String>); 5] = [
-            ("aws_endpoint", self.endpoint.clone()),
-            ("aws_region", self.region.clone()),
-            ("aws_allow_http", self.allow_http.map(|b| b.to_string())),
-            ("aws_access_key_id", self.access_key_id.clone()),
-            (
-                "aws_secret_access_key",
-                secret.map(|s| s.expose().to_string()),
-            ),
-        ];
-        for (k, v) in options {
-            if let Some(v) = v {
-                store = store.with_option(k, v);
-            }
-        }
-        // Builds the client once, so that a bad setting is a configuration error.
-        store.open().map_err(|m| (key("dir"), m))?;
+        let store = settings
+            .apply(store, resolve)
+            .map_err(|(k, m)| (key(&k), m))?;
         let local = match &self.local_dir {
             Some(p) => resolve(p),
             None => store.staging_dir(&default_staging_base()),

@@ -157,6 +157,10 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "a two-phase sink is about to commit one part of a completed checkpoint (COMMIT PREPARED, a rename)",
     ),
     (
+        "store-part-copied",
+        "the file sink copied a staged part to its final name in an object store, before deleting the staged object",
+    ),
+    (
         "after-part-commit",
         "a two-phase sink (the file sink) committed one part of a completed checkpoint, before the next",
     ),

@@ -330,6 +330,98 @@ mod parquet_file_sink {
     lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
 }
 
+/// The file sink writing into an object store (moto's S3 server, started once): each
+/// fixture a prefix of its own, read by pyarrow through its own S3 client, in both
+/// formats.
+mod store_file_sink {
+    use super::*;
+    use lockgate::testkit::moto::MotoServer;
+    use std::sync::OnceLock;
+
+    const SCHEMA: &str = r#"{"type":"record","name":"sequence","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#;
+
+    fn moto() -> &'static MotoServer {
+        static MOTO: OnceLock<MotoServer> = OnceLock::new();
+        MOTO.get_or_init(|| {
+            let m = MotoServer::start().expect("moto");
+            m.create_bucket("lake").expect("bucket");
+            m
+        })
+    }
+
+    pub struct Context {
+        tmp: tempfile::TempDir,
+        parquet: bool,
+    }
+
+    struct Fixture {
+        url: String,
+        settings: String,
+    }
+
+    impl SinkTestContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            let m = moto();
+            let mut settings = format!(
+                "endpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"",
+                m.endpoint()
+            );
+            if self.parquet {
+                let schema = self.tmp.path().join("sequence.avsc");
+                std::fs::write(&schema, SCHEMA).map_err(|e| e.to_string())?;
+                settings.push_str(&format!(
+                    "\nformat = \"parquet\"\nschema_file = {:?}",
+                    schema.display().to_string()
+                ));
+            }
+            Ok(Box::new(Fixture {
+                url: format!("s3://lake/{}", unique("out")),
+                settings,
+            }))
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "file".into(),
+                format!("dir = {:?}\n{}", self.url, self.settings),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
+            Ok(common::lake::store_rows(&self.url, &moto().env())?
+                .into_iter()
+                .map(|mut r| r["row"].take())
+                .collect())
+        }
+    }
+
+    mod parquet {
+        use super::*;
+        lockgate::sink_conformance!(Context {
+            tmp: tempfile::tempdir().unwrap(),
+            parquet: true
+        });
+    }
+
+    mod json {
+        use super::*;
+        lockgate::sink_conformance!(Context {
+            tmp: tempfile::tempdir().unwrap(),
+            parquet: false
+        });
+    }
+}
+
 /// The Elasticsearch sink's context over any Elasticsearch-API server: each fixture is
 /// an index of its own, documents by `id = "field:/seq"`.
 mod elasticsearch {

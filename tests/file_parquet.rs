@@ -60,7 +60,7 @@ fn order(id: i64, amount: Value, at: Value) -> Value {
     json!({
         "id": id, "amount": amount, "at": at, "day": "2024-05-01", "note": null,
         "kind": "retail", "tags": ["a", "b"], "qty": {"x": 2},
-        "ship": {"city": "Lyon", "weight": 1.5}, "hash": "deadbeef"
+        "ship": {"city": "Lyon", "weight": 1.5}, "hash": "3q2+7w=="
     })
 }
 

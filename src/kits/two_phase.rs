@@ -367,6 +367,10 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
 
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
         let batch = self.accepted(batch)?;
+        if batch.is_empty() {
+            // Every record refused: nothing to stage (no empty part file).
+            return Ok(());
+        }
         self.writer.write(&batch).await?;
         if self.writer.buffered_bytes() > self.bound {
             self.writer.flush().await?;

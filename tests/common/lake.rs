@@ -44,10 +44,11 @@ pub fn python() -> PathBuf {
     python
 }
 
-fn reader(dir: &Path, schema: bool) -> Result<Vec<Value>, String> {
+fn reader(dir: &Path, schema: bool, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_parquet.py");
     let mut cmd = Command::new(python());
     cmd.arg(script).arg(dir);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     if schema {
         cmd.arg("--schema");
     }
@@ -68,11 +69,17 @@ fn reader(dir: &Path, schema: bool) -> Result<Vec<Value>, String> {
 /// Every row of the committed Parquet part files under `dir`, read by pyarrow, as
 /// `{"file": name, "row": {...}}` (decimals as exact text, times in ISO 8601).
 pub fn rows(dir: &Path) -> Result<Vec<Value>, String> {
-    reader(dir, false)
+    reader(dir, false, &[])
+}
+
+/// [`rows`] of the prefix `url` (`s3://bucket/prefix`) of an object store, which the
+/// environment `env` reaches (`AWS_ENDPOINT_URL`, credentials, region).
+pub fn store_rows(url: &str, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
+    reader(Path::new(url), false, env)
 }
 
 /// The Arrow schema and compression of each committed Parquet part file under `dir`,
 /// as pyarrow reads them: `{"file": name, "schema": [...], "compression": codec}`.
 pub fn schemas(dir: &Path) -> Result<Vec<Value>, String> {
-    reader(dir, true)
+    reader(dir, true, &[])
 }

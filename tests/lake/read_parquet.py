@@ -1,4 +1,7 @@
-"""Prints the rows of the committed Parquet part files of a file sink's directory.
+"""Prints the rows of the committed Parquet part files of a file sink's directory, or
+of its prefix in an object store (s3://bucket/prefix, reached through AWS_ENDPOINT_URL,
+AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). A part without the .parquet
+extension is a JSON-lines part: its lines are printed as rows.
 
 The independent reader of the Parquet tests: pyarrow (Arrow's C++ implementation),
 not lockgate's writer. Reads every file named part-*.parquet under the directory given
@@ -15,6 +18,7 @@ import json
 import os
 import sys
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 
@@ -32,23 +36,61 @@ def plain(v):
     return v
 
 
+def committed(relative):
+    *folders, name = relative.split("/")
+    return (
+        not any(f.startswith((".", "_")) for f in folders)
+        and name.startswith("part-")
+        and (name.endswith(".parquet") or "." not in name)
+    )
+
+
 def parts(root):
+    """(filesystem, path, name relative to root) of each committed part, in order."""
+    if root.startswith("s3://"):
+        from urllib.parse import urlparse
+
+        endpoint = urlparse(os.environ["AWS_ENDPOINT_URL"])
+        fs = pafs.S3FileSystem(
+            endpoint_override=endpoint.netloc,
+            scheme=endpoint.scheme,
+            region=os.environ.get("AWS_REGION", "us-east-1"),
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        )
+        base = root[len("s3://"):].rstrip("/")
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        found = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+        for path in found:
+            relative = path[len(base) + 1:]
+            if committed(relative):
+                yield fs, path, relative
+        return
+    if not os.path.isdir(root):
+        return
+    fs = pafs.LocalFileSystem()
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        dirs.sort()
         for name in sorted(files):
-            if name.startswith("part-") and name.endswith(".parquet"):
-                yield os.path.join(folder, name)
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, root)
+            if committed(relative):
+                yield fs, path, relative
 
 
 def main():
     args = sys.argv[1:]
     schema = "--schema" in args
     root = [a for a in args if a != "--schema"][0]
-    if not os.path.isdir(root):
-        return
-    for path in parts(root):
-        name = os.path.relpath(path, root)
-        f = pq.ParquetFile(path)
+    for fs, path, name in parts(root):
+        if not name.endswith(".parquet"):
+            # A JSON-lines part (the sink's default format).
+            if not schema:
+                with fs.open_input_stream(path) as stream:
+                    for line in stream.read().decode().splitlines():
+                        print(json.dumps({"file": name, "row": json.loads(line)}))
+            continue
+        f = pq.ParquetFile(fs.open_input_file(path))
         if schema:
             fields = [
                 {"name": fld.name, "type": str(fld.type), "nullable": fld.nullable}

@@ -26,7 +26,9 @@ pub mod avro_arrow;
 pub mod lines;
 pub mod names;
 pub mod parquet;
+pub mod part;
 pub mod section;
+pub mod store;
 pub mod writer;
 
 /// The sink kind of the file sink in a job graph.
@@ -38,4 +40,5 @@ pub use names::{
     RestoreAction, MARKER, ROLLED_BACK,
 };
 pub use section::{FileSection, FileSinkConfig};
+pub use store::StoreWriter;
 pub use writer::{FileSink, FileWriter};

@@ -57,22 +57,30 @@ impl ParquetFormat {
     pub fn decode(&self, batch: &Batch) -> Decoded {
         let mut refused = Vec::new();
         let mut rows: Vec<usize> = Vec::with_capacity(batch.len());
-        let decimals = self
+        let mut values: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(batch.len());
+        let prepare = self
             .schema
             .fields()
             .iter()
-            .any(|f| has_decimal(f.data_type()));
+            .any(|f| needs_prepare(f.data_type()));
         for (i, r) in batch.iter().enumerate() {
-            let why = row_refusal(r).or_else(|| {
-                decimals
-                    .then(|| decimal_refusal(&self.schema, &r.value))
-                    .flatten()
-            });
-            match why {
-                Some(why) => refused.push((i, why)),
-                None => rows.push(i),
+            let value = match row_refusal(r) {
+                Some(why) => Err(why),
+                None if prepare => prepared(&self.schema, &r.value).map(std::borrow::Cow::Owned),
+                None => Ok(std::borrow::Cow::Borrowed(&r.value[..])),
+            };
+            match value {
+                Ok(v) => {
+                    rows.push(i);
+                    values.push(v);
+                }
+                Err(why) => {
+                    refused.push((i, why));
+                    values.push(std::borrow::Cow::Borrowed(&[]));
+                }
             }
         }
+        let batch = &values;
         match self.decode_rows(batch, &rows) {
             Ok(decoded) => Decoded {
                 rows: decoded,
@@ -97,23 +105,49 @@ impl ParquetFormat {
 
     /// The rows of `batch[i]` for each `i` of `which`, in order; an error when one
     /// does not fit (or is not exactly one JSON object).
-    fn decode_rows(&self, batch: &Batch, which: &[usize]) -> Result<Option<RecordBatch>, String> {
+    fn decode_rows(
+        &self,
+        batch: &[std::borrow::Cow<'_, [u8]>],
+        which: &[usize],
+    ) -> Result<Option<RecordBatch>, String> {
         if which.is_empty() {
             return Ok(None);
         }
+        // The decoder is Arrow's; a value it cannot handle must refuse the record, not
+        // end the process (it panics on some, a number for a fixed-size binary say).
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.decode_rows_unguarded(batch, which)
+        }))
+        .unwrap_or_else(|_| Err("the Parquet decoder could not read the value".into()))
+    }
+
+    fn decode_rows_unguarded(
+        &self,
+        batch: &[std::borrow::Cow<'_, [u8]>],
+        which: &[usize],
+    ) -> Result<Option<RecordBatch>, String> {
         let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
             .with_strict_mode(true)
             .with_batch_size(which.len())
             .build_decoder()
             .map_err(|e| e.to_string())?;
-        for &i in which {
-            let value = &batch[i].value;
+        for (k, &i) in which.iter().enumerate() {
+            let value = &batch[i];
             let read = decoder.decode(value).map_err(|e| e.to_string())?;
-            if read != value.len() {
-                return Err("the value is more than one JSON object".into());
+            // One value, one whole row: not more, and not an object left open for the
+            // next record to close.
+            if read != value.len() || decoder.has_partial_record() || decoder.len() != k + 1 {
+                return Err("the value is not exactly one JSON object".into());
             }
         }
         let rows = decoder.flush().map_err(|e| e.to_string())?;
+        if let Some(rows) = &rows {
+            // Arrow's decoder builds some arrays unchecked (a null in a map whose values
+            // take none): an invalid array would make the whole file unreadable.
+            arrow_array::Array::to_data(&arrow_array::StructArray::from(rows.clone()))
+                .validate_full()
+                .map_err(|e| e.to_string())?;
+        }
         let n = rows.as_ref().map_or(0, |b| b.num_rows());
         if n != which.len() {
             return Err(format!(
@@ -125,58 +159,115 @@ impl ParquetFormat {
     }
 }
 
-/// Whether `t` holds a decimal anywhere.
-fn has_decimal(t: &DataType) -> bool {
+/// Whether values of `t` need [`prepared`] before Arrow's decoder: decimals (whose
+/// extra digits it would drop) and binary columns (which it reads as hex, where
+/// lockgate's formats write base64).
+fn needs_prepare(t: &DataType) -> bool {
     match t {
-        DataType::Decimal128(..) | DataType::Decimal256(..) => true,
-        DataType::Struct(fields) => fields.iter().any(|f| has_decimal(f.data_type())),
-        DataType::List(f) | DataType::Map(f, _) => has_decimal(f.data_type()),
+        DataType::Decimal128(..)
+        | DataType::Decimal256(..)
+        | DataType::Binary
+        | DataType::FixedSizeBinary(_) => true,
+        DataType::Struct(fields) => fields.iter().any(|f| needs_prepare(f.data_type())),
+        DataType::List(f) | DataType::Map(f, _) => needs_prepare(f.data_type()),
         _ => false,
     }
 }
 
-/// Why a decimal of `value` cannot be held exactly by its column: Arrow's decoder
-/// drops the digits past the column's scale, so a value with more (`12.345` for a
-/// scale of 2) is refused here instead of written as another number. None when every
-/// decimal fits, or when the value is not JSON (the decoder says why).
-fn decimal_refusal(schema: &Schema, value: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
-    let obj = v.as_object()?;
-    schema.fields().iter().find_map(|f| {
-        obj.get(f.name())
-            .and_then(|x| decimal_misfit(f.data_type(), x, f.name()))
-    })
+/// `value` as Arrow's decoder is to read it: every decimal checked to fit its column
+/// exactly, every binary value (base64, as lockgate's formats write bytes) turned into
+/// the hex Arrow reads. An error names the field.
+fn prepared(schema: &Schema, value: &[u8]) -> Result<Vec<u8>, String> {
+    let mut v: serde_json::Value = serde_json::from_slice(value)
+        .map_err(|e| format!("the value is not one JSON object: {e}"))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err("the value is not a JSON object".into());
+    };
+    for f in schema.fields() {
+        if let Some(x) = obj.get_mut(f.name()) {
+            prepare(f.data_type(), x, f.name())?;
+        }
+    }
+    Ok(serde_json::to_vec(&v).expect("a JSON value serializes"))
 }
 
-fn decimal_misfit(t: &DataType, v: &serde_json::Value, path: &str) -> Option<String> {
+fn prepare(t: &DataType, v: &mut serde_json::Value, path: &str) -> Result<(), String> {
+    use base64::Engine;
     use serde_json::Value;
-    match (t, v) {
-        (DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale), _) => {
-            let text = match v {
-                Value::Number(n) => n.to_string(),
-                Value::String(s) => s.clone(),
-                _ => return None,
-            };
-            let places = decimal_places(&text)?;
-            (places > i64::from(*scale)).then(|| {
-                format!("{path}: {text} has {places} decimal places, more than the column's scale {scale}")
+    match (t, &mut *v) {
+        (_, Value::Null) => Ok(()),
+        (DataType::Decimal128(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
+        (DataType::Decimal256(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
+        (DataType::Binary | DataType::FixedSizeBinary(_), Value::String(text)) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| format!("{path}: not base64 ({e})"))?;
+            if let DataType::FixedSizeBinary(n) = t {
+                if bytes.len() != *n as usize {
+                    return Err(format!(
+                        "{path}: {} bytes for a fixed size of {n}",
+                        bytes.len()
+                    ));
+                }
+            }
+            *v = Value::String(bytes.iter().map(|b| format!("{b:02x}")).collect());
+            Ok(())
+        }
+        (DataType::Binary | DataType::FixedSizeBinary(_), _) => {
+            Err(format!("{path}: bytes are a base64 string"))
+        }
+        (DataType::Struct(fields), Value::Object(o)) => {
+            fields.iter().try_for_each(|f| match o.get_mut(f.name()) {
+                Some(x) => prepare(f.data_type(), x, &format!("{path}.{}", f.name())),
+                None => Ok(()),
             })
         }
-        (DataType::Struct(fields), Value::Object(o)) => fields.iter().find_map(|f| {
-            o.get(f.name())
-                .and_then(|x| decimal_misfit(f.data_type(), x, &format!("{path}.{}", f.name())))
-        }),
         (DataType::List(f), Value::Array(items)) => items
-            .iter()
-            .find_map(|x| decimal_misfit(f.data_type(), x, &format!("{path}[]"))),
+            .iter_mut()
+            .try_for_each(|x| prepare(f.data_type(), x, &format!("{path}[]"))),
         (DataType::Map(entries, _), Value::Object(o)) => match entries.data_type() {
             DataType::Struct(kv) if kv.len() == 2 => o
-                .values()
-                .find_map(|x| decimal_misfit(kv[1].data_type(), x, &format!("{path}{{}}"))),
-            _ => None,
+                .values_mut()
+                .try_for_each(|x| prepare(kv[1].data_type(), x, &format!("{path}{{}}"))),
+            _ => Ok(()),
         },
-        _ => None,
+        // Arrow's decoder refuses the other mismatches itself, naming the field.
+        _ => Ok(()),
     }
+}
+
+/// Whether the decimal `v` fits a column of `precision` and `scale` exactly: Arrow's
+/// decoder drops digits past the scale and mishandles huge exponents, so such a value
+/// is refused here instead of written as another number.
+fn decimal_fits(
+    v: &serde_json::Value,
+    precision: i64,
+    scale: i8,
+    path: &str,
+) -> Result<(), String> {
+    let text = match v {
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        // Arrow's decoder refuses other kinds, naming the field.
+        _ => return Ok(()),
+    };
+    let Some(places) = decimal_places(&text) else {
+        return Err(format!("{path}: {text} is not a decimal number"));
+    };
+    if places > i64::from(scale) {
+        return Err(format!(
+            "{path}: {text} has {places} decimal places, more than the column's scale {scale}"
+        ));
+    }
+    if exponent(&text).is_some_and(|e| e.abs() > precision + i64::from(scale) + 1) {
+        return Err(format!("{path}: {text} is out of the column's range"));
+    }
+    Ok(())
+}
+
+fn exponent(text: &str) -> Option<i64> {
+    text.find(['e', 'E'])
+        .map(|i| text[i + 1..].parse::<i64>().unwrap_or(i64::MAX))
 }
 
 /// The decimal places `text` (a decimal numeral, maybe with an exponent) needs, its
@@ -186,22 +277,17 @@ pub fn decimal_places(text: &str) -> Option<i64> {
         Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
         None => (text, 0),
     };
-    let mantissa = mantissa.trim_start_matches(['-', '+']);
-    let fraction = match mantissa.split_once('.') {
-        Some((int, frac)) => {
-            if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            frac.trim_end_matches('0')
-        }
-        None => {
-            if mantissa.is_empty() || !mantissa.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            ""
-        }
-    };
-    let places = fraction.len() as i64 - exp;
+    let mantissa = mantissa.strip_prefix(['-', '+']).unwrap_or(mantissa);
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    // value = digits x 10^(exp - frac.len()); trailing zeros of the digits need no place.
+    let digits = format!("{int}{frac}");
+    let zeros = (digits.len() - digits.trim_end_matches('0').len()) as i64;
+    let places = (frac.len() as i64).checked_sub(exp)?.checked_sub(zeros)?;
     Some(places.max(0))
 }
 
@@ -314,9 +400,74 @@ mod tests {
         assert_eq!(decimal_places("-0.001"), Some(3));
         assert_eq!(decimal_places("1.5e3"), Some(0));
         assert_eq!(decimal_places("15E-3"), Some(3));
+        assert_eq!(decimal_places("1200e-3"), Some(1), "1.2");
+        assert_eq!(decimal_places("1e-9223372036854775808"), None);
         assert_eq!(decimal_places("1.2.3"), None);
         assert_eq!(decimal_places("abc"), None);
         assert_eq!(decimal_places(""), None);
+    }
+
+    #[test]
+    fn values_arrow_would_misread_are_refused_and_bytes_are_base64() {
+        let format = ParquetFormat {
+            schema: Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("raw", DataType::Binary, true),
+                Field::new("hash", DataType::FixedSizeBinary(2), true),
+                Field::new(
+                    "attrs",
+                    DataType::Map(
+                        Arc::new(Field::new(
+                            "entries",
+                            DataType::Struct(
+                                vec![
+                                    Field::new("key", DataType::Utf8, false),
+                                    Field::new("value", DataType::Int64, false),
+                                ]
+                                .into(),
+                            ),
+                            false,
+                        )),
+                        false,
+                    ),
+                    true,
+                ),
+            ])),
+            compression: Compression::SNAPPY,
+        };
+        let d = format.decode(&batch(&[
+            r#"{"id":1,"raw":"AAH/","hash":"q80=","attrs":{"a":1}}"#,
+            r#"{"id":2,"hash":5}"#,
+            r#"{"id":3,"hash":"AAAA"}"#,
+            r#"{"id":4,"raw":"not base64!"}"#,
+            r#"{"id":5,"attrs":{"a":null}}"#,
+            r#"{"id":6,}"#,
+            r#"{"id":7}"#,
+        ]));
+        let refused: Vec<usize> = d.refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(refused, vec![1, 2, 3, 4, 5], "{:?}", d.refused);
+        assert!(d.refused[0].1.contains("hash"), "{:?}", d.refused[0]);
+        assert!(d.refused[1].1.contains("3 bytes for a fixed size of 2"));
+        assert!(d.refused[2].1.starts_with("raw: not base64"));
+        let rows = d.rows.unwrap();
+        assert_eq!(rows.num_rows(), 2);
+        assert_eq!(rows.column(1).as_binary::<i32>().value(0), &[0, 1, 255]);
+        assert_eq!(
+            rows.column(2).as_fixed_size_binary().value(0),
+            &[0xab, 0xcd]
+        );
+    }
+
+    #[test]
+    fn an_object_left_open_for_the_next_record_is_refused() {
+        let d = format().decode(&batch(&[
+            r#"{"id":1,"amount":1,"note":"x","#,
+            r#""extra":2}{"id":2,"amount":2}"#,
+            r#"{"id":3,"amount":3}"#,
+        ]));
+        let refused: Vec<usize> = d.refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(refused, vec![0, 1], "{:?}", d.refused);
+        assert_eq!(d.rows.unwrap().num_rows(), 1);
     }
 
     #[test]

@@ -4,14 +4,20 @@ use super::avro_arrow::arrow_schema_of_text;
 use super::parquet::{compression, ParquetFormat, COMPRESSIONS};
 use super::FileSink;
 use crate::clients::kafka::KafkaCluster;
+use crate::clients::store::S3Settings;
 use crate::dead_letter::{Allowed, OnError};
 use crate::error::Result;
+use crate::secret::Secret;
+use lockgate_state::store::{CheckpointLocation, StoreLocation};
 use std::path::{Path, PathBuf};
 
 /// Configuration of a file sink.
 #[derive(Debug, Clone)]
 pub struct FileSinkConfig {
+    /// The local directory (for an object store, its URL as written).
     pub dir: PathBuf,
+    /// The object store, when `dir` is a store URL (`s3://bucket/prefix`).
+    pub store: Option<StoreLocation>,
     pub format: FileFormat,
     /// What a record the format cannot hold becomes (`on_item_error`): the job fails
     /// naming it (the default), or it is written to a dead-letter topic.
@@ -25,6 +31,7 @@ impl FileSinkConfig {
     pub fn json(dir: impl Into<PathBuf>) -> FileSinkConfig {
         FileSinkConfig {
             dir: dir.into(),
+            store: None,
             format: FileFormat::Json,
             on_item_error: OnError::Fail,
             dead_letters: None,
@@ -66,6 +73,13 @@ pub struct FileSection {
     compression: Option<String>,
     /// `fail` (the default) or `dead-letter:<topic>`.
     on_item_error: Option<String>,
+    /// S3 client settings of a store `dir`; each wins over its `AWS_*` variable.
+    endpoint: Option<String>,
+    region: Option<String>,
+    allow_http: Option<bool>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<Secret>,
+    secret_access_key_file: Option<PathBuf>,
 }
 
 impl FileSection {
@@ -117,8 +131,30 @@ impl FileSection {
                 ))
             }
         };
+        let settings = S3Settings {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            allow_http: self.allow_http,
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            secret_access_key_file: self.secret_access_key_file.clone(),
+        };
+        let text = self.dir.to_string_lossy();
+        let (dir, store) = match CheckpointLocation::parse(&text).map_err(|m| err("dir", m))? {
+            CheckpointLocation::Local(p) => {
+                if let Some(k) = settings.first_set() {
+                    return Err(err(
+                        k,
+                        "applies only to an object-store dir (s3://bucket/prefix)".into(),
+                    ));
+                }
+                (resolve(&p), None)
+            }
+            CheckpointLocation::Store(s) => (self.dir.clone(), Some(settings.apply(s, resolve)?)),
+        };
         Ok(FileSinkConfig {
-            dir: resolve(&self.dir),
+            dir,
+            store,
             format,
             on_item_error: OnError::Fail,
             dead_letters: None,

@@ -1,12 +1,13 @@
 //! The file sink's writer on the two-phase kit: part files staged by rename, committed
 //! by rename.
 
-use super::lines::delete_line;
 use super::names::{
     foreign_directory, parse_part_name, part_subtask, restore_action, Part, RestoreAction, MARKER,
     ROLLED_BACK,
 };
+use super::part::OpenPart;
 use super::section::{FileFormat, FileSinkConfig, PARQUET_EXTENSION};
+use super::store::StoreWriter;
 use super::KIND;
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
@@ -16,9 +17,8 @@ use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use lockgate_state::durable;
 use lockgate_state::CheckpointId;
-use parquet::arrow::ArrowWriter;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use tracing::warn;
 
@@ -33,10 +33,17 @@ impl FileSink {
     /// files are named per subtask of one process).
     pub fn spec(cfg: FileSinkConfig) -> crate::connector::SinkSpec {
         crate::connector::SinkSpec::new(KIND, move |_| {
-            Box::new(
-                TwoPhaseSink::new(FileWriter::new(cfg.clone()))
-                    .on_item_error(cfg.on_item_error.clone(), cfg.dead_letters.clone()),
-            )
+            let policy = (cfg.on_item_error.clone(), cfg.dead_letters.clone());
+            match &cfg.store {
+                Some(location) => Box::new(
+                    TwoPhaseSink::new(StoreWriter::new(cfg.clone(), location.clone()))
+                        .on_item_error(policy.0, policy.1),
+                ),
+                None => Box::new(
+                    TwoPhaseSink::new(FileWriter::new(cfg.clone()))
+                        .on_item_error(policy.0, policy.1),
+                ),
+            }
         })
         .with_caps(crate::connector::SinkCaps {
             guarantee: crate::connector::Guarantee::ExactlyOnce,
@@ -57,28 +64,11 @@ pub struct FileWriter {
     index: u16,
     parallelism: u16,
     name: String,
-    current: Option<(PathBuf, OpenPart)>,
+    current: Option<(PathBuf, OpenPart<BufWriter<File>>)>,
     counter: u64,
     /// The rows [`TwoPhaseWriter::check_batch`] decoded for the `write` that follows
     /// (Parquet).
     decoded: Option<RecordBatch>,
-}
-
-/// The part file being written since the last barrier.
-enum OpenPart {
-    Lines(BufWriter<File>),
-    Parquet(Box<ArrowWriter<BufWriter<File>>>),
-}
-
-impl OpenPart {
-    /// Ends the file (Parquet's footer) and returns it, flushed.
-    fn finish(self) -> std::result::Result<File, String> {
-        let out = match self {
-            OpenPart::Lines(w) => w,
-            OpenPart::Parquet(w) => w.into_inner().map_err(|e| e.to_string())?,
-        };
-        out.into_inner().map_err(|e| e.error().to_string())
-    }
 }
 
 impl FileWriter {
@@ -223,60 +213,26 @@ impl TwoPhaseWriter for FileWriter {
                 .open(&path)
                 .map_err(|e| self.err("create", &path, e))?;
             let out = BufWriter::with_capacity(1 << 20, f);
-            let part = match &self.cfg.format {
-                FileFormat::Json => OpenPart::Lines(out),
-                FileFormat::Parquet(p) => OpenPart::Parquet(Box::new(
-                    p.writer(out).map_err(|e| self.err("create", &path, e))?,
-                )),
-            };
+            let part =
+                OpenPart::new(&self.cfg.format, out).map_err(|e| self.err("create", &path, e))?;
             self.current = Some((path, part));
         }
         let decoded = self.decoded.take();
         let (path, part) = self.current.as_mut().expect("opened above");
-        let failed = |e: &dyn std::fmt::Display| {
-            JobError::task(&self.name, format!("write {}: {e}", path.display()))
-        };
-        match part {
-            OpenPart::Lines(w) => {
-                for r in batch {
-                    let line = if r.tombstone || r.op == crate::record::Op::Delete {
-                        std::borrow::Cow::Owned(delete_line(r))
-                    } else {
-                        std::borrow::Cow::Borrowed(&r.value[..])
-                    };
-                    w.write_all(&line)
-                        .and_then(|_| w.write_all(b"\n"))
-                        .map_err(|e| failed(&e))?;
-                }
-            }
-            OpenPart::Parquet(w) => {
-                let rows = decoded.as_ref().map_or(0, |d| d.num_rows());
-                if rows != batch.len() {
-                    // The kit calls check_batch with each batch before its write.
-                    return Err(failed(&format!(
-                        "{rows} decoded rows for a batch of {} records",
-                        batch.len()
-                    )));
-                }
-                if let Some(d) = &decoded {
-                    w.write(d).map_err(|e| failed(&e))?;
-                }
-            }
-        }
-        Ok(())
+        part.write(batch, decoded.as_ref())
+            .map_err(|e| JobError::task(&self.name, format!("write {}: {e}", path.display())))
     }
 
     fn buffered_bytes(&self) -> usize {
-        match &self.current {
-            Some((_, OpenPart::Parquet(w))) => w.in_progress_size(),
-            _ => 0,
-        }
+        self.current
+            .as_ref()
+            .map_or(0, |(_, part)| part.in_progress_size())
     }
 
     /// Ends the Parquet row group held in memory (written into the in-progress file).
     async fn flush(&mut self) -> Result<()> {
-        if let Some((path, OpenPart::Parquet(w))) = &mut self.current {
-            w.flush().map_err(|e| {
+        if let Some((path, part)) = &mut self.current {
+            part.flush_rows().map_err(|e| {
                 JobError::task(&self.name, format!("write {}: {e}", path.display()))
             })?;
         }
@@ -287,7 +243,10 @@ impl TwoPhaseWriter for FileWriter {
         let Some((path, w)) = self.current.take() else {
             return Ok(None);
         };
-        let f = w.finish().map_err(|e| self.err("flush", &path, e))?;
+        let f = w
+            .finish()
+            .and_then(|out| out.into_inner().map_err(|e| e.error().to_string()))
+            .map_err(|e| self.err("flush", &path, e))?;
         f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
         let pending = self.pending_path(self.index, id);
         // The rename and the directory fsync make the pending file durable before the
