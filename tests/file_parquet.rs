@@ -185,3 +185,26 @@ fn a_job_writes_parquet_that_pyarrow_reads_whole() {
         assert_eq!(s["compression"], "GZIP", "{s}");
     }
 }
+
+#[test]
+fn the_example_job_writes_every_running_total_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/sequence-to-parquet.toml");
+    let status = std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(&example)
+        .env("LOCKGATE_DATA", tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = tmp.path().join("sequence-to-parquet/out");
+    let records = common::lake::rows(&out)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r["file"].to_string(), r["row"].to_string()));
+    let v =
+        lockgate::testkit::file_output::verify_records(records, 1, 200_000, 1000, Some("/total"));
+    assert!(v.is_exact(), "{v:?}");
+    assert_eq!(v.committed, 200_000);
+}
