@@ -6,6 +6,7 @@ pub mod ack_server;
 pub mod avro;
 pub mod checkpoints;
 pub mod end_to_end;
+pub mod file_sink;
 pub mod format_speed;
 pub mod postgres;
 pub mod recovery;
