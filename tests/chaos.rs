@@ -6,7 +6,10 @@ mod common;
 
 use common::es::Es;
 use common::kafka::KafkaProcess;
+use common::lake;
 use common::{bin, chaos, wait_timeout};
+use lockgate::testkit::conformance::process::ProcessJob;
+use lockgate::testkit::moto::MotoServer;
 use rand::SeedableRng;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -550,6 +553,51 @@ file_sink_failpoint_tests! {
     abort_after_the_file_sink_staged_a_part => "after-stage",
     abort_before_a_part_commit_of_the_file_sink => "before-part-commit",
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
+}
+
+macro_rules! store_file_sink_failpoint_tests {
+    ($($name:ident => $fp:literal),* $(,)?) => {
+        $(#[test] fn $name() { store_file_sink_abort_at($fp); })*
+    };
+}
+
+store_file_sink_failpoint_tests! {
+    abort_between_the_copy_and_the_delete_of_a_store_commit => "store-part-copied",
+}
+
+/// A run of a Parquet file sink into an object store (moto) aborted at `fp`, then run
+/// to the end: every record once, read back by pyarrow, and nothing staged left.
+fn store_file_sink_abort_at(fp: &str) {
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lake").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = tmp.path().join("s.avsc");
+    std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
+    let url = "s3://lake/orders";
+    let job = ProcessJob::new(&common::bin(), &tmp.path().join("job")).unwrap();
+    let (source, sink) = lake::store_job_sections(&moto, url, &schema, 3000, 3000);
+    job.write(&source, &sink).unwrap();
+    job.abort_at(fp).unwrap();
+    let staged_at_the_abort: Vec<String> = lake::store_objects(&moto, "orders")
+        .into_iter()
+        .filter(|k| k.starts_with("_staging/"))
+        .collect();
+    assert!(
+        !staged_at_the_abort.is_empty(),
+        "the abort came while a staged part was there"
+    );
+    let (source, sink) = lake::store_job_sections(&moto, url, &schema, 3000, 0);
+    job.write(&source, &sink).unwrap();
+    job.run_to_end().unwrap();
+
+    let seen = lake::store_counts(&moto, url);
+    assert_eq!(seen.len(), 3000, "every record");
+    assert!(seen.values().all(|n| *n == 1), "each once");
+    let left: Vec<String> = lake::store_objects(&moto, "orders")
+        .into_iter()
+        .filter(|k| k.starts_with('_'))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "nothing staged is left behind");
 }
 
 /// The roll-back the harness checked on every restart of a file-sink job: each run

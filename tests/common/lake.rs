@@ -1,7 +1,9 @@
 //! The independent readers of Parquet output: pyarrow (`tests/lake/read_parquet.py`)
 //! in a virtual environment with `tests/lake/requirements.txt`.
 
+use lockgate::testkit::moto::MotoServer;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -82,4 +84,57 @@ pub fn store_rows(url: &str, env: &[(&str, String)]) -> Result<Vec<Value>, Strin
 /// as pyarrow reads them: `{"file": name, "schema": [...], "compression": codec}`.
 pub fn schemas(dir: &Path) -> Result<Vec<Value>, String> {
     reader(dir, true, &[])
+}
+
+/// The Avro schema of the sequence source's records (`seq`, `key`, `value`: longs).
+pub const SEQUENCE_SCHEMA: &str = r#"{"type":"record","name":"s","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#;
+
+/// The `(source, sink)` sections of a `sequence -> [sink.file]` job writing Parquet
+/// into `url` on `moto`.
+pub fn store_job_sections(
+    moto: &MotoServer,
+    url: &str,
+    schema: &std::path::Path,
+    to: i64,
+    rate: u64,
+) -> ((String, String), (String, String)) {
+    (
+        (
+            "sequence".into(),
+            format!("from = 1\nto = {to}\nkeys = 10\nrate_per_sec = {rate}"),
+        ),
+        (
+            "file".into(),
+            format!(
+                "dir = {url:?}\nformat = \"parquet\"\nschema_file = {:?}\nendpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"",
+                schema.display().to_string(),
+                moto.endpoint()
+            ),
+        ),
+    )
+}
+
+/// Each `seq` read back from `url` by pyarrow, with how many times.
+pub fn store_counts(moto: &MotoServer, url: &str) -> BTreeMap<i64, u32> {
+    let mut seen = BTreeMap::new();
+    for r in store_rows(url, &moto.env()).unwrap() {
+        *seen.entry(r["row"]["seq"].as_i64().unwrap()).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// The objects under `prefix` of bucket `lake`, by key below it.
+pub fn store_objects(moto: &MotoServer, prefix: &str) -> Vec<String> {
+    let (store, root) = moto.location("lake", prefix).open().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use futures::TryStreamExt;
+        let all: Vec<_> = store.list(Some(&root)).try_collect().await.unwrap();
+        let mut keys: Vec<String> = all
+            .into_iter()
+            .map(|m| m.location.as_ref()[root.as_ref().len() + 1..].to_string())
+            .collect();
+        keys.sort();
+        keys
+    })
 }

@@ -3,7 +3,7 @@
 //! The mapping follows Avro's specification and what Parquet readers expect:
 //! `int`/`long`/`float`/`double`/`boolean`/`string`/`bytes` as the like Arrow types,
 //! `["null", T]` as a nullable `T`, records as structs, arrays as lists, maps as maps
-//! with string keys, enums as strings, `fixed` as fixed-size binary, and the logical
+//! with string keys, enums as strings (their symbols kept in the field's metadata, to be checked), `fixed` as fixed-size binary, and the logical
 //! types as Parquet's: `decimal` as a decimal of its precision and scale, `date` as a
 //! date, `time-millis`/`time-micros` as times, `timestamp-*` as UTC-adjusted timestamps (zone `+00:00`)
 //! and `local-timestamp-*` as timestamps without a zone, `uuid` as a string.
@@ -12,6 +12,7 @@
 //! something else: unions of two or more non-null types, `duration`, and `decimal`s
 //! without a fixed scale (`big-decimal`).
 
+use super::values::ENUM_SYMBOLS;
 use apache_avro::Schema as Avro;
 use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use std::collections::HashMap;
@@ -54,7 +55,14 @@ fn record_fields(
                 format!("{path}.{}", f.name)
             };
             let (data_type, nullable) = column(&f.schema, &at, named)?;
-            Ok(Field::new(&f.name, data_type, nullable))
+            let field = Field::new(&f.name, data_type, nullable);
+            Ok(match enum_symbols(&f.schema, named) {
+                // The column is a string: its symbols go with it, to be checked.
+                Some(symbols) => {
+                    field.with_metadata([(ENUM_SYMBOLS.to_string(), symbols.join(","))].into())
+                }
+                None => field,
+            })
         })
         .collect::<Result<Vec<_>, String>>()
         .map(Fields::from)
@@ -87,6 +95,10 @@ fn column(
             plain(DataType::FixedSizeBinary(size))
         }
         Avro::Decimal(d) => {
+            if let Avro::Fixed(f) = d.inner.as_ref() {
+                // A named fixed under the logical type: later fields may name it.
+                named.insert(f.name.fullname(None), Some(schema.clone()));
+            }
             let (p, s) = (d.precision, d.scale);
             let precision = u8::try_from(p)
                 .ok()
@@ -173,6 +185,22 @@ fn column(
     }
 }
 
+/// The symbols of the enum `schema` is (or `["null", enum]`, or a name of one).
+fn enum_symbols(schema: &Avro, named: &HashMap<String, Option<Avro>>) -> Option<Vec<String>> {
+    match schema {
+        Avro::Enum(e) => Some(e.symbols.clone()),
+        Avro::Union(u) => match u.variants() {
+            [Avro::Null, one] | [one, Avro::Null] => enum_symbols(one, named),
+            _ => None,
+        },
+        Avro::Ref { name } => match named.get(&name.fullname(None)) {
+            Some(Some(t)) => enum_symbols(t, named),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn utc(unit: TimeUnit) -> DataType {
     DataType::Timestamp(unit, Some("+00:00".into()))
 }
@@ -220,7 +248,9 @@ mod tests {
             {"name":"tags","type":{"type":"array","items":"string"}},
             {"name":"attrs","type":{"type":"map","values":"long"}},
             {"name":"addr","type":{"type":"record","name":"addr","fields":[{"name":"city","type":"string"}]}},
-            {"name":"billing","type":["null","addr"]}
+            {"name":"billing","type":["null","addr"]},
+            {"name":"price","type":{"type":"fixed","name":"money","size":8,"logicalType":"decimal","precision":18,"scale":4}},
+            {"name":"old_price","type":["null","money"]}
         ]}"#;
         let s = arrow_schema_of_text(text).unwrap();
         assert_eq!(field(&s, "id"), (DataType::Int64, false));
@@ -261,6 +291,16 @@ mod tests {
             field(&s, "billing"),
             (addr, true),
             "a named type used again"
+        );
+        assert_eq!(field(&s, "price"), (DataType::Decimal128(18, 4), false));
+        assert_eq!(
+            field(&s, "old_price"),
+            (DataType::Decimal128(18, 4), true),
+            "a named fixed decimal used again"
+        );
+        assert_eq!(
+            s.field_with_name("kind").unwrap().metadata()[ENUM_SYMBOLS],
+            "a,b"
         );
     }
 

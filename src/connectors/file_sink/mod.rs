@@ -29,6 +29,7 @@ pub mod parquet;
 pub mod part;
 pub mod section;
 pub mod store;
+pub mod values;
 pub mod writer;
 
 /// The sink kind of the file sink in a job graph.

@@ -6,9 +6,10 @@
 //! decoder's reason, which names the field; the sink's item error policy decides
 //! what happens to it. A delete has no row to be, so it is refused too.
 
+use super::values::prepared;
 use crate::record::{Batch, Op, Record};
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -58,16 +59,10 @@ impl ParquetFormat {
         let mut refused = Vec::new();
         let mut rows: Vec<usize> = Vec::with_capacity(batch.len());
         let mut values: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(batch.len());
-        let prepare = self
-            .schema
-            .fields()
-            .iter()
-            .any(|f| needs_prepare(f.data_type()));
         for (i, r) in batch.iter().enumerate() {
             let value = match row_refusal(r) {
                 Some(why) => Err(why),
-                None if prepare => prepared(&self.schema, &r.value).map(std::borrow::Cow::Owned),
-                None => Ok(std::borrow::Cow::Borrowed(&r.value[..])),
+                None => prepared(&self.schema, &r.value).map(std::borrow::Cow::Owned),
             };
             match value {
                 Ok(v) => {
@@ -159,138 +154,6 @@ impl ParquetFormat {
     }
 }
 
-/// Whether values of `t` need [`prepared`] before Arrow's decoder: decimals (whose
-/// extra digits it would drop) and binary columns (which it reads as hex, where
-/// lockgate's formats write base64).
-fn needs_prepare(t: &DataType) -> bool {
-    match t {
-        DataType::Decimal128(..)
-        | DataType::Decimal256(..)
-        | DataType::Binary
-        | DataType::FixedSizeBinary(_) => true,
-        DataType::Struct(fields) => fields.iter().any(|f| needs_prepare(f.data_type())),
-        DataType::List(f) | DataType::Map(f, _) => needs_prepare(f.data_type()),
-        _ => false,
-    }
-}
-
-/// `value` as Arrow's decoder is to read it: every decimal checked to fit its column
-/// exactly, every binary value (base64, as lockgate's formats write bytes) turned into
-/// the hex Arrow reads. An error names the field.
-fn prepared(schema: &Schema, value: &[u8]) -> Result<Vec<u8>, String> {
-    let mut v: serde_json::Value = serde_json::from_slice(value)
-        .map_err(|e| format!("the value is not one JSON object: {e}"))?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err("the value is not a JSON object".into());
-    };
-    for f in schema.fields() {
-        if let Some(x) = obj.get_mut(f.name()) {
-            prepare(f.data_type(), x, f.name())?;
-        }
-    }
-    Ok(serde_json::to_vec(&v).expect("a JSON value serializes"))
-}
-
-fn prepare(t: &DataType, v: &mut serde_json::Value, path: &str) -> Result<(), String> {
-    use base64::Engine;
-    use serde_json::Value;
-    match (t, &mut *v) {
-        (_, Value::Null) => Ok(()),
-        (DataType::Decimal128(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
-        (DataType::Decimal256(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
-        (DataType::Binary | DataType::FixedSizeBinary(_), Value::String(text)) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text.as_bytes())
-                .map_err(|e| format!("{path}: not base64 ({e})"))?;
-            if let DataType::FixedSizeBinary(n) = t {
-                if bytes.len() != *n as usize {
-                    return Err(format!(
-                        "{path}: {} bytes for a fixed size of {n}",
-                        bytes.len()
-                    ));
-                }
-            }
-            *v = Value::String(bytes.iter().map(|b| format!("{b:02x}")).collect());
-            Ok(())
-        }
-        (DataType::Binary | DataType::FixedSizeBinary(_), _) => {
-            Err(format!("{path}: bytes are a base64 string"))
-        }
-        (DataType::Struct(fields), Value::Object(o)) => {
-            fields.iter().try_for_each(|f| match o.get_mut(f.name()) {
-                Some(x) => prepare(f.data_type(), x, &format!("{path}.{}", f.name())),
-                None => Ok(()),
-            })
-        }
-        (DataType::List(f), Value::Array(items)) => items
-            .iter_mut()
-            .try_for_each(|x| prepare(f.data_type(), x, &format!("{path}[]"))),
-        (DataType::Map(entries, _), Value::Object(o)) => match entries.data_type() {
-            DataType::Struct(kv) if kv.len() == 2 => o
-                .values_mut()
-                .try_for_each(|x| prepare(kv[1].data_type(), x, &format!("{path}{{}}"))),
-            _ => Ok(()),
-        },
-        // Arrow's decoder refuses the other mismatches itself, naming the field.
-        _ => Ok(()),
-    }
-}
-
-/// Whether the decimal `v` fits a column of `precision` and `scale` exactly: Arrow's
-/// decoder drops digits past the scale and mishandles huge exponents, so such a value
-/// is refused here instead of written as another number.
-fn decimal_fits(
-    v: &serde_json::Value,
-    precision: i64,
-    scale: i8,
-    path: &str,
-) -> Result<(), String> {
-    let text = match v {
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        // Arrow's decoder refuses other kinds, naming the field.
-        _ => return Ok(()),
-    };
-    let Some(places) = decimal_places(&text) else {
-        return Err(format!("{path}: {text} is not a decimal number"));
-    };
-    if places > i64::from(scale) {
-        return Err(format!(
-            "{path}: {text} has {places} decimal places, more than the column's scale {scale}"
-        ));
-    }
-    if exponent(&text).is_some_and(|e| e.abs() > precision + i64::from(scale) + 1) {
-        return Err(format!("{path}: {text} is out of the column's range"));
-    }
-    Ok(())
-}
-
-fn exponent(text: &str) -> Option<i64> {
-    text.find(['e', 'E'])
-        .map(|i| text[i + 1..].parse::<i64>().unwrap_or(i64::MAX))
-}
-
-/// The decimal places `text` (a decimal numeral, maybe with an exponent) needs, its
-/// trailing zeros after the point not counted. None when it is not a numeral.
-pub fn decimal_places(text: &str) -> Option<i64> {
-    let (mantissa, exp) = match text.find(['e', 'E']) {
-        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
-        None => (text, 0),
-    };
-    let mantissa = mantissa.strip_prefix(['-', '+']).unwrap_or(mantissa);
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if int.is_empty() && frac.is_empty()
-        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
-    {
-        return None;
-    }
-    // value = digits x 10^(exp - frac.len()); trailing zeros of the digits need no place.
-    let digits = format!("{int}{frac}");
-    let zeros = (digits.len() - digits.trim_end_matches('0').len()) as i64;
-    let places = (frac.len() as i64).checked_sub(exp)?.checked_sub(zeros)?;
-    Some(places.max(0))
-}
-
 /// Why `r` cannot be a row at all, before its value is looked at.
 fn row_refusal(r: &Record) -> Option<String> {
     if r.tombstone || r.op == Op::Delete {
@@ -304,7 +167,7 @@ mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Decimal128Type, Int64Type};
-    use arrow_schema::Field;
+    use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
 
     fn format() -> ParquetFormat {
@@ -391,20 +254,6 @@ mod tests {
         let rows = d.rows.unwrap();
         let amounts = rows.column(1).as_primitive::<Decimal128Type>();
         assert_eq!(amounts.values(), &[1234, 12345]);
-    }
-
-    #[test]
-    fn decimal_places_count_what_the_value_needs() {
-        assert_eq!(decimal_places("12"), Some(0));
-        assert_eq!(decimal_places("12.30"), Some(1));
-        assert_eq!(decimal_places("-0.001"), Some(3));
-        assert_eq!(decimal_places("1.5e3"), Some(0));
-        assert_eq!(decimal_places("15E-3"), Some(3));
-        assert_eq!(decimal_places("1200e-3"), Some(1), "1.2");
-        assert_eq!(decimal_places("1e-9223372036854775808"), None);
-        assert_eq!(decimal_places("1.2.3"), None);
-        assert_eq!(decimal_places("abc"), None);
-        assert_eq!(decimal_places(""), None);
     }
 
     #[test]
