@@ -11,37 +11,12 @@ use std::time::{Duration, Instant};
 /// `LOCKGATE_CONFLUENT_PYTHON`, or a virtual environment created once under the target
 /// directory from the pinned requirements.
 pub fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("LOCKGATE_CONFLUENT_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let venv = tmp.join("confluent-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join("installed");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let lock = std::fs::File::create(tmp.join("confluent-venv.lock")).unwrap();
-    // SAFETY: flock on a descriptor we own.
-    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-    if ready.exists() {
-        return python;
-    }
-    let requirements =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/confluent/requirements.txt");
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap()
-        .success()
-        && Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "-r"])
-            .arg(&requirements)
-            .status()
-            .unwrap()
-            .success();
-    assert!(ok, "cannot install {} from PyPI (set LOCKGATE_CONFLUENT_PYTHON to a Python that has confluent-kafka)", requirements.display());
-    std::fs::write(&ready, b"").unwrap();
-    python
+    super::venv_python(
+        "LOCKGATE_CONFLUENT_PYTHON",
+        "confluent-venv",
+        "tests/confluent/requirements.txt",
+        "confluent-kafka",
+    )
 }
 
 /// Runs `produce.py` with `args`; returns what it printed.

@@ -10,40 +10,12 @@ use std::process::Command;
 /// The Python of the environment with pyarrow: `LOCKGATE_LAKE_PYTHON`, or a virtual
 /// environment created once under the target directory from the pinned requirements.
 pub fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("LOCKGATE_LAKE_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let venv = tmp.join("lake-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join("installed");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let lock = std::fs::File::create(tmp.join("lake-venv.lock")).unwrap();
-    // SAFETY: flock on a descriptor we own.
-    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-    if ready.exists() {
-        return python;
-    }
-    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/requirements.txt");
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap()
-        .success()
-        && Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "-r"])
-            .arg(&requirements)
-            .status()
-            .unwrap()
-            .success();
-    assert!(
-        ok,
-        "cannot install {} from PyPI (set LOCKGATE_LAKE_PYTHON to a Python that has pyarrow)",
-        requirements.display()
-    );
-    std::fs::write(&ready, b"").unwrap();
-    python
+    super::venv_python(
+        "LOCKGATE_LAKE_PYTHON",
+        "lake-venv",
+        "tests/lake/requirements.txt",
+        "pyarrow",
+    )
 }
 
 fn reader(dir: &Path, schema: bool, env: &[(&str, String)]) -> Result<Vec<Value>, String> {

@@ -343,3 +343,43 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The Python of a virtual environment of pinned requirements: the one `var` names if
+/// set, or `<name>` created once under the target directory from `requirements` (a
+/// path under the repository); `what` says what it must have, for the error.
+pub fn venv_python(var: &str, name: &str, requirements: &str, what: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(var) {
+        return PathBuf::from(p);
+    }
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let venv = tmp.join(name);
+    let python = venv.join("bin/python");
+    let ready = venv.join("installed");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let lock = std::fs::File::create(tmp.join(format!("{name}.lock"))).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    if ready.exists() {
+        return python;
+    }
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join(requirements);
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap()
+        .success()
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "-r"])
+            .arg(&requirements)
+            .status()
+            .unwrap()
+            .success();
+    assert!(
+        ok,
+        "cannot install {} from PyPI (set {var} to a Python that has {what})",
+        requirements.display()
+    );
+    std::fs::write(&ready, b"").unwrap();
+    python
+}

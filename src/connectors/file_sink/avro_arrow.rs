@@ -55,14 +55,11 @@ fn record_fields(
                 format!("{path}.{}", f.name)
             };
             let (data_type, nullable) = column(&f.schema, &at, named)?;
-            let field = Field::new(&f.name, data_type, nullable);
-            Ok(match enum_symbols(&f.schema, named) {
-                // The column is a string: its symbols go with it, to be checked.
-                Some(symbols) => {
-                    field.with_metadata([(ENUM_SYMBOLS.to_string(), symbols.join(","))].into())
-                }
-                None => field,
-            })
+            Ok(with_symbols(
+                Field::new(&f.name, data_type, nullable),
+                &f.schema,
+                named,
+            ))
         })
         .collect::<Result<Vec<_>, String>>()
         .map(Fields::from)
@@ -131,7 +128,8 @@ fn column(
         )),
         Avro::Array(a) => {
             let (item, nullable) = column(&a.items, &format!("{path}[]"), named)?;
-            plain(DataType::List(Arc::new(Field::new("item", item, nullable))))
+            let item = with_symbols(Field::new("item", item, nullable), &a.items, named);
+            plain(DataType::List(Arc::new(item)))
         }
         Avro::Map(m) => {
             let (value, nullable) = column(&m.types, &format!("{path}{{}}"), named)?;
@@ -139,7 +137,7 @@ fn column(
                 "entries",
                 DataType::Struct(Fields::from(vec![
                     Field::new("key", DataType::Utf8, false),
-                    Field::new("value", value, nullable),
+                    with_symbols(Field::new("value", value, nullable), &m.types, named),
                 ])),
                 false,
             );
@@ -182,6 +180,17 @@ fn column(
                 )),
             }
         }
+    }
+}
+
+/// `field` with the symbols of the enum `schema` is, if it is one: the column is a
+/// string, and its symbols go with it, to be checked.
+fn with_symbols(field: Field, schema: &Avro, named: &HashMap<String, Option<Avro>>) -> Field {
+    match enum_symbols(schema, named) {
+        Some(symbols) => {
+            field.with_metadata([(ENUM_SYMBOLS.to_string(), symbols.join(","))].into())
+        }
+        None => field,
     }
 }
 
@@ -302,6 +311,14 @@ mod tests {
             s.field_with_name("kind").unwrap().metadata()[ENUM_SYMBOLS],
             "a,b"
         );
+        let kinds = arrow_schema_of_text(
+            r#"{"type":"record","name":"r","fields":[{"name":"ks","type":{"type":"array","items":{"type":"enum","name":"k","symbols":["x","y"]}}}]}"#,
+        )
+        .unwrap();
+        let DataType::List(item) = kinds.field(0).data_type() else {
+            panic!()
+        };
+        assert_eq!(item.metadata()[ENUM_SYMBOLS], "x,y", "an enum in an array");
     }
 
     #[test]

@@ -23,9 +23,16 @@ pub enum PartName {
 pub fn parse_part_name(name: &str) -> Option<PartName> {
     // The format's extension (none for JSON lines) says nothing about the part.
     let name = name.strip_suffix(PARQUET_EXTENSION).unwrap_or(name);
+    // Numbers as the sink writes them: digits only, no sign, no leading zero.
+    fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
+        let plain = !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text == "0" || !text.starts_with('0'));
+        plain.then(|| text.parse().ok()).flatten()
+    }
     let two = |rest: &str| -> Option<(u16, u64)> {
         let (a, b) = rest.split_once('-')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
+        Some((number(a)?, number(b)?))
     };
     if let Some(rest) = name.strip_prefix("part-") {
         let (subtask, id) = two(rest)?;
@@ -179,6 +186,13 @@ mod tests {
         );
         assert_eq!(parse_part_name("part-2-17.json"), None);
         assert_eq!(parse_part_name("part-x-1"), None);
+        assert_eq!(
+            parse_part_name("part-00-5"),
+            None,
+            "not a name the sink writes"
+        );
+        assert_eq!(parse_part_name("part-+0-+5"), None);
+        assert!(parse_part_name("part-0-0").is_some());
         assert_eq!(parse_part_name("notes.txt"), None);
     }
 

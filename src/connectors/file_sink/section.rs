@@ -49,6 +49,15 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
+    /// The records of `batch` this format cannot hold, by index, with why, and the
+    /// columns of the others (Parquet; none for JSON lines, which holds every record).
+    pub fn decode(&self, batch: &crate::record::Batch) -> super::parquet::Decoded {
+        match self {
+            FileFormat::Json => super::parquet::Decoded::default(),
+            FileFormat::Parquet(p) => p.decode(batch),
+        }
+    }
+
     /// The extension of the part files' names (empty for JSON lines, as before).
     pub fn extension(&self) -> &'static str {
         match self {
@@ -140,6 +149,18 @@ impl FileSection {
             secret_access_key_file: self.secret_access_key_file.clone(),
         };
         let text = self.dir.to_string_lossy();
+        if let Some((scheme, rest)) = text.split_once(":/") {
+            let schemelike = !scheme.is_empty()
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'.');
+            if schemelike && !rest.starts_with('/') {
+                return Err(err(
+                    "dir",
+                    format!("{text:?} looks like a store URL missing a slash ({scheme}://...)"),
+                ));
+            }
+        }
         let (dir, store) = match CheckpointLocation::parse(&text).map_err(|m| err("dir", m))? {
             CheckpointLocation::Local(p) => {
                 if let Some(k) = settings.first_set() {
@@ -256,5 +277,12 @@ mod tests {
             ..json_with_compression
         };
         assert_eq!(key(json_with_compression).0, "compression");
+        let typo = FileSection {
+            dir: "s3:/lake/orders".into(),
+            ..FileSection::default()
+        };
+        let (k, m) = key(typo);
+        assert_eq!(k, "dir");
+        assert!(m.contains("missing a slash"), "{m}");
     }
 }

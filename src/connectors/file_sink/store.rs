@@ -193,14 +193,9 @@ impl TwoPhaseWriter for StoreWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        match &self.cfg.format {
-            super::section::FileFormat::Json => Vec::new(),
-            super::section::FileFormat::Parquet(p) => {
-                let decoded = p.decode(batch);
-                self.decoded = decoded.rows;
-                decoded.refused
-            }
-        }
+        let decoded = self.cfg.format.decode(batch);
+        self.decoded = decoded.rows;
+        decoded.refused
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {

@@ -14,6 +14,13 @@ use serde_json::Value;
 /// by commas (an Avro symbol has none).
 pub const ENUM_SYMBOLS: &str = "avro.enum.symbols";
 
+/// Base64 as lockgate's formats write it (the standard alphabet), padded or not.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// `value` (one record's JSON text) as Arrow's decoder is to read it, every column's
 /// value checked and binary values turned from base64 into the hex the decoder reads.
 pub fn prepared(schema: &Schema, value: &[u8]) -> Result<Vec<u8>, String> {
@@ -63,6 +70,9 @@ fn prepare(field: &Field, v: &mut Value, path: &str) -> Result<(), String> {
                 Err(format!("{path}: {text} is out of the column's range"))
             }
         }
+        (DataType::Float32 | DataType::Float64, Value::String(text)) => Err(format!(
+            "{path}: {text:?} is text; a float column takes a JSON number"
+        )),
         (DataType::Timestamp(unit, zone), _) => timestamp_fits(v, *unit, zone.is_some(), path),
         (DataType::Date32, _) => date_fits(v, path),
         (DataType::Time32(unit) | DataType::Time64(unit), _) => time_fits(v, *unit, path),
@@ -73,7 +83,7 @@ fn prepare(field: &Field, v: &mut Value, path: &str) -> Result<(), String> {
             _ => Ok(()),
         },
         (DataType::Binary | DataType::FixedSizeBinary(_), Value::String(text)) => {
-            let bytes = base64::engine::general_purpose::STANDARD
+            let bytes = BASE64
                 .decode(text.as_bytes())
                 .map_err(|e| format!("{path}: not base64 ({e})"))?;
             if let DataType::FixedSizeBinary(n) = t {
@@ -210,13 +220,23 @@ fn timestamp_fits(v: &Value, unit: TimeUnit, zoned: bool, path: &str) -> Result<
         return Ok(());
     };
     let text = s.replacen(' ', "T", 1);
-    if zoned {
+    let nanos = if zoned {
         chrono::DateTime::parse_from_rfc3339(&text)
-            .map_err(|e| format!("{path}: {s:?} is not a time with its offset ({e})"))?;
+            .map_err(|e| format!("{path}: {s:?} is not a time with its offset ({e})"))?
+            .timestamp_subsec_nanos()
     } else {
-        chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%dT%H:%M:%S%.f").map_err(|e| {
-            format!("{path}: {s:?} is not a local date and time without an offset ({e})")
-        })?;
+        chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%dT%H:%M:%S%.f")
+            .map_err(|e| {
+                format!("{path}: {s:?} is not a local date and time without an offset ({e})")
+            })?
+            .and_utc()
+            .timestamp_subsec_nanos()
+    };
+    if nanos >= 1_000_000_000 {
+        // Arrow would write a leap second as the next second.
+        return Err(format!(
+            "{path}: {s:?} is a leap second, which the column has no place for"
+        ));
     }
     if fraction_digits(&text) > unit_digits(unit) {
         return Err(format!(
@@ -256,8 +276,14 @@ fn time_fits(v: &Value, unit: TimeUnit, path: &str) -> Result<(), String> {
         return Ok(());
     }
     if let Value::String(s) = v {
-        chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f")
+        let t = chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f")
             .map_err(|e| format!("{path}: {s:?} is not a time of day ({e})"))?;
+        if chrono::Timelike::nanosecond(&t) >= 1_000_000_000 {
+            // Arrow would write a leap second past the end of the day.
+            return Err(format!(
+                "{path}: {s:?} is a leap second, which the column has no place for"
+            ));
+        }
         if fraction_digits(s) > unit_digits(unit) {
             return Err(format!(
                 "{path}: {s:?} has more digits of a second than the column holds"
@@ -296,6 +322,8 @@ mod tests {
             .unwrap_err()
             .contains("range"));
         assert!(one(DataType::Float64, "1e39").is_ok());
+        assert!(one(DataType::Float32, r#""1e39""#).is_err());
+        assert!(one(DataType::Float64, r#""NaN""#).is_err());
     }
 
     #[test]
@@ -338,7 +366,11 @@ mod tests {
         assert!(one(ms.clone(), r#""12:00:00.123456""#).is_err());
         assert!(one(ms.clone(), "100000000").is_err());
         assert!(one(ms.clone(), "-5").is_err());
-        assert!(one(ms, "43200000").is_ok());
+        assert!(one(ms.clone(), "43200000").is_ok());
+        assert!(one(ms, r#""23:59:60""#)
+            .unwrap_err()
+            .contains("leap second"));
+        assert!(one(utc(TimeUnit::Second), r#""2016-12-31T23:59:60Z""#).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::names::{
     ROLLED_BACK,
 };
 use super::part::OpenPart;
-use super::section::{FileFormat, FileSinkConfig, PARQUET_EXTENSION};
+use super::section::{FileSinkConfig, PARQUET_EXTENSION};
 use super::store::StoreWriter;
 use super::KIND;
 use crate::connector::SubtaskInfo;
@@ -189,14 +189,9 @@ impl TwoPhaseWriter for FileWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        match &self.cfg.format {
-            FileFormat::Json => Vec::new(),
-            FileFormat::Parquet(p) => {
-                let decoded = p.decode(batch);
-                self.decoded = decoded.rows;
-                decoded.refused
-            }
-        }
+        let decoded = self.cfg.format.decode(batch);
+        self.decoded = decoded.rows;
+        decoded.refused
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
