@@ -910,6 +910,53 @@ mod tests {
     }
 
     #[test]
+    fn a_parquet_file_sink_takes_its_columns_from_an_avro_source_with_one_schema() {
+        use crate::connectors::file_sink::{section::FileFormat, FileSinkConfig};
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("order.avsc"),
+            r#"{"type":"record","name":"o","fields":[{"name":"id","type":"long"},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#,
+        )
+        .unwrap();
+        let job = |source_keys: &str, between: &str| {
+            let path = tmp.path().join("job.toml");
+            std::fs::write(
+                &path,
+                format!(
+                    "[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [\"t\"]\n{source_keys}\n{between}[sink.file]\ndir = \"out\"\nformat = \"parquet\"\n"
+                ),
+            )
+            .unwrap();
+            describe(&path, &crate::builtin::registry())
+        };
+        let columns = |d: &JobDescription| -> Vec<String> {
+            let c = d.sink_config::<FileSinkConfig>().unwrap();
+            let FileFormat::Parquet(p) = &c.format else {
+                panic!("{c:?}")
+            };
+            p.schema.fields().iter().map(|f| f.name().clone()).collect()
+        };
+        for keys in [
+            "format = \"avro\"\nschema_file = \"order.avsc\"",
+            "format = \"avro\"\nschema_file = \"order.avsc\"\nreader_schema_file = \"order.avsc\"",
+        ] {
+            let d = job(keys, "").unwrap();
+            assert_eq!(columns(&d), vec!["id", "at"], "{keys}");
+        }
+        // A transform may change the records' shape; JSON has no schema to give.
+        for (keys, between) in [
+            (
+                "format = \"avro\"\nschema_file = \"order.avsc\"",
+                "[[transform]]\ntype = \"jq\"\nfilter = \".\"\n",
+            ),
+            ("format = \"json\"", ""),
+        ] {
+            let e = job(keys, between).unwrap_err().to_string();
+            assert!(e.contains("sink.file.schema_file"), "{keys}: {e}");
+        }
+    }
+
+    #[test]
     fn the_job_file_defaults_are_the_rust_api_defaults() {
         let c: CheckpointSection = toml::from_str("dir = \"d\"").unwrap();
         assert_eq!(c.settings("d".into()), CheckpointSettings::new("d"));

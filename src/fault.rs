@@ -161,6 +161,10 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "the file sink copied a staged part to its final name in an object store, before deleting the staged object",
     ),
     (
+        "between-file-commits",
+        "the file sink committed one file of a checkpoint's part (several: rolled by roll_bytes, or one per partition folder), before the next",
+    ),
+    (
         "after-part-commit",
         "a two-phase sink (the file sink) committed one part of a completed checkpoint, before the next",
     ),

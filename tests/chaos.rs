@@ -485,12 +485,18 @@ failpoint_tests! {
 /// restores the newest complete checkpoint, commits what it staged, and the committed
 /// output is exactly-once.
 fn file_sink_abort_at(failpoint: &str) {
+    file_sink_abort_at_with(failpoint, "");
+}
+
+/// [`file_sink_abort_at`] with more keys of `[sink.file]`.
+fn file_sink_abort_at_with(failpoint: &str, sink_keys: &str) {
     use common::{JobDir, Spec};
     let tmp = tempfile::tempdir().unwrap();
     let j = JobDir::new(
         tmp.path(),
         Spec {
             rate_per_sec: 20_000,
+            sink_keys: sink_keys.to_string(),
             ..Spec::new(40_000)
         },
     );
@@ -553,6 +559,18 @@ file_sink_failpoint_tests! {
     abort_after_the_file_sink_staged_a_part => "after-stage",
     abort_before_a_part_commit_of_the_file_sink => "before-part-commit",
     abort_between_two_part_commits_of_the_file_sink => "after-part-commit",
+}
+
+/// Parts rolled at 4 KiB: each checkpoint of each subtask commits several files, and
+/// the abort comes between two of them; the restart commits the rest, exactly once.
+macro_rules! rolled_file_sink_failpoint_tests {
+    ($($name:ident => $fp:literal),* $(,)?) => {
+        $(#[test] fn $name() { file_sink_abort_at_with($fp, "roll_bytes = 4096"); })*
+    };
+}
+
+rolled_file_sink_failpoint_tests! {
+    abort_between_two_files_of_one_part_commit => "between-file-commits",
 }
 
 macro_rules! store_file_sink_failpoint_tests {

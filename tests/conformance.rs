@@ -281,11 +281,13 @@ mod parquet_file_sink {
     /// The conformance records' columns (`seq`, `key` and `value`, all longs).
     const SCHEMA: &str = r#"{"type":"record","name":"sequence","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#;
 
-    pub struct Context(tempfile::TempDir);
+    /// A temporary directory, and more keys of the section.
+    pub struct Context(tempfile::TempDir, &'static str);
 
     struct Fixture {
         dir: PathBuf,
         schema: PathBuf,
+        keys: &'static str,
     }
 
     impl SinkTestContext for Context {
@@ -299,6 +301,7 @@ mod parquet_file_sink {
             Ok(Box::new(Fixture {
                 dir: self.0.path().join(unique("out")),
                 schema,
+                keys: self.1,
             }))
         }
     }
@@ -308,9 +311,10 @@ mod parquet_file_sink {
             Ok((
                 "file".into(),
                 format!(
-                    "dir = {:?}\nformat = \"parquet\"\nschema_file = {:?}\ncompression = \"zstd\"",
+                    "dir = {:?}\nformat = \"parquet\"\nschema_file = {:?}\ncompression = \"zstd\"\n{}",
                     self.dir.display().to_string(),
-                    self.schema.display().to_string()
+                    self.schema.display().to_string(),
+                    self.keys
                 ),
             ))
         }
@@ -327,7 +331,16 @@ mod parquet_file_sink {
         }
     }
 
-    lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap()));
+    lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap(), ""));
+
+    /// A folder per key, parts rolled at 1 KiB: several files per checkpoint.
+    mod partitioned {
+        use super::*;
+        lockgate::sink_conformance!(Context(
+            tempfile::tempdir().unwrap(),
+            "partition_by = \"bucket={/key}\"\nroll_bytes = 1024"
+        ));
+    }
 }
 
 /// The file sink writing into an object store (moto's S3 server, started once): each
@@ -352,6 +365,8 @@ mod store_file_sink {
     pub struct Context {
         tmp: tempfile::TempDir,
         parquet: bool,
+        /// More keys of the section.
+        keys: &'static str,
     }
 
     struct Fixture {
@@ -378,6 +393,8 @@ mod store_file_sink {
                     schema.display().to_string()
                 ));
             }
+            settings.push('\n');
+            settings.push_str(self.keys);
             Ok(Box::new(Fixture {
                 url: format!("s3://lake/{}", unique("out")),
                 settings,
@@ -409,7 +426,18 @@ mod store_file_sink {
         use super::*;
         lockgate::sink_conformance!(Context {
             tmp: tempfile::tempdir().unwrap(),
-            parquet: true
+            parquet: true,
+            keys: ""
+        });
+    }
+
+    /// JSON lines in a folder per key, parts rolled at 1 KiB.
+    mod json_partitioned {
+        use super::*;
+        lockgate::sink_conformance!(Context {
+            tmp: tempfile::tempdir().unwrap(),
+            parquet: false,
+            keys: "partition_by = \"bucket={/key}\"\nroll_bytes = 1024"
         });
     }
 
@@ -417,7 +445,8 @@ mod store_file_sink {
         use super::*;
         lockgate::sink_conformance!(Context {
             tmp: tempfile::tempdir().unwrap(),
-            parquet: false
+            parquet: false,
+            keys: ""
         });
     }
 }

@@ -193,6 +193,10 @@ pub struct SourceFacts {
     /// coordinates, as for the records a window makes
     /// ([`SinkContext::records_without_coordinates`]). `None`: every record has them.
     pub without_coordinates: Option<String>,
+    /// The Avro schema every value follows, when the source reads Avro by one fixed
+    /// schema (a reader schema, or the schema of unframed values), and the key in full
+    /// that names it: a sink that writes columns may take its columns from it.
+    pub value_schema: Option<(std::path::PathBuf, String)>,
 }
 
 impl SourceFacts {
@@ -209,6 +213,7 @@ impl SourceFacts {
             not_split_keyed: None,
             positions_restart: None,
             without_coordinates: None,
+            value_schema: None,
         }
     }
 }

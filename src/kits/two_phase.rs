@@ -150,6 +150,27 @@ pub trait TwoPhaseWriter: Send + 'static {
         Ok(())
     }
 
+    /// The state of a checkpoint: `pending` in checkpoint order. Default: the kit's
+    /// [`encode_state`]. A writer whose committable changed form writes its own
+    /// ([`encode_versioned`]) and reads the old one in
+    /// [`TwoPhaseWriter::decode_committables`].
+    fn encode_committables(
+        &self,
+        pending: Vec<Self::Committable>,
+    ) -> std::result::Result<Vec<u8>, String> {
+        encode_state(pending)
+    }
+
+    /// Reads one subtask's state of a restored checkpoint, called before `open`: what
+    /// [`TwoPhaseWriter::encode_committables`] wrote, now or in an earlier version.
+    /// Default: the kit's [`decode_state`].
+    fn decode_committables(
+        &self,
+        bytes: &[u8],
+    ) -> std::result::Result<Vec<Self::Committable>, String> {
+        decode_state(bytes)
+    }
+
     /// Releases resources on a clean finish (after the final checkpoint completed):
     /// anything written after the final barrier cannot exist, an empty stage can.
     async fn close(&mut self) -> Result<()> {
@@ -181,6 +202,30 @@ pub fn decode_state<C: Serialize + DeserializeOwned>(
     let (state, _): (KitState<C>, _) =
         bincode::serde::decode_from_slice(bytes, bincode_config()).map_err(|e| e.to_string())?;
     Ok(state.pending)
+}
+
+/// The first byte of a versioned state ([`encode_versioned`]): bincode's varints never
+/// begin with it, so a state written before versions, which begins with the varint
+/// length of `pending`, is told apart.
+pub const VERSIONED: u8 = 0xFF;
+
+/// [`encode_state`] after [`VERSIONED`] and `version`.
+pub fn encode_versioned<C: Serialize + DeserializeOwned>(
+    version: u8,
+    pending: Vec<C>,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut out = vec![VERSIONED, version];
+    out.extend(encode_state(pending)?);
+    Ok(out)
+}
+
+/// The version and the rest of a state [`encode_versioned`] wrote; None for a state
+/// written before versions (read it with [`decode_state`]).
+pub fn versioned(bytes: &[u8]) -> Option<(u8, &[u8])> {
+    match bytes {
+        [VERSIONED, version, rest @ ..] => Some((*version, rest)),
+        _ => None,
+    }
 }
 
 /// Which committables of a restored checkpoint subtask `index` (of `parallelism`)
@@ -342,7 +387,9 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
             .states
             .iter()
             .map(|(j, bytes)| {
-                let c = decode_state::<W::Committable>(bytes)
+                let c = self
+                    .writer
+                    .decode_committables(bytes)
                     .map_err(|e| JobError::Restore(format!("{kind} state: {e}")))?;
                 Ok((*j, c))
             })
@@ -396,7 +443,8 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
             }
             self.pending.push((id, c));
         }
-        encode_state(self.pending.iter().map(|(_, c)| c.clone()).collect())
+        self.writer
+            .encode_committables(self.pending.iter().map(|(_, c)| c.clone()).collect())
             .map_err(|e| JobError::task(&self.name, format!("encode state: {e}")))
     }
 
@@ -454,6 +502,18 @@ mod tests {
                 id: CheckpointId(9)
             }]
         );
+    }
+
+    #[test]
+    fn a_versioned_state_is_told_apart_from_one_before_versions() {
+        for n in [0usize, 1, 250, 251, 70_000] {
+            let old = encode_state(vec![0u8; n]).unwrap();
+            assert_eq!(versioned(&old), None, "{n} committables");
+        }
+        let new = encode_versioned(3, vec![7u32]).unwrap();
+        let (v, rest) = versioned(&new).unwrap();
+        assert_eq!(v, 3);
+        assert_eq!(decode_state::<u32>(rest).unwrap(), vec![7]);
     }
 
     #[test]

@@ -18,14 +18,12 @@ pub fn python() -> PathBuf {
     )
 }
 
-fn reader(dir: &Path, schema: bool, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
+fn reader(dir: &Path, flag: Option<&str>, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_parquet.py");
     let mut cmd = Command::new(python());
     cmd.arg(script).arg(dir);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    if schema {
-        cmd.arg("--schema");
-    }
+    cmd.args(flag);
     let out = cmd.output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!(
@@ -43,19 +41,26 @@ fn reader(dir: &Path, schema: bool, env: &[(&str, String)]) -> Result<Vec<Value>
 /// Every row of the committed Parquet part files under `dir`, read by pyarrow, as
 /// `{"file": name, "row": {...}}` (decimals as exact text, times in ISO 8601).
 pub fn rows(dir: &Path) -> Result<Vec<Value>, String> {
-    reader(dir, false, &[])
+    reader(dir, None, &[])
 }
 
 /// [`rows`] of the prefix `url` (`s3://bucket/prefix`) of an object store, which the
 /// environment `env` reaches (`AWS_ENDPOINT_URL`, credentials, region).
 pub fn store_rows(url: &str, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
-    reader(Path::new(url), false, env)
+    reader(Path::new(url), None, env)
+}
+
+/// The rows of `dir` (a directory, or `s3://bucket/prefix` that `env` reaches) read
+/// by pyarrow as one dataset with Hive partitioning: `{"row": {...}}`, each with its
+/// partition columns from the folders' names.
+pub fn hive_rows(dir: &str, env: &[(&str, String)]) -> Result<Vec<Value>, String> {
+    reader(Path::new(dir), Some("--hive"), env)
 }
 
 /// The Arrow schema and compression of each committed Parquet part file under `dir`,
 /// as pyarrow reads them: `{"file": name, "schema": [...], "compression": codec}`.
 pub fn schemas(dir: &Path) -> Result<Vec<Value>, String> {
-    reader(dir, true, &[])
+    reader(dir, Some("--schema"), &[])
 }
 
 /// The Avro schema of the sequence source's records (`seq`, `key`, `value`: longs).

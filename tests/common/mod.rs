@@ -33,6 +33,8 @@ pub struct Spec {
     pub rolling_sum: bool,
     /// In-process restarts (fixed delay of 100 ms); 0 = strategy "none".
     pub restart_attempts: u32,
+    /// More lines of `[sink.file]` (`roll_bytes = ...`).
+    pub sink_keys: String,
 }
 
 impl Spec {
@@ -46,6 +48,7 @@ impl Spec {
             interval_ms: 200,
             rolling_sum: true,
             restart_attempts: 0,
+            sink_keys: String::new(),
         }
     }
 }
@@ -101,8 +104,8 @@ impl JobDir {
         let text = format!(
             "[job]\nname = \"{}\"\nparallelism = {}\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = {}\n\n\
              [restart]\n{restart}\n\n\
-             [source.sequence]\nfrom = 1\nto = {}\nkeys = {}\nrate_per_sec = {}\n\n{transform}\n[sink.file]\ndir = \"out\"\n",
-            s.name, s.parallelism, s.interval_ms, s.to, s.keys, s.rate_per_sec
+             [source.sequence]\nfrom = 1\nto = {}\nkeys = {}\nrate_per_sec = {}\n\n{transform}\n[sink.file]\ndir = \"out\"\n{}\n",
+            s.name, s.parallelism, s.interval_ms, s.to, s.keys, s.rate_per_sec, s.sink_keys
         );
         std::fs::write(self.config(), text).unwrap();
     }

@@ -10,6 +10,9 @@ treat them) and prints one JSON object per row: {"file": name, "row": {...}}, wi
 decimals as their exact text, timestamps as ISO 8601, binary as hex.
 
 With --schema it prints the schema of each file instead: {"file": name, "schema": ...}.
+With --hive it reads the directory as one pyarrow dataset with Hive partitioning
+(folders name=value, as Spark, Hive and Trino read them) and prints {"row": {...}},
+each row with its partition columns.
 """
 
 import datetime
@@ -18,6 +21,7 @@ import json
 import os
 import sys
 
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -43,6 +47,31 @@ def committed(relative):
         and name.startswith("part-")
         and (name.endswith(".parquet") or "." not in name)
     )
+
+
+def filesystem(root):
+    """The filesystem of root and the path in it."""
+    if root.startswith("s3://"):
+        from urllib.parse import urlparse
+
+        endpoint = urlparse(os.environ["AWS_ENDPOINT_URL"])
+        fs = pafs.S3FileSystem(
+            endpoint_override=endpoint.netloc,
+            scheme=endpoint.scheme,
+            region=os.environ.get("AWS_REGION", "us-east-1"),
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        )
+        return fs, root[len("s3://"):].rstrip("/")
+    return pafs.LocalFileSystem(), root
+
+
+def hive(root):
+    fs, base = filesystem(root)
+    # Discovery skips files and folders beginning with "." or "_" (staging).
+    dataset = pads.dataset(base, format="parquet", partitioning="hive", filesystem=fs)
+    for row in dataset.to_table().to_pylist():
+        print(json.dumps({"row": plain(row)}))
 
 
 def parts(root):
@@ -81,7 +110,10 @@ def parts(root):
 def main():
     args = sys.argv[1:]
     schema = "--schema" in args
-    root = [a for a in args if a != "--schema"][0]
+    root = [a for a in args if not a.startswith("--")][0]
+    if "--hive" in args:
+        hive(root)
+        return
     for fs, path, name in parts(root):
         if not name.endswith(".parquet"):
             # A JSON-lines part (the sink's default format).

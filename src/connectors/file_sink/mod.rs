@@ -1,14 +1,16 @@
 //! The exactly-once file sink (two-phase, like Flink's file sink).
 //!
-//! Each subtask appends records to an in-progress file. At barrier `N` the file is
-//! fsynced and renamed to `.part-<subtask>-<N>` (pending), and the checkpoint records
-//! every pending file. At `notify_checkpoint_complete(N)` pending files are renamed to
-//! `part-<subtask>-<N>` (committed). On restore from checkpoint `K`:
-//! - pending files named by `K` are committed (the notify may have been lost in a crash);
+//! Each subtask appends records to an in-progress file per folder (`partition_by`),
+//! closed at each barrier and once it holds `roll_bytes`. At barrier `N` every open
+//! file is fsynced (with its folder's entry) and the checkpoint names each file of the
+//! subtask since the last barrier, in order. At `notify_checkpoint_complete(N)` the
+//! `n`-th is renamed to `part-<subtask>-<N>` (`n` = 0) or `part-<subtask>-<N>-<n>` in its
+//! folder (committed). On restore from checkpoint `K`:
+//! - files named by `K` are committed (the notify may have been lost in a crash);
 //! - committed files of checkpoints after `K` are moved into `.rolled-back/` because
 //!   their records are about to be written again (nothing is deleted);
-//! - uncommitted leftovers (in-progress files, pending files `K` does not name) are
-//!   removed: they were never output.
+//! - uncommitted leftovers (in-progress files `K` does not name, pending files of
+//!   earlier versions) are removed: they were never output.
 //!
 //! A restore into a directory that never held the sink's output (no [`MARKER`], no
 //! part file: a new machine, when the checkpoints are in an object store) is refused,
@@ -18,15 +20,18 @@
 //! A subtask cleans and commits the files of old subtask indices `j` with
 //! `j % parallelism == index`, so restores at another parallelism leave nothing behind.
 //!
-//! The restored state holds only numbers (`(subtask, checkpoint id)`): every path a
-//! restore touches is formed here, inside the configured directory, so a crafted
-//! checkpoint cannot name a file elsewhere.
+//! The restored state holds numbers, folder names and in-progress names, each checked
+//! to be one the sink makes ([`names::decode_staged`]): every path a restore touches
+//! is formed here, inside the configured directory, so a crafted checkpoint cannot
+//! name a file elsewhere.
 
 pub mod avro_arrow;
 pub mod lines;
 pub mod names;
 pub mod parquet;
 pub mod part;
+pub mod partition;
+pub mod placed;
 pub mod section;
 pub mod store;
 pub mod values;
@@ -37,8 +42,8 @@ pub const KIND: &str = "file";
 
 pub use lines::delete_line;
 pub use names::{
-    foreign_directory, parse_part_name, restore_action, rolled_back_part, Part, PartName,
-    RestoreAction, MARKER, ROLLED_BACK,
+    committed_name, foreign_directory, parse_part_name, restore_action, rolled_back_part, Part,
+    PartName, RestoreAction, Staged, StagedFile, MARKER, ROLLED_BACK,
 };
 pub use section::{FileSection, FileSinkConfig};
 pub use store::StoreWriter;

@@ -11,11 +11,17 @@ pub const ROLLED_BACK: &str = ".rolled-back";
 /// A file name the sink owns, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartName {
-    /// `part-<subtask>-<id>`
-    Committed { subtask: u16, id: CheckpointId },
-    /// `.part-<subtask>-<id>`
+    /// `part-<subtask>-<id>` (`seq` 0), `part-<subtask>-<id>-<seq>` (`seq` >= 1): the
+    /// `seq`-th file subtask `subtask` wrote for checkpoint `id`.
+    Committed {
+        subtask: u16,
+        id: CheckpointId,
+        seq: u32,
+    },
+    /// `.part-<subtask>-<id>`: staged by a lockgate before partitions and rolls.
     Pending { subtask: u16, id: CheckpointId },
-    /// `.inprogress-<subtask>-<n>`
+    /// `.inprogress-<subtask>-<...>` (in a directory), `inprogress-<subtask>-<...>`
+    /// (under the store's staging folder): written, not yet committed.
     InProgress { subtask: u16 },
 }
 
@@ -23,22 +29,20 @@ pub enum PartName {
 pub fn parse_part_name(name: &str) -> Option<PartName> {
     // The format's extension (none for JSON lines) says nothing about the part.
     let name = name.strip_suffix(PARQUET_EXTENSION).unwrap_or(name);
-    // Numbers as the sink writes them: digits only, no sign, no leading zero.
-    fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
-        let plain = !text.is_empty()
-            && text.bytes().all(|b| b.is_ascii_digit())
-            && (text == "0" || !text.starts_with('0'));
-        plain.then(|| text.parse().ok()).flatten()
-    }
     let two = |rest: &str| -> Option<(u16, u64)> {
         let (a, b) = rest.split_once('-')?;
         Some((number(a)?, number(b)?))
     };
     if let Some(rest) = name.strip_prefix("part-") {
-        let (subtask, id) = two(rest)?;
+        let (subtask, id, seq) = match rest.splitn(3, '-').collect::<Vec<_>>()[..] {
+            [a, b] => (number(a)?, number(b)?, 0),
+            [a, b, n] => (number(a)?, number(b)?, number(n).filter(|n| *n > 0)?),
+            _ => return None,
+        };
         return Some(PartName::Committed {
             subtask,
             id: CheckpointId(id),
+            seq,
         });
     }
     if let Some(rest) = name.strip_prefix(".part-") {
@@ -49,10 +53,81 @@ pub fn parse_part_name(name: &str) -> Option<PartName> {
         });
     }
     if let Some(rest) = name.strip_prefix(".inprogress-") {
-        let (subtask, _) = two(rest)?;
-        return Some(PartName::InProgress { subtask });
+        return in_progress(rest);
     }
     None
+}
+
+/// Parses the name of an object under the store's staging folder: a part staged
+/// before partitions and rolls (`part-<subtask>-<id>`, pending) or one in progress.
+pub fn parse_staged_name(name: &str) -> Option<PartName> {
+    let name = name.strip_suffix(PARQUET_EXTENSION).unwrap_or(name);
+    if let Some(rest) = name.strip_prefix("inprogress-") {
+        return in_progress(rest);
+    }
+    match parse_part_name(name)? {
+        PartName::Committed {
+            subtask,
+            id,
+            seq: 0,
+        } => Some(PartName::Pending { subtask, id }),
+        _ => None,
+    }
+}
+
+fn in_progress(rest: &str) -> Option<PartName> {
+    let (subtask, tail) = rest.split_once('-')?;
+    (!tail.is_empty()).then_some(())?;
+    Some(PartName::InProgress {
+        subtask: number(subtask)?,
+    })
+}
+
+/// A number as the sink writes it: digits only, no sign, no leading zero.
+fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    plain.then(|| text.parse().ok()).flatten()
+}
+
+/// The committed name of the `seq`-th file subtask `subtask` wrote for checkpoint
+/// `id`: `part-<subtask>-<id>` for the first (as before rolls), then
+/// `part-<subtask>-<id>-<seq>`.
+pub fn committed_name(subtask: u16, id: CheckpointId, seq: usize, ext: &str) -> String {
+    match seq {
+        0 => format!("part-{subtask}-{}{ext}", id.0),
+        n => format!("part-{subtask}-{}-{n}{ext}", id.0),
+    }
+}
+
+/// What names one in-progress file: `<subtask>-<writer>-<n>`, the writer's name
+/// different at each open, so that a restarted subtask never reuses a name that a
+/// checkpoint may still name.
+pub fn in_progress_token(subtask: u16, writer: &str, n: u64) -> String {
+    format!("{subtask}-{writer}-{n}")
+}
+
+/// Whether `token` is one [`in_progress_token`] makes for `subtask` (a checkpoint's
+/// token is checked before it names a file).
+pub fn valid_token(token: &str, subtask: u16) -> bool {
+    let mut it = token.splitn(3, '-');
+    let (Some(s), Some(w), Some(n)) = (it.next(), it.next(), it.next()) else {
+        return false;
+    };
+    number::<u16>(s) == Some(subtask)
+        && !w.is_empty()
+        && w.bytes().all(|b| b.is_ascii_hexdigit())
+        && number::<u64>(n).is_some()
+}
+
+/// A writer's name for [`in_progress_token`]: the time of its open, in hexadecimal
+/// nanoseconds.
+pub fn writer_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}")
 }
 
 /// The committed part a `.rolled-back/` entry holds, by its name in the sink's
@@ -111,11 +186,12 @@ pub enum RestoreAction {
     Remove,
 }
 
-/// Decides the fate of one sink file on restore from `restored` (None: fresh start).
+/// Decides the fate of one sink file on restore from `restored` (None: fresh start);
+/// `named`: the restored checkpoint names the file (a staged or in-progress one).
 pub fn restore_action(
     file: PartName,
     restored: Option<CheckpointId>,
-    pending: &[(u16, CheckpointId)],
+    named: bool,
 ) -> RestoreAction {
     match file {
         PartName::Committed { id, .. } => match restored {
@@ -124,14 +200,13 @@ pub fn restore_action(
             // checkpoint, on a fresh start) will be written again.
             _ => RestoreAction::RollBack,
         },
-        PartName::Pending { subtask, id } => {
-            if pending.contains(&(subtask, id)) {
+        PartName::Pending { .. } | PartName::InProgress { .. } => {
+            if named {
                 RestoreAction::Commit
             } else {
                 RestoreAction::Remove
             }
         }
-        PartName::InProgress { .. } => RestoreAction::Remove,
     }
 }
 
@@ -143,13 +218,148 @@ pub(super) fn part_subtask(p: PartName) -> u16 {
     }
 }
 
-/// What one checkpoint of one subtask staged: the pending part file
-/// `.part-<subtask>-<id>`. Its serde form, `(subtask, id)`, is in every checkpoint of
-/// the file sink.
+/// What one checkpoint of one subtask staged before partitions and rolls: the
+/// pending part file `.part-<subtask>-<id>`. Its serde form, `(subtask, id)`, is in
+/// every checkpoint of the file sink written before them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     pub subtask: u16,
     pub id: CheckpointId,
+}
+
+/// What one checkpoint of one subtask staged: the sink's committable, kept in
+/// checkpoints (see [`encode_staged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Staged {
+    /// The one pending part of a checkpoint written before partitions and rolls.
+    Part(Part),
+    /// The files of a checkpoint, in the order written: the `n`-th is committed as
+    /// [`committed_name`]`(subtask, id, n, ext)` in its folder.
+    Files {
+        subtask: u16,
+        id: CheckpointId,
+        files: Vec<StagedFile>,
+    },
+}
+
+/// One file of [`Staged::Files`]: where it is while in progress, and its format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedFile {
+    /// The partition's folder, relative to the sink's directory (empty: none).
+    pub folder: String,
+    /// Its [`in_progress_token`].
+    pub token: String,
+    /// The extension of its format (`""` for JSON lines, `.parquet`).
+    pub ext: String,
+}
+
+impl Staged {
+    /// The subtask that wrote it.
+    pub fn subtask(&self) -> u16 {
+        match self {
+            Staged::Part(p) => p.subtask,
+            Staged::Files { subtask, .. } => *subtask,
+        }
+    }
+
+    /// Whether every name in it is one the sink makes (a crafted checkpoint cannot
+    /// name a file outside the sink's directory).
+    fn valid(&self) -> Result<(), String> {
+        let Staged::Files { subtask, files, .. } = self else {
+            return Ok(());
+        };
+        for f in files {
+            if !super::partition::valid_folder(&f.folder) {
+                return Err(format!(
+                    "a staged file's folder {:?} is not one the sink makes",
+                    f.folder
+                ));
+            }
+            if !valid_token(&f.token, *subtask) {
+                return Err(format!(
+                    "a staged file's name {:?} is not one subtask {subtask} makes",
+                    f.token
+                ));
+            }
+            if !["", PARQUET_EXTENSION].contains(&f.ext.as_str()) {
+                return Err(format!(
+                    "a staged file's extension {:?} is not a format's",
+                    f.ext
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a restored checkpoint names, for a restore's decisions
+/// ([`restore_action`]'s `named`).
+#[derive(Debug, Default)]
+pub struct Named {
+    parts: std::collections::HashSet<(u16, CheckpointId)>,
+    files: std::collections::HashSet<(String, String)>,
+}
+
+impl Named {
+    /// Everything `staged` names.
+    pub fn of(staged: &[Staged]) -> Named {
+        let mut named = Named::default();
+        for s in staged {
+            match s {
+                Staged::Part(p) => {
+                    named.parts.insert((p.subtask, p.id));
+                }
+                Staged::Files { files, .. } => {
+                    for f in files {
+                        named.files.insert((f.folder.clone(), f.token.clone()));
+                    }
+                }
+            }
+        }
+        named
+    }
+
+    /// Whether the file `part`, in `folder` and named by `token` (in progress), is
+    /// named.
+    pub fn names(&self, folder: &str, part: PartName, token: Option<&str>) -> bool {
+        match part {
+            PartName::Pending { subtask, id } => self.parts.contains(&(subtask, id)),
+            PartName::InProgress { .. } => {
+                token.is_some_and(|t| self.files.contains(&(folder.to_string(), t.to_string())))
+            }
+            PartName::Committed { .. } => false,
+        }
+    }
+}
+
+/// The version of the file sink's state that [`encode_staged`] writes.
+const STATE_VERSION: u8 = 1;
+
+/// The file sink's state in a checkpoint: [`crate::kits::two_phase::VERSIONED`], the
+/// version, then the kit's state of [`Staged`] committables.
+pub fn encode_staged(pending: Vec<Staged>) -> Result<Vec<u8>, String> {
+    crate::kits::two_phase::encode_versioned(STATE_VERSION, pending)
+}
+
+/// Reads [`encode_staged`]'s state, or a state written before versions (pending
+/// [`Part`]s), checking every name in it.
+pub fn decode_staged(bytes: &[u8]) -> Result<Vec<Staged>, String> {
+    let staged = match crate::kits::two_phase::versioned(bytes) {
+        Some((STATE_VERSION, rest)) => crate::kits::two_phase::decode_state::<Staged>(rest)?,
+        Some((v, _)) => {
+            return Err(format!(
+                "version {v} of the file sink's state is newer than this lockgate reads ({STATE_VERSION})"
+            ))
+        }
+        None => crate::kits::two_phase::decode_state::<Part>(bytes)?
+            .into_iter()
+            .map(Staged::Part)
+            .collect(),
+    };
+    for s in &staged {
+        s.valid()?;
+    }
+    Ok(staged)
 }
 #[cfg(test)]
 mod tests {
@@ -161,9 +371,47 @@ mod tests {
             parse_part_name("part-2-17"),
             Some(PartName::Committed {
                 subtask: 2,
-                id: CheckpointId(17)
+                id: CheckpointId(17),
+                seq: 0,
             })
         );
+        assert_eq!(
+            parse_part_name("part-2-17-3.parquet"),
+            Some(PartName::Committed {
+                subtask: 2,
+                id: CheckpointId(17),
+                seq: 3,
+            })
+        );
+        for (seq, name) in [(0, "part-2-17"), (1, "part-2-17-1"), (12, "part-2-17-12")] {
+            assert_eq!(committed_name(2, CheckpointId(17), seq, ""), name);
+        }
+        assert_eq!(
+            parse_part_name("part-2-17-0"),
+            None,
+            "the first file has no number"
+        );
+        assert_eq!(parse_part_name("part-2-17-01"), None);
+        assert_eq!(parse_part_name("part-2-17-1-1"), None);
+        assert_eq!(
+            parse_part_name(".inprogress-1-17c3a9f0-4"),
+            Some(PartName::InProgress { subtask: 1 })
+        );
+        assert_eq!(parse_part_name(".inprogress-1-"), None);
+        assert_eq!(
+            parse_staged_name("inprogress-3-ab-1.parquet"),
+            Some(PartName::InProgress { subtask: 3 })
+        );
+        assert_eq!(
+            parse_staged_name("part-3-7.parquet"),
+            Some(PartName::Pending {
+                subtask: 3,
+                id: CheckpointId(7)
+            }),
+            "a staged part of a lockgate before rolls is a pending one"
+        );
+        assert_eq!(parse_staged_name("part-3-7-1"), None);
+        assert_eq!(parse_staged_name(".inprogress-3-ab-1"), None);
         assert_eq!(
             parse_part_name(".part-0-3"),
             Some(PartName::Pending {
@@ -201,6 +449,7 @@ mod tests {
         let part = |id| PartName::Committed {
             subtask: 1,
             id: CheckpointId(id),
+            seq: 0,
         };
         assert_eq!(rolled_back_part("part-1-7"), Some(("part-1-7", part(7))));
         assert_eq!(rolled_back_part("part-1-7.2"), Some(("part-1-7", part(7))));
@@ -242,28 +491,85 @@ mod tests {
     #[test]
     fn restore_actions_cover_every_case() {
         let k = Some(CheckpointId(10));
-        let pending = [(0u16, CheckpointId(10)), (1, CheckpointId(9))];
         let c = |s, id| PartName::Committed {
             subtask: s,
             id: CheckpointId(id),
+            seq: 1,
         };
         let p = |s, id| PartName::Pending {
             subtask: s,
             id: CheckpointId(id),
         };
-        assert_eq!(restore_action(c(0, 9), k, &pending), RestoreAction::Keep);
-        assert_eq!(restore_action(c(0, 10), k, &pending), RestoreAction::Keep);
+        let i = PartName::InProgress { subtask: 0 };
+        assert_eq!(restore_action(c(0, 9), k, false), RestoreAction::Keep);
+        assert_eq!(restore_action(c(0, 10), k, false), RestoreAction::Keep);
+        assert_eq!(restore_action(c(0, 11), k, false), RestoreAction::RollBack);
         assert_eq!(
-            restore_action(c(0, 11), k, &pending),
+            restore_action(c(0, 1), None, false),
             RestoreAction::RollBack
         );
-        assert_eq!(restore_action(c(0, 1), None, &[]), RestoreAction::RollBack);
-        assert_eq!(restore_action(p(0, 10), k, &pending), RestoreAction::Commit);
-        assert_eq!(restore_action(p(1, 9), k, &pending), RestoreAction::Commit);
-        assert_eq!(restore_action(p(1, 11), k, &pending), RestoreAction::Remove);
+        assert_eq!(restore_action(p(0, 10), k, true), RestoreAction::Commit);
+        assert_eq!(restore_action(p(1, 11), k, false), RestoreAction::Remove);
+        assert_eq!(restore_action(i, k, true), RestoreAction::Commit);
+        assert_eq!(restore_action(i, k, false), RestoreAction::Remove);
+        assert_eq!(restore_action(i, None, false), RestoreAction::Remove);
+    }
+
+    #[test]
+    fn tokens_are_checked_against_their_subtask() {
+        let t = in_progress_token(3, &writer_name(), 7);
+        assert!(valid_token(&t, 3), "{t}");
+        assert!(!valid_token(&t, 4));
+        for bad in [
+            "3-ab",
+            "3--1",
+            "3-xy-1",
+            "3-ab-01",
+            "3-ab-1/../x",
+            "03-ab-1",
+        ] {
+            assert!(!valid_token(bad, 3), "{bad}");
+        }
+    }
+
+    #[test]
+    fn states_before_versions_read_as_single_parts_and_names_are_checked() {
+        let old = crate::kits::two_phase::encode_state(vec![Part {
+            subtask: 1,
+            id: CheckpointId(4),
+        }])
+        .unwrap();
         assert_eq!(
-            restore_action(PartName::InProgress { subtask: 0 }, k, &pending),
-            RestoreAction::Remove
+            decode_staged(&old).unwrap(),
+            vec![Staged::Part(Part {
+                subtask: 1,
+                id: CheckpointId(4)
+            })]
         );
+        let files = |folder: &str, token: &str, ext: &str| Staged::Files {
+            subtask: 1,
+            id: CheckpointId(5),
+            files: vec![StagedFile {
+                folder: folder.into(),
+                token: token.into(),
+                ext: ext.into(),
+            }],
+        };
+        let good = files("dt=1", "1-ab-2", ".parquet");
+        let bytes = encode_staged(vec![good.clone()]).unwrap();
+        assert_eq!(bytes[0], 0xFF);
+        assert_eq!(decode_staged(&bytes).unwrap(), vec![good]);
+        for bad in [
+            files("../x", "1-ab-2", ""),
+            files("", "2-ab-2", ""),
+            files("", "1-ab-2/../../x", ""),
+            files("", "1-ab-2", ".csv"),
+        ] {
+            let bytes = encode_staged(vec![bad.clone()]).unwrap();
+            assert!(decode_staged(&bytes).is_err(), "{bad:?}");
+        }
+        let mut newer = encode_staged(vec![]).unwrap();
+        newer[1] = 9;
+        assert!(decode_staged(&newer).unwrap_err().contains("version 9"));
     }
 }

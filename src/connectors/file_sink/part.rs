@@ -3,14 +3,15 @@
 
 use super::lines::delete_line;
 use super::section::FileFormat;
-use crate::record::{Batch, Op};
+use crate::record::{Op, Record};
 use arrow_array::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use std::io::Write;
 
 /// The part file being written since the last barrier.
 pub enum OpenPart<W: Write + Send> {
-    Lines(W),
+    /// JSON lines, and the bytes written.
+    Lines(W, u64),
     Parquet(Box<ArrowWriter<W>>),
 }
 
@@ -18,17 +19,22 @@ impl<W: Write + Send> OpenPart<W> {
     /// A part of `format` written into `out`.
     pub fn new(format: &FileFormat, out: W) -> Result<OpenPart<W>, String> {
         Ok(match format {
-            FileFormat::Json => OpenPart::Lines(out),
+            FileFormat::Json => OpenPart::Lines(out, 0),
             FileFormat::Parquet(p) => OpenPart::Parquet(Box::new(p.writer(out)?)),
         })
     }
 
-    /// Writes `batch`; a Parquet part takes the rows `decoded` from it
+    /// Writes `records` (`count` of them); a Parquet part takes their rows `decoded`
     /// ([`super::parquet::ParquetFormat::decode`] of the same records).
-    pub fn write(&mut self, batch: &Batch, decoded: Option<&RecordBatch>) -> Result<(), String> {
+    pub fn write<'a>(
+        &mut self,
+        records: impl Iterator<Item = &'a Record>,
+        count: usize,
+        decoded: Option<&RecordBatch>,
+    ) -> Result<(), String> {
         match self {
-            OpenPart::Lines(w) => {
-                for r in batch {
+            OpenPart::Lines(w, written) => {
+                for r in records {
                     let line = if r.tombstone || r.op == Op::Delete {
                         std::borrow::Cow::Owned(delete_line(r))
                     } else {
@@ -37,17 +43,15 @@ impl<W: Write + Send> OpenPart<W> {
                     w.write_all(&line)
                         .and_then(|_| w.write_all(b"\n"))
                         .map_err(|e| e.to_string())?;
+                    *written += line.len() as u64 + 1;
                 }
                 Ok(())
             }
             OpenPart::Parquet(w) => {
                 let rows = decoded.map_or(0, |d| d.num_rows());
-                if rows != batch.len() {
+                if rows != count {
                     // The kit calls check_batch with each batch before its write.
-                    return Err(format!(
-                        "{rows} decoded rows for a batch of {} records",
-                        batch.len()
-                    ));
+                    return Err(format!("{rows} decoded rows for {count} records"));
                 }
                 match decoded {
                     Some(d) => w.write(d).map_err(|e| e.to_string()),
@@ -57,10 +61,18 @@ impl<W: Write + Send> OpenPart<W> {
         }
     }
 
+    /// The part's size so far: what was written out and what is held in memory.
+    pub fn size(&self) -> u64 {
+        match self {
+            OpenPart::Lines(_, written) => *written,
+            OpenPart::Parquet(w) => w.bytes_written() as u64 + w.in_progress_size() as u64,
+        }
+    }
+
     /// The bytes held in memory and not yet written out (a Parquet row group).
     pub fn in_progress_size(&self) -> usize {
         match self {
-            OpenPart::Lines(_) => 0,
+            OpenPart::Lines(..) => 0,
             OpenPart::Parquet(w) => w.in_progress_size(),
         }
     }
@@ -68,7 +80,7 @@ impl<W: Write + Send> OpenPart<W> {
     /// Writes out what is held in memory (ends the Parquet row group).
     pub fn flush_rows(&mut self) -> Result<(), String> {
         match self {
-            OpenPart::Lines(_) => Ok(()),
+            OpenPart::Lines(..) => Ok(()),
             OpenPart::Parquet(w) => w.flush().map_err(|e| e.to_string()),
         }
     }
@@ -76,8 +88,94 @@ impl<W: Write + Send> OpenPart<W> {
     /// Ends the part (Parquet's footer) and returns where it went.
     pub fn finish(self) -> Result<W, String> {
         match self {
-            OpenPart::Lines(w) => Ok(w),
+            OpenPart::Lines(w, _) => Ok(w),
             OpenPart::Parquet(w) => w.into_inner().map_err(|e| e.to_string()),
         }
+    }
+}
+
+/// The parts one subtask has open, one per folder, each with the token that names it
+/// while in progress ([`super::names::in_progress_token`]).
+pub struct OpenParts<W: Write + Send> {
+    open: Vec<Opened<W>>,
+    at: std::collections::HashMap<String, usize>,
+    writer: String,
+    counter: u64,
+}
+
+/// One open part.
+pub struct Opened<W: Write + Send> {
+    pub folder: String,
+    pub token: String,
+    pub part: OpenPart<W>,
+}
+
+impl<W: Write + Send> OpenParts<W> {
+    /// No part open; tokens name the writer `writer` ([`super::names::writer_name`]).
+    pub fn new(writer: String) -> OpenParts<W> {
+        OpenParts {
+            open: Vec::new(),
+            at: Default::default(),
+            writer,
+            counter: 0,
+        }
+    }
+
+    /// The part open in `folder`, opened by `create(token)` if there is none.
+    pub fn get_or_open(
+        &mut self,
+        folder: &str,
+        subtask: u16,
+        create: impl FnOnce(&str) -> Result<OpenPart<W>, String>,
+    ) -> Result<&mut Opened<W>, String> {
+        let i = match self.at.get(folder) {
+            Some(i) => *i,
+            None => {
+                self.counter += 1;
+                let token = super::names::in_progress_token(subtask, &self.writer, self.counter);
+                let part = create(&token)?;
+                self.open.push(Opened {
+                    folder: folder.to_string(),
+                    token,
+                    part,
+                });
+                self.at.insert(folder.to_string(), self.open.len() - 1);
+                self.open.len() - 1
+            }
+        };
+        Ok(&mut self.open[i])
+    }
+
+    /// Takes the part of `folder` out (to close it).
+    pub fn take(&mut self, folder: &str) -> Option<Opened<W>> {
+        let i = self.at.remove(folder)?;
+        let opened = self.open.remove(i);
+        for v in self.at.values_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        Some(opened)
+    }
+
+    /// Takes every part out, in the order they were opened.
+    pub fn take_all(&mut self) -> Vec<Opened<W>> {
+        self.at.clear();
+        std::mem::take(&mut self.open)
+    }
+
+    /// The open parts.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Opened<W>> {
+        self.open.iter_mut()
+    }
+
+    /// The bytes the open parts hold in memory (Parquet row groups).
+    pub fn in_progress_size(&self) -> usize {
+        self.open.iter().map(|o| o.part.in_progress_size()).sum()
+    }
+
+    /// Whether no part is open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
     }
 }

@@ -2,6 +2,7 @@
 
 use super::avro_arrow::arrow_schema_of_text;
 use super::parquet::{compression, ParquetFormat, COMPRESSIONS};
+use super::partition::PartitionTemplate;
 use super::FileSink;
 use crate::clients::kafka::KafkaCluster;
 use crate::clients::store::S3Settings;
@@ -19,6 +20,11 @@ pub struct FileSinkConfig {
     /// The object store, when `dir` is a store URL (`s3://bucket/prefix`).
     pub store: Option<StoreLocation>,
     pub format: FileFormat,
+    /// The folder of each record's part (`partition_by`); None: every part in `dir`.
+    pub partition: Option<PartitionTemplate>,
+    /// A part is also closed once it holds this many bytes (`roll_bytes`); always at
+    /// each checkpoint's barrier. None: only at barriers.
+    pub roll_bytes: Option<u64>,
     /// What a record the format cannot hold becomes (`on_item_error`): the job fails
     /// naming it (the default), or it is written to a dead-letter topic.
     pub on_item_error: OnError,
@@ -33,11 +39,21 @@ impl FileSinkConfig {
             dir: dir.into(),
             store: None,
             format: FileFormat::Json,
+            partition: None,
+            roll_bytes: None,
             on_item_error: OnError::Fail,
             dead_letters: None,
         }
     }
 }
+
+/// The `roll_bytes` of a sink into an object store that sets none: a part is put
+/// whole from memory, so memory holds at most this much per open part.
+pub const STORE_ROLL_BYTES: u64 = 128 << 20;
+
+/// The largest part an object store takes in one PUT and copies in one request (S3's
+/// limit).
+pub const STORE_MAX_PART: u64 = 5 << 30;
 
 /// How records are written into a part file.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +98,14 @@ pub struct FileSection {
     compression: Option<String>,
     /// `fail` (the default) or `dead-letter:<topic>`.
     on_item_error: Option<String>,
+    /// Hive-style folders from record fields and times ([`PartitionTemplate`]).
+    partition_by: Option<String>,
+    /// A part is also closed at this size.
+    roll_bytes: Option<u64>,
+    /// The source's Avro schema and the key naming it: Parquet's columns when
+    /// `schema_file` is not given ([`FileSection::with_source_schema`]).
+    #[serde(skip)]
+    source_schema: Option<(PathBuf, String)>,
     /// S3 client settings of a store `dir`; each wins over its `AWS_*` variable.
     endpoint: Option<String>,
     region: Option<String>,
@@ -92,6 +116,13 @@ pub struct FileSection {
 }
 
 impl FileSection {
+    /// Parquet's columns come from `schema` (a path and the key in full naming it: the
+    /// source's Avro schema) when the section gives no `schema_file`.
+    pub fn with_source_schema(mut self, schema: Option<(PathBuf, String)>) -> FileSection {
+        self.source_schema = schema;
+        self
+    }
+
     /// The sink's configuration, its paths resolved by `resolve` (against the job
     /// file's directory). An error is `(key, message)`.
     pub fn config(
@@ -110,17 +141,18 @@ impl FileSection {
                 FileFormat::Json
             }
             "parquet" => {
-                let Some(schema_file) = &self.schema_file else {
-                    return Err(err(
+                let (path, named_by) = match (&self.schema_file, &self.source_schema) {
+                    (Some(p), _) => (resolve(p), String::new()),
+                    (None, Some((p, key))) => (p.clone(), format!("the source's schema ({key}) ")),
+                    (None, None) => return Err(err(
                         "schema_file",
-                        "format = \"parquet\" needs an Avro record schema: its fields are the columns".into(),
-                    ));
+                        "format = \"parquet\" needs an Avro record schema: its fields are the columns (a source reading Avro by one schema gives its own when no transform comes before the sink)".into(),
+                    )),
                 };
-                let path = resolve(schema_file);
                 let text = std::fs::read_to_string(&path)
-                    .map_err(|e| err("schema_file", format!("{}: {e}", path.display())))?;
+                    .map_err(|e| err("schema_file", format!("{named_by}{}: {e}", path.display())))?;
                 let schema = arrow_schema_of_text(&text)
-                    .map_err(|m| err("schema_file", format!("{}: {m}", path.display())))?;
+                    .map_err(|m| err("schema_file", format!("{named_by}{}: {m}", path.display())))?;
                 let name = self.compression.as_deref().unwrap_or("snappy");
                 let compression = compression(name).ok_or_else(|| {
                     err(
@@ -173,10 +205,33 @@ impl FileSection {
             }
             CheckpointLocation::Store(s) => (self.dir.clone(), Some(settings.apply(s, resolve)?)),
         };
+        let schema = match &format {
+            FileFormat::Parquet(p) => Some(p.schema.as_ref()),
+            FileFormat::Json => None,
+        };
+        let partition = self
+            .partition_by
+            .as_deref()
+            .map(|t| PartitionTemplate::parse(t, schema))
+            .transpose()
+            .map_err(|m| err("partition_by", m))?;
+        let roll_bytes = match (self.roll_bytes, &store) {
+            (Some(0), _) => return Err(err("roll_bytes", "must be at least 1".into())),
+            (Some(n), Some(_)) if n > STORE_MAX_PART => return Err(err(
+                "roll_bytes",
+                format!(
+                    "{n} is more than an object store takes in one part ({STORE_MAX_PART} bytes)"
+                ),
+            )),
+            (None, Some(_)) => Some(STORE_ROLL_BYTES),
+            (n, _) => n,
+        };
         Ok(FileSinkConfig {
             dir,
             store,
             format,
+            partition,
+            roll_bytes,
             on_item_error: OnError::Fail,
             dead_letters: None,
         })
@@ -188,7 +243,15 @@ impl crate::connector::SinkSection for FileSection {
         self,
         cx: &crate::connector::SinkContext<'_>,
     ) -> Result<crate::connector::PreparedSink, crate::connector::KeyError> {
-        let mut cfg = self.config(&|p: &Path| cx.section.resolve(p))?;
+        // The source's schema describes the sink's records only if nothing between
+        // them changes their shape.
+        let source_schema = (cx.transforms == 0)
+            .then(|| cx.source.value_schema.clone())
+            .flatten();
+        let mut cfg = self
+            .clone()
+            .with_source_schema(source_schema)
+            .config(&|p: &Path| cx.section.resolve(p))?;
         cfg.on_item_error = cx.section.error_policy(
             "on_item_error",
             self.on_item_error.as_deref(),
@@ -284,5 +347,54 @@ mod tests {
         let (k, m) = key(typo);
         assert_eq!(k, "dir");
         assert!(m.contains("missing a slash"), "{m}");
+    }
+
+    #[test]
+    fn partition_by_and_roll_bytes_are_checked_when_loaded() {
+        let resolve = |p: &Path| Path::new("/jobs").join(p);
+        let section = |dir: &str, partition: Option<&str>, roll: Option<u64>| FileSection {
+            dir: dir.into(),
+            partition_by: partition.map(str::to_string),
+            roll_bytes: roll,
+            ..FileSection::default()
+        };
+        let cfg = section("out", Some("dt={/ts:%Y-%m-%d}"), Some(1 << 20))
+            .config(&resolve)
+            .unwrap();
+        assert!(cfg.partition.is_some());
+        assert_eq!(cfg.roll_bytes, Some(1 << 20));
+        assert_eq!(
+            section("out", None, None)
+                .config(&resolve)
+                .unwrap()
+                .roll_bytes,
+            None
+        );
+        assert_eq!(
+            section("s3://lake/o", None, None)
+                .config(&resolve)
+                .unwrap()
+                .roll_bytes,
+            Some(STORE_ROLL_BYTES),
+            "a store part is held in memory: it is bounded by default"
+        );
+        let (k, m) = section("out", Some("{/c}"), None)
+            .config(&resolve)
+            .unwrap_err();
+        assert_eq!(k, "partition_by");
+        assert!(m.contains("name=value"), "{m}");
+        assert_eq!(
+            section("out", None, Some(0))
+                .config(&resolve)
+                .unwrap_err()
+                .0,
+            "roll_bytes"
+        );
+        let (k, m) = section("s3://lake/o", None, Some(6 << 30))
+            .config(&resolve)
+            .unwrap_err();
+        assert_eq!(k, "roll_bytes");
+        assert!(m.contains("one part"), "{m}");
+        assert!(section("out", None, Some(6 << 30)).config(&resolve).is_ok());
     }
 }

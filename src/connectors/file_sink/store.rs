@@ -1,13 +1,14 @@
 //! The file sink's writer into an object store (`dir = "s3://bucket/prefix"`): the same
 //! protocol as in a local directory, with objects for files.
 //!
-//! - A part is written in memory since the last barrier and put, whole, at the barrier
-//!   under `<prefix>/_staging/` (readers skip folders that begin with `_`, as Spark and
-//!   Hive do): one PUT, so an object is there complete or not at all, and no upload is
-//!   left half done by a crash.
-//! - The commit copies it to its final name `<prefix>/part-<subtask>-<checkpoint>[.ext]`
-//!   and deletes the staged object; a commit again after a crash copies again (the same
-//!   bytes) or finds the final object there.
+//! - A part is written in memory and put, whole, when it is closed (at the barrier,
+//!   or once it holds `roll_bytes`) under `<prefix>/_staging/` (readers skip folders
+//!   that begin with `_`, as Spark and Hive do), as `inprogress-<token>[.ext]`: one
+//!   PUT, so an object is there complete or not at all, and no upload is left half
+//!   done by a crash. The checkpoint names the tokens of its parts.
+//! - The commit copies each to its final name `<prefix>/<folder>/part-<subtask>-<checkpoint>[-<n>][.ext]`
+//!   and deletes the staged object; a commit again after a crash copies again (the
+//!   same bytes) or finds the final object there.
 //! - A restore deletes the staged objects of this job's subtasks that the restored
 //!   checkpoint does not name, and moves the final objects of checkpoints after it to
 //!   `<prefix>/_rolled-back/` (their records are written again): nothing the job wrote
@@ -16,14 +17,18 @@
 //! The store itself is shared: a restore on another machine finds the output where the
 //! job left it (no local marker is needed, unlike a directory).
 
-use super::names::{parse_part_name, part_subtask, restore_action, Part, PartName, RestoreAction};
-use super::part::OpenPart;
-use super::section::{FileSinkConfig, PARQUET_EXTENSION};
+use super::names::{
+    committed_name, decode_staged, encode_staged, parse_part_name, parse_staged_name, part_subtask,
+    restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile,
+};
+use super::part::{OpenPart, OpenParts, Opened};
+use super::placed::{records, Placed};
+use super::section::FileSinkConfig;
+use super::writer::{partition_folder, FORMAT_EXTENSIONS};
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
 use crate::kits::TwoPhaseWriter;
 use crate::record::Batch;
-use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use lockgate_state::store::StoreLocation;
 use lockgate_state::CheckpointId;
@@ -38,8 +43,8 @@ pub const STAGING: &str = "_staging";
 /// The folder under the prefix that receives parts rolled back by a restore.
 pub const STORE_ROLLED_BACK: &str = "_rolled-back";
 
-/// The extensions a part's name may end with, one per format.
-const FORMAT_EXTENSIONS: [&str; 2] = ["", PARQUET_EXTENSION];
+/// The prefix of a staged object's name (then its token and extension).
+const IN_PROGRESS: &str = "inprogress-";
 
 /// The file sink's writer into an object store.
 pub struct StoreWriter {
@@ -51,8 +56,10 @@ pub struct StoreWriter {
     name: String,
     /// In a mutex only to make the writer `Sync` (a Parquet writer is not), so that
     /// `&self` may be held across the store's awaits; only `&mut self` uses it.
-    current: Mutex<Option<OpenPart<Vec<u8>>>>,
-    decoded: Option<RecordBatch>,
+    parts: Mutex<OpenParts<Vec<u8>>>,
+    /// The parts put since the last barrier (by `roll_bytes`), in order.
+    closed: Vec<StagedFile>,
+    placed: Option<Placed>,
 }
 
 impl StoreWriter {
@@ -65,8 +72,9 @@ impl StoreWriter {
             index: 0,
             parallelism: 1,
             name: String::new(),
-            current: Mutex::new(None),
-            decoded: None,
+            parts: Mutex::new(OpenParts::new(writer_name())),
+            closed: Vec::new(),
+            placed: None,
         }
     }
 
@@ -88,24 +96,27 @@ impl StoreWriter {
         subtask % self.parallelism.max(1) == self.index
     }
 
-    fn key(prefix: &StorePath, folder: Option<&str>, name: &str) -> StorePath {
+    fn parts(&mut self) -> &mut OpenParts<Vec<u8>> {
+        self.parts.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `<prefix>/<top>/<folder>/<name>`, each of `top` and `folder` when given.
+    fn key(prefix: &StorePath, top: Option<&str>, folder: &str, name: &str) -> StorePath {
         let mut parts: Vec<object_store::path::PathPart<'_>> = prefix.parts().collect();
-        if let Some(f) = folder {
+        if let Some(f) = top {
             parts.push(f.into());
         }
+        parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
         parts.push(name.into());
         StorePath::from_iter(parts)
     }
 
-    fn final_key(prefix: &StorePath, p: &Part, ext: &str) -> StorePath {
-        Self::key(prefix, None, &format!("part-{}-{}{ext}", p.subtask, p.id.0))
-    }
-
-    fn staged_key(prefix: &StorePath, p: &Part, ext: &str) -> StorePath {
+    fn staged_key(prefix: &StorePath, f: &StagedFile) -> StorePath {
         Self::key(
             prefix,
             Some(STAGING),
-            &format!("part-{}-{}{ext}", p.subtask, p.id.0),
+            &f.folder,
+            &format!("{IN_PROGRESS}{}{}", f.token, f.ext),
         )
     }
 
@@ -118,14 +129,20 @@ impl StoreWriter {
         }
     }
 
-    /// Moves a final part aside under `_rolled-back/` (a free name: `.1`, `.2`, ...
-    /// appended when taken), copy first, so that it is never gone from both places.
-    async fn roll_back(&self, key: &StorePath, name: &str) -> Result<()> {
+    /// Moves a final part aside under `_rolled-back/<folder>/` (a free name: `.1`,
+    /// `.2`, ... appended when taken), copy first, so that it is never gone from both
+    /// places.
+    async fn roll_back(&self, key: &StorePath, folder: &str, name: &str) -> Result<()> {
         let (store, prefix) = self.store()?;
-        let mut target = Self::key(prefix, Some(STORE_ROLLED_BACK), name);
+        let mut target = Self::key(prefix, Some(STORE_ROLLED_BACK), folder, name);
         let mut n = 1;
         while self.exists(&target).await? {
-            target = Self::key(prefix, Some(STORE_ROLLED_BACK), &format!("{name}.{n}"));
+            target = Self::key(
+                prefix,
+                Some(STORE_ROLLED_BACK),
+                folder,
+                &format!("{name}.{n}"),
+            );
             n += 1;
         }
         store
@@ -140,50 +157,135 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// The objects directly in `folder` under the prefix (None: the prefix itself),
-    /// with their names.
-    async fn objects_in(&self, folder: Option<&str>) -> Result<Vec<(StorePath, String)>> {
+    /// The objects under `top` (None: the prefix itself, without the sink's own
+    /// folders) and its partition folders: `(key, folder, name)`.
+    async fn objects_in(&self, top: Option<&str>) -> Result<Vec<(StorePath, String, String)>> {
         let (store, prefix) = self.store()?;
-        let at = match folder {
-            Some(f) => Self::key(prefix, None, f),
-            None => prefix.clone(),
+        let mut out = Vec::new();
+        let mut folders = vec![String::new()];
+        while let Some(folder) = folders.pop() {
+            let mut parts: Vec<object_store::path::PathPart<'_>> = prefix.parts().collect();
+            if let Some(t) = top {
+                parts.push(t.into());
+            }
+            parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
+            let at = StorePath::from_iter(parts);
+            let listing = store
+                .list_with_delimiter(Some(&at))
+                .await
+                .map_err(|e| self.err("list", &at, e))?;
+            for p in listing.common_prefixes {
+                let Some(sub) = p.filename().map(str::to_string) else {
+                    continue;
+                };
+                if partition_folder(&sub) {
+                    folders.push(match folder.as_str() {
+                        "" => sub,
+                        f => format!("{f}/{sub}"),
+                    });
+                }
+            }
+            for m in listing.objects {
+                if let Some(name) = m.location.filename().map(str::to_string) {
+                    out.push((m.location, folder.clone(), name));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ends an open part and puts it under the staging folder: durable once the PUT
+    /// returns, named by the next barrier.
+    async fn close(&mut self, opened: Opened<Vec<u8>>) -> Result<()> {
+        let bytes = opened
+            .part
+            .finish()
+            .map_err(|e| JobError::task(&self.name, format!("end a part: {e}")))?;
+        let f = StagedFile {
+            folder: opened.folder,
+            token: opened.token,
+            ext: self.cfg.format.extension().to_string(),
         };
-        let listing = store
-            .list_with_delimiter(Some(&at))
+        let (store, prefix) = self.store()?;
+        let key = Self::staged_key(prefix, &f);
+        store
+            .put(&key, PutPayload::from(bytes))
             .await
-            .map_err(|e| self.err("list", &at, e))?;
-        Ok(listing
-            .objects
-            .into_iter()
-            .filter_map(|m| {
-                let name = m.location.filename()?.to_string();
-                Some((m.location, name))
-            })
-            .collect())
+            .map_err(|e| self.err("stage", &key, e))?;
+        self.closed.push(f);
+        Ok(())
+    }
+
+    /// Copies `staged` to `to` and deletes it, or finds `to` there (committed before).
+    /// `Ok(false)`: neither is there.
+    async fn commit_object(&self, staged: &StorePath, to: &StorePath) -> Result<bool> {
+        if self.exists(staged).await? {
+            let (store, _) = self.store()?;
+            store
+                .copy(staged, to)
+                .await
+                .map_err(|e| self.err("commit", staged, e))?;
+            crate::fault::hit("store-part-copied");
+            store
+                .delete(staged)
+                .await
+                .map_err(|e| self.err("commit", staged, e))?;
+            return Ok(true);
+        }
+        self.exists(to).await
+    }
+
+    /// Commits a part staged before partitions and rolls (`_staging/part-<s>-<id>`).
+    async fn commit_part(&self, p: &Part) -> Result<()> {
+        let prefix = self.store()?.1.clone();
+        for ext in FORMAT_EXTENSIONS {
+            let name = committed_name(p.subtask, p.id, 0, ext);
+            let staged = Self::key(&prefix, Some(STAGING), "", &name);
+            let to = Self::key(&prefix, None, "", &name);
+            if self.commit_object(&staged, &to).await? {
+                return Ok(());
+            }
+        }
+        // A checkpoint named this part as durable: its absence is lost data.
+        let name = committed_name(p.subtask, p.id, 0, self.cfg.format.extension());
+        Err(self.err(
+            "commit",
+            &Self::key(&prefix, Some(STAGING), "", &name),
+            "the staged part named by the checkpoint is missing (neither staged nor committed)",
+        ))
     }
 }
 
 #[async_trait]
 impl TwoPhaseWriter for StoreWriter {
-    type Committable = Part;
+    type Committable = Staged;
 
     fn kind(&self) -> &'static str {
         "file sink"
     }
 
-    fn subtask_of(&self, p: &Part) -> Option<u16> {
-        Some(p.subtask)
+    fn subtask_of(&self, s: &Staged) -> Option<u16> {
+        Some(s.subtask())
+    }
+
+    fn encode_committables(&self, pending: Vec<Staged>) -> std::result::Result<Vec<u8>, String> {
+        encode_staged(pending)
+    }
+
+    fn decode_committables(&self, bytes: &[u8]) -> std::result::Result<Vec<Staged>, String> {
+        decode_staged(bytes)
     }
 
     async fn open(
         &mut self,
         info: &SubtaskInfo,
         _restored: Option<CheckpointId>,
-        _to_commit: &[Part],
+        _to_commit: &[Staged],
     ) -> Result<()> {
         self.index = info.index;
         self.parallelism = info.parallelism;
         self.name = info.name.clone();
+        *self.parts() = OpenParts::new(writer_name());
         let opened = self
             .location
             .open()
@@ -193,131 +295,136 @@ impl TwoPhaseWriter for StoreWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        let decoded = self.cfg.format.decode(batch);
-        self.decoded = decoded.rows;
-        decoded.refused
+        let (placed, refused) = Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch);
+        self.placed = Some(placed);
+        refused
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
-        let current = self.current.get_mut().unwrap_or_else(|e| e.into_inner());
-        if current.is_none() {
-            let part = OpenPart::new(&self.cfg.format, Vec::new())
-                .map_err(|e| JobError::task(&self.name, e))?;
-            *current = Some(part);
-        }
-        let decoded = self.decoded.take();
-        let part = current.as_mut().expect("opened above");
-        part.write(batch, decoded.as_ref())
-            .map_err(|e| JobError::task(&self.name, format!("write a part: {e}")))
-    }
-
-    fn buffered_bytes(&self) -> usize {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |p| p.in_progress_size())
-    }
-
-    async fn flush(&mut self) -> Result<()> {
-        if let Some(part) = self.current.get_mut().unwrap_or_else(|e| e.into_inner()) {
-            part.flush_rows()
-                .map_err(|e| JobError::task(&self.name, format!("write a part: {e}")))?;
+        let placed = match self.placed.take() {
+            Some(p) => p,
+            None => Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch).0,
+        };
+        for g in &placed.groups {
+            let (index, format, roll) = (self.index, self.cfg.format.clone(), self.cfg.roll_bytes);
+            let full = {
+                let parts = self.parts.get_mut().unwrap_or_else(|e| e.into_inner());
+                let o = parts
+                    .get_or_open(&g.folder, index, |_| OpenPart::new(&format, Vec::new()))
+                    .map_err(|e| JobError::task(&self.name, e))?;
+                o.part
+                    .write(records(batch, g), g.records.len(), g.rows.as_ref())
+                    .map_err(|e| JobError::task(&self.name, format!("write a part: {e}")))?;
+                roll.is_some_and(|r| o.part.size() >= r)
+            };
+            if full {
+                let opened = self.parts().take(&g.folder).expect("open above");
+                self.close(opened).await?;
+            }
         }
         Ok(())
     }
 
-    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Part>> {
-        let Some(part) = self
-            .current
-            .get_mut()
+    fn buffered_bytes(&self) -> usize {
+        self.parts
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
-            return Ok(None);
-        };
-        let bytes = part
-            .finish()
-            .map_err(|e| JobError::task(&self.name, format!("end a part: {e}")))?;
-        let p = Part {
-            subtask: self.index,
-            id,
-        };
-        let (store, prefix) = self.store()?;
-        let key = Self::staged_key(prefix, &p, self.cfg.format.extension());
-        // Durable once the PUT returns: the checkpoint that names it may complete.
-        store
-            .put(&key, PutPayload::from(bytes))
-            .await
-            .map_err(|e| self.err("stage", &key, e))?;
-        Ok(Some(p))
+            .in_progress_size()
     }
 
-    async fn commit(&mut self, p: &Part) -> Result<()> {
+    async fn flush(&mut self) -> Result<()> {
+        let name = self.name.clone();
+        for o in self.parts().iter_mut() {
+            o.part
+                .flush_rows()
+                .map_err(|e| JobError::task(&name, format!("write a part: {e}")))?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Staged>> {
+        for opened in self.parts().take_all() {
+            self.close(opened).await?;
+        }
+        let files = std::mem::take(&mut self.closed);
+        if files.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Staged::Files {
+            subtask: self.index,
+            id,
+            files,
+        }))
+    }
+
+    async fn commit(&mut self, s: &Staged) -> Result<()> {
+        let (subtask, id, files) = match s {
+            Staged::Part(p) => return self.commit_part(p).await,
+            Staged::Files { subtask, id, files } => (*subtask, *id, files),
+        };
         let prefix = self.store()?.1.clone();
-        for ext in FORMAT_EXTENSIONS {
-            let staged = Self::staged_key(&prefix, p, ext);
-            if self.exists(&staged).await? {
-                let (store, _) = self.store()?;
-                let to = Self::final_key(&prefix, p, ext);
-                store
-                    .copy(&staged, &to)
-                    .await
-                    .map_err(|e| self.err("commit", &staged, e))?;
-                crate::fault::hit("store-part-copied");
-                store
-                    .delete(&staged)
-                    .await
-                    .map_err(|e| self.err("commit", &staged, e))?;
-                return Ok(());
+        for (n, f) in files.iter().enumerate() {
+            if n > 0 {
+                crate::fault::hit("between-file-commits");
+            }
+            let staged = Self::staged_key(&prefix, f);
+            let to = Self::key(
+                &prefix,
+                None,
+                &f.folder,
+                &committed_name(subtask, id, n, &f.ext),
+            );
+            if !self.commit_object(&staged, &to).await? {
+                // A checkpoint named this part as durable: its absence is lost data.
+                return Err(self.err(
+                    "commit",
+                    &staged,
+                    "the staged part named by the checkpoint is missing (neither staged nor committed)",
+                ));
             }
         }
-        for ext in FORMAT_EXTENSIONS {
-            if self.exists(&Self::final_key(&prefix, p, ext)).await? {
-                return Ok(());
-            }
-        }
-        // A checkpoint named this part as durable: its absence is lost data.
-        let staged = Self::staged_key(&prefix, p, self.cfg.format.extension());
-        Err(self.err(
-            "commit",
-            &staged,
-            "the staged part named by the checkpoint is missing (neither staged nor committed)",
-        ))
+        Ok(())
     }
 
     async fn abort_abandoned(
         &mut self,
         restored: Option<CheckpointId>,
-        named: &[Part],
+        named: &[Staged],
     ) -> Result<()> {
-        let pending: Vec<(u16, CheckpointId)> = named.iter().map(|p| (p.subtask, p.id)).collect();
+        let named = Named::of(named);
         let store = self.store()?.0.clone();
-        for (key, name) in self.objects_in(Some(STAGING)).await? {
-            // A staged part is a pending one, whatever its name says.
-            let Some(PartName::Committed { subtask, id }) = parse_part_name(&name) else {
+        for (key, folder, name) in self.objects_in(Some(STAGING)).await? {
+            let Some(part) = parse_staged_name(&name) else {
                 continue;
             };
-            if !self.mine(subtask) {
+            if !self.mine(part_subtask(part)) {
                 continue;
             }
-            let part = PartName::Pending { subtask, id };
-            if restore_action(part, restored, &pending) == RestoreAction::Remove {
+            let token = name.strip_prefix(IN_PROGRESS).map(|t| {
+                FORMAT_EXTENSIONS
+                    .iter()
+                    .filter(|e| !e.is_empty())
+                    .find_map(|e| t.strip_suffix(e))
+                    .unwrap_or(t)
+            });
+            if restore_action(part, restored, named.names(&folder, part, token))
+                == RestoreAction::Remove
+            {
                 store
                     .delete(&key)
                     .await
                     .map_err(|e| self.err("remove", &key, e))?;
             }
         }
-        for (key, name) in self.objects_in(None).await? {
+        for (key, folder, name) in self.objects_in(None).await? {
             let Some(part) = parse_part_name(&name) else {
                 continue;
             };
             if !self.mine(part_subtask(part)) {
                 continue;
             }
-            if restore_action(part, restored, &pending) == RestoreAction::RollBack {
-                self.roll_back(&key, &name).await?;
+            if restore_action(part, restored, false) == RestoreAction::RollBack {
+                self.roll_back(&key, &folder, &name).await?;
             }
         }
         Ok(())
@@ -325,7 +432,7 @@ impl TwoPhaseWriter for StoreWriter {
 
     async fn close(&mut self) -> Result<()> {
         // Records after the final checkpoint cannot exist; an empty part can.
-        *self.current.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        self.parts().take_all();
         Ok(())
     }
 }

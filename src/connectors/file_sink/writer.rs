@@ -1,11 +1,13 @@
-//! The file sink's writer on the two-phase kit: part files staged by rename, committed
-//! by rename.
+//! The file sink's writer on the two-phase kit: part files written in progress,
+//! committed by rename.
 
 use super::names::{
-    foreign_directory, parse_part_name, part_subtask, restore_action, Part, RestoreAction, MARKER,
+    committed_name, decode_staged, encode_staged, foreign_directory, parse_part_name, part_subtask,
+    restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile, MARKER,
     ROLLED_BACK,
 };
-use super::part::OpenPart;
+use super::part::{OpenPart, OpenParts, Opened};
+use super::placed::{records, Placed};
 use super::section::{FileSinkConfig, PARQUET_EXTENSION};
 use super::store::StoreWriter;
 use super::KIND;
@@ -13,17 +15,20 @@ use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
 use crate::kits::{TwoPhaseSink, TwoPhaseWriter};
 use crate::record::Batch;
-use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use lockgate_state::durable;
 use lockgate_state::CheckpointId;
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use tracing::warn;
 
 /// The extensions a part file's name may end with, one per format.
-const FORMAT_EXTENSIONS: [&str; 2] = ["", PARQUET_EXTENSION];
+pub(super) const FORMAT_EXTENSIONS: [&str; 2] = ["", PARQUET_EXTENSION];
+
+/// The prefix of an in-progress file's name in a directory (then its token).
+const IN_PROGRESS: &str = ".inprogress-";
 
 /// The file sink: its writer on the two-phase-commit kit.
 pub type FileSink = TwoPhaseSink<FileWriter>;
@@ -58,17 +63,25 @@ impl FileSink {
     }
 }
 
-/// The file sink's writer: part files staged by rename, committed by rename.
+/// The folders of a directory that a restore looks into: partition folders
+/// (`name=value`), not the sink's own (`.rolled-back`) nor anything readers skip.
+pub(super) fn partition_folder(name: &str) -> bool {
+    super::partition::valid_folder(name) && !name.is_empty()
+}
+
+/// The file sink's writer: part files written in progress, committed by rename.
 pub struct FileWriter {
     cfg: FileSinkConfig,
     index: u16,
     parallelism: u16,
     name: String,
-    current: Option<(PathBuf, OpenPart<BufWriter<File>>)>,
-    counter: u64,
-    /// The rows [`TwoPhaseWriter::check_batch`] decoded for the `write` that follows
-    /// (Parquet).
-    decoded: Option<RecordBatch>,
+    parts: OpenParts<BufWriter<File>>,
+    /// The files closed since the last barrier (by `roll_bytes`), in order.
+    closed: Vec<StagedFile>,
+    /// The directories whose entries changed since the last barrier: fsynced at it.
+    dirty: BTreeSet<PathBuf>,
+    /// Where [`TwoPhaseWriter::check_batch`] placed the batch `write` gets next.
+    placed: Option<Placed>,
 }
 
 impl FileWriter {
@@ -79,9 +92,10 @@ impl FileWriter {
             index: 0,
             parallelism: 1,
             name: String::new(),
-            current: None,
-            counter: 0,
-            decoded: None,
+            parts: OpenParts::new(writer_name()),
+            closed: Vec::new(),
+            dirty: BTreeSet::new(),
+            placed: None,
         }
     }
 
@@ -94,12 +108,20 @@ impl FileWriter {
         subtask % self.parallelism.max(1) == self.index
     }
 
-    fn pending_path(&self, subtask: u16, id: CheckpointId) -> PathBuf {
-        self.pending_path_as(subtask, id, self.cfg.format.extension())
+    fn folder_path(&self, folder: &str) -> PathBuf {
+        match folder {
+            "" => self.cfg.dir.clone(),
+            f => self.cfg.dir.join(f),
+        }
+    }
+
+    fn in_progress_path(&self, folder: &str, token: &str) -> PathBuf {
+        self.folder_path(folder)
+            .join(format!("{IN_PROGRESS}{token}"))
     }
 
     fn committed_path_as(&self, subtask: u16, id: CheckpointId, ext: &str) -> PathBuf {
-        self.cfg.dir.join(format!("part-{subtask}-{}{ext}", id.0))
+        self.cfg.dir.join(committed_name(subtask, id, 0, ext))
     }
 
     fn pending_path_as(&self, subtask: u16, id: CheckpointId, ext: &str) -> PathBuf {
@@ -122,8 +144,13 @@ impl FileWriter {
         durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))
     }
 
-    fn roll_back(&self, name: &str) -> Result<()> {
-        let aside = self.cfg.dir.join(ROLLED_BACK);
+    /// Moves a committed part aside into `.rolled-back/` (its folder kept; `.<n>`
+    /// appended when the name is taken).
+    fn roll_back(&self, folder: &str, name: &str) -> Result<()> {
+        let aside = match folder {
+            "" => self.cfg.dir.join(ROLLED_BACK),
+            f => self.cfg.dir.join(ROLLED_BACK).join(f),
+        };
         fs::create_dir_all(&aside).map_err(|e| self.err("create", &aside, e))?;
         let mut target = aside.join(name);
         let mut n = 1;
@@ -131,36 +158,148 @@ impl FileWriter {
             target = aside.join(format!("{name}.{n}"));
             n += 1;
         }
-        let from = self.cfg.dir.join(name);
+        let from = self.folder_path(folder).join(name);
         durable::rename_durable(&from, &target).map_err(|e| self.err("roll back", &from, e))?;
         warn!(file = %from.display(), moved_to = %target.display(), "rolled back part file committed after the restored checkpoint: its records are written again");
         Ok(())
+    }
+
+    /// Opens an in-progress file in `folder`, creating the folder (its new entries are
+    /// made durable at the barrier).
+    fn create(
+        &mut self,
+        folder: &str,
+        token: &str,
+    ) -> std::result::Result<BufWriter<File>, String> {
+        let dir = self.folder_path(folder);
+        if !dir.exists() {
+            fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+            let mut d = dir.as_path();
+            while let Some(parent) = d.parent().filter(|_| d != self.cfg.dir) {
+                self.dirty.insert(parent.to_path_buf());
+                d = parent;
+            }
+        }
+        self.dirty.insert(dir);
+        let path = self.in_progress_path(folder, token);
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| format!("create {}: {e}", path.display()))?;
+        Ok(BufWriter::with_capacity(1 << 20, f))
+    }
+
+    /// Ends an open part: written out and fsynced, still in progress, named by the
+    /// next barrier.
+    fn close(&mut self, opened: Opened<BufWriter<File>>) -> Result<()> {
+        let path = self.in_progress_path(&opened.folder, &opened.token);
+        let f = opened
+            .part
+            .finish()
+            .and_then(|out| out.into_inner().map_err(|e| e.error().to_string()))
+            .map_err(|e| self.err("flush", &path, e))?;
+        f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
+        self.closed.push(StagedFile {
+            folder: opened.folder,
+            token: opened.token,
+            ext: self.cfg.format.extension().to_string(),
+        });
+        Ok(())
+    }
+
+    /// Commits a part staged before partitions and rolls (`.part-<subtask>-<id>`).
+    fn commit_part(&self, p: &Part) -> Result<()> {
+        // The part's format is the one its file has (a restore may come with another).
+        let ext = FORMAT_EXTENSIONS
+            .into_iter()
+            .find(|ext| self.pending_path_as(p.subtask, p.id, ext).exists())
+            .or_else(|| {
+                FORMAT_EXTENSIONS
+                    .into_iter()
+                    .find(|ext| self.committed_path_as(p.subtask, p.id, ext).exists())
+            })
+            .unwrap_or(self.cfg.format.extension());
+        let from = self.pending_path_as(p.subtask, p.id, ext);
+        let to = self.committed_path_as(p.subtask, p.id, ext);
+        self.commit_file(&from, &to)
+    }
+
+    /// Renames `from` (staged) to `to`, or finds `to` there (committed before).
+    fn commit_file(&self, from: &Path, to: &Path) -> Result<()> {
+        if from.exists() {
+            durable::rename_durable(from, to).map_err(|e| self.err("commit", from, e))?;
+        } else if !to.exists() {
+            // A checkpoint named this file as durable: its absence is lost data.
+            return Err(self.err(
+                "commit",
+                from,
+                "the part file named by the checkpoint is missing (neither staged nor committed)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The files of the sink's directory and its partition folders: `(folder, name)`.
+    fn listing(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let mut folders = vec![String::new()];
+        while let Some(folder) = folders.pop() {
+            let dir = self.folder_path(&folder);
+            let rd = fs::read_dir(&dir).map_err(|e| self.err("list", &dir, e))?;
+            for entry in rd {
+                let entry = entry.map_err(|e| self.err("list", &dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if is_dir {
+                    if partition_folder(&name) {
+                        folders.push(match folder.as_str() {
+                            "" => name,
+                            f => format!("{f}/{name}"),
+                        });
+                    }
+                } else {
+                    out.push((folder.clone(), name));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
 #[async_trait]
 impl TwoPhaseWriter for FileWriter {
-    type Committable = Part;
+    type Committable = Staged;
 
     fn kind(&self) -> &'static str {
         "file sink"
     }
 
-    /// A part is committed by the subtask its name gives (modulo the parallelism),
+    /// A part is committed by the subtask that wrote it (modulo the parallelism),
     /// whichever state named it.
-    fn subtask_of(&self, p: &Part) -> Option<u16> {
-        Some(p.subtask)
+    fn subtask_of(&self, s: &Staged) -> Option<u16> {
+        Some(s.subtask())
+    }
+
+    fn encode_committables(&self, pending: Vec<Staged>) -> std::result::Result<Vec<u8>, String> {
+        encode_staged(pending)
+    }
+
+    fn decode_committables(&self, bytes: &[u8]) -> std::result::Result<Vec<Staged>, String> {
+        decode_staged(bytes)
     }
 
     async fn open(
         &mut self,
         info: &SubtaskInfo,
         restored: Option<CheckpointId>,
-        to_commit: &[Part],
+        to_commit: &[Staged],
     ) -> Result<()> {
         self.index = info.index;
         self.parallelism = info.parallelism;
         self.name = info.name.clone();
+        self.parts = OpenParts::new(writer_name());
         fs::create_dir_all(&self.cfg.dir).map_err(|e| self.err("create", &self.cfg.dir, e))?;
         let marked = self.cfg.dir.join(MARKER).exists();
         if let Some(k) = restored {
@@ -168,12 +307,25 @@ impl TwoPhaseWriter for FileWriter {
                 .map_err(|e| self.err("list", &self.cfg.dir, e))?
                 .filter_map(|e| e.ok())
                 .any(|e| {
-                    let n = e.file_name();
-                    parse_part_name(&n.to_string_lossy()).is_some() || n == ROLLED_BACK
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    parse_part_name(&n).is_some() || n == ROLLED_BACK || partition_folder(&n)
                 });
             let named: Vec<String> = to_commit
                 .iter()
-                .map(|p| self.pending_path(p.subtask, p.id).display().to_string())
+                .flat_map(|s| match s {
+                    Staged::Part(p) => vec![self
+                        .pending_path_as(p.subtask, p.id, self.cfg.format.extension())
+                        .display()
+                        .to_string()],
+                    Staged::Files { files, .. } => files
+                        .iter()
+                        .map(|f| {
+                            self.in_progress_path(&f.folder, &f.token)
+                                .display()
+                                .to_string()
+                        })
+                        .collect(),
+                })
                 .collect();
             if let Some(why) = foreign_directory(k, marked, holds_parts, &named) {
                 return Err(JobError::Unrecoverable {
@@ -189,92 +341,92 @@ impl TwoPhaseWriter for FileWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        let decoded = self.cfg.format.decode(batch);
-        self.decoded = decoded.rows;
-        decoded.refused
+        let (placed, refused) = Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch);
+        self.placed = Some(placed);
+        refused
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
-        if self.current.is_none() {
-            self.counter += 1;
-            let path = self
-                .cfg
-                .dir
-                .join(format!(".inprogress-{}-{}", self.index, self.counter));
-            let f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
-                .map_err(|e| self.err("create", &path, e))?;
-            let out = BufWriter::with_capacity(1 << 20, f);
-            let part =
-                OpenPart::new(&self.cfg.format, out).map_err(|e| self.err("create", &path, e))?;
-            self.current = Some((path, part));
-        }
-        let decoded = self.decoded.take();
-        let (path, part) = self.current.as_mut().expect("opened above");
-        part.write(batch, decoded.as_ref())
-            .map_err(|e| JobError::task(&self.name, format!("write {}: {e}", path.display())))
-    }
-
-    fn buffered_bytes(&self) -> usize {
-        self.current
-            .as_ref()
-            .map_or(0, |(_, part)| part.in_progress_size())
-    }
-
-    /// Ends the Parquet row group held in memory (written into the in-progress file).
-    async fn flush(&mut self) -> Result<()> {
-        if let Some((path, part)) = &mut self.current {
-            part.flush_rows().map_err(|e| {
-                JobError::task(&self.name, format!("write {}: {e}", path.display()))
-            })?;
+        let placed = match self.placed.take() {
+            Some(p) => p,
+            None => Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch).0,
+        };
+        for g in &placed.groups {
+            let mut parts = std::mem::replace(&mut self.parts, OpenParts::new(String::new()));
+            let opened = parts.get_or_open(&g.folder, self.index, |token| {
+                let out = self.create(&g.folder, token)?;
+                OpenPart::new(&self.cfg.format, out)
+            });
+            let full = match opened {
+                Ok(o) => {
+                    let written = o
+                        .part
+                        .write(records(batch, g), g.records.len(), g.rows.as_ref());
+                    let path = self.in_progress_path(&o.folder, &o.token);
+                    let full = self.cfg.roll_bytes.is_some_and(|r| o.part.size() >= r);
+                    written
+                        .map(|_| full)
+                        .map_err(|e| self.err("write", &path, e))
+                }
+                Err(e) => Err(JobError::task(&self.name, e)),
+            };
+            self.parts = parts;
+            if full? {
+                let opened = self.parts.take(&g.folder).expect("open above");
+                self.close(opened)?;
+            }
         }
         Ok(())
     }
 
-    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Part>> {
-        let Some((path, w)) = self.current.take() else {
+    fn buffered_bytes(&self) -> usize {
+        self.parts.in_progress_size()
+    }
+
+    /// Ends the Parquet row groups held in memory (written into the in-progress files).
+    async fn flush(&mut self) -> Result<()> {
+        for o in self.parts.iter_mut() {
+            o.part
+                .flush_rows()
+                .map_err(|e| JobError::task(&self.name, format!("write {}: {e}", o.token)))?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Staged>> {
+        for opened in self.parts.take_all() {
+            self.close(opened)?;
+        }
+        // The files' entries (and new folders') are durable before the checkpoint that
+        // names them can complete.
+        for dir in std::mem::take(&mut self.dirty).into_iter().rev() {
+            durable::fsync_dir(&dir).map_err(|e| self.err("fsync", &dir, e))?;
+        }
+        let files = std::mem::take(&mut self.closed);
+        if files.is_empty() {
             return Ok(None);
-        };
-        let f = w
-            .finish()
-            .and_then(|out| out.into_inner().map_err(|e| e.error().to_string()))
-            .map_err(|e| self.err("flush", &path, e))?;
-        f.sync_all().map_err(|e| self.err("fsync", &path, e))?;
-        let pending = self.pending_path(self.index, id);
-        // The rename and the directory fsync make the pending file durable before the
-        // checkpoint that names it can complete.
-        durable::rename_durable(&path, &pending).map_err(|e| self.err("stage", &path, e))?;
-        Ok(Some(Part {
+        }
+        Ok(Some(Staged::Files {
             subtask: self.index,
             id,
+            files,
         }))
     }
 
-    async fn commit(&mut self, p: &Part) -> Result<()> {
-        // The part's format is the one its file has (a restore may come with another).
-        let ext = FORMAT_EXTENSIONS
-            .into_iter()
-            .find(|ext| self.pending_path_as(p.subtask, p.id, ext).exists())
-            .or_else(|| {
-                FORMAT_EXTENSIONS
-                    .into_iter()
-                    .find(|ext| self.committed_path_as(p.subtask, p.id, ext).exists())
-            })
-            .unwrap_or(self.cfg.format.extension());
-        let from = self.pending_path_as(p.subtask, p.id, ext);
-        let to = self.committed_path_as(p.subtask, p.id, ext);
-        if from.exists() {
-            durable::rename_durable(&from, &to).map_err(|e| self.err("commit", &from, e))?;
-        } else if !to.exists() {
-            // A checkpoint named this file as durable: its absence is lost data.
-            return Err(self.err(
-                "commit",
-                &from,
-                "pending part file named by the checkpoint is missing (neither pending nor committed)",
-            ));
+    async fn commit(&mut self, s: &Staged) -> Result<()> {
+        let (subtask, id, files) = match s {
+            Staged::Part(p) => return self.commit_part(p),
+            Staged::Files { subtask, id, files } => (*subtask, *id, files),
+        };
+        for (n, f) in files.iter().enumerate() {
+            if n > 0 {
+                crate::fault::hit("between-file-commits");
+            }
+            let from = self.in_progress_path(&f.folder, &f.token);
+            let to = self
+                .folder_path(&f.folder)
+                .join(committed_name(subtask, id, n, &f.ext));
+            self.commit_file(&from, &to)?;
         }
         Ok(())
     }
@@ -282,35 +434,42 @@ impl TwoPhaseWriter for FileWriter {
     async fn abort_abandoned(
         &mut self,
         restored: Option<CheckpointId>,
-        named: &[Part],
+        named: &[Staged],
     ) -> Result<()> {
-        let pending: Vec<(u16, CheckpointId)> = named.iter().map(|p| (p.subtask, p.id)).collect();
-        let rd = fs::read_dir(&self.cfg.dir).map_err(|e| self.err("list", &self.cfg.dir, e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| self.err("list", &self.cfg.dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        let named = Named::of(named);
+        let mut touched = BTreeSet::new();
+        for (folder, name) in self.listing()? {
             let Some(part) = parse_part_name(&name) else {
                 continue;
             };
             if !self.mine(part_subtask(part)) {
                 continue;
             }
-            match restore_action(part, restored, &pending) {
+            let is_named = named.names(&folder, part, name.strip_prefix(IN_PROGRESS));
+            match restore_action(part, restored, is_named) {
                 RestoreAction::Keep | RestoreAction::Commit => {}
-                RestoreAction::RollBack => self.roll_back(&name)?,
+                RestoreAction::RollBack => self.roll_back(&folder, &name)?,
                 RestoreAction::Remove => {
-                    let p = entry.path();
+                    let p = self.folder_path(&folder).join(&name);
                     fs::remove_file(&p).map_err(|e| self.err("remove", &p, e))?;
                 }
             }
+            touched.insert(self.folder_path(&folder));
         }
-        durable::fsync_dir(&self.cfg.dir).map_err(|e| self.err("fsync", &self.cfg.dir, e))
+        touched.insert(self.cfg.dir.clone());
+        for dir in touched {
+            durable::fsync_dir(&dir).map_err(|e| self.err("fsync", &dir, e))?;
+        }
+        Ok(())
     }
 
     async fn close(&mut self) -> Result<()> {
-        if let Some((path, _)) = self.current.take() {
-            // Records after the final checkpoint cannot exist; an empty leftover can.
-            let _ = fs::remove_file(path);
+        // Records after the final checkpoint cannot exist; an empty leftover can.
+        for opened in self.parts.take_all() {
+            let _ = fs::remove_file(self.in_progress_path(&opened.folder, &opened.token));
+        }
+        for f in std::mem::take(&mut self.closed) {
+            let _ = fs::remove_file(self.in_progress_path(&f.folder, &f.token));
         }
         Ok(())
     }
@@ -344,22 +503,56 @@ mod tests {
             .collect()
     }
 
-    /// The sink's directory listing, sorted, `.rolled-back` entries as `.rolled-back/x`.
+    /// The sink's directory listing, sorted, with the files of folders and
+    /// `.rolled-back` as `folder/x`, and in-progress names without their writer
+    /// (`.inprogress-<subtask>-<n>`).
     fn listing(dir: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for e in fs::read_dir(dir).unwrap() {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            if name == ROLLED_BACK {
-                for r in fs::read_dir(dir.join(ROLLED_BACK)).unwrap() {
-                    let r = r.unwrap().file_name().to_string_lossy().into_owned();
-                    out.push(format!("{ROLLED_BACK}/{r}"));
+        fn walk(dir: &Path, at: &str, out: &mut Vec<String>) {
+            for e in fs::read_dir(dir).unwrap() {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                let shown = match name.strip_prefix(IN_PROGRESS) {
+                    Some(token) => match token.splitn(3, '-').collect::<Vec<_>>()[..] {
+                        [s, _, n] => format!("{IN_PROGRESS}{s}-{n}"),
+                        _ => name.clone(),
+                    },
+                    None => name.clone(),
+                };
+                let path = format!("{at}{shown}");
+                if e.file_type().unwrap().is_dir() {
+                    walk(&e.path(), &format!("{path}/"), out);
+                } else if name != MARKER {
+                    out.push(path);
                 }
-            } else if name != MARKER {
-                out.push(name);
             }
         }
+        let mut out = Vec::new();
+        walk(dir, "", &mut out);
         out.sort();
         out
+    }
+
+    /// The file at `listed` (a [`listing`] name: an in-progress one found by its
+    /// subtask and number).
+    fn read(dir: &Path, listed: &str) -> String {
+        let (folder, name) = listed.rsplit_once('/').unwrap_or(("", listed));
+        let d = dir.join(folder);
+        let path = match name.strip_prefix(IN_PROGRESS) {
+            Some(sn) => {
+                let (s, n) = sn.split_once('-').unwrap();
+                fs::read_dir(&d)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .find(|p| {
+                        let f = p.file_name().unwrap().to_string_lossy().into_owned();
+                        f.starts_with(&format!("{IN_PROGRESS}{s}-"))
+                            && f.ends_with(&format!("-{n}"))
+                    })
+                    .unwrap()
+            }
+            None => d.join(name),
+        };
+        fs::read_to_string(path).unwrap()
     }
 
     /// A checkpoint's state as the file sink wrote it before the two-phase kit: a
@@ -391,10 +584,13 @@ mod tests {
         s.invoke(batch(&["a", "b"])).await.unwrap();
         assert_eq!(listing(tmp.path()), vec![".inprogress-0-1"]);
         s.snapshot(CheckpointId(1)).await.unwrap();
-        assert_eq!(listing(tmp.path()), vec![".part-0-1"]);
-        assert_eq!(fs::read(tmp.path().join(".part-0-1")).unwrap(), b"a\nb\n");
+        assert_eq!(listing(tmp.path()), vec![".inprogress-0-1"]);
+        assert_eq!(read(tmp.path(), ".inprogress-0-1"), "a\nb\n");
         s.invoke(batch(&["c"])).await.unwrap();
-        assert_eq!(listing(tmp.path()), vec![".inprogress-0-2", ".part-0-1"]);
+        assert_eq!(
+            listing(tmp.path()),
+            vec![".inprogress-0-1", ".inprogress-0-2"]
+        );
         s.snapshot(CheckpointId(2)).await.unwrap();
         s.invoke(batch(&["d"])).await.unwrap();
         s.snapshot(CheckpointId(3)).await.unwrap();
@@ -402,9 +598,9 @@ mod tests {
         s.notify_checkpoint_complete(CheckpointId(2)).await.unwrap();
         assert_eq!(
             listing(tmp.path()),
-            vec![".part-0-3", "part-0-1", "part-0-2"]
+            vec![".inprogress-0-3", "part-0-1", "part-0-2"]
         );
-        assert_eq!(fs::read(tmp.path().join("part-0-2")).unwrap(), b"c\n");
+        assert_eq!(read(tmp.path(), "part-0-2"), "c\n");
         s.notify_checkpoint_complete(CheckpointId(3)).await.unwrap();
         assert_eq!(
             listing(tmp.path()),
@@ -417,6 +613,169 @@ mod tests {
             listing(tmp.path()),
             vec!["part-0-1", "part-0-2", "part-0-3"]
         );
+    }
+
+    fn partitioned(dir: &Path, template: &str, roll: Option<u64>) -> FileSink {
+        let mut cfg = FileSinkConfig::json(dir.to_path_buf());
+        cfg.partition =
+            Some(super::super::partition::PartitionTemplate::parse(template, None).unwrap());
+        cfg.roll_bytes = roll;
+        FileSink::new(FileWriter::new(cfg))
+    }
+
+    #[tokio::test]
+    async fn a_part_rolls_at_roll_bytes_and_its_files_commit_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = FileSinkConfig::json(tmp.path().to_path_buf());
+        cfg.roll_bytes = Some(4);
+        let mut s = FileSink::new(FileWriter::new(cfg));
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        // "ab\n" is 3 bytes: the part rolls after the second batch.
+        s.invoke(batch(&["ab"])).await.unwrap();
+        s.invoke(batch(&["cd"])).await.unwrap();
+        s.invoke(batch(&["ef"])).await.unwrap();
+        assert_eq!(
+            listing(tmp.path()),
+            vec![".inprogress-0-1", ".inprogress-0-2"]
+        );
+        s.snapshot(CheckpointId(7)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(7)).await.unwrap();
+        assert_eq!(listing(tmp.path()), vec!["part-0-7", "part-0-7-1"]);
+        assert_eq!(read(tmp.path(), "part-0-7"), "ab\ncd\n");
+        assert_eq!(read(tmp.path(), "part-0-7-1"), "ef\n");
+    }
+
+    #[tokio::test]
+    async fn records_go_to_their_partition_folders() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = partitioned(tmp.path(), "c={/c}/k={/k}", None);
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        s.invoke(batch(&[
+            r#"{"c":"DE","k":1}"#,
+            r#"{"c":"a/b","k":1}"#,
+            r#"{"c":"DE","k":1}"#,
+            r#"{"k":2}"#,
+        ]))
+        .await
+        .unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        assert_eq!(
+            listing(tmp.path()),
+            vec![
+                "c=DE/k=1/part-0-1",
+                "c=__HIVE_DEFAULT_PARTITION__/k=2/part-0-1-2",
+                "c=a%2Fb/k=1/part-0-1-1",
+            ]
+        );
+        assert_eq!(
+            read(tmp.path(), "c=DE/k=1/part-0-1"),
+            "{\"c\":\"DE\",\"k\":1}\n{\"c\":\"DE\",\"k\":1}\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restore_commits_named_files_in_folders_and_cleans_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        // Checkpoint 1 committed; checkpoint 2 staged (named by the state taken at 2);
+        // checkpoint 3 staged and then committed, but the restore is from 2; work
+        // after 3 in progress.
+        let mut s = partitioned(d, "c={/c}", Some(1 << 20));
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"x","n":1}"#])).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"x","n":2}"#, r#"{"c":"y","n":2}"#]))
+            .await
+            .unwrap();
+        let at_2 = s.snapshot(CheckpointId(2)).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"y","n":3}"#])).await.unwrap();
+        s.snapshot(CheckpointId(3)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(3)).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"z","n":4}"#])).await.unwrap();
+        assert_eq!(
+            listing(d),
+            vec![
+                "c=x/part-0-1",
+                "c=x/part-0-2",
+                "c=y/part-0-2-1",
+                "c=y/part-0-3",
+                "c=z/.inprogress-0-5",
+            ]
+        );
+        drop(s);
+        // Restore from 2 as if 3's commits had not happened yet for checkpoint 2:
+        // take checkpoint 2's files back to in progress first.
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(2)),
+            states: vec![(0, at_2)],
+            parallelism: 1,
+        };
+        let mut s = partitioned(d, "c={/c}", Some(1 << 20));
+        s.open(&info(0, 1), &restored).await.unwrap();
+        assert_eq!(
+            listing(d),
+            vec![
+                ".rolled-back/c=y/part-0-3",
+                "c=x/part-0-1",
+                "c=x/part-0-2",
+                "c=y/part-0-2-1",
+            ],
+            "2's files committed (again: found committed), 3's rolled back, 4's removed"
+        );
+        assert_eq!(read(d, "c=y/part-0-2-1"), "{\"c\":\"y\",\"n\":2}\n");
+    }
+
+    #[tokio::test]
+    async fn a_restore_commits_in_progress_files_its_checkpoint_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut s = partitioned(d, "c={/c}", None);
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"x"}"#, r#"{"c":"y"}"#]))
+            .await
+            .unwrap();
+        let at_1 = s.snapshot(CheckpointId(1)).await.unwrap();
+        s.invoke(batch(&[r#"{"c":"x"}"#])).await.unwrap();
+        s.snapshot(CheckpointId(2)).await.unwrap();
+        // A crash before either notify.
+        drop(s);
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(1)),
+            states: vec![(0, at_1)],
+            parallelism: 1,
+        };
+        partitioned(d, "c={/c}", None)
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap();
+        assert_eq!(listing(d), vec!["c=x/part-0-1", "c=y/part-0-1-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_crafted_state_cannot_name_a_file_outside_the_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bad = super::super::names::encode_staged(vec![Staged::Files {
+            subtask: 0,
+            id: CheckpointId(1),
+            files: vec![StagedFile {
+                folder: "../elsewhere".into(),
+                token: "0-ab-1".into(),
+                ext: String::new(),
+            }],
+        }])
+        .unwrap();
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(1)),
+            states: vec![(0, bad)],
+            parallelism: 1,
+        };
+        let err = sink(tmp.path())
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not one the sink makes"), "{err}");
     }
 
     #[tokio::test]

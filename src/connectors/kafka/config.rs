@@ -411,6 +411,25 @@ fn registry_unused(
         && key_format.as_ref().is_none_or(|k| k.registry().is_none())
 }
 
+impl KafkaSection {
+    /// The one Avro schema of every value, when `format = "avro"` names one: the
+    /// reader schema, or else the schema of unframed values (a registry's values
+    /// have a schema per record).
+    fn value_schema(
+        &self,
+        cx: &crate::connector::SectionContext,
+    ) -> Option<(std::path::PathBuf, String)> {
+        if self.format.as_deref() != Some("avro") {
+            return None;
+        }
+        match (&self.reader_schema_file, &self.schema_file) {
+            (Some(p), _) => Some((cx.resolve(p), "source.kafka.reader_schema_file".into())),
+            (None, Some(p)) => Some((cx.resolve(p), "source.kafka.schema_file".into())),
+            (None, None) => None,
+        }
+    }
+}
+
 /// What a job keyed per partition (`job.co_partitioned`) needs instead of a source
 /// whose partitions do not hold every record of a key.
 pub use crate::connector::section::CO_PARTITIONED_FIX;
@@ -434,6 +453,7 @@ impl crate::connector::SourceSection for KafkaSection {
             positions_restart: (cfg.on_topic_recreated == RecreatedPolicy::Restart)
                 .then(|| "source.kafka.on_topic_recreated".to_string()),
             without_coordinates: None,
+            value_schema: self.value_schema(cx),
         };
         Ok(crate::connector::PreparedSource {
             facts,

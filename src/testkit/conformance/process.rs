@@ -281,7 +281,7 @@ impl ProcessJob {
     }
 
     /// What the file sink committed, in checkpoint order (within one checkpoint, by
-    /// subtask): one value per line.
+    /// subtask, then in the order each wrote its files): one value per line.
     pub fn committed_lines(&self) -> Result<Vec<Vec<u8>>, String> {
         use crate::connectors::file_sink::{parse_part_name, PartName};
         let mut parts = Vec::new();
@@ -291,10 +291,10 @@ impl ProcessJob {
         };
         for e in rd {
             let e = e.map_err(|e| e.to_string())?;
-            if let Some(PartName::Committed { subtask, id }) =
+            if let Some(PartName::Committed { subtask, id, seq }) =
                 parse_part_name(&e.file_name().to_string_lossy())
             {
-                parts.push(((id, subtask), e.path()));
+                parts.push(((id, subtask, seq), e.path()));
             }
         }
         parts.sort();
