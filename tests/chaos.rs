@@ -8,7 +8,7 @@ use common::es::Es;
 use common::kafka::KafkaProcess;
 use common::lake;
 use common::{bin, chaos, wait_timeout};
-use lockgate::testkit::conformance::process::ProcessJob;
+use lockgate::testkit::conformance::process::{self, KillAt, ProcessJob};
 use lockgate::testkit::moto::MotoServer;
 use rand::SeedableRng;
 use serde_json::Value;
@@ -579,43 +579,427 @@ macro_rules! store_file_sink_failpoint_tests {
     };
 }
 
+// Every window of an object store commit, at parallelism 2 (a checkpoint commits two
+// parts, one per subtask): after a part was staged, after the checkpoint was published
+// and before any of its parts is visible, before one part's commit, between the copy
+// and the delete of one, and between the two parts of one checkpoint.
 store_file_sink_failpoint_tests! {
+    abort_after_a_part_was_staged_in_the_store => "after-stage",
+    abort_after_publish_before_the_store_parts_are_visible => "after-publish",
+    abort_before_a_part_commit_into_the_store => "before-part-commit",
     abort_between_the_copy_and_the_delete_of_a_store_commit => "store-part-copied",
+    abort_between_the_two_parts_of_one_store_commit => "after-part-commit",
 }
 
-/// A run of a Parquet file sink into an object store (moto) aborted at `fp`, then run
-/// to the end: every record once, read back by pyarrow, and nothing staged left.
-fn store_file_sink_abort_at(fp: &str) {
+/// The bucket and prefix of the object store tests' output.
+const LAKE_PREFIX: &str = "orders";
+const LAKE_URL: &str = "s3://lake/orders";
+
+/// What the store held under [`LAKE_PREFIX`] at one moment. Staged objects are named
+/// by their writer, not their checkpoint: a staged object and the visible part copied
+/// from it are told apart from others by their content (the ETag, the MD5 of the
+/// bytes of an object put whole, which a copy keeps).
+#[derive(Debug, Default)]
+struct StoreParts {
+    /// Under `_staging/`: written, not visible, by key, with their ETags.
+    staged: std::collections::BTreeMap<String, String>,
+    /// Under the prefix itself: visible, as `(subtask, checkpoint id, file number)`,
+    /// with their keys and ETags.
+    visible: std::collections::BTreeMap<(u16, u64, u32), (String, String)>,
+    /// Keys under `_rolled-back/`.
+    rolled_back: Vec<String>,
+    /// Any other key: the sink writes none.
+    other: Vec<String>,
+}
+
+impl StoreParts {
+    fn list(moto: &MotoServer) -> StoreParts {
+        use lockgate::connectors::file_sink::store::{STAGING, STORE_ROLLED_BACK};
+        use lockgate::connectors::file_sink::{parse_part_name, PartName};
+        let mut parts = StoreParts::default();
+        for (key, etag) in lake::store_objects_with_etags(moto, LAKE_PREFIX) {
+            let (folder, name) = key.rsplit_once('/').unwrap_or(("", &key));
+            let parquet = name.ends_with(".parquet");
+            match (folder, parse_part_name(name)) {
+                ("", Some(PartName::Committed { subtask, id, seq })) if parquet => {
+                    parts.visible.insert((subtask, id.0, seq), (key, etag));
+                }
+                (f, _) if f == STAGING && parquet && name.starts_with("inprogress-") => {
+                    parts.staged.insert(key, etag);
+                }
+                (f, _) if f == STORE_ROLLED_BACK => parts.rolled_back.push(key),
+                _ => parts.other.push(key),
+            }
+        }
+        parts
+    }
+
+    /// Whether a visible part has the content `etag`.
+    fn is_visible(&self, etag: &str) -> bool {
+        self.visible.values().any(|(_, e)| e == etag)
+    }
+
+    /// A staged object whose content no visible part has: its commit has not begun
+    /// (or it belongs to a checkpoint that has not completed).
+    fn uncommitted(&self) -> Option<&str> {
+        self.staged
+            .iter()
+            .find(|(_, e)| !self.is_visible(e))
+            .map(|(k, _)| k.as_str())
+    }
+
+    /// A staged object whose content a visible part of a completed checkpoint (id at
+    /// most `newest`) has: copied, its staged object not yet deleted.
+    fn copied_not_deleted(&self, newest: u64) -> Option<&str> {
+        self.staged
+            .iter()
+            .find(|(_, e)| {
+                self.visible
+                    .iter()
+                    .any(|(p, (_, v))| p.1 <= newest && v == *e)
+            })
+            .map(|(k, _)| k.as_str())
+    }
+
+    /// A completed checkpoint one of whose parts is visible (and no longer staged)
+    /// while an object is staged that no visible part holds: half committed.
+    fn half_committed(&self, newest: u64) -> Option<u64> {
+        let staged: std::collections::BTreeSet<&String> = self.staged.values().collect();
+        self.uncommitted()?;
+        self.visible
+            .iter()
+            .find(|(p, (_, e))| p.1 <= newest && !staged.contains(e))
+            .map(|(p, _)| p.1)
+    }
+}
+
+/// Whether the store at the moment of an abort or kill at `point` shows that the
+/// process died inside that point's window (None: the point leaves no trace in the
+/// store that tells, or another subtask may have moved on meanwhile).
+fn in_window(point: &str, at: &StoreParts, newest: u64) -> Option<bool> {
+    match point {
+        "after-stage" | "after-publish" | "before-part-commit" => Some(at.uncommitted().is_some()),
+        "store-part-copied" => Some(at.copied_not_deleted(newest).is_some()),
+        _ => None,
+    }
+}
+
+/// What a reader of the store sees, read back by pyarrow (its own S3 client), which
+/// must hold at any moment the job is down, `newest` being its newest complete
+/// checkpoint: every visible object is a part of a checkpoint up to `newest` (what a
+/// restore keeps), which pyarrow reads whole (no partial file), and no record is in two
+/// of them. Parts under `_rolled-back/` are not output (readers skip `_` folders) and
+/// are not counted. Returns what the store holds and each record seen (its `seq`).
+fn assert_visible_once(
+    moto: &MotoServer,
+    newest: u64,
+    note: &str,
+) -> (StoreParts, std::collections::BTreeSet<i64>) {
+    let parts = StoreParts::list(moto);
+    assert_eq!(parts.other, Vec::<String>::new(), "only parts: {note}");
+    let early: Vec<_> = parts.visible.keys().filter(|p| p.1 > newest).collect();
+    assert!(
+        early.is_empty(),
+        "parts of checkpoints after {newest} are visible: {early:?} {note}"
+    );
+    let rows = lake::store_rows(LAKE_URL, &moto.env())
+        .unwrap_or_else(|e| panic!("pyarrow reads every visible part: {e} {note}"));
+    let mut read = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut duplicated = Vec::new();
+    for r in &rows {
+        let file = r["file"].as_str().unwrap();
+        read.insert(file.to_string());
+        let seq = r["row"]["seq"].as_i64().unwrap();
+        if !seen.insert(seq) {
+            duplicated.push((seq, file.to_string()));
+        }
+    }
+    let visible: std::collections::BTreeSet<String> =
+        parts.visible.values().map(|(k, _)| k.clone()).collect();
+    assert_eq!(
+        read, visible,
+        "pyarrow read rows from every visible part {note}"
+    );
+    assert!(duplicated.is_empty(), "duplicated: {duplicated:?} {note}");
+    (parts, seen)
+}
+
+/// The final state of a Parquet file sink's output of the sequence `1..=to` in the
+/// store after the job's last run (`newest` its final checkpoint): what
+/// [`assert_visible_once`] checks, every record there, nothing left under
+/// `_staging/`, and no multipart upload left open in the bucket. Returns what the
+/// store holds.
+fn assert_exact_store_output(moto: &MotoServer, newest: u64, to: i64, note: &str) -> StoreParts {
+    let (parts, seen) = assert_visible_once(moto, newest, note);
+    assert_eq!(
+        parts.staged,
+        Default::default(),
+        "nothing staged is left behind {note}"
+    );
+    let missing: Vec<i64> = (1..=to).filter(|s| !seen.contains(s)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} missing, the first {:?} {note}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+    assert_eq!(seen.len() as i64, to, "nothing else {note}");
+    assert_eq!(
+        lake::multipart_uploads(moto, "lake"),
+        Vec::<String>::new(),
+        "no multipart upload left open {note}"
+    );
+    parts
+}
+
+/// Moto with the bucket `lake`, where a multipart upload left open is seen (so that
+/// the check for none can fail): one is begun and left in a bucket of its own.
+fn lake_store() -> MotoServer {
     let moto = MotoServer::start().unwrap();
     moto.create_bucket("lake").unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let schema = tmp.path().join("s.avsc");
-    std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
-    let url = "s3://lake/orders";
-    let job = ProcessJob::new(&common::bin(), &tmp.path().join("job")).unwrap();
-    let (source, sink) = lake::store_job_sections(&moto, url, &schema, 3000, 3000);
-    job.write(&source, &sink).unwrap();
-    job.abort_at(fp).unwrap();
-    let staged_at_the_abort: Vec<String> = lake::store_objects(&moto, "orders")
-        .into_iter()
-        .filter(|k| k.starts_with("_staging/"))
-        .collect();
-    assert!(
-        !staged_at_the_abort.is_empty(),
-        "the abort came while a staged part was there"
+    moto.create_bucket("control").unwrap();
+    lake::begin_multipart_upload(&moto, "control", "left/open");
+    assert_eq!(
+        lake::multipart_uploads(&moto, "control"),
+        vec!["left/open".to_string()]
     );
-    let (source, sink) = lake::store_job_sections(&moto, url, &schema, 3000, 0);
-    job.write(&source, &sink).unwrap();
-    job.run_to_end().unwrap();
+    moto
+}
 
-    let seen = lake::store_counts(&moto, url);
-    assert_eq!(seen.len(), 3000, "every record");
-    assert!(seen.values().all(|n| *n == 1), "each once");
-    let left: Vec<String> = lake::store_objects(&moto, "orders")
-        .into_iter()
-        .filter(|k| k.starts_with('_'))
+/// A job writing a paced sequence as Parquet into an object store (moto, bucket
+/// `lake`) at parallelism 2, its job file and checkpoints in a temporary directory.
+struct StoreJob {
+    moto: MotoServer,
+    job: ProcessJob,
+    schema: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// The records of the object store abort tests: a second at their pace.
+const STORE_RECORDS: i64 = 3000;
+
+impl StoreJob {
+    fn new() -> StoreJob {
+        let moto = lake_store();
+        let tmp = tempfile::tempdir().unwrap();
+        let schema = tmp.path().join("s.avsc");
+        std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
+        let job = ProcessJob::new(&common::bin(), &tmp.path().join("job")).unwrap();
+        StoreJob {
+            moto,
+            job,
+            schema,
+            _tmp: tmp,
+        }
+    }
+
+    /// Writes the job file: the sequence up to `to` at `rate` records per second.
+    fn write(&self, to: i64, rate: u64) {
+        let (source, sink) = lake::store_job_sections(&self.moto, LAKE_URL, &self.schema, to, rate);
+        self.job.write(&source, &sink).unwrap();
+    }
+
+    /// Runs the job with failpoints `spec`, which must abort it at `fp`.
+    fn abort(&self, spec: &str, fp: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        let mut run = self.job.spawn(&[(lockgate::fault::ENV, spec)]).unwrap();
+        let status = self.job.wait(&mut run).unwrap();
+        drop(run);
+        let tail = self.job.log_tail();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGABRT),
+            "the run with {spec} aborted: {tail}"
+        );
+        assert!(
+            tail.contains(&format!("failpoint {fp}: exit")),
+            "it aborted at {fp}: {tail}"
+        );
+    }
+
+    /// Runs the job to the end, unpaced, which must restore the checkpoint at
+    /// `restored`, and checks its output ([`assert_exact_store_output`]): nothing was
+    /// visible after that checkpoint, so nothing is rolled back.
+    fn run_to_end_from(&self, restored: &Path, note: &str) {
+        self.write(STORE_RECORDS, 0);
+        self.job.run_to_end().unwrap();
+        let log =
+            std::fs::read_to_string(self.job.checkpoints().with_file_name("job.log")).unwrap();
+        let restored = format!("checkpoint={} ", restored.display());
+        assert!(
+            log.lines()
+                .any(|l| l.contains(" restoring ") && l.contains(&restored)),
+            "the next run restored {restored} {note}: {}",
+            self.job.log_tail()
+        );
+        let end = assert_exact_store_output(&self.moto, self.job.newest(), STORE_RECORDS, note);
+        assert!(
+            end.rolled_back.is_empty(),
+            "nothing visible came after the restored checkpoint {note}"
+        );
+    }
+
+    /// The newest complete checkpoint: its id and directory.
+    fn newest(&self) -> (u64, PathBuf) {
+        let path = lockgate::chaos::complete_checkpoints(&self.job.checkpoints())
+            .pop()
+            .expect("a complete checkpoint");
+        (self.job.newest(), path)
+    }
+}
+
+/// A run of a Parquet file sink into an object store (moto), parallelism 2, aborted at
+/// failpoint `fp` at a checkpoint after the second one holding records (both subtasks
+/// write by then, so a checkpoint commits two parts), then run to the end. The store at
+/// the abort must show the window (a part staged, a part of a published checkpoint not
+/// yet visible, a part copied and still staged, one part of a checkpoint visible and
+/// the other not), and the final output must be exact ([`assert_exact_store_output`]).
+fn store_file_sink_abort_at(fp: &str) {
+    let j = StoreJob::new();
+    j.write(STORE_RECORDS, STORE_RECORDS as u64);
+    let spec = match fp {
+        // The subtask that commits its part second waits at its commit while the first
+        // commits and aborts the process: one part of the checkpoint is visible and the
+        // other staged, whichever subtask comes first.
+        "after-part-commit" => {
+            "before-part-commit@2=1*off->sleep(5000);after-part-commit@2=exit".to_string()
+        }
+        _ => format!("{fp}@2=exit"),
+    };
+    j.abort(&spec, fp);
+    let (newest, newest_path) = j.newest();
+    assert!(newest >= 2, "two checkpoints completed before the abort");
+    let at = StoreParts::list(&j.moto);
+    let note = format!("(abort at {fp} after checkpoint {newest}, the store then: {at:?})");
+    let shown = match fp {
+        "after-part-commit" => Some(at.half_committed(newest).is_some()),
+        _ => in_window(fp, &at, newest),
+    };
+    assert_eq!(shown, Some(true), "the store shows the window {note}");
+    assert!(at.rolled_back.is_empty(), "{note}");
+    assert_visible_once(&j.moto, newest, &note);
+    j.run_to_end_from(&newest_path, &note);
+}
+
+/// A restore commits the parts its checkpoint names again (their completion may not
+/// have been acted on): a run aborted before a part's commit, then a run aborted
+/// between the copy and the delete of that commit on its restore (its first commit,
+/// before any checkpoint of its own), then a run to the end.
+#[test]
+fn abort_between_the_copy_and_the_delete_of_a_store_commit_on_restore() {
+    let j = StoreJob::new();
+    j.write(STORE_RECORDS, STORE_RECORDS as u64);
+    j.abort("before-part-commit@2=exit", "before-part-commit");
+    let (newest, newest_path) = j.newest();
+    let at = StoreParts::list(&j.moto);
+    let note = format!("(the store after the first abort, at checkpoint {newest}: {at:?})");
+    assert!(at.uncommitted().is_some(), "{note}");
+    // Armed at once: the first copy is the restore's.
+    j.abort("store-part-copied=exit", "store-part-copied");
+    let at = StoreParts::list(&j.moto);
+    let note = format!("(the store after the abort on restore: {at:?})");
+    assert_eq!(
+        j.newest().0,
+        newest,
+        "the second run completed no checkpoint: it died restoring {note}"
+    );
+    assert!(at.copied_not_deleted(newest).is_some(), "{note}");
+    assert_visible_once(&j.moto, newest, &note);
+    j.run_to_end_from(&newest_path, &note);
+}
+
+/// Where the SIGKILLs of a file sink into an object store land: the checkpoint
+/// protocol's moments ([`process::KILL_POINTS`]) and every window of the store
+/// commit.
+fn store_kill_points() -> Vec<(&'static str, std::ops::Range<u64>)> {
+    process::KILL_POINTS
+        .iter()
+        .cloned()
+        .chain([
+            ("after-stage", 0..6),
+            ("before-part-commit", 0..6),
+            ("store-part-copied", 0..6),
+            ("after-part-commit", 0..6),
+        ])
+        .collect()
+}
+
+/// `kills` SIGKILL moments at `points` from `seed`: each point once, then the rest
+/// drawn among them ([`KillAt::schedule`]), in a seeded order; and the note that names
+/// the seed and the moments in failures.
+fn kill_schedule_over_every_point(
+    seed: u64,
+    kills: usize,
+    points: &[(&'static str, std::ops::Range<u64>)],
+) -> (Vec<KillAt>, String) {
+    use rand::seq::SliceRandom;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut schedule: Vec<KillAt> = points
+        .iter()
+        .flat_map(|p| KillAt::schedule(&mut rng, 1, std::slice::from_ref(p)))
         .collect();
-    assert_eq!(left, Vec::<String>::new(), "nothing staged is left behind");
+    schedule.extend(KillAt::schedule(&mut rng, kills - points.len(), points));
+    schedule.shuffle(&mut rng);
+    let moments: Vec<String> = schedule
+        .iter()
+        .map(|k| format!("{} pass {}", k.point, k.hits + 1))
+        .collect();
+    let note = format!(
+        "(seed {seed}: kills at {}; LOCKGATE_TEST_SEED={seed} replays that schedule)",
+        moments.join(", ")
+    );
+    (schedule, note)
+}
+
+/// Thirty SIGKILLs of a job writing Parquet into an object store (moto) at parallelism
+/// 2, each at a seeded moment of the checkpoint protocol or of the store commit
+/// ([`store_kill_points`], each at least once) after the run completed a checkpoint
+/// holding records, then a run to the end. After every kill the store shows no partial
+/// part, no duplicated record and nothing of a checkpoint after the newest complete one
+/// ([`assert_visible_once`]), and a kill in a window the store shows (a part staged, a
+/// part of a completed checkpoint not yet visible, a part copied and still staged) left
+/// that behind; at the end the output is exact ([`assert_exact_store_output`]).
+#[test]
+fn thirty_sigkills_of_a_parquet_file_sink_into_an_object_store() {
+    // Paced: a run lives at most a few checkpoints past its first one before its kill,
+    // well under a second here; 60 s of input cannot run out in 30 such runs.
+    const TO: i64 = 120_000;
+    const RATE: u64 = 2_000;
+    let started = std::time::Instant::now();
+    let j = StoreJob::new();
+    let (schedule, note) =
+        kill_schedule_over_every_point(process::seed(20261207), 30, &store_kill_points());
+    j.write(TO, RATE);
+    let (mut shown, mut visible_after_the_kills) = (0, 0);
+    for (i, at) in schedule.iter().enumerate() {
+        let killed = j
+            .job
+            .kill_at(*at)
+            .unwrap_or_else(|e| panic!("kill {i}: {e} {note}"));
+        assert!(killed, "run {i} ended before its kill at {at:?} {note}");
+        let newest = j.job.newest();
+        let (parts, seen) = assert_visible_once(&j.moto, newest, &format!("after kill {i} {note}"));
+        if let Some(window) = in_window(at.point, &parts, newest) {
+            assert!(
+                window,
+                "kill {i} at {at:?} after checkpoint {newest} left {parts:?} {note}"
+            );
+            shown += 1;
+        }
+        visible_after_the_kills = seen.len();
+    }
+    j.write(TO, 0);
+    j.job
+        .run_to_end()
+        .unwrap_or_else(|e| panic!("the last run: {e} {note}"));
+    let end = assert_exact_store_output(&j.moto, j.job.newest(), TO, &note);
+    eprintln!(
+        "30 kills ({shown} checked in a store window, {visible_after_the_kills} of {TO} records visible after them) in {:?}: {} visible parts, {} rolled back {note}",
+        started.elapsed(),
+        end.visible.len(),
+        end.rolled_back.len()
+    );
 }
 
 /// The roll-back the harness checked on every restart of a file-sink job: each run

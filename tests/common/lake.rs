@@ -102,16 +102,69 @@ pub fn store_counts(moto: &MotoServer, url: &str) -> BTreeMap<i64, u32> {
 
 /// The objects under `prefix` of bucket `lake`, by key below it.
 pub fn store_objects(moto: &MotoServer, prefix: &str) -> Vec<String> {
+    store_objects_with_etags(moto, prefix)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// [`store_objects`] with each object's ETag (for an object put whole, the MD5 of its
+/// bytes; a copy keeps it).
+pub fn store_objects_with_etags(moto: &MotoServer, prefix: &str) -> Vec<(String, String)> {
     let (store, root) = moto.location("lake", prefix).open().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         use futures::TryStreamExt;
         let all: Vec<_> = store.list(Some(&root)).try_collect().await.unwrap();
-        let mut keys: Vec<String> = all
+        let mut keys: Vec<(String, String)> = all
             .into_iter()
-            .map(|m| m.location.as_ref()[root.as_ref().len() + 1..].to_string())
+            .map(|m| {
+                (
+                    m.location.as_ref()[root.as_ref().len() + 1..].to_string(),
+                    m.e_tag.unwrap_or_default(),
+                )
+            })
             .collect();
         keys.sort();
         keys
     })
+}
+
+/// The multipart uploads begun and neither completed nor aborted in `bucket` on `moto`,
+/// by key: ListMultipartUploads (`GET /<bucket>?uploads`), unsigned, which moto
+/// answers like any request. An upload left there holds stored parts that no object
+/// shows, billed until someone aborts it.
+pub fn multipart_uploads(moto: &MotoServer, bucket: &str) -> Vec<String> {
+    let r = reqwest::blocking::get(format!("{}/{bucket}?uploads", moto.endpoint())).unwrap();
+    assert!(
+        r.status().is_success(),
+        "ListMultipartUploads: {}",
+        r.status()
+    );
+    let xml = r.text().unwrap();
+    assert!(
+        xml.contains("<ListMultipartUploadsResult") && xml.contains("<IsTruncated>false<"),
+        "a whole ListMultipartUploads answer: {xml}"
+    );
+    xml.split("<Upload>")
+        .skip(1)
+        .map(|upload| {
+            let key = upload.split_once("<Key>").map_or("", |(_, rest)| rest);
+            key.split_once("</Key>").map_or(key, |(k, _)| k).to_string()
+        })
+        .collect()
+}
+
+/// Begins a multipart upload of `key` in `bucket` on `moto` and leaves it open
+/// (CreateMultipartUpload, unsigned): what a writer killed mid-upload leaves.
+pub fn begin_multipart_upload(moto: &MotoServer, bucket: &str, key: &str) {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/{bucket}/{key}?uploads", moto.endpoint()))
+        .send()
+        .unwrap();
+    assert!(
+        r.status().is_success(),
+        "CreateMultipartUpload: {}",
+        r.status()
+    );
 }
