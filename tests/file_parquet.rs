@@ -203,3 +203,128 @@ fn the_example_job_writes_every_running_total_once() {
     assert!(v.is_exact(), "{v:?}");
     assert_eq!(v.committed, 200_000);
 }
+
+/// A Kafka topic of unframed Avro values (the ORDER schema, every kind of field) into
+/// Parquet files that take their columns from the source's own schema (no
+/// `schema_file` in `[sink.file]`), in folders by a year read from a field: every value
+/// exact in pyarrow's reading, and the records whose field is not a time are
+/// dead-lettered to a topic of the source's cluster, while their batches' other
+/// records are written.
+#[test]
+fn an_avro_topic_becomes_parquet_by_its_own_schema_with_refused_records_dead_lettered() {
+    use apache_avro::types::Value as Avro;
+    use common::kafka::{produce_raw, watermarks, KafkaProcess};
+    let kafka = KafkaProcess::start(&[("orders", 2), ("bad-orders", 1)]);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("order.avsc"), ORDER).unwrap();
+    let schema = apache_avro::Schema::parse_str(ORDER).unwrap();
+    const N: usize = 400;
+    // Every tenth note is not a time: its record has no folder.
+    let note = |i: usize| match i % 10 {
+        0 => Some("soon".to_string()),
+        1 => None,
+        _ => Some(format!("{}-05-01", 2020 + i % 3)),
+    };
+    let payloads: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let record = Avro::Record(vec![
+                ("id".into(), Avro::Long(i as i64)),
+                (
+                    "amount".into(),
+                    Avro::Decimal(apache_avro::Decimal::from(
+                        (1_000_000_007i64 + i as i64).to_be_bytes().to_vec(),
+                    )),
+                ),
+                ("at".into(), Avro::TimestampMillis(1_714_564_800_123)),
+                ("day".into(), Avro::Date(19_844)),
+                (
+                    "note".into(),
+                    match note(i) {
+                        Some(n) => Avro::Union(1, Box::new(Avro::String(n))),
+                        None => Avro::Union(0, Box::new(Avro::Null)),
+                    },
+                ),
+                ("kind".into(), Avro::Enum(1, "wholesale".into())),
+                (
+                    "tags".into(),
+                    Avro::Array(vec![Avro::String("a".into()), Avro::String("b".into())]),
+                ),
+                (
+                    "qty".into(),
+                    Avro::Map([("x".to_string(), Avro::Int(3))].into_iter().collect()),
+                ),
+                (
+                    "ship".into(),
+                    Avro::Record(vec![
+                        ("city".into(), Avro::String("Zürich".into())),
+                        ("weight".into(), Avro::Double(0.1)),
+                    ]),
+                ),
+                ("hash".into(), Avro::Fixed(4, vec![0xde, 0xad, 0xbe, 0xef])),
+            ]);
+            apache_avro::to_avro_datum(&schema, record).unwrap()
+        })
+        .collect();
+    for (p, half) in payloads.chunks(N / 2).enumerate() {
+        let refs: Vec<&[u8]> = half.iter().map(Vec::as_slice).collect();
+        produce_raw(&kafka.bootstrap, "orders", p as i32, &refs);
+    }
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"avro-parquet\"\nparallelism = 2\n\n[checkpoint]\ndir = \"chk\"\ninterval_ms = 200\n\n\
+             [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\nformat = \"avro\"\nschema_file = \"order.avsc\"\n\n\
+             [sink.file]\ndir = \"out\"\nformat = \"parquet\"\npartition_by = \"y={{/note:%Y}}\"\non_item_error = \"dead-letter:bad-orders\"\n",
+            kafka.bootstrap
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        common::tail(&String::from_utf8_lossy(&out.stderr), 30)
+    );
+    let rows = common::lake::rows(&tmp.path().join("out")).unwrap();
+    let mut ids: Vec<i64> = Vec::new();
+    for r in &rows {
+        let (file, row) = (r["file"].as_str().unwrap(), &r["row"]);
+        let i = row["id"].as_i64().unwrap() as usize;
+        ids.push(i as i64);
+        let folder = match note(i) {
+            Some(n) => format!("y={}/", &n[..4]),
+            None => "y=__HIVE_DEFAULT_PARTITION__/".to_string(),
+        };
+        assert!(file.starts_with(&folder), "{file} holds record {i}");
+        assert_eq!(
+            row["amount"],
+            json!(format!(
+                "{}.{:02}",
+                (1_000_000_007 + i) / 100,
+                (1_000_000_007 + i) % 100
+            )),
+            "a decimal keeps its digits"
+        );
+        assert_eq!(row["at"], json!("2024-05-01T12:00:00.123000+00:00"));
+        assert_eq!(row["day"], json!("2024-05-01"));
+        assert_eq!(row["kind"], json!("wholesale"));
+        assert_eq!(row["tags"], json!(["a", "b"]));
+        assert_eq!(row["qty"], json!([["x", 3]]));
+        assert_eq!(row["ship"], json!({"city": "Zürich", "weight": 0.1}));
+        assert_eq!(row["hash"], json!("deadbeef"));
+    }
+    ids.sort();
+    let expected: Vec<i64> = (0..N as i64).filter(|i| i % 10 != 0).collect();
+    assert_eq!(ids, expected, "every record with a folder, once");
+    let (low, high) = watermarks(&kafka.bootstrap, "bad-orders", 0).unwrap();
+    assert_eq!(
+        high - low,
+        (N / 10) as i64,
+        "each refused record dead-lettered once"
+    );
+}
