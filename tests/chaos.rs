@@ -628,6 +628,7 @@ impl StoreParts {
                     parts.staged.insert(key, etag);
                 }
                 (f, _) if f == STORE_ROLLED_BACK => parts.rolled_back.push(key),
+                ("", _) if name == lockgate::connectors::file_sink::store::STORE_MARKER => {}
                 _ => parts.other.push(key),
             }
         }

@@ -237,16 +237,33 @@ fn crash_between_publish_and_notify_commits_the_staged_files_on_restore() {
         "records were emitted before the checkpoint:\n{}",
         tail(&log, 30)
     );
-    let staged = std::fs::read_dir(j.out())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with(".part-")
-        })
-        .count();
+    // The files the published checkpoint names (its sink subtasks' states) are there,
+    // still in progress: staged, not committed.
+    let newest = j
+        .complete_checkpoints()
+        .pop()
+        .expect("the published checkpoint");
+    let meta = lockgate::state::CheckpointMetadata::read(&newest).unwrap();
+    let mut staged = 0;
+    for s in meta
+        .subtasks
+        .iter()
+        .filter(|s| s.operator == lockgate::connector::SINK_UID)
+    {
+        for c in lockgate::connectors::file_sink::names::decode_staged(&s.inline_state).unwrap() {
+            let lockgate::connectors::file_sink::Staged::Files { files, .. } = c else {
+                panic!("a state of this version names files: {c:?}");
+            };
+            for f in files {
+                let path = j
+                    .out()
+                    .join(&f.folder)
+                    .join(format!(".inprogress-{}", f.token));
+                assert!(path.exists(), "{} is staged", path.display());
+                staged += 1;
+            }
+        }
+    }
     assert!(
         staged > 0,
         "the published checkpoint left staged part files"

@@ -42,3 +42,39 @@ fn a_fresh_start_moves_the_earlier_parts_aside() {
         "the first run's parts are kept aside, not deleted"
     );
 }
+
+/// A prefix written by one job is refused to another (two jobs would make the same part
+/// names and overwrite each other's output); the same job opens it again.
+#[test]
+fn a_prefix_another_job_writes_is_refused() {
+    use lockgate::connector::{Sink, SinkRestore, SubtaskInfo};
+    use lockgate::connectors::file_sink::{FileSection, StoreWriter};
+    use lockgate::kits::TwoPhaseSink;
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lake").unwrap();
+    let section: FileSection = toml::from_str(&format!(
+        "dir = \"s3://lake/owned\"\nendpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"",
+        moto.endpoint()
+    ))
+    .unwrap();
+    let cfg = section.config(&|p| p.to_path_buf()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let open = |job: &str| {
+        let mut sink = TwoPhaseSink::new(StoreWriter::new(cfg.clone(), cfg.store.clone().unwrap()));
+        let info = SubtaskInfo::new(job, "sink-0", 0, 1);
+        let fresh = SinkRestore {
+            checkpoint: None,
+            states: vec![],
+            parallelism: 1,
+        };
+        rt.block_on(async move { sink.open(&info, &fresh).await })
+    };
+    open("orders").unwrap();
+    assert!(objects(&moto, "owned").contains(&"_lockgate-file-sink".to_string()));
+    open("orders").unwrap();
+    let err = open("billing").unwrap_err().to_string();
+    assert!(
+        err.contains("`orders`") && err.contains("`billing`"),
+        "{err}"
+    );
+}

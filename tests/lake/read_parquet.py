@@ -63,7 +63,7 @@ def filesystem(root):
             secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
         )
         return fs, root[len("s3://"):].rstrip("/")
-    return pafs.LocalFileSystem(), root
+    return pafs.LocalFileSystem(), os.path.abspath(root)
 
 
 def hive(root):
@@ -76,35 +76,15 @@ def hive(root):
 
 def parts(root):
     """(filesystem, path, name relative to root) of each committed part, in order."""
-    if root.startswith("s3://"):
-        from urllib.parse import urlparse
-
-        endpoint = urlparse(os.environ["AWS_ENDPOINT_URL"])
-        fs = pafs.S3FileSystem(
-            endpoint_override=endpoint.netloc,
-            scheme=endpoint.scheme,
-            region=os.environ.get("AWS_REGION", "us-east-1"),
-            access_key=os.environ["AWS_ACCESS_KEY_ID"],
-            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-        )
-        base = root[len("s3://"):].rstrip("/")
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        found = sorted(i.path for i in infos if i.type == pafs.FileType.File)
-        for path in found:
-            relative = path[len(base) + 1:]
-            if committed(relative):
-                yield fs, path, relative
+    fs, base = filesystem(root)
+    if not root.startswith("s3://") and not os.path.isdir(root):
         return
-    if not os.path.isdir(root):
-        return
-    fs = pafs.LocalFileSystem()
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            relative = os.path.relpath(path, root)
-            if committed(relative):
-                yield fs, path, relative
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    found = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+    for path in found:
+        relative = path[len(base.rstrip("/")) + 1:]
+        if committed(relative):
+            yield fs, path, relative
 
 
 def main():

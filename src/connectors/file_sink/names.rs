@@ -150,6 +150,20 @@ pub fn rolled_back_part(entry: &str) -> Option<(&str, PartName)> {
 /// whose part files were all moved away.
 pub const MARKER: &str = ".lockgate-file-sink";
 
+/// Why a job named `job` must not write where the marker holding `marked` is (None: it
+/// may): the marker names another job. Two jobs writing one place would make the same
+/// part names and overwrite each other's output, and a fresh start of one would move
+/// the other's parts aside. A marker of a lockgate before job names is empty: any job
+/// may go on with it.
+pub fn other_job(marked: &str, job: &str) -> Option<String> {
+    let owner = marked.trim();
+    (!owner.is_empty() && owner != job).then(|| {
+        format!(
+            "it holds the output of job `{owner}` (its {MARKER}), and this job is `{job}`: two jobs writing one place would overwrite each other's part files; give each job a dir of its own (or, if this job was renamed, write its new name into {MARKER})"
+        )
+    })
+}
+
 /// Whether restoring checkpoint `k` into the sink's directory must be refused: the
 /// directory has no [`MARKER`] (`marked`) and no part file (`holds_parts`: a directory
 /// of an older lockgate, before markers), so the output committed up to `k` (and the
@@ -513,6 +527,17 @@ mod tests {
         assert_eq!(restore_action(i, k, true), RestoreAction::Commit);
         assert_eq!(restore_action(i, k, false), RestoreAction::Remove);
         assert_eq!(restore_action(i, None, false), RestoreAction::Remove);
+    }
+
+    #[test]
+    fn a_marker_of_another_job_is_refused() {
+        assert_eq!(other_job("", "orders"), None, "a marker before job names");
+        assert_eq!(other_job("orders\n", "orders"), None);
+        let why = other_job("billing", "orders").unwrap();
+        assert!(
+            why.contains("`billing`") && why.contains("`orders`"),
+            "{why}"
+        );
     }
 
     #[test]

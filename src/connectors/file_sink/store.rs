@@ -15,7 +15,8 @@
 //!   is deleted before the output that replaces it is there.
 //!
 //! The store itself is shared: a restore on another machine finds the output where the
-//! job left it (no local marker is needed, unlike a directory).
+//! job left it. The object `_lockgate-file-sink` under the prefix names the job that
+//! writes there; another job's prefix is refused, as in a directory.
 
 use super::names::{
     committed_name, decode_staged, encode_staged, parse_part_name, parse_staged_name, part_subtask,
@@ -42,6 +43,10 @@ pub const STAGING: &str = "_staging";
 
 /// The folder under the prefix that receives parts rolled back by a restore.
 pub const STORE_ROLLED_BACK: &str = "_rolled-back";
+
+/// The object under the prefix that names the job writing there (readers skip names
+/// that begin with `_`).
+pub const STORE_MARKER: &str = "_lockgate-file-sink";
 
 /// The prefix of a staged object's name (then its token and extension).
 const IN_PROGRESS: &str = "inprogress-";
@@ -194,6 +199,32 @@ impl StoreWriter {
         Ok(out)
     }
 
+    /// Checks the prefix's marker (`_lockgate-file-sink`, the job's name) and puts it
+    /// when there is none: another job's output is refused, as in a directory.
+    async fn mark(&self, job: &str) -> Result<()> {
+        let (store, prefix) = self.store()?;
+        let key = Self::key(prefix, None, "", STORE_MARKER);
+        match store.get(&key).await {
+            Ok(got) => {
+                let bytes = got.bytes().await.map_err(|e| self.err("read", &key, e))?;
+                let owner = String::from_utf8_lossy(&bytes);
+                if let Some(why) = super::names::other_job(&owner, job) {
+                    return Err(JobError::Unrecoverable {
+                        task: self.name.clone(),
+                        message: format!("{}/{key}: {why}", self.location.bucket()),
+                    });
+                }
+                Ok(())
+            }
+            Err(object_store::Error::NotFound { .. }) => store
+                .put(&key, PutPayload::from(job.as_bytes().to_vec()))
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err("mark", &key, e)),
+            Err(e) => Err(self.err("read", &key, e)),
+        }
+    }
+
     /// Ends an open part and puts it under the staging folder: durable once the PUT
     /// returns, named by the next barrier.
     async fn close(&mut self, opened: Opened<Vec<u8>>) -> Result<()> {
@@ -291,7 +322,7 @@ impl TwoPhaseWriter for StoreWriter {
             .open()
             .map_err(|e| JobError::task(&self.name, e))?;
         self.store = Some(opened);
-        Ok(())
+        self.mark(&info.job).await
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {

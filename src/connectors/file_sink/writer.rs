@@ -128,16 +128,21 @@ impl FileWriter {
         self.cfg.dir.join(format!(".part-{subtask}-{}{ext}", id.0))
     }
 
-    /// Creates the directory's marker (empty; its existence is what counts). Subtasks
-    /// of one job may race here: the first creates it, the others find it.
-    fn mark(&self) -> Result<()> {
+    /// Creates the directory's marker, holding the job's name. Subtasks of one job may
+    /// race here: the first creates it, the others find it.
+    fn mark(&self, job: &str) -> Result<()> {
         let marker = self.cfg.dir.join(MARKER);
         match OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&marker)
         {
-            Ok(f) => f.sync_all().map_err(|e| self.err("fsync", &marker, e))?,
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(job.as_bytes())
+                    .and_then(|_| f.sync_all())
+                    .map_err(|e| self.err("write", &marker, e))?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(self.err("create", &marker, e)),
         }
@@ -301,7 +306,17 @@ impl TwoPhaseWriter for FileWriter {
         self.name = info.name.clone();
         self.parts = OpenParts::new(writer_name());
         fs::create_dir_all(&self.cfg.dir).map_err(|e| self.err("create", &self.cfg.dir, e))?;
-        let marked = self.cfg.dir.join(MARKER).exists();
+        let marker = self.cfg.dir.join(MARKER);
+        let marked = marker.exists();
+        if marked {
+            let owner = fs::read_to_string(&marker).map_err(|e| self.err("read", &marker, e))?;
+            if let Some(why) = super::names::other_job(&owner, &info.job) {
+                return Err(JobError::Unrecoverable {
+                    task: self.name.clone(),
+                    message: format!("{}: {why}", self.cfg.dir.display()),
+                });
+            }
+        }
         if let Some(k) = restored {
             let holds_parts = fs::read_dir(&self.cfg.dir)
                 .map_err(|e| self.err("list", &self.cfg.dir, e))?
@@ -335,7 +350,7 @@ impl TwoPhaseWriter for FileWriter {
             }
         }
         if !marked {
-            self.mark()?;
+            self.mark(&info.job)?;
         }
         Ok(())
     }
@@ -751,6 +766,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(listing(d), vec!["c=x/part-0-1", "c=y/part-0-1-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_directory_another_job_writes_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = |job: &str| {
+            let info = SubtaskInfo::new(job, "sink-0", 0, 1);
+            let mut s = sink(tmp.path());
+            async move { s.open(&info, &fresh()).await }
+        };
+        open("orders").await.unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.path().join(MARKER)).unwrap(),
+            "orders"
+        );
+        open("orders").await.unwrap();
+        let err = open("billing").await.unwrap_err().to_string();
+        assert!(
+            err.contains("`orders`") && err.contains("`billing`"),
+            "{err}"
+        );
+        // A marker of a lockgate before job names is empty: any job goes on.
+        fs::write(tmp.path().join(MARKER), "").unwrap();
+        open("billing").await.unwrap();
     }
 
     #[tokio::test]
