@@ -67,6 +67,30 @@ pub struct Target {
     pub transforms: Vec<(String, std::sync::Arc<dyn crate::transforms::Smt>)>,
 }
 
+/// The directory of a file sink the harness verifies: JSON lines in a local directory,
+/// without folders, which it reads part by part.
+fn files_verified(
+    f: &crate::connectors::file_sink::FileSinkConfig,
+) -> Result<std::path::PathBuf, String> {
+    use crate::connectors::file_sink::section::FileFormat;
+    if f.store.is_some() {
+        return Err(format!(
+            "the chaos harness reads a file sink's parts from a local directory, not the object store {}",
+            f.dir.display()
+        ));
+    }
+    if f.format != FileFormat::Json {
+        return Err("the chaos harness reads a file sink's JSON lines, not Parquet".into());
+    }
+    if f.partition.is_some() {
+        return Err(
+            "the chaos harness reads a file sink's parts from its directory, not from partition_by's folders"
+                .into(),
+        );
+    }
+    Ok(f.dir.clone())
+}
+
 impl Target {
     /// The parts of the job file the harness verifies, read with the job file's own
     /// parser ([`crate::config::describe`]): the same defaults, no second reading.
@@ -85,7 +109,9 @@ impl Target {
             .cloned();
         let output = match (
             d.sink_config::<EsSinkConfig>().cloned(),
-            d.sink_config::<FileSinkConfig>().map(|f| f.dir.clone()),
+            d.sink_config::<FileSinkConfig>()
+                .map(files_verified)
+                .transpose()?,
             d.sink_config::<KafkaSinkConfig>(),
         ) {
             (_, _, Some(k)) => Output::Topic(k.topic.clone()),
@@ -241,5 +267,45 @@ impl Target {
     /// Whether the job reads `topic`.
     pub fn selects(&self, topic: &str) -> bool {
         self.topics.matches(topic)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job file of a Kafka source into `[sink.file]` with `sink_keys`.
+    fn target(sink_keys: &str) -> Result<Target, String> {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("s.avsc"),
+            r#"{"type":"record","name":"s","fields":[{"name":"id","type":"long"}]}"#,
+        )
+        .unwrap();
+        let path = tmp.path().join("job.toml");
+        std::fs::write(
+            &path,
+            format!("[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [\"t\"]\n[sink.file]\n{sink_keys}\n"),
+        )
+        .unwrap();
+        Target::from_job_file(&path)
+    }
+
+    #[test]
+    fn file_sinks_the_harness_cannot_read_back_are_refused() {
+        assert!(target("dir = \"out\"\nroll_bytes = 4096").is_ok());
+        for (keys, says) in [
+            ("dir = \"s3://lake/out\"", "object store"),
+            (
+                "dir = \"out\"\nformat = \"parquet\"\nschema_file = \"s.avsc\"",
+                "Parquet",
+            ),
+            ("dir = \"out\"\npartition_by = \"d={/id}\"", "partition_by"),
+        ] {
+            let e = target(keys)
+                .err()
+                .unwrap_or_else(|| panic!("{keys} accepted"));
+            assert!(e.contains(says), "{keys}: {e}");
+        }
     }
 }
