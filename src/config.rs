@@ -943,6 +943,32 @@ mod tests {
             let d = job(keys, "").unwrap();
             assert_eq!(columns(&d), vec!["id", "at"], "{keys}");
         }
+        // Text records have no fields for columns or folders.
+        for sink_keys in [
+            "format = \"parquet\"\nschema_file = \"order.avsc\"",
+            "partition_by = \"d={/id}\"",
+        ] {
+            let path = tmp.path().join("text.toml");
+            std::fs::write(
+                &path,
+                format!("[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [\"t\"]\nformat = \"text\"\n[sink.file]\ndir = \"out\"\n{sink_keys}\n"),
+            )
+            .unwrap();
+            let e = describe(&path, &crate::builtin::registry())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("source.kafka.format and sink.file"),
+                "{sink_keys}: {e}"
+            );
+            let text_into_time_folders = "partition_by = \"h={timestamp:%H}\"";
+            std::fs::write(
+                &path,
+                format!("[job]\nname = \"t\"\n[checkpoint]\ndir = \"c\"\n[source.kafka]\nbootstrap_servers = \"k:9092\"\ntopics = [\"t\"]\nformat = \"text\"\n[sink.file]\ndir = \"out\"\n{text_into_time_folders}\n"),
+            )
+            .unwrap();
+            assert!(describe(&path, &crate::builtin::registry()).is_ok());
+        }
         // A transform may change the records' shape; JSON has no schema to give.
         for (keys, between) in [
             (

@@ -100,7 +100,7 @@ impl PartitionTemplate {
     }
 
     /// Whether the record's fields are read (a `{/pointer}` placeholder).
-    fn reads_fields(&self) -> bool {
+    pub fn reads_fields(&self) -> bool {
         self.segments.iter().any(|s| {
             s.value
                 .iter()

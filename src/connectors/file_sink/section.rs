@@ -256,6 +256,22 @@ impl crate::connector::SinkSection for FileSection {
             .clone()
             .with_source_schema(source_schema)
             .config(&|p: &Path| cx.section.resolve(p))?;
+        // Columns and folders are read from JSON values: text or bytes records would
+        // all be refused, one by one.
+        let reads = match (&cfg.format, &cfg.partition) {
+            (FileFormat::Parquet(_), _) => Some("format = \"parquet\""),
+            (_, Some(p)) if p.reads_fields() => Some("partition_by with a field"),
+            _ => None,
+        };
+        if let (Some(what), false) = (reads, cx.source.format == "json") {
+            return Err(crate::connector::KeyError::absolute(
+                format!("{} and sink.file", cx.source.format_key),
+                format!(
+                    "{what} reads JSON values, and format = {:?} gives none; use format = \"json\" (or \"avro\", \"protobuf\")",
+                    cx.source.format
+                ),
+            ));
+        }
         cfg.on_item_error = cx.section.error_policy(
             "on_item_error",
             self.on_item_error.as_deref(),
