@@ -78,3 +78,94 @@ fn a_prefix_another_job_writes_is_refused() {
         "{err}"
     );
 }
+
+/// Parts into an object store are held in memory until put: with many `partition_by`
+/// folders open at once, once together they pass the sink's memory bound the largest
+/// are put early (as if rolled), and the checkpoint still commits every record once.
+#[test]
+fn open_parts_past_the_memory_bound_are_put_early() {
+    use lockgate::connector::{CheckpointId, Record, Sink, SinkRestore, SubtaskInfo};
+    use lockgate::connectors::file_sink::{FileSection, StoreWriter};
+    use lockgate::kits::TwoPhaseSink;
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lake").unwrap();
+    let url = "s3://lake/bounded";
+    let section: FileSection = toml::from_str(&format!(
+        "dir = {url:?}\npartition_by = \"c={{/c}}\"\nendpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"",
+        moto.endpoint()
+    ))
+    .unwrap();
+    let mut cfg = section.config(&|p| p.to_path_buf()).unwrap();
+    cfg.memory_bytes = 8192;
+    let location = cfg.store.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut sink = TwoPhaseSink::new(StoreWriter::new(cfg, location));
+        let fresh = SinkRestore {
+            checkpoint: None,
+            states: vec![],
+            parallelism: 1,
+        };
+        sink.open(&SubtaskInfo::new("bounded", "sink-0", 0, 1), &fresh)
+            .await
+            .unwrap();
+        // 20 folders, 100-byte records: 2,000 records are 200 KB, 25 times the bound.
+        for b in 0..20 {
+            let batch: Vec<Record> = (0..100)
+                .map(|i| {
+                    let seq = b * 100 + i;
+                    Record::from_value(
+                        format!(
+                            r#"{{"c":"{}","seq":{seq},"pad":"{}"}}"#,
+                            seq % 20,
+                            "x".repeat(60)
+                        )
+                        .into_bytes(),
+                    )
+                })
+                .collect();
+            sink.invoke(batch).await.unwrap();
+        }
+        sink.snapshot(CheckpointId(1)).await.unwrap();
+        sink.notify_checkpoint_complete(CheckpointId(1))
+            .await
+            .unwrap();
+    });
+    let rows = lockgate_rows(&moto, url);
+    let mut seqs: Vec<i64> = rows
+        .iter()
+        .map(|(_, r)| r["seq"].as_i64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..2000).collect::<Vec<_>>(), "every record once");
+    for (file, r) in &rows {
+        assert!(
+            file.starts_with(&format!("c={}/", r["seq"].as_i64().unwrap() % 20)),
+            "{file}"
+        );
+    }
+    let rolled = rows
+        .iter()
+        .map(|(f, _)| f.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert!(
+        rolled > 20,
+        "parts were put before the barrier: {rolled} files for 20 folders"
+    );
+    assert!(
+        objects(&moto, "bounded")
+            .iter()
+            .all(|k| !k.starts_with("_staging/")),
+        "nothing staged is left"
+    );
+}
+
+/// The rows of the committed parts under `url`, as pyarrow reads them: `(file, row)`.
+fn lockgate_rows(moto: &MotoServer, url: &str) -> Vec<(String, serde_json::Value)> {
+    common::lake::store_rows(url, &moto.env())
+        .unwrap()
+        .into_iter()
+        .map(|mut r| (r["file"].as_str().unwrap().to_string(), r["row"].take()))
+        .collect()
+}

@@ -174,8 +174,61 @@ impl<W: Write + Send> OpenParts<W> {
         self.open.iter().map(|o| o.part.in_progress_size()).sum()
     }
 
+    /// The folders and sizes of the open parts ([`OpenPart::size`]).
+    pub fn sizes(&self) -> Vec<(String, u64)> {
+        self.open
+            .iter()
+            .map(|o| (o.folder.clone(), o.part.size()))
+            .collect()
+    }
+
     /// Whether no part is open.
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+}
+
+/// Which open parts (by folder) to close so that those left hold at most half of
+/// `bound`, once together they hold more than `bound`: the largest first, so that the
+/// fewest, fullest files are made. None while they hold at most `bound`.
+pub fn parts_to_close(sizes: &[(String, u64)], bound: u64) -> Vec<String> {
+    let mut total: u64 = sizes.iter().map(|(_, s)| s).sum();
+    if total <= bound {
+        return Vec::new();
+    }
+    let mut by_size: Vec<&(String, u64)> = sizes.iter().collect();
+    by_size.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    for (folder, size) in by_size {
+        if total <= bound / 2 {
+            break;
+        }
+        total -= size;
+        out.push(folder.clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_parts_close_once_together_they_pass_the_bound() {
+        let sizes = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
+            v.iter().map(|(f, s)| (f.to_string(), *s)).collect()
+        };
+        assert!(parts_to_close(&sizes(&[("a", 50), ("b", 50)]), 100).is_empty());
+        assert_eq!(
+            parts_to_close(&sizes(&[("a", 10), ("b", 60), ("c", 40)]), 100),
+            vec!["b"],
+            "down to half the bound"
+        );
+        assert_eq!(
+            parts_to_close(&sizes(&[("a", 30), ("b", 30), ("c", 30), ("d", 30)]), 100),
+            vec!["a", "b", "c"],
+            "equal sizes close in folder order"
+        );
+        assert_eq!(parts_to_close(&sizes(&[("a", 500)]), 100), vec!["a"]);
     }
 }

@@ -25,6 +25,10 @@ pub struct FileSinkConfig {
     /// A part is also closed once it holds this many bytes (`roll_bytes`); always at
     /// each checkpoint's barrier. None: only at barriers.
     pub roll_bytes: Option<u64>,
+    /// In an object store, where open parts are held in memory: once together they
+    /// hold more than this, the largest are closed (put) until they hold at most half
+    /// of it. [`STORE_MEMORY_BYTES`] from a job file.
+    pub memory_bytes: u64,
     /// What a record the format cannot hold becomes (`on_item_error`): the job fails
     /// naming it (the default), or it is written to a dead-letter topic.
     pub on_item_error: OnError,
@@ -41,6 +45,7 @@ impl FileSinkConfig {
             format: FileFormat::Json,
             partition: None,
             roll_bytes: None,
+            memory_bytes: STORE_MEMORY_BYTES,
             on_item_error: OnError::Fail,
             dead_letters: None,
         }
@@ -50,6 +55,10 @@ impl FileSinkConfig {
 /// The `roll_bytes` of a sink into an object store that sets none: a part is put
 /// whole from memory, so memory holds at most this much per open part.
 pub const STORE_ROLL_BYTES: u64 = 128 << 20;
+
+/// What a subtask of a sink into an object store holds in memory in its open parts at
+/// most (many `partition_by` folders open at once), past what one write adds.
+pub const STORE_MEMORY_BYTES: u64 = 256 << 20;
 
 /// The largest part an object store takes in one PUT and copies in one request (S3's
 /// limit).
@@ -236,6 +245,7 @@ impl FileSection {
             format,
             partition,
             roll_bytes,
+            memory_bytes: STORE_MEMORY_BYTES,
             on_item_error: OnError::Fail,
             dead_letters: None,
         })

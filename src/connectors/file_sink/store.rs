@@ -2,7 +2,8 @@
 //! protocol as in a local directory, with objects for files.
 //!
 //! - A part is written in memory and put, whole, when it is closed (at the barrier,
-//!   or once it holds `roll_bytes`) under `<prefix>/_staging/` (readers skip folders
+//!   once it holds `roll_bytes`, or when the open parts of a subtask together pass
+//!   their memory bound, largest first) under `<prefix>/_staging/` (readers skip folders
 //!   that begin with `_`, as Spark and Hive do), as `inprogress-<token>[.ext]`: one
 //!   PUT, so an object is there complete or not at all, and no upload is left half
 //!   done by a crash. The checkpoint names the tokens of its parts.
@@ -22,7 +23,7 @@ use super::names::{
     committed_name, decode_staged, encode_staged, parse_part_name, parse_staged_name, part_subtask,
     restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile,
 };
-use super::part::{OpenPart, OpenParts, Opened};
+use super::part::{parts_to_close, OpenPart, OpenParts, Opened};
 use super::placed::{records, Placed};
 use super::section::FileSinkConfig;
 use super::writer::{partition_folder, FORMAT_EXTENSIONS};
@@ -352,6 +353,13 @@ impl TwoPhaseWriter for StoreWriter {
                 let opened = self.parts().take(&g.folder).expect("open above");
                 self.close(opened).await?;
             }
+        }
+        // Parts are held in memory until put: many folders open at once must not
+        // hold more than the bound.
+        let sizes = self.parts().sizes();
+        for folder in parts_to_close(&sizes, self.cfg.memory_bytes) {
+            let opened = self.parts().take(&folder).expect("listed above");
+            self.close(opened).await?;
         }
         Ok(())
     }
