@@ -209,9 +209,34 @@ pub fn parts_to_close(sizes: &[(String, u64)], bound: u64) -> Vec<String> {
     out
 }
 
+/// Which open parts (by folder) to close once more than `max` are open, so that half
+/// of `max` stay open: the largest first (each open file is a descriptor and a buffer).
+pub fn parts_over_count(sizes: &[(String, u64)], max: usize) -> Vec<String> {
+    if sizes.len() <= max {
+        return Vec::new();
+    }
+    let mut by_size: Vec<&(String, u64)> = sizes.iter().collect();
+    by_size.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    by_size
+        .into_iter()
+        .take(sizes.len() - max / 2)
+        .map(|(f, _)| f.clone())
+        .collect()
+}
+
+/// How many parts a subtask keeps open in a directory at most (one file each).
+pub const MAX_OPEN_FILES: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn past_the_most_open_files_the_largest_close_down_to_half() {
+        let sizes: Vec<(String, u64)> = (0..5).map(|i| (format!("f{i}"), i)).collect();
+        assert!(parts_over_count(&sizes, 5).is_empty());
+        assert_eq!(parts_over_count(&sizes, 4), vec!["f4", "f3", "f2"]);
+    }
 
     #[test]
     fn the_largest_parts_close_once_together_they_pass_the_bound() {

@@ -6,7 +6,7 @@ use super::names::{
     restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile, MARKER,
     ROLLED_BACK,
 };
-use super::part::{OpenPart, OpenParts, Opened};
+use super::part::{parts_over_count, OpenPart, OpenParts, Opened, MAX_OPEN_FILES};
 use super::placed::{records, Placed};
 use super::section::{FileSinkConfig, PARQUET_EXTENSION};
 use super::store::StoreWriter;
@@ -391,6 +391,11 @@ impl TwoPhaseWriter for FileWriter {
                 self.close(opened)?;
             }
         }
+        // Each open part is a file descriptor: many folders at once must not run out.
+        for folder in parts_over_count(&self.parts.sizes(), MAX_OPEN_FILES) {
+            let opened = self.parts.take(&folder).expect("listed above");
+            self.close(opened)?;
+        }
         Ok(())
     }
 
@@ -740,6 +745,32 @@ mod tests {
             "2's files committed (again: found committed), 3's rolled back, 4's removed"
         );
         assert_eq!(read(d, "c=y/part-0-2-1"), "{\"c\":\"y\",\"n\":2}\n");
+    }
+
+    #[tokio::test]
+    async fn many_folders_at_once_keep_at_most_the_open_file_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = partitioned(tmp.path(), "c={/c}", None);
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        let n = MAX_OPEN_FILES + 10;
+        let values: Vec<String> = (0..n).map(|i| format!(r#"{{"c":{i}}}"#)).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        s.invoke(batch(&refs)).await.unwrap();
+        assert!(s.writer().parts.sizes().len() <= MAX_OPEN_FILES);
+        s.invoke(batch(&refs)).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        let files = listing(tmp.path());
+        assert!(
+            files.len() > n,
+            "closed early, reopened later: {} files",
+            files.len()
+        );
+        let lines: usize = files
+            .iter()
+            .map(|f| read(tmp.path(), f).lines().count())
+            .sum();
+        assert_eq!(lines, 2 * n, "every record once");
     }
 
     #[tokio::test]
