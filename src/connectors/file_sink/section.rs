@@ -149,10 +149,12 @@ impl FileSection {
                         "format = \"parquet\" needs an Avro record schema: its fields are the columns (a source reading Avro by one schema gives its own when no transform comes before the sink)".into(),
                     )),
                 };
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| err("schema_file", format!("{named_by}{}: {e}", path.display())))?;
-                let schema = arrow_schema_of_text(&text)
-                    .map_err(|m| err("schema_file", format!("{named_by}{}: {m}", path.display())))?;
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    err("schema_file", format!("{named_by}{}: {e}", path.display()))
+                })?;
+                let schema = arrow_schema_of_text(&text).map_err(|m| {
+                    err("schema_file", format!("{named_by}{}: {m}", path.display()))
+                })?;
                 let name = self.compression.as_deref().unwrap_or("snappy");
                 let compression = compression(name).ok_or_else(|| {
                     err(
@@ -217,12 +219,14 @@ impl FileSection {
             .map_err(|m| err("partition_by", m))?;
         let roll_bytes = match (self.roll_bytes, &store) {
             (Some(0), _) => return Err(err("roll_bytes", "must be at least 1".into())),
-            (Some(n), Some(_)) if n > STORE_MAX_PART => return Err(err(
-                "roll_bytes",
-                format!(
+            (Some(n), Some(_)) if n > STORE_MAX_PART => {
+                return Err(err(
+                    "roll_bytes",
+                    format!(
                     "{n} is more than an object store takes in one part ({STORE_MAX_PART} bytes)"
                 ),
-            )),
+                ))
+            }
             (None, Some(_)) => Some(STORE_ROLL_BYTES),
             (n, _) => n,
         };
