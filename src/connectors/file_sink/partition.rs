@@ -581,6 +581,92 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "fails: a value with a control beyond ASCII (U+0080..U+009F) is not escaped, and valid_folder refuses the folder it makes, so a checkpoint naming it does not restore"]
+    fn every_folder_a_template_makes_is_valid_in_a_checkpoint() {
+        // Controls beyond ASCII (C1, U+0080..U+009F) are not among Hive's escapes: the
+        // folder keeps them, and a checkpoint naming it must restore.
+        for (template, value) in [
+            ("c={/c}", r#"{"c": "a\u0085b"}"#),
+            ("c={/c}", r#"{"c": "\u009f"}"#),
+            ("c={/c}", r#"{"c": "\u2028 \ufeff"}"#),
+        ] {
+            let f = folder(template, value).unwrap();
+            assert!(valid_folder(&f), "{f:?}");
+        }
+        let name = "k\u{85}";
+        let t = PartitionTemplate::parse(&format!("{name}={{/c}}"), None).unwrap();
+        let f = t.folder(&record(r#"{"c": "x"}"#)).unwrap();
+        assert!(valid_folder(&f), "{f:?}");
+    }
+
+    #[test]
+    #[ignore = "fails: a template naming one folder twice is accepted at load; Hive readers refuse the duplicate partition column"]
+    fn a_folder_name_is_given_once() {
+        let e = PartitionTemplate::parse("c={/a}/c={/b}", None).unwrap_err();
+        assert!(e.contains("`c`") && e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    #[ignore = "fails: a delete that carries its image before the delete is refused as having no fields"]
+    fn a_delete_with_its_image_goes_to_the_folder_of_that_image() {
+        let t = PartitionTemplate::parse("c={/c}", None).unwrap();
+        let mut delete = record(r#"{"c": "DE"}"#);
+        delete.op = Op::Delete;
+        assert_eq!(t.folder(&delete).unwrap(), "c=DE");
+        let mut empty = record("");
+        empty.op = Op::Delete;
+        assert!(t.folder(&empty).unwrap_err().contains("delete"));
+    }
+
+    #[test]
+    #[ignore = "fails: unit_at looks a step under a list or map up among the parent's fields"]
+    fn units_are_found_through_lists_and_maps_not_beside_them() {
+        let at = |u| DataType::Timestamp(u, Some("+00:00".into()));
+        let schema = Schema::new(vec![
+            // A top-level column whose name a nested step repeats.
+            Field::new("ts", at(TimeUnit::Second), false),
+            Field::new(
+                "m",
+                DataType::Map(
+                    Field::new(
+                        "entries",
+                        DataType::Struct(
+                            vec![
+                                Field::new("key", DataType::Utf8, false),
+                                Field::new("value", DataType::Int64, true),
+                            ]
+                            .into(),
+                        ),
+                        false,
+                    )
+                    .into(),
+                    false,
+                ),
+                false,
+            ),
+            Field::new(
+                "items",
+                DataType::List(
+                    Field::new(
+                        "item",
+                        DataType::Struct(
+                            vec![Field::new("at", at(TimeUnit::Microsecond), false)].into(),
+                        ),
+                        false,
+                    )
+                    .into(),
+                ),
+                false,
+            ),
+        ]);
+        let t =
+            PartitionTemplate::parse("m={/m/ts:%Y-%m-%d}/i={/items/0/at:%Y-%m-%d}", Some(&schema))
+                .unwrap();
+        let r = record(r#"{"m": {"ts": 1714564800000}, "items": [{"at": 1714564800000000}]}"#);
+        assert_eq!(t.folder(&r).unwrap(), "m=2024-05-01/i=2024-05-01");
+    }
+
+    #[test]
     fn only_folders_a_template_can_make_are_valid_in_a_checkpoint() {
         for ok in ["", "a=1", "dt=2024-05-01/country=DE", "c=%2F..%2F"] {
             assert!(valid_folder(ok), "{ok}");

@@ -754,6 +754,56 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "fails: a folder holding U+0085 is written, then refused in the checkpoint that names it"]
+    async fn a_checkpoint_naming_a_folder_of_any_value_restores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut s = partitioned(d, "c={/c}", None);
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        // U+0085 (a control beyond ASCII) is no character Hive escapes.
+        s.invoke(batch(&["{\"c\":\"a\\u0085b\"}"])).await.unwrap();
+        let at_1 = s.snapshot(CheckpointId(1)).await.unwrap();
+        drop(s);
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(1)),
+            states: vec![(0, at_1)],
+            parallelism: 1,
+        };
+        partitioned(d, "c={/c}", None)
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap();
+        assert_eq!(listing(d), vec!["c=a\u{85}b/part-0-1"]);
+    }
+
+    #[tokio::test]
+    #[ignore = "fails: a writer that finds its folder created by another subtask fsyncs only the folder, not the entry naming it in its parent, though the other subtask's barrier may come later"]
+    async fn a_folder_another_subtask_created_is_made_durable_by_each_writer_in_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut sinks = Vec::new();
+        for index in 0..2 {
+            let mut s = partitioned(d, "c={/c}/k={/k}", None);
+            s.open(&info(index, 2), &fresh()).await.unwrap();
+            sinks.push(s);
+        }
+        // Subtask 0 creates the folders (and will fsync their entries at its barrier,
+        // which may come after subtask 1's); subtask 1 finds them there.
+        sinks[0]
+            .invoke(batch(&[r#"{"c":"x","k":1}"#]))
+            .await
+            .unwrap();
+        sinks[1]
+            .invoke(batch(&[r#"{"c":"x","k":1}"#]))
+            .await
+            .unwrap();
+        let dirty = &sinks[1].writer().dirty;
+        for dir in [d.to_path_buf(), d.join("c=x"), d.join("c=x/k=1")] {
+            assert!(dirty.contains(&dir), "{} in {dirty:?}", dir.display());
+        }
+    }
+
+    #[tokio::test]
     async fn a_crafted_state_cannot_name_a_file_outside_the_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let bad = super::super::names::encode_staged(vec![Staged::Files {
