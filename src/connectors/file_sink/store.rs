@@ -106,7 +106,7 @@ impl StoreWriter {
         if let Some(f) = top {
             parts.push(f.into());
         }
-        parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
+        parts.extend(folder_parts(folder));
         parts.push(name.into());
         StorePath::from_iter(parts)
     }
@@ -168,7 +168,7 @@ impl StoreWriter {
             if let Some(t) = top {
                 parts.push(t.into());
             }
-            parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
+            parts.extend(folder_parts(&folder));
             let at = StorePath::from_iter(parts);
             let listing = store
                 .list_with_delimiter(Some(&at))
@@ -254,6 +254,18 @@ impl StoreWriter {
             "the staged part named by the checkpoint is missing (neither staged nor committed)",
         ))
     }
+}
+
+/// The key's parts of a partition folder, named as in a directory. The folder is
+/// already escaped as Hive escapes a value: encoding its `%` again would show readers
+/// the escaped text as the value, and a restore, which lists folders by their names in
+/// keys, would look under a third name and find nothing. No folder a checkpoint may
+/// name (see `valid_folder`) holds a character a key's part refuses.
+fn folder_parts(folder: &str) -> impl Iterator<Item = object_store::path::PathPart<'_>> {
+    folder.split('/').filter(|s| !s.is_empty()).map(|s| {
+        object_store::path::PathPart::parse(s)
+            .unwrap_or_else(|_| object_store::path::PathPart::from(s))
+    })
 }
 
 #[async_trait]
@@ -477,7 +489,6 @@ mod tests {
     }
 
     #[tokio::test]
-    #[ignore = "fails: object_store percent-encodes the Hive-escaped folder again (%2F becomes %252F), and a restore lists folders by their encoded names, encodes them a third time and finds nothing: parts after the restored checkpoint are not rolled back (duplicates)"]
     async fn an_escaped_folder_is_named_as_in_a_directory_and_a_restore_finds_it() {
         let store = Arc::new(InMemory::new());
         let mut w = writer(&store);
@@ -502,7 +513,6 @@ mod tests {
     }
 
     #[tokio::test]
-    #[ignore = "fails: a restore does not find staged parts in a folder whose value holds an escaped character"]
     async fn a_restore_removes_staged_parts_in_escaped_folders_it_does_not_name() {
         let store = Arc::new(InMemory::new());
         let mut w = writer(&store);
