@@ -424,7 +424,9 @@ pub fn valid_folder(folder: &str) -> bool {
                 && !s.starts_with(['.', '_'])
                 && s.contains('=')
                 && !s.contains(['\\', '\0'])
-                && !s.chars().any(|c| c.is_control())
+                // The controls `escape` writes as `%XX`; others (U+0080..U+009F) are
+                // in a folder as a value holds them.
+                && !s.chars().any(|c| c.is_ascii_control())
         })
 }
 
@@ -581,7 +583,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "fails: a value with a control beyond ASCII (U+0080..U+009F) is not escaped, and valid_folder refuses the folder it makes, so a checkpoint naming it does not restore"]
     fn every_folder_a_template_makes_is_valid_in_a_checkpoint() {
         // Controls beyond ASCII (C1, U+0080..U+009F) are not among Hive's escapes: the
         // folder keeps them, and a checkpoint naming it must restore.

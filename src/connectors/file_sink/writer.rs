@@ -754,7 +754,6 @@ mod tests {
     }
 
     #[tokio::test]
-    #[ignore = "fails: a folder holding U+0085 is written, then refused in the checkpoint that names it"]
     async fn a_checkpoint_naming_a_folder_of_any_value_restores() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
