@@ -518,6 +518,18 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "fails: an empty text in a time field is refused as not a time, though an empty value makes the default partition"]
+    fn an_empty_time_goes_to_the_default_partition() {
+        for v in [r#"{"ts": ""}"#, r#"{"ts": null}"#] {
+            assert_eq!(
+                folder("dt={/ts:%Y}", v).unwrap(),
+                "dt=__HIVE_DEFAULT_PARTITION__",
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
     fn values_are_escaped_so_that_they_never_make_another_folder() {
         let f = folder("c={/c}", r#"{"c": "../a/b=c%d:e"}"#).unwrap();
         assert_eq!(f, "c=..%2Fa%2Fb%3Dc%25d%3Ae");
