@@ -150,6 +150,7 @@ impl PartitionTemplate {
                     Piece::FieldTime { pointer, time } => {
                         match doc.as_ref().and_then(|d| d.pointer(pointer)) {
                             None | Some(Value::Null) => None,
+                            Some(Value::String(t)) if t.is_empty() => None,
                             Some(v) => Some(time.render(&field_time(v, time.unit, pointer)?)),
                         }
                     }
@@ -518,7 +519,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "fails: an empty text in a time field is refused as not a time, though an empty value makes the default partition"]
     fn an_empty_time_goes_to_the_default_partition() {
         for v in [r#"{"ts": ""}"#, r#"{"ts": null}"#] {
             assert_eq!(
