@@ -194,9 +194,21 @@ pub struct SourceFacts {
     /// ([`SinkContext::records_without_coordinates`]). `None`: every record has them.
     pub without_coordinates: Option<String>,
     /// The Avro schema every value follows, when the source reads Avro by one fixed
-    /// schema (a reader schema, or the schema of unframed values), and the key in full
-    /// that names it: a sink that writes columns may take its columns from it.
-    pub value_schema: Option<(std::path::PathBuf, String)>,
+    /// schema (a reader schema, or the schema of unframed values): a sink that writes
+    /// columns may take its columns from it.
+    pub value_schema: Option<SourceSchema>,
+}
+
+/// The Avro schema of a source's values ([`SourceFacts::value_schema`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSchema {
+    /// The schema file.
+    pub path: std::path::PathBuf,
+    /// The key in full that names it (`source.kafka.schema_file`).
+    pub key: String,
+    /// The source writes every time (`timestamp-*`, `time-*`) as a whole number of
+    /// milliseconds, whatever its schema's unit: the columns then count milliseconds.
+    pub times_in_millis: bool,
 }
 
 impl SourceFacts {

@@ -210,6 +210,31 @@ fn enum_symbols(schema: &Avro, named: &HashMap<String, Option<Avro>>) -> Option<
     }
 }
 
+/// `schema` with every timestamp and time counting milliseconds (a source that gives
+/// every time as milliseconds, whatever the Avro schema's unit), nested ones too.
+pub fn with_millisecond_times(schema: &Schema) -> Schema {
+    fn field(f: &arrow_schema::FieldRef) -> arrow_schema::FieldRef {
+        std::sync::Arc::new(f.as_ref().clone().with_data_type(data_type(f.data_type())))
+    }
+    fn data_type(t: &DataType) -> DataType {
+        match t {
+            DataType::Timestamp(_, zone) => {
+                DataType::Timestamp(TimeUnit::Millisecond, zone.clone())
+            }
+            DataType::Time32(_) | DataType::Time64(_) => DataType::Time32(TimeUnit::Millisecond),
+            DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
+            DataType::List(f) => DataType::List(field(f)),
+            DataType::LargeList(f) => DataType::LargeList(field(f)),
+            DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
+            other => other.clone(),
+        }
+    }
+    Schema::new_with_metadata(
+        schema.fields().iter().map(field).collect::<Fields>(),
+        schema.metadata().clone(),
+    )
+}
+
 fn utc(unit: TimeUnit) -> DataType {
     DataType::Timestamp(unit, Some("+00:00".into()))
 }

@@ -16,7 +16,8 @@
 //! `__HIVE_DEFAULT_PARTITION__`. Values are escaped as Hive escapes them (`%2F` for a
 //! `/`, ...), so that a value never makes another folder. A record whose value cannot
 //! name a folder (an object or array, a text that is not a time) is refused with why,
-//! and follows the sink's item error policy.
+//! and follows the sink's item error policy. A delete is placed by its image before the
+//! delete; one without (a tombstone) is refused when the template reads fields.
 //!
 //! Pointers in a template cannot contain `:` (it starts the time format).
 
@@ -84,6 +85,11 @@ impl PartitionTemplate {
                     "`{raw}`: the folder's name must be plain text not starting with `.` or `_` (readers skip such folders)"
                 ));
             }
+            if segments.iter().any(|s: &Segment| s.name == name) {
+                return Err(format!(
+                    "`{raw}`: the folder name `{name}` is given twice (a Hive reader takes each name as one column)"
+                ));
+            }
             let value = pieces(value, schema).map_err(|e| format!("`{raw}`: {e}"))?;
             if value.is_empty() {
                 return Err(format!("`{raw}`: no value"));
@@ -112,13 +118,19 @@ impl PartitionTemplate {
     /// or why it has none.
     pub fn folder(&self, record: &Record) -> Result<String, String> {
         let doc = if self.reads_fields() {
-            if record.tombstone || record.op == Op::Delete {
-                return Err("partition_by: a delete has no fields to name its folder".into());
+            // A delete's value, when its source gives one, is the image before the
+            // delete: its line goes to the folder of the row it deletes.
+            let no_image = "partition_by: a delete without its image before the delete has no fields to name its folder";
+            let delete = record.tombstone || record.op == Op::Delete;
+            if record.tombstone || (delete && record.value.is_empty()) {
+                return Err(no_image.into());
             }
-            Some(
-                serde_json::from_slice::<Value>(&record.value)
-                    .map_err(|e| format!("partition_by: the value is not JSON: {e}"))?,
-            )
+            let doc = serde_json::from_slice::<Value>(&record.value)
+                .map_err(|e| format!("partition_by: the value is not JSON: {e}"))?;
+            if delete && doc.is_null() {
+                return Err(no_image.into());
+            }
+            Some(doc)
         } else {
             None
         };
@@ -138,6 +150,7 @@ impl PartitionTemplate {
                     Piece::FieldTime { pointer, time } => {
                         match doc.as_ref().and_then(|d| d.pointer(pointer)) {
                             None | Some(Value::Null) => None,
+                            Some(Value::String(t)) if t.is_empty() => None,
                             Some(v) => Some(time.render(&field_time(v, time.unit, pointer)?)),
                         }
                     }
@@ -288,22 +301,37 @@ fn check_format(format: &str) -> Result<(), String> {
 }
 
 /// The unit of a whole number in the column at `pointer`: the column's, for a
-/// timestamp or a date; milliseconds otherwise.
+/// timestamp or a date; milliseconds otherwise. A step goes into a struct by a field's
+/// name, into a list by an index and into a map by a key.
 fn unit_at(schema: &Schema, pointer: &str) -> NumberUnit {
-    let mut fields = schema.fields().clone();
-    let mut found = None;
+    let mut at: Option<DataType> = None;
     for step in pointer.split('/').skip(1) {
         let name = step.replace("~1", "/").replace("~0", "~");
-        let Some(f) = fields.iter().find(|f| f.name() == &name).cloned() else {
-            return NumberUnit::Time(TimeUnit::Millisecond);
+        let named = |fields: &arrow_schema::Fields| {
+            fields
+                .iter()
+                .find(|f| f.name() == &name)
+                .map(|f| f.data_type().clone())
         };
-        if let DataType::Struct(children) = f.data_type() {
-            fields = children.clone();
+        let next = match &at {
+            None => named(schema.fields()),
+            Some(DataType::Struct(fields)) => named(fields),
+            Some(
+                DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _),
+            ) if name.parse::<usize>().is_ok() => Some(item.data_type().clone()),
+            Some(DataType::Map(entries, _)) => match entries.data_type() {
+                DataType::Struct(kv) => kv.get(1).map(|v| v.data_type().clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        match next {
+            Some(t) => at = Some(t),
+            None => return NumberUnit::Time(TimeUnit::Millisecond),
         }
-        found = Some(f);
     }
-    match found.as_deref().map(|f| f.data_type()) {
-        Some(DataType::Timestamp(u, _)) => NumberUnit::Time(*u),
+    match at {
+        Some(DataType::Timestamp(u, _)) => NumberUnit::Time(u),
         Some(DataType::Date32) => NumberUnit::Days,
         _ => NumberUnit::Time(TimeUnit::Millisecond),
     }
@@ -424,7 +452,9 @@ pub fn valid_folder(folder: &str) -> bool {
                 && !s.starts_with(['.', '_'])
                 && s.contains('=')
                 && !s.contains(['\\', '\0'])
-                && !s.chars().any(|c| c.is_control())
+                // The controls `escape` writes as `%XX`; others (U+0080..U+009F) are
+                // in a folder as a value holds them.
+                && !s.chars().any(|c| c.is_ascii_control())
         })
 }
 
@@ -486,6 +516,17 @@ mod tests {
             folder("dt={/ts:%Y}", "{}").unwrap(),
             "dt=__HIVE_DEFAULT_PARTITION__"
         );
+    }
+
+    #[test]
+    fn an_empty_time_goes_to_the_default_partition() {
+        for v in [r#"{"ts": ""}"#, r#"{"ts": null}"#] {
+            assert_eq!(
+                folder("dt={/ts:%Y}", v).unwrap(),
+                "dt=__HIVE_DEFAULT_PARTITION__",
+                "{v}"
+            );
+        }
     }
 
     #[test]
@@ -578,6 +619,93 @@ mod tests {
             let e = PartitionTemplate::parse(bad, None).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn every_folder_a_template_makes_is_valid_in_a_checkpoint() {
+        // Controls beyond ASCII (C1, U+0080..U+009F) are not among Hive's escapes: the
+        // folder keeps them, and a checkpoint naming it must restore.
+        for (template, value) in [
+            ("c={/c}", r#"{"c": "a\u0085b"}"#),
+            ("c={/c}", r#"{"c": "\u009f"}"#),
+            ("c={/c}", r#"{"c": "\u2028 \ufeff"}"#),
+        ] {
+            let f = folder(template, value).unwrap();
+            assert!(valid_folder(&f), "{f:?}");
+        }
+        let name = "k\u{85}";
+        let t = PartitionTemplate::parse(&format!("{name}={{/c}}"), None).unwrap();
+        let f = t.folder(&record(r#"{"c": "x"}"#)).unwrap();
+        assert!(valid_folder(&f), "{f:?}");
+    }
+
+    #[test]
+    fn a_folder_name_is_given_once() {
+        let e = PartitionTemplate::parse("c={/a}/c={/b}", None).unwrap_err();
+        assert!(e.contains("`c`") && e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn a_delete_with_its_image_goes_to_the_folder_of_that_image() {
+        let t = PartitionTemplate::parse("c={/c}", None).unwrap();
+        let mut delete = record(r#"{"c": "DE"}"#);
+        delete.op = Op::Delete;
+        assert_eq!(t.folder(&delete).unwrap(), "c=DE");
+        for image in ["", "null"] {
+            let mut without = record(image);
+            without.op = Op::Delete;
+            assert!(
+                t.folder(&without).unwrap_err().contains("delete"),
+                "{image:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn units_are_found_through_lists_and_maps_not_beside_them() {
+        let at = |u| DataType::Timestamp(u, Some("+00:00".into()));
+        let schema = Schema::new(vec![
+            // A top-level column whose name a nested step repeats.
+            Field::new("ts", at(TimeUnit::Second), false),
+            Field::new(
+                "m",
+                DataType::Map(
+                    Field::new(
+                        "entries",
+                        DataType::Struct(
+                            vec![
+                                Field::new("key", DataType::Utf8, false),
+                                Field::new("value", DataType::Int64, true),
+                            ]
+                            .into(),
+                        ),
+                        false,
+                    )
+                    .into(),
+                    false,
+                ),
+                false,
+            ),
+            Field::new(
+                "items",
+                DataType::List(
+                    Field::new(
+                        "item",
+                        DataType::Struct(
+                            vec![Field::new("at", at(TimeUnit::Microsecond), false)].into(),
+                        ),
+                        false,
+                    )
+                    .into(),
+                ),
+                false,
+            ),
+        ]);
+        let t =
+            PartitionTemplate::parse("m={/m/ts:%Y-%m-%d}/i={/items/0/at:%Y-%m-%d}", Some(&schema))
+                .unwrap();
+        let r = record(r#"{"m": {"ts": 1714564800000}, "items": [{"at": 1714564800000000}]}"#);
+        assert_eq!(t.folder(&r).unwrap(), "m=2024-05-01/i=2024-05-01");
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub struct FileSection {
     /// The source's Avro schema and the key naming it: Parquet's columns when
     /// `schema_file` is not given ([`FileSection::with_source_schema`]).
     #[serde(skip)]
-    source_schema: Option<(PathBuf, String)>,
+    source_schema: Option<crate::connector::section::SourceSchema>,
     /// S3 client settings of a store `dir`; each wins over its `AWS_*` variable.
     endpoint: Option<String>,
     region: Option<String>,
@@ -127,7 +127,10 @@ pub struct FileSection {
 impl FileSection {
     /// Parquet's columns come from `schema` (a path and the key in full naming it: the
     /// source's Avro schema) when the section gives no `schema_file`.
-    pub fn with_source_schema(mut self, schema: Option<(PathBuf, String)>) -> FileSection {
+    pub fn with_source_schema(
+        mut self,
+        schema: Option<crate::connector::section::SourceSchema>,
+    ) -> FileSection {
         self.source_schema = schema;
         self
     }
@@ -150,9 +153,13 @@ impl FileSection {
                 FileFormat::Json
             }
             "parquet" => {
-                let (path, named_by) = match (&self.schema_file, &self.source_schema) {
-                    (Some(p), _) => (resolve(p), String::new()),
-                    (None, Some((p, key))) => (p.clone(), format!("the source's schema ({key}) ")),
+                let (path, named_by, millis) = match (&self.schema_file, &self.source_schema) {
+                    (Some(p), _) => (resolve(p), String::new(), false),
+                    (None, Some(s)) => (
+                        s.path.clone(),
+                        format!("the source's schema ({}) ", s.key),
+                        s.times_in_millis,
+                    ),
                     (None, None) => return Err(err(
                         "schema_file",
                         "format = \"parquet\" needs an Avro record schema: its fields are the columns (a source reading Avro by one schema gives its own when no transform comes before the sink)".into(),
@@ -164,6 +171,11 @@ impl FileSection {
                 let schema = arrow_schema_of_text(&text).map_err(|m| {
                     err("schema_file", format!("{named_by}{}: {m}", path.display()))
                 })?;
+                // The source hands on times as milliseconds: so the columns count.
+                let schema = match millis {
+                    true => super::avro_arrow::with_millisecond_times(&schema),
+                    false => schema,
+                };
                 let name = self.compression.as_deref().unwrap_or("snappy");
                 let compression = compression(name).ok_or_else(|| {
                     err(
@@ -306,6 +318,57 @@ impl crate::connector::SinkSection for FileSection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_schema_with_microsecond_times_gives_columns_holding_the_same_instants() {
+        use apache_avro::types::Value;
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Time32MillisecondType, TimestampMillisecondType};
+        let avsc = r#"{"type":"record","name":"o","fields":[{"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}},{"name":"t","type":{"type":"long","logicalType":"time-micros"}},{"name":"n","type":{"type":"record","name":"n","fields":[{"name":"ns","type":{"type":"long","logicalType":"timestamp-nanos"}}]}}]}"#;
+        let micros = 1_714_564_800_123_456_i64; // 2024-05-01T12:00:00.123456Z
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("o.avsc");
+        std::fs::write(&path, avsc).unwrap();
+        let section = FileSection {
+            dir: "out".into(),
+            format: Some("parquet".into()),
+            ..FileSection::default()
+        }
+        .with_source_schema(Some(crate::connector::section::SourceSchema {
+            path,
+            key: "source.kafka.schema_file".into(),
+            times_in_millis: true,
+        }));
+        let cfg = section.config(&|p: &Path| p.to_path_buf()).unwrap();
+        let FileFormat::Parquet(format) = &cfg.format else {
+            panic!("{cfg:?}")
+        };
+        let schema = apache_avro::Schema::parse_str(avsc).unwrap();
+        let value = Value::Record(vec![
+            ("at".into(), Value::TimestampMicros(micros)),
+            ("t".into(), Value::TimeMicros(43_200_123_456)),
+            (
+                "n".into(),
+                Value::Record(vec![("ns".into(), Value::TimestampNanos(micros * 1000))]),
+            ),
+        ]);
+        let datum = apache_avro::to_avro_datum(&schema, value).unwrap();
+        let decoder = crate::formats::avro::AvroDecoder::parse(avsc, Default::default()).unwrap();
+        let json = decoder.to_json(&datum).unwrap();
+        let decoded = format.decode(&vec![crate::record::Record::from_value(json)]);
+        assert!(decoded.refused.is_empty(), "{:?}", decoded.refused);
+        let rows = decoded.rows.unwrap();
+        // The source keeps milliseconds: the instant, to the millisecond.
+        let at = rows.column(0).as_primitive::<TimestampMillisecondType>();
+        assert_eq!(at.value(0), micros / 1000);
+        let t = rows.column(1).as_primitive::<Time32MillisecondType>();
+        assert_eq!(t.value(0), 43_200_123);
+        let ns = rows.column(2).as_struct().column(0);
+        assert_eq!(
+            ns.as_primitive::<TimestampMillisecondType>().value(0),
+            micros / 1000
+        );
+    }
 
     #[test]
     fn json_and_parquet_are_the_formats() {

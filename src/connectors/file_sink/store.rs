@@ -112,7 +112,7 @@ impl StoreWriter {
         if let Some(f) = top {
             parts.push(f.into());
         }
-        parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
+        parts.extend(folder_parts(folder));
         parts.push(name.into());
         StorePath::from_iter(parts)
     }
@@ -174,7 +174,7 @@ impl StoreWriter {
             if let Some(t) = top {
                 parts.push(t.into());
             }
-            parts.extend(folder.split('/').filter(|s| !s.is_empty()).map(Into::into));
+            parts.extend(folder_parts(&folder));
             let at = StorePath::from_iter(parts);
             let listing = store
                 .list_with_delimiter(Some(&at))
@@ -286,6 +286,18 @@ impl StoreWriter {
             "the staged part named by the checkpoint is missing (neither staged nor committed)",
         ))
     }
+}
+
+/// The key's parts of a partition folder, named as in a directory. The folder is
+/// already escaped as Hive escapes a value: encoding its `%` again would show readers
+/// the escaped text as the value, and a restore, which lists folders by their names in
+/// keys, would look under a third name and find nothing. No folder a checkpoint may
+/// name (see `valid_folder`) holds a character a key's part refuses.
+fn folder_parts(folder: &str) -> impl Iterator<Item = object_store::path::PathPart<'_>> {
+    folder.split('/').filter(|s| !s.is_empty()).map(|s| {
+        object_store::path::PathPart::parse(s)
+            .unwrap_or_else(|_| object_store::path::PathPart::from(s))
+    })
 }
 
 #[async_trait]
@@ -473,5 +485,80 @@ impl TwoPhaseWriter for StoreWriter {
         // Records after the final checkpoint cannot exist; an empty part can.
         self.parts().take_all();
         Ok(())
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+    use object_store::memory::InMemory;
+
+    /// A writer of subtask 0 of 1 into an in-memory store under `out`, a folder per
+    /// value of `c`.
+    fn writer(store: &Arc<InMemory>) -> StoreWriter {
+        let mut cfg = FileSinkConfig::json("s3://b/out");
+        cfg.partition =
+            Some(super::super::partition::PartitionTemplate::parse("c={/c}", None).unwrap());
+        let location = StoreLocation::parse("s3://b/out").unwrap();
+        let mut w = StoreWriter::new(cfg, location.clone());
+        w.store = Some((
+            store.clone() as Arc<dyn ObjectStore>,
+            StorePath::from("out"),
+        ));
+        w.name = "sink-0".into();
+        w
+    }
+
+    async fn keys(store: &InMemory) -> Vec<String> {
+        use futures_util::StreamExt;
+        let listed: Vec<_> = store.list(None).collect().await;
+        let mut out: Vec<String> = listed
+            .into_iter()
+            .map(|m| m.unwrap().location.to_string())
+            .collect();
+        out.sort();
+        out
+    }
+
+    async fn stage(w: &mut StoreWriter, value: &str, id: u64) -> Staged {
+        let batch: Batch = vec![Record::from_value(value.as_bytes().to_vec())];
+        assert!(w.check_batch(&batch).is_empty());
+        w.write(&batch).await.unwrap();
+        w.prepare_commit(CheckpointId(id)).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_escaped_folder_is_named_as_in_a_directory_and_a_restore_finds_it() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(&store);
+        let at_1 = stage(&mut w, r#"{"c":"a/b"}"#, 1).await;
+        w.commit(&at_1).await.unwrap();
+        let at_2 = stage(&mut w, r#"{"c":"a/b"}"#, 2).await;
+        w.commit(&at_2).await.unwrap();
+        assert_eq!(
+            keys(&store).await,
+            vec!["out/c=a%2Fb/part-0-1", "out/c=a%2Fb/part-0-2"],
+            "the folder is the Hive-escaped value, as in a directory (escaped once)"
+        );
+        // A restore from 1: the part of 2 is rolled back, its records written again.
+        let mut w = writer(&store);
+        w.abort_abandoned(Some(CheckpointId(1)), &[at_1])
+            .await
+            .unwrap();
+        assert_eq!(
+            keys(&store).await,
+            vec!["out/_rolled-back/c=a%2Fb/part-0-2", "out/c=a%2Fb/part-0-1"],
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restore_removes_staged_parts_in_escaped_folders_it_does_not_name() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(&store);
+        stage(&mut w, r#"{"c":"x:y"}"#, 1).await;
+        assert_eq!(keys(&store).await.len(), 1);
+        let mut w = writer(&store);
+        w.abort_abandoned(None, &[]).await.unwrap();
+        assert_eq!(keys(&store).await, Vec::<String>::new());
     }
 }

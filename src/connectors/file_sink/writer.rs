@@ -179,11 +179,13 @@ impl FileWriter {
         let dir = self.folder_path(folder);
         if !dir.exists() {
             fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-            let mut d = dir.as_path();
-            while let Some(parent) = d.parent().filter(|_| d != self.cfg.dir) {
-                self.dirty.insert(parent.to_path_buf());
-                d = parent;
-            }
+        }
+        // Also when the folder was there: another subtask may have created it and make
+        // its entries durable only at its own barrier, after this one's checkpoint.
+        let mut d = dir.as_path();
+        while let Some(parent) = d.parent().filter(|_| d != self.cfg.dir) {
+            self.dirty.insert(parent.to_path_buf());
+            d = parent;
         }
         self.dirty.insert(dir);
         let path = self.in_progress_path(folder, token);
@@ -821,6 +823,54 @@ mod tests {
         // A marker of a lockgate before job names is empty: any job goes on.
         fs::write(tmp.path().join(MARKER), "").unwrap();
         open("billing").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_naming_a_folder_of_any_value_restores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut s = partitioned(d, "c={/c}", None);
+        s.open(&info(0, 1), &fresh()).await.unwrap();
+        // U+0085 (a control beyond ASCII) is no character Hive escapes.
+        s.invoke(batch(&["{\"c\":\"a\\u0085b\"}"])).await.unwrap();
+        let at_1 = s.snapshot(CheckpointId(1)).await.unwrap();
+        drop(s);
+        let restored = SinkRestore {
+            checkpoint: Some(CheckpointId(1)),
+            states: vec![(0, at_1)],
+            parallelism: 1,
+        };
+        partitioned(d, "c={/c}", None)
+            .open(&info(0, 1), &restored)
+            .await
+            .unwrap();
+        assert_eq!(listing(d), vec!["c=a\u{85}b/part-0-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_folder_another_subtask_created_is_made_durable_by_each_writer_in_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut sinks = Vec::new();
+        for index in 0..2 {
+            let mut s = partitioned(d, "c={/c}/k={/k}", None);
+            s.open(&info(index, 2), &fresh()).await.unwrap();
+            sinks.push(s);
+        }
+        // Subtask 0 creates the folders (and will fsync their entries at its barrier,
+        // which may come after subtask 1's); subtask 1 finds them there.
+        sinks[0]
+            .invoke(batch(&[r#"{"c":"x","k":1}"#]))
+            .await
+            .unwrap();
+        sinks[1]
+            .invoke(batch(&[r#"{"c":"x","k":1}"#]))
+            .await
+            .unwrap();
+        let dirty = &sinks[1].writer().dirty;
+        for dir in [d.to_path_buf(), d.join("c=x"), d.join("c=x/k=1")] {
+            assert!(dirty.contains(&dir), "{} in {dirty:?}", dir.display());
+        }
     }
 
     #[tokio::test]

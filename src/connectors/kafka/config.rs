@@ -418,15 +418,21 @@ impl KafkaSection {
     fn value_schema(
         &self,
         cx: &crate::connector::SectionContext,
-    ) -> Option<(std::path::PathBuf, String)> {
+    ) -> Option<crate::connector::section::SourceSchema> {
         if self.format.as_deref() != Some("avro") {
             return None;
         }
-        match (&self.reader_schema_file, &self.schema_file) {
-            (Some(p), _) => Some((cx.resolve(p), "source.kafka.reader_schema_file".into())),
-            (None, Some(p)) => Some((cx.resolve(p), "source.kafka.schema_file".into())),
-            (None, None) => None,
-        }
+        let (path, key) = match (&self.reader_schema_file, &self.schema_file) {
+            (Some(p), _) => (cx.resolve(p), "source.kafka.reader_schema_file"),
+            (None, Some(p)) => (cx.resolve(p), "source.kafka.schema_file"),
+            (None, None) => return None,
+        };
+        Some(crate::connector::section::SourceSchema {
+            path,
+            key: key.into(),
+            // The formats' default: epoch milliseconds (see `formats`).
+            times_in_millis: !matches!(self.temporal.as_deref(), Some("iso8601")),
+        })
     }
 }
 
