@@ -23,10 +23,15 @@
 //! checkpoint cannot name a file elsewhere.
 
 pub mod avro_arrow;
+pub mod columns;
+pub mod json_text;
 pub mod lines;
 pub mod names;
 pub mod parquet;
 pub mod part;
+#[cfg(test)]
+mod reference;
+pub mod refusal;
 pub mod section;
 pub mod store;
 pub mod values;
