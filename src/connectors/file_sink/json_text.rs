@@ -39,6 +39,7 @@ pub struct Number {
 /// The reader: a position in the record's bytes (valid UTF-8, checked once).
 pub struct Reader<'a> {
     b: &'a [u8],
+    /// The position: the next byte to read.
     pub i: usize,
     depth: u32,
     /// A string with escapes, decoded.

@@ -24,7 +24,7 @@
 
 pub mod avro_arrow;
 pub mod columns;
-pub mod json_text;
+mod json_text;
 pub mod lines;
 pub mod names;
 pub mod parquet;
