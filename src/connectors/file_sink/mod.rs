@@ -26,12 +26,17 @@
 //! name a file elsewhere.
 
 pub mod avro_arrow;
+pub mod columns;
+mod json_text;
 pub mod lines;
 pub mod names;
 pub mod parquet;
 pub mod part;
 pub mod partition;
 pub mod placed;
+#[cfg(test)]
+mod reference;
+pub mod refusal;
 pub mod section;
 pub mod store;
 pub mod values;

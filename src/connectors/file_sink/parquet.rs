@@ -3,10 +3,10 @@
 //!
 //! A record the schema does not describe (a field it does not name, a value of the
 //! wrong type, a missing required field, not one JSON object) is refused with the
-//! decoder's reason, which names the field; the sink's item error policy decides
-//! what happens to it. A delete has no row to be, so it is refused too.
+//! reason, which names the field; the sink's item error policy decides what happens
+//! to it. A delete has no row to be, so it is refused too.
 
-use super::values::prepared;
+use super::columns::Columns;
 use crate::record::{Batch, Op, Record};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -53,104 +53,46 @@ impl ParquetFormat {
         ArrowWriter::try_new(out, self.schema.clone(), Some(props)).map_err(|e| e.to_string())
     }
 
-    /// Decodes the values of `batch` into rows. The common case, every record fitting,
-    /// is one pass; when one does not, each is tried alone to find which.
+    /// Decodes the values of `batch` into rows: each record's JSON text read once,
+    /// straight into the columns ([`super::columns`]).
     pub fn decode(&self, batch: &Batch) -> Decoded {
         let mut refused = Vec::new();
-        let mut rows: Vec<usize> = Vec::with_capacity(batch.len());
-        let mut values: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(batch.len());
-        for (i, r) in batch.iter().enumerate() {
-            let value = match row_refusal(r) {
-                Some(why) => Err(why),
-                None => prepared(&self.schema, &r.value).map(std::borrow::Cow::Owned),
-            };
-            match value {
-                Ok(v) => {
-                    rows.push(i);
-                    values.push(v);
-                }
-                Err(why) => {
-                    refused.push((i, why));
-                    values.push(std::borrow::Cow::Borrowed(&[]));
+        let mut columns = match Columns::new(self.schema.clone(), batch.len()) {
+            Ok(columns) => columns,
+            Err(why) => {
+                return Decoded {
+                    rows: None,
+                    refused: (0..batch.len()).map(|i| (i, why.clone())).collect(),
                 }
             }
+        };
+        let mut rows = Vec::with_capacity(batch.len());
+        for (i, r) in batch.iter().enumerate() {
+            let why = match row_refusal(r) {
+                Some(why) => Some(why),
+                None => columns.append(&r.value).err().map(|e| e.to_string()),
+            };
+            match why {
+                Some(why) => refused.push((i, why)),
+                None => rows.push(i),
+            }
         }
-        let batch = &values;
-        match self.decode_rows(batch, &rows) {
+        match columns.finish() {
             Ok(decoded) => Decoded {
                 rows: decoded,
                 refused,
             },
-            Err(_) => {
-                let mut fitting = Vec::with_capacity(rows.len());
-                for i in rows {
-                    match self.decode_rows(batch, &[i]) {
-                        Ok(_) => fitting.push(i),
-                        Err(why) => refused.push((i, why)),
-                    }
-                }
+            // Columns that Arrow finds invalid would make the whole file unreadable:
+            // their records are refused instead.
+            Err(why) => {
+                refused.extend(rows.into_iter().map(|i| (i, why.clone())));
                 refused.sort_by_key(|(i, _)| *i);
-                let rows = self
-                    .decode_rows(batch, &fitting)
-                    .expect("records that decode alone decode together");
-                Decoded { rows, refused }
+                Decoded {
+                    rows: None,
+                    refused,
+                }
             }
         }
-    }
-
-    /// The rows of `batch[i]` for each `i` of `which`, in order; an error when one
-    /// does not fit (or is not exactly one JSON object).
-    fn decode_rows(
-        &self,
-        batch: &[std::borrow::Cow<'_, [u8]>],
-        which: &[usize],
-    ) -> Result<Option<RecordBatch>, String> {
-        if which.is_empty() {
-            return Ok(None);
-        }
-        // The decoder is Arrow's; a value it cannot handle must refuse the record, not
-        // end the process (it panics on some, a number for a fixed-size binary say).
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.decode_rows_unguarded(batch, which)
-        }))
-        .unwrap_or_else(|_| Err("the Parquet decoder could not read the value".into()))
-    }
-
-    fn decode_rows_unguarded(
-        &self,
-        batch: &[std::borrow::Cow<'_, [u8]>],
-        which: &[usize],
-    ) -> Result<Option<RecordBatch>, String> {
-        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
-            .with_strict_mode(true)
-            .with_batch_size(which.len())
-            .build_decoder()
-            .map_err(|e| e.to_string())?;
-        for (k, &i) in which.iter().enumerate() {
-            let value = &batch[i];
-            let read = decoder.decode(value).map_err(|e| e.to_string())?;
-            // One value, one whole row: not more, and not an object left open for the
-            // next record to close.
-            if read != value.len() || decoder.has_partial_record() || decoder.len() != k + 1 {
-                return Err("the value is not exactly one JSON object".into());
-            }
-        }
-        let rows = decoder.flush().map_err(|e| e.to_string())?;
-        if let Some(rows) = &rows {
-            // Arrow's decoder builds some arrays unchecked (a null in a map whose values
-            // take none): an invalid array would make the whole file unreadable.
-            arrow_array::Array::to_data(&arrow_array::StructArray::from(rows.clone()))
-                .validate_full()
-                .map_err(|e| e.to_string())?;
-        }
-        let n = rows.as_ref().map_or(0, |b| b.num_rows());
-        if n != which.len() {
-            return Err(format!(
-                "{} values gave {n} rows: a value is not exactly one JSON object",
-                which.len()
-            ));
-        }
-        Ok(rows)
     }
 }
 

@@ -1,14 +1,25 @@
-//! What a JSON value must be to become a column's value exactly, checked before Arrow's
-//! JSON decoder reads it: the decoder reads some values as other values without a word
-//! (the digits of a decimal past its scale, a fraction in an integer column, the
-//! sub-second digits a timestamp's unit has no room for, a local time with a zone), and
-//! reads bytes as hex where lockgate's formats write base64.
+//! What a JSON value must be to become a column's value exactly, and the value it
+//! becomes: a fraction in an integer column, a float out of its column's range, the
+//! digits of a decimal past its scale, the sub-second digits a timestamp's unit has no
+//! room for, a local time with a zone, a leap second, an enum value not among its
+//! symbols are refused, never read as another value; bytes are base64 (lockgate's
+//! formats write them so).
 //!
-//! Every check names the field (`ship.weight`, `tags[]`, `attrs{}`) and says why; the
-//! file sink's item error policy then decides what becomes of the record.
+//! A value in a form other than the common one (a timestamp with a lowercase `t` or
+//! with seven digits of a second, a date with a signed year, an integer as text) is
+//! read by the same functions the file sink has always read it with (chrono's, then
+//! Arrow's), so that what was taken is taken alike; the common forms are read here,
+//! to the same values, without them.
 
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use serde_json::Value;
+use super::refusal::Refusal;
+use arrow_array::types::{
+    Date32Type, DecimalType, Int32Type, Int64Type, Time32MillisecondType, Time32SecondType,
+    Time64MicrosecondType, Time64NanosecondType,
+};
+use arrow_array::{timezone::Tz, ArrowNativeTypeOp};
+use arrow_buffer::ArrowNativeType;
+use arrow_cast::parse::Parser;
+use arrow_schema::TimeUnit;
 
 /// The metadata key of a string column that holds an Avro enum: its symbols, joined
 /// by commas (an Avro symbol has none).
@@ -21,140 +32,114 @@ const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::n
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
-/// `value` (one record's JSON text) as Arrow's decoder is to read it, every column's
-/// value checked and binary values turned from base64 into the hex the decoder reads.
-pub fn prepared(schema: &Schema, value: &[u8]) -> Result<Vec<u8>, String> {
-    let mut v: Value = serde_json::from_slice(value)
-        .map_err(|e| format!("the value is not one JSON object: {e}"))?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err("the value is not a JSON object".into());
-    };
-    for f in schema.fields() {
-        if let Some(x) = obj.get_mut(f.name()) {
-            prepare(f, x, f.name())?;
-        }
-    }
-    Ok(serde_json::to_vec(&v).expect("a JSON value serializes"))
-}
-
-fn prepare(field: &Field, v: &mut Value, path: &str) -> Result<(), String> {
+/// The bytes of the base64 `text`, appended to `out`.
+pub fn base64_into(text: &[u8], out: &mut Vec<u8>) -> Result<(), Refusal> {
     use base64::Engine;
-    let t = field.data_type();
-    match (t, &mut *v) {
-        (_, Value::Null) => Ok(()),
-        (DataType::Decimal128(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
-        (DataType::Decimal256(p, scale), _) => decimal_fits(v, i64::from(*p), *scale, path),
-        (DataType::Int32 | DataType::Int64, Value::Number(n)) => {
-            let text = n.to_string();
-            let fits = match t {
-                DataType::Int32 => text.parse::<i32>().is_ok(),
-                _ => text.parse::<i64>().is_ok(),
-            };
-            if fits {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{path}: {text} is not an integer of the column's size"
-                ))
-            }
+    BASE64
+        .decode_vec(text, out)
+        .map_err(|e| Refusal::value(format!("not base64 ({e})")))
+}
+
+/// The integer of a JSON number's text (`whole`: it has no fraction or exponent).
+#[inline(always)]
+pub fn integer(text: &[u8], whole: bool) -> Option<i64> {
+    if !whole {
+        return None;
+    }
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.len() <= 18 {
+        // At most 18 digits: no overflow possible.
+        let mut v: i64 = 0;
+        for &d in digits {
+            v = v * 10 + i64::from(d - b'0');
         }
-        (DataType::Float32 | DataType::Float64, Value::Number(n)) => {
-            let text = n.to_string();
-            let finite = match t {
-                DataType::Float32 => text.parse::<f32>().is_ok_and(f32::is_finite),
-                _ => text.parse::<f64>().is_ok_and(f64::is_finite),
-            };
-            if finite {
-                Ok(())
-            } else {
-                Err(format!("{path}: {text} is out of the column's range"))
-            }
-        }
-        (DataType::Float32 | DataType::Float64, Value::String(text)) => Err(format!(
-            "{path}: {text:?} is text; a float column takes a JSON number"
-        )),
-        (DataType::Timestamp(unit, zone), _) => timestamp_fits(v, *unit, zone.is_some(), path),
-        (DataType::Date32, _) => date_fits(v, path),
-        (DataType::Time32(unit) | DataType::Time64(unit), _) => time_fits(v, *unit, path),
-        (DataType::Utf8, Value::String(s)) => match field.metadata().get(ENUM_SYMBOLS) {
-            Some(symbols) if !symbols.split(',').any(|x| x == s) => Err(format!(
-                "{path}: {s:?} is not one of the enum's symbols ({symbols})"
-            )),
-            _ => Ok(()),
-        },
-        (DataType::Binary | DataType::FixedSizeBinary(_), Value::String(text)) => {
-            let bytes = BASE64
-                .decode(text.as_bytes())
-                .map_err(|e| format!("{path}: not base64 ({e})"))?;
-            if let DataType::FixedSizeBinary(n) = t {
-                if bytes.len() != *n as usize {
-                    return Err(format!(
-                        "{path}: {} bytes for a fixed size of {n}",
-                        bytes.len()
-                    ));
-                }
-            }
-            *v = Value::String(bytes.iter().map(|b| format!("{b:02x}")).collect());
-            Ok(())
-        }
-        (DataType::Binary | DataType::FixedSizeBinary(_), _) => {
-            Err(format!("{path}: bytes are a base64 string"))
-        }
-        (DataType::Struct(fields), Value::Object(o)) => {
-            fields.iter().try_for_each(|f| match o.get_mut(f.name()) {
-                Some(x) => prepare(f, x, &format!("{path}.{}", f.name())),
-                None => Ok(()),
-            })
-        }
-        (DataType::List(f), Value::Array(items)) => items
-            .iter_mut()
-            .try_for_each(|x| prepare(f, x, &format!("{path}[]"))),
-        (DataType::Map(entries, _), Value::Object(o)) => match entries.data_type() {
-            DataType::Struct(kv) if kv.len() == 2 => o
-                .values_mut()
-                .try_for_each(|x| prepare(&kv[1], x, &format!("{path}{{}}"))),
-            _ => Ok(()),
-        },
-        // Arrow's decoder refuses the other mismatches itself, naming the field.
-        _ => Ok(()),
+        return Some(if negative { -v } else { v });
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        let d = i64::from(d - b'0');
+        v = v.checked_mul(10)?;
+        v = if negative {
+            v.checked_sub(d)?
+        } else {
+            v.checked_add(d)?
+        };
+    }
+    Some(v)
+}
+
+/// An integer column's value of a JSON number.
+#[inline(always)]
+pub fn integer_of_number<T: TryFrom<i64>>(text: &[u8], whole: bool) -> Result<T, Refusal> {
+    integer(text, whole)
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or_else(|| {
+            Refusal::value(format!(
+                "{} is not an integer of the column's size",
+                String::from_utf8_lossy(text)
+            ))
+        })
+}
+
+/// An integer column's value of a JSON string (`"42"`), as Arrow reads one.
+pub fn int64_of_text(text: &str) -> Result<i64, Refusal> {
+    Int64Type::parse(text)
+        .ok_or_else(|| Refusal::value(format!("{text:?} is not an integer of the column's size")))
+}
+
+/// An `int` column's value of a JSON string (`"42"`), as Arrow reads one.
+pub fn int32_of_text(text: &str) -> Result<i32, Refusal> {
+    Int32Type::parse(text)
+        .ok_or_else(|| Refusal::value(format!("{text:?} is not an integer of the column's size")))
+}
+
+/// A `double` column's value of a JSON number: finite.
+#[inline(always)]
+pub fn float64(text: &str) -> Result<f64, Refusal> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(Refusal::value(format!(
+            "{text} is out of the column's range"
+        ))),
     }
 }
 
-/// Whether the decimal `v` fits a column of `precision` and `scale` exactly: Arrow's
-/// decoder drops digits past the scale and mishandles huge exponents.
-fn decimal_fits(v: &Value, precision: i64, scale: i8, path: &str) -> Result<(), String> {
-    let text = match v {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        // Arrow's decoder refuses other kinds, naming the field.
-        _ => return Ok(()),
-    };
-    let Some(places) = decimal_places(&text) else {
-        return Err(format!("{path}: {text} is not a decimal number"));
-    };
-    if places > i64::from(scale) {
-        return Err(format!(
-            "{path}: {text} has {places} decimal places, more than the column's scale {scale}"
-        ));
+/// A `float` column's value of a JSON number: finite as a 32-bit float.
+#[inline(always)]
+pub fn float32(text: &str) -> Result<f32, Refusal> {
+    match text.parse::<f32>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(Refusal::value(format!(
+            "{text} is out of the column's range"
+        ))),
     }
-    if exponent(&text).is_some_and(|e| e.abs() > precision + i64::from(scale) + 1) {
-        return Err(format!("{path}: {text} is out of the column's range"));
-    }
-    Ok(())
 }
 
-fn exponent(text: &str) -> Option<i64> {
-    text.find(['e', 'E'])
-        .map(|i| text[i + 1..].parse::<i64>().unwrap_or(i64::MAX))
+/// The refusal of text in a float column.
+pub fn float_as_text(text: &str) -> Refusal {
+    Refusal::value(format!(
+        "{text:?} is text; a float column takes a JSON number"
+    ))
 }
 
-/// The decimal places `text` (a decimal numeral, maybe with an exponent) needs: its
-/// trailing zeros need none. None when it is not a numeral.
-pub fn decimal_places(text: &str) -> Option<i64> {
-    let (mantissa, exp) = match text.find(['e', 'E']) {
-        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
-        None => (text, 0),
+/// A decimal numeral split: `[+-]int[.frac][(e|E)exp]`, the parts as
+/// [`decimal_places`] reads them.
+struct Decimal<'t> {
+    negative: bool,
+    int: &'t [u8],
+    frac: &'t [u8],
+    exponent: Option<i64>,
+}
+
+fn split_decimal(text: &str) -> Option<Decimal<'_>> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], Some(text[i + 1..].parse::<i64>().ok()?)),
+        None => (text, None),
     };
+    let negative = mantissa.starts_with('-');
     let mantissa = mantissa.strip_prefix(['-', '+']).unwrap_or(mantissa);
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     if int.is_empty() && frac.is_empty()
@@ -162,15 +147,104 @@ pub fn decimal_places(text: &str) -> Option<i64> {
     {
         return None;
     }
-    // value = digits x 10^(exp - frac.len()); trailing zeros of the digits need no place.
-    let digits = format!("{int}{frac}");
-    let zeros = (digits.len() - digits.trim_end_matches('0').len()) as i64;
-    let places = (frac.len() as i64).checked_sub(exp)?.checked_sub(zeros)?;
-    Some(places.max(0))
+    Some(Decimal {
+        negative,
+        int: int.as_bytes(),
+        frac: frac.as_bytes(),
+        exponent,
+    })
+}
+
+impl Decimal<'_> {
+    fn digits(&self) -> impl DoubleEndedIterator<Item = u8> + Clone + '_ {
+        self.int.iter().chain(self.frac.iter()).copied()
+    }
+
+    /// Trailing zeros of the digits.
+    fn trailing_zeros(&self) -> usize {
+        self.digits().rev().take_while(|d| *d == b'0').count()
+    }
+
+    fn places(&self) -> Option<i64> {
+        let exp = self.exponent.unwrap_or(0);
+        let zeros = self.trailing_zeros() as i64;
+        let places = (self.frac.len() as i64)
+            .checked_sub(exp)?
+            .checked_sub(zeros)?;
+        Some(places.max(0))
+    }
+}
+
+/// The decimal places `text` (a decimal numeral, maybe with an exponent) needs: its
+/// trailing zeros need none. None when it is not a numeral.
+pub fn decimal_places(text: &str) -> Option<i64> {
+    split_decimal(text)?.places()
+}
+
+/// A decimal column's value (unscaled) of `text`, a JSON number's or a string's: exact,
+/// refused when it has more places than `scale` or more digits than `precision`.
+pub fn decimal<D: DecimalType>(text: &str, precision: u8, scale: i8) -> Result<D::Native, Refusal> {
+    let Some(d) = split_decimal(text) else {
+        return Err(Refusal::value(format!("{text} is not a decimal number")));
+    };
+    let Some(places) = d.places() else {
+        return Err(Refusal::value(format!("{text} is not a decimal number")));
+    };
+    if places > i64::from(scale) {
+        return Err(Refusal::value(format!(
+            "{text} has {places} decimal places, more than the column's scale {scale}"
+        )));
+    }
+    let out_of_range = || Refusal::value(format!("{text} is out of the column's range"));
+    if let Some(exp) = d.exponent {
+        if exp.abs() > i64::from(precision) + i64::from(scale) + 1 {
+            return Err(out_of_range());
+        }
+        // Arrow's reading of an exponent refuses a few values that fit (and nothing
+        // that does not): its refusals stay, its value is not taken (it can wrap).
+        arrow_cast::parse::parse_decimal::<D>(text, precision, scale)
+            .map_err(|e| Refusal::value(format!("{text}: {e}")))?;
+    }
+    // value = digits x 10^(exp - frac); its significant digits, then the power of ten
+    // that scales them to the column's unscaled integer.
+    let all = d.digits();
+    let leading = all.clone().take_while(|c| *c == b'0').count();
+    let total = d.int.len() + d.frac.len();
+    if leading == total {
+        return Ok(D::Native::usize_as(0));
+    }
+    let zeros = d.trailing_zeros();
+    let significant = total - leading - zeros;
+    // places <= scale makes this at least 0.
+    let shift = d.exponent.unwrap_or(0) - d.frac.len() as i64 + zeros as i64 + i64::from(scale);
+    if shift < 0 || significant as i64 + shift > i64::from(precision) {
+        return Err(out_of_range());
+    }
+    let ten = D::Native::usize_as(10);
+    let mut v = D::Native::usize_as(0);
+    for c in all.skip(leading).take(significant) {
+        v = v
+            .mul_wrapping(ten)
+            .add_wrapping(D::Native::usize_as(usize::from(c - b'0')));
+    }
+    for _ in 0..shift {
+        v = v.mul_wrapping(ten);
+    }
+    Ok(if d.negative { v.neg_wrapping() } else { v })
+}
+
+/// What `unit` is called in messages.
+fn unit_name(unit: TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Second => "seconds",
+        TimeUnit::Millisecond => "milliseconds",
+        TimeUnit::Microsecond => "microseconds",
+        TimeUnit::Nanosecond => "nanoseconds",
+    }
 }
 
 /// The digits of a second's fraction `unit` holds.
-fn unit_digits(unit: TimeUnit) -> usize {
+fn unit_digits(unit: TimeUnit) -> u32 {
     match unit {
         TimeUnit::Second => 0,
         TimeUnit::Millisecond => 3,
@@ -192,121 +266,360 @@ fn fraction_digits(text: &str) -> usize {
     digits.trim_end_matches('0').len()
 }
 
-fn integer_number(v: &Value, path: &str, what: &str) -> Result<Option<i64>, String> {
-    match v {
-        Value::Number(n) => n
-            .to_string()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| format!("{path}: {n} is not a whole number of {what}")),
-        _ => Ok(None),
+/// A whole number of `what` of a JSON number (a timestamp's, a date's, a time's).
+#[inline(always)]
+pub fn whole_number(text: &str, whole: bool, what: &str) -> Result<i64, Refusal> {
+    integer(text.as_bytes(), whole)
+        .ok_or_else(|| Refusal::value(format!("{text} is not a whole number of {what}")))
+}
+
+/// A timestamp column's value of a JSON number: a whole number of its unit.
+#[inline(always)]
+pub fn timestamp_of_number(text: &str, whole: bool, unit: TimeUnit) -> Result<i64, Refusal> {
+    whole_number(text, whole, unit_name(unit))
+}
+
+/// `n` digits at `at` of `s` as a number.
+#[inline(always)]
+fn digits_at(s: &[u8], at: usize, n: usize) -> Option<u32> {
+    let mut v = 0u32;
+    for k in 0..n {
+        let c = *s.get(at + k)?;
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + u32::from(c - b'0');
+    }
+    Some(v)
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD` at the start of `s`, a valid date: its days from 1970-01-01.
+#[inline(always)]
+fn common_date(s: &[u8]) -> Option<i64> {
+    if s.len() < 10 || s[4] != b'-' || s[7] != b'-' {
+        return None;
+    }
+    let y = digits_at(s, 0, 4)?;
+    let m = digits_at(s, 5, 2)?;
+    let d = digits_at(s, 8, 2)?;
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if d == 0 || d > days_in_month {
+        return None;
+    }
+    Some(days_from_civil(i64::from(y), m, d))
+}
+
+/// `HH:MM:SS[.fraction]` at `at` of `s` (hours below 24, no leap second, 1 to 9
+/// digits of fraction): seconds since midnight, nanoseconds, and where it ends.
+#[inline(always)]
+fn common_time(s: &[u8], at: usize) -> Option<(i64, u32, usize)> {
+    if s.get(at + 2) != Some(&b':') || s.get(at + 5) != Some(&b':') {
+        return None;
+    }
+    let h = digits_at(s, at, 2)?;
+    let m = digits_at(s, at + 3, 2)?;
+    let sec = digits_at(s, at + 6, 2)?;
+    if h > 23 || m > 59 || sec > 59 {
+        return None;
+    }
+    let mut i = at + 8;
+    let mut nanos = 0u32;
+    if s.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while let Some(c) = s.get(i).filter(|c| c.is_ascii_digit()) {
+            if i - start == 9 {
+                return None;
+            }
+            nanos = nanos * 10 + u32::from(c - b'0');
+            i += 1;
+        }
+        let n = i - start;
+        if n == 0 {
+            return None;
+        }
+        nanos *= 10u32.pow(9 - n as u32);
+    }
+    Some((i64::from(h * 3600 + m * 60 + sec), nanos, i))
+}
+
+/// `secs` and `nanos` in `unit`; refused when the fraction has digits the unit has no
+/// room for, or when the value has no 64-bit place.
+fn in_unit(secs: i64, nanos: u32, unit: TimeUnit, shown: &str) -> Result<i64, Refusal> {
+    let digits = unit_digits(unit);
+    let per = 10u32.pow(9 - digits);
+    if !nanos.is_multiple_of(per) {
+        return Err(Refusal::value(format!(
+            "{shown:?} has more digits of a second than the column's {} hold",
+            unit_name(unit)
+        )));
+    }
+    let sub = i64::from(nanos / per);
+    let overflow = || {
+        Refusal::value(format!(
+            "{shown:?} is out of the range of the column's {}",
+            unit_name(unit)
+        ))
+    };
+    match unit {
+        TimeUnit::Second => Ok(secs),
+        TimeUnit::Millisecond => Ok(secs * 1_000 + sub),
+        TimeUnit::Microsecond => Ok(secs * 1_000_000 + sub),
+        TimeUnit::Nanosecond => {
+            // As chrono computes it, so that the range's ends are the same.
+            let (mut secs, mut sub) = (secs, sub);
+            if secs < 0 {
+                sub -= 1_000_000_000;
+                secs += 1;
+            }
+            secs.checked_mul(1_000_000_000)
+                .and_then(|v| v.checked_add(sub))
+                .ok_or_else(overflow)
+        }
     }
 }
 
-/// A timestamp: a whole number of the column's unit, or RFC 3339 text whose fraction
-/// the unit holds; with a zone (`timestamp-*`) the text must say its offset, without one
+/// A timestamp column's value of a JSON string: RFC 3339 text whose fraction the unit
+/// holds; with a zone (`tz`, a `timestamp-*`) the text must say its offset, without one
 /// (`local-timestamp-*`) it must say none.
-fn timestamp_fits(v: &Value, unit: TimeUnit, zoned: bool, path: &str) -> Result<(), String> {
-    let units = match unit {
-        TimeUnit::Second => "seconds",
-        TimeUnit::Millisecond => "milliseconds",
-        TimeUnit::Microsecond => "microseconds",
-        TimeUnit::Nanosecond => "nanoseconds",
-    };
-    if integer_number(v, path, units)?.is_some() {
-        return Ok(());
+#[inline]
+pub fn timestamp_of_text(text: &str, unit: TimeUnit, tz: Option<&Tz>) -> Result<i64, Refusal> {
+    let s = text.as_bytes();
+    if let Some(days) = common_date(s) {
+        if matches!(s.get(10), Some(b'T' | b' ')) {
+            if let Some((secs, nanos, end)) = common_time(s, 11) {
+                let offset = match (tz, &s[end..]) {
+                    (None, []) => Some(0),
+                    (Some(_), [b'Z']) => Some(0),
+                    (Some(_), [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]) => {
+                        digits_at(&[*h1, *h2, *m1, *m2], 0, 4).and_then(|hm| {
+                            let (h, m) = (hm / 100, hm % 100);
+                            (h <= 23 && m <= 59).then(|| {
+                                let secs = i64::from(h * 3600 + m * 60);
+                                if *sign == b'-' {
+                                    -secs
+                                } else {
+                                    secs
+                                }
+                            })
+                        })
+                    }
+                    _ => None,
+                };
+                if let Some(offset) = offset {
+                    return in_unit(days * 86_400 + secs - offset, nanos, unit, text);
+                }
+            }
+        }
     }
-    let Value::String(s) = v else {
-        return Ok(());
-    };
+    timestamp_of_other_text(text, unit, tz)
+}
+
+/// [`timestamp_of_text`] for text in a form other than the common one.
+#[cold]
+fn timestamp_of_other_text(s: &str, unit: TimeUnit, tz: Option<&Tz>) -> Result<i64, Refusal> {
     let text = s.replacen(' ', "T", 1);
-    let nanos = if zoned {
+    let nanos = if tz.is_some() {
         chrono::DateTime::parse_from_rfc3339(&text)
-            .map_err(|e| format!("{path}: {s:?} is not a time with its offset ({e})"))?
+            .map_err(|e| Refusal::value(format!("{s:?} is not a time with its offset ({e})")))?
             .timestamp_subsec_nanos()
     } else {
         chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%dT%H:%M:%S%.f")
             .map_err(|e| {
-                format!("{path}: {s:?} is not a local date and time without an offset ({e})")
+                Refusal::value(format!(
+                    "{s:?} is not a local date and time without an offset ({e})"
+                ))
             })?
             .and_utc()
             .timestamp_subsec_nanos()
     };
     if nanos >= 1_000_000_000 {
         // Arrow would write a leap second as the next second.
-        return Err(format!(
-            "{path}: {s:?} is a leap second, which the column has no place for"
-        ));
+        return Err(Refusal::value(format!(
+            "{s:?} is a leap second, which the column has no place for"
+        )));
     }
-    if fraction_digits(&text) > unit_digits(unit) {
-        return Err(format!(
-            "{path}: {s:?} has more digits of a second than the column's {units} hold"
-        ));
+    if fraction_digits(&text) > unit_digits(unit) as usize {
+        return Err(Refusal::value(format!(
+            "{s:?} has more digits of a second than the column's {} hold",
+            unit_name(unit)
+        )));
     }
-    Ok(())
+    let unread = |e: arrow_schema::ArrowError| Refusal::value(format!("{s:?}: {e}"));
+    let at = match tz {
+        Some(tz) => arrow_cast::parse::string_to_datetime(tz, s)
+            .map_err(unread)?
+            .naive_utc(),
+        None => arrow_cast::parse::string_to_datetime(&chrono::Utc, s)
+            .map_err(unread)?
+            .naive_utc(),
+    }
+    .and_utc();
+    match unit {
+        TimeUnit::Second => Ok(at.timestamp()),
+        TimeUnit::Millisecond => Ok(at.timestamp_millis()),
+        TimeUnit::Microsecond => Ok(at.timestamp_micros()),
+        TimeUnit::Nanosecond => at.timestamp_nanos_opt().ok_or_else(|| {
+            Refusal::value(format!(
+                "{s:?} is out of the range of the column's nanoseconds"
+            ))
+        }),
+    }
 }
 
-/// A date: a whole number of days since 1970-01-01, or `YYYY-MM-DD` alone.
-fn date_fits(v: &Value, path: &str) -> Result<(), String> {
-    if integer_number(v, path, "days")?.is_some() {
-        return Ok(());
-    }
-    if let Value::String(s) = v {
-        chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
-            .ok()
-            .filter(|_| s.len() == 10)
-            .ok_or_else(|| format!("{path}: {s:?} is not a date (YYYY-MM-DD)"))?;
-    }
-    Ok(())
+/// A date column's value of a JSON number: a whole number of days since 1970-01-01.
+#[inline(always)]
+pub fn date_of_number(text: &str, whole: bool) -> Result<i32, Refusal> {
+    let days = whole_number(text, whole, "days")?;
+    i32::try_from(days)
+        .map_err(|_| Refusal::value(format!("{text} is out of the range of a date column")))
 }
 
-/// A time of day: a whole number of the unit since midnight, below a day, or
-/// `HH:MM:SS[.fraction]` whose fraction the unit holds.
-fn time_fits(v: &Value, unit: TimeUnit, path: &str) -> Result<(), String> {
-    let per_day: i64 = match unit {
+/// A date column's value of a JSON string: `YYYY-MM-DD` alone.
+#[inline]
+pub fn date_of_text(s: &str) -> Result<i32, Refusal> {
+    if s.len() == 10 {
+        if let Some(days) = common_date(s.as_bytes()) {
+            // Four digits of year: always a 32-bit number of days.
+            return Ok(days as i32);
+        }
+    }
+    date_of_other_text(s)
+}
+
+#[cold]
+fn date_of_other_text(s: &str) -> Result<i32, Refusal> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .filter(|_| s.len() == 10)
+        .ok_or_else(|| Refusal::value(format!("{s:?} is not a date (YYYY-MM-DD)")))?;
+    Date32Type::parse(s).ok_or_else(|| Refusal::value(format!("{s:?} is not a date (YYYY-MM-DD)")))
+}
+
+/// The units of `unit` in a day.
+fn per_day(unit: TimeUnit) -> i64 {
+    match unit {
         TimeUnit::Second => 86_400,
         TimeUnit::Millisecond => 86_400_000,
         TimeUnit::Microsecond => 86_400_000_000,
         TimeUnit::Nanosecond => 86_400_000_000_000,
+    }
+}
+
+/// A time column's value of a JSON number: a whole number of its unit since
+/// midnight, below a day.
+#[inline(always)]
+pub fn time_of_number(text: &str, whole: bool, unit: TimeUnit) -> Result<i64, Refusal> {
+    let n = whole_number(text, whole, "the column's unit")?;
+    if !(0..per_day(unit)).contains(&n) {
+        return Err(Refusal::value(format!("{n} is not a time of day")));
+    }
+    Ok(n)
+}
+
+/// A time column's value of a JSON string: `HH:MM:SS[.fraction]` whose fraction the
+/// unit holds.
+#[inline]
+pub fn time_of_text(s: &str, unit: TimeUnit) -> Result<i64, Refusal> {
+    if let Some((secs, nanos, end)) = common_time(s.as_bytes(), 0) {
+        if end == s.len() {
+            return in_unit(secs, nanos, unit, s).map_err(|_| {
+                Refusal::value(format!(
+                    "{s:?} has more digits of a second than the column holds"
+                ))
+            });
+        }
+    }
+    time_of_other_text(s, unit)
+}
+
+#[cold]
+fn time_of_other_text(s: &str, unit: TimeUnit) -> Result<i64, Refusal> {
+    let t = chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f")
+        .map_err(|e| Refusal::value(format!("{s:?} is not a time of day ({e})")))?;
+    if chrono::Timelike::nanosecond(&t) >= 1_000_000_000 {
+        // Arrow would write a leap second past the end of the day.
+        return Err(Refusal::value(format!(
+            "{s:?} is a leap second, which the column has no place for"
+        )));
+    }
+    if fraction_digits(s) > unit_digits(unit) as usize {
+        return Err(Refusal::value(format!(
+            "{s:?} has more digits of a second than the column holds"
+        )));
+    }
+    let v = match unit {
+        TimeUnit::Second => Time32SecondType::parse(s).map(i64::from),
+        TimeUnit::Millisecond => Time32MillisecondType::parse(s).map(i64::from),
+        TimeUnit::Microsecond => Time64MicrosecondType::parse(s),
+        TimeUnit::Nanosecond => Time64NanosecondType::parse(s),
     };
-    if let Some(n) = integer_number(v, path, "the column's unit")? {
-        if !(0..per_day).contains(&n) {
-            return Err(format!("{path}: {n} is not a time of day"));
-        }
-        return Ok(());
-    }
-    if let Value::String(s) = v {
-        let t = chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f")
-            .map_err(|e| format!("{path}: {s:?} is not a time of day ({e})"))?;
-        if chrono::Timelike::nanosecond(&t) >= 1_000_000_000 {
-            // Arrow would write a leap second past the end of the day.
-            return Err(format!(
-                "{path}: {s:?} is a leap second, which the column has no place for"
-            ));
-        }
-        if fraction_digits(s) > unit_digits(unit) {
-            return Err(format!(
-                "{path}: {s:?} has more digits of a second than the column holds"
-            ));
-        }
-    }
-    Ok(())
+    v.ok_or_else(|| Refusal::value(format!("{s:?} is not a time of day")))
+}
+
+/// An enum's symbols, from its field's metadata.
+pub fn enum_symbols(
+    metadata: &std::collections::HashMap<String, String>,
+) -> Option<Vec<Box<[u8]>>> {
+    metadata.get(ENUM_SYMBOLS).map(|symbols| {
+        symbols
+            .split(',')
+            .map(|s| s.as_bytes().to_vec().into_boxed_slice())
+            .collect()
+    })
+}
+
+/// The refusal of `value`, not among `symbols`.
+#[cold]
+pub fn not_a_symbol(value: &[u8], symbols: &[Box<[u8]>]) -> Refusal {
+    let symbols: Vec<&str> = symbols
+        .iter()
+        .map(|s| std::str::from_utf8(s).unwrap_or_default())
+        .collect();
+    Refusal::value(format!(
+        "{:?} is not one of the enum's symbols ({})",
+        String::from_utf8_lossy(value),
+        symbols.join(",")
+    ))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::columns::Columns;
     use super::*;
+    use arrow_schema::{DataType, Field, Schema};
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    fn one(t: DataType, value: &str) -> Result<String, String> {
+    fn one(t: DataType, value: &str) -> Result<(), String> {
         one_field(Field::new("x", t, true), value)
     }
 
-    fn one_field(f: Field, value: &str) -> Result<String, String> {
-        let schema = Schema::new(vec![f]);
-        prepared(&schema, format!(r#"{{"x":{value}}}"#).as_bytes())
-            .map(|b| String::from_utf8(b).unwrap())
+    /// The record `{"x": value}` appended to the columns of the one field `f`.
+    fn one_field(f: Field, value: &str) -> Result<(), String> {
+        let schema = Arc::new(Schema::new(vec![f]));
+        let mut columns = Columns::new(schema, 1).unwrap();
+        columns
+            .append(format!(r#"{{"x":{value}}}"#).as_bytes())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -411,5 +724,87 @@ mod tests {
         assert_eq!(decimal_places("1.2.3"), None);
         assert_eq!(decimal_places("abc"), None);
         assert_eq!(decimal_places(""), None);
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        use arrow_array::types::{Decimal128Type, Decimal256Type};
+        let d = |t: &str| decimal::<Decimal128Type>(t, 12, 2).map_err(|e| e.to_string());
+        assert_eq!(d("12.34"), Ok(1234));
+        assert_eq!(d("-0.5"), Ok(-50));
+        assert_eq!(d("+7"), Ok(700));
+        assert_eq!(d("1.2345e2"), Ok(12345));
+        assert_eq!(d("12.3400"), Ok(1234));
+        assert_eq!(d("0.0e0"), Ok(0));
+        assert!(d("0e0").is_err(), "refused by Arrow's reading, as it was");
+        assert_eq!(d("9999999999.99"), Ok(999_999_999_999));
+        assert!(d("10000000000").unwrap_err().contains("range"));
+        assert!(d("12.345").unwrap_err().contains("3 decimal places"));
+        assert!(d("1e40").unwrap_err().contains("range"));
+        // A mantissa of more digits than the column's, and an exponent taking them
+        // back: Arrow's reading wrapped it; the value is exact here.
+        let wide = format!("{}0000e-4", "1".repeat(38));
+        let v = decimal::<Decimal128Type>(&wide, 38, 0).unwrap();
+        assert_eq!(v.to_string(), "1".repeat(38));
+        let v = decimal::<Decimal256Type>(&format!("-{}.5", "9".repeat(60)), 76, 1).unwrap();
+        assert_eq!(v.to_string(), format!("-{}5", "9".repeat(60)));
+    }
+
+    #[test]
+    fn common_forms_read_as_the_other_forms_do() {
+        let utc: Tz = "+00:00".parse().unwrap();
+        for s in [
+            "2024-05-01T12:00:00Z",
+            "2024-05-01 12:00:00.5+02:00",
+            "1969-12-31T23:59:59.999999999-23:59",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.123+00:00",
+            "1677-09-21T00:12:43.145224192Z",
+            "1677-09-21T00:12:43.145224191Z",
+            "2262-04-11T23:47:16.854775807Z",
+            "2262-04-11T23:47:16.854775808Z",
+            "2000-02-29T00:00:00Z",
+            "2024-05-01T10:00:00-00:00",
+        ] {
+            for unit in [
+                TimeUnit::Second,
+                TimeUnit::Millisecond,
+                TimeUnit::Microsecond,
+                TimeUnit::Nanosecond,
+            ] {
+                let common = timestamp_of_text(s, unit, Some(&utc)).map_err(|e| e.to_string());
+                let other = timestamp_of_other_text(s, unit, Some(&utc)).map_err(|e| e.to_string());
+                assert_eq!(
+                    common.is_ok(),
+                    other.is_ok(),
+                    "{s} {unit:?} {common:?} {other:?}"
+                );
+                assert_eq!(common.ok(), other.ok(), "{s} {unit:?}");
+                let local = &s[..s.len().min(19)];
+                assert_eq!(
+                    timestamp_of_text(local, unit, None).ok(),
+                    timestamp_of_other_text(local, unit, None).ok(),
+                    "{local} {unit:?}"
+                );
+            }
+        }
+        for s in [
+            "2024-05-01",
+            "0000-01-01",
+            "1970-01-01",
+            "1900-03-01",
+            "9999-12-31",
+        ] {
+            assert_eq!(date_of_text(s).ok(), date_of_other_text(s).ok(), "{s}");
+        }
+        for s in ["00:00:00", "23:59:59.999", "12:00:00.5", "12:00:00.123456"] {
+            for unit in [TimeUnit::Millisecond, TimeUnit::Microsecond] {
+                assert_eq!(
+                    time_of_text(s, unit).ok(),
+                    time_of_other_text(s, unit).ok(),
+                    "{s}"
+                );
+            }
+        }
     }
 }
