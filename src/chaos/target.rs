@@ -72,7 +72,7 @@ pub struct Target {
 fn files_verified(
     f: &crate::connectors::file_sink::FileSinkConfig,
 ) -> Result<std::path::PathBuf, String> {
-    use crate::connectors::file_sink::section::FileFormat;
+    use crate::connectors::file_sink::FileFormat;
     if f.store.is_some() {
         return Err(format!(
             "the chaos harness reads a file sink's parts from a local directory, not the object store {}",

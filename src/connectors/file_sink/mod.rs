@@ -50,6 +50,6 @@ pub use names::{
     committed_name, foreign_directory, parse_part_name, restore_action, rolled_back_part, Part,
     PartName, RestoreAction, Staged, StagedFile, MARKER, ROLLED_BACK,
 };
-pub use section::{FileSection, FileSinkConfig};
+pub use section::{FileFormat, FileSection, FileSinkConfig};
 pub use store::StoreWriter;
 pub use writer::{FileSink, FileWriter};

@@ -156,7 +156,16 @@ impl FileWriter {
             "" => self.cfg.dir.join(ROLLED_BACK),
             f => self.cfg.dir.join(ROLLED_BACK).join(f),
         };
-        fs::create_dir_all(&aside).map_err(|e| self.err("create", &aside, e))?;
+        if !aside.exists() {
+            fs::create_dir_all(&aside).map_err(|e| self.err("create", &aside, e))?;
+            // The new folders' entries are durable before a part is moved into them:
+            // a power loss must not leave the moved part in no folder.
+            let mut d = aside.as_path();
+            while let Some(parent) = d.parent().filter(|_| d != self.cfg.dir) {
+                durable::fsync_dir(parent).map_err(|e| self.err("fsync", parent, e))?;
+                d = parent;
+            }
+        }
         let mut target = aside.join(name);
         let mut n = 1;
         while target.exists() {
