@@ -35,4 +35,5 @@ pub fn registry() -> Registry {
         )
         .with_sink::<crate::connectors::kafka::KafkaSinkSection>(crate::connectors::kafka::KIND)
         .with_sink::<crate::connectors::postgres::PgSection>(crate::connectors::postgres::KIND)
+        .with_sink::<crate::connectors::iceberg::IcebergSection>(crate::connectors::iceberg::KIND)
 }

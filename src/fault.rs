@@ -145,6 +145,10 @@ pub const FAILPOINTS: &[(&str, &str)] = &[
         "checkpoint published, before subtasks are notified",
     ),
     (
+        "after-job-commit",
+        "a sink's committer for the whole job (the Iceberg sink's) committed a published checkpoint, before subtasks are notified",
+    ),
+    (
         "bulk-response",
         "Elasticsearch accepted a bulk request, its response not yet read",
     ),

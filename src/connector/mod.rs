@@ -11,6 +11,7 @@
 //! No generic part of lockgate names a connector: everything the runtime, the job
 //! builder and the job file need to know about one is in its spec and its facts.
 
+pub mod committer;
 mod lifecycle;
 mod operator;
 pub mod position;
@@ -19,6 +20,7 @@ pub mod section;
 pub mod spec;
 pub mod splits;
 
+pub use committer::{CommitterFactory, CommitterInfo, JobCommitter};
 pub use lifecycle::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo, SINK_UID, SOURCE_UID};
 
 /// The types a connector speaks in, so that one `use lockgate::connector::*` is its

@@ -115,6 +115,9 @@ pub struct SinkSpec {
     /// Steps the sink needs right before it (the Elasticsearch sink's version guard:
     /// a `key_by` and a keyed operator), added after the job's own steps.
     pub before: Vec<Step>,
+    /// The job's committer, for a sink whose checkpoints become visible in one step
+    /// ([`crate::connector::committer`]); None: each subtask commits its own share.
+    pub committer: Option<crate::connector::CommitterFactory>,
 }
 
 impl SinkSpec {
@@ -129,12 +132,20 @@ impl SinkSpec {
             factory: Arc::new(factory),
             caps: SinkCaps::default(),
             before: Vec::new(),
+            committer: None,
         }
     }
 
     /// Declares the sink's capabilities.
     pub fn with_caps(mut self, caps: SinkCaps) -> SinkSpec {
         self.caps = caps;
+        self
+    }
+
+    /// Gives the sink a committer for the whole job
+    /// ([`crate::connector::committer`]).
+    pub fn with_committer(mut self, committer: crate::connector::CommitterFactory) -> SinkSpec {
+        self.committer = Some(committer);
         self
     }
 

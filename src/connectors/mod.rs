@@ -7,6 +7,7 @@
 
 pub mod elasticsearch;
 pub mod file_sink;
+pub mod iceberg;
 pub mod kafka;
 pub mod postgres;
 pub mod sequence;

@@ -227,6 +227,16 @@ async fn run_attempt(
 ) -> Result<()> {
     telemetry.attempt_starts();
     let work = tokio::task::block_in_place(|| fresh_work_dir(dir.root()))?;
+    // The job's committer finishes what the restored checkpoint staged (and takes back
+    // what came after it) before any task starts writing again.
+    let info = crate::connector::CommitterInfo {
+        job: job.name.clone(),
+        member: job.member,
+    };
+    let mut committer = job.sink.committer.as_ref().map(|make| make(&info));
+    if let Some(c) = &mut committer {
+        c.open(&super::start::sink_restore(restored)).await?;
+    }
     // Read once: the pause queued before the sources start and the one followed
     // below must agree, or a resume in between is lost.
     let start_paused = control.is_some_and(|c| c.is_paused());
@@ -269,6 +279,7 @@ async fn run_attempt(
         retention: None,
         paused: start_paused,
         paused_sources: HashSet::new(),
+        committer,
     };
 
     // Every return of the loop below leaves through here: a retention pass still
@@ -350,6 +361,8 @@ struct Attempt<'a> {
     paused: bool,
     /// The sources that confirmed the pause.
     paused_sources: HashSet<TaskId>,
+    /// The sink's committer for the whole job, if it has one.
+    committer: Option<Box<dyn crate::connector::JobCommitter>>,
 }
 
 impl Attempt<'_> {
@@ -477,6 +490,10 @@ impl Attempt<'_> {
                 positions,
                 snapshots,
             } => {
+                let sink_states = match self.committer {
+                    Some(_) => sink_states(&snapshots),
+                    None => Vec::new(),
+                };
                 let (meta, size_bytes) =
                     checkpoint_metadata(self.job, id, is_final, positions, snapshots);
                 // The previous retention pass ends before this publish: the two never
@@ -485,7 +502,10 @@ impl Attempt<'_> {
                     let _ = r.await;
                 }
                 match publish(self.dir, self.store, meta).await? {
-                    Ok(path) => self.published(id, is_final, path, size_bytes, summary),
+                    Ok(path) => {
+                        self.published(id, is_final, path, size_bytes, summary, sink_states)
+                            .await?
+                    }
                     Err(e) => {
                         return Ok(self.coord.on_publish_failed(
                             id,
@@ -521,14 +541,18 @@ impl Attempt<'_> {
     /// Checkpoint `id` is published (at `path`): it is counted and announced, every task
     /// is told it completed, and retention (with the removal of older aborted
     /// checkpoints) starts beside the job.
-    fn published(
+    ///
+    /// The sink's committer, if any, commits the checkpoint before any task is told: a
+    /// task that hears of it may take it as visible.
+    async fn published(
         &mut self,
         id: CheckpointId,
         is_final: bool,
         path: String,
         size_bytes: u64,
         summary: &mut RunSummary,
-    ) {
+        sink_states: Vec<(u16, Vec<u8>)>,
+    ) -> Result<()> {
         self.coord.on_published(id, now_ms(self.start));
         let took = self.since_trigger(id);
         self.telemetry
@@ -543,6 +567,10 @@ impl Attempt<'_> {
         self.completed.push(id);
         if self.completed.len() > retain.max(2) {
             self.completed.remove(0);
+        }
+        if let Some(c) = &mut self.committer {
+            c.commit(id, &sink_states).await?;
+            crate::fault::hit("after-job-commit");
         }
         self.send_all(Control::Complete {
             id,
@@ -566,6 +594,7 @@ impl Attempt<'_> {
             retain,
             done,
         ));
+        Ok(())
     }
 
     /// Checkpoint `id` is aborted: reported, and its directory removed once a later
@@ -594,6 +623,15 @@ impl Attempt<'_> {
 /// and never fewer than two (`lockgate_state::restore::retention_victims`). Known only
 /// when this attempt published at least that many (older ones on disk may be kept
 /// otherwise).
+/// Every sink subtask's state among `snapshots`, `(subtask, state)`.
+fn sink_states(snapshots: &[lockgate_state::SubtaskSnapshot]) -> Vec<(u16, Vec<u8>)> {
+    snapshots
+        .iter()
+        .filter(|s| s.operator == crate::connector::SINK_UID)
+        .map(|s| (s.subtask, s.inline_state.clone()))
+        .collect()
+}
+
 fn oldest_retained(completed: &[CheckpointId], retain: usize) -> Option<CheckpointId> {
     let retain = retain.max(2);
     if completed.len() < retain {
