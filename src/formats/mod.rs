@@ -8,6 +8,8 @@
 //! [`Reader`] that fetches writer schemas from the Schema Registry when the decoder
 //! asks for one.
 //!
+//! - [`columnar`]: records as Arrow columns and Parquet files (the file and Iceberg
+//!   sinks').
 //! - [`json`]: the JSON check (`json`), and [`plain`]: `json`, `text`, `bytes`.
 //! - [`confluent`]: the Schema Registry wire frame (magic byte, schema id, Protobuf
 //!   message indexes).
@@ -21,6 +23,7 @@
 pub mod avro;
 pub mod avro_format;
 pub mod catalog;
+pub mod columnar;
 pub mod confluent;
 pub mod connect_json;
 pub mod debezium_types;

@@ -14,6 +14,8 @@
 //! - [`acking`]: a source that acknowledges instead of seeking (a queue, a
 //!   subscription): acknowledged after the checkpoint completes, redeliveries of what
 //!   the job holds dropped by message id, kept in the source's checkpointed state.
+//! - [`parts`]: which of the parts a sink holds open (one per folder) to close
+//!   early, under a bound on their memory or on their number.
 //! - [`keyed`]: keyed state in RocksDB and the keyed operator that runs a
 //!   [`keyed::KeyedFunction`] over it, snapshotted at each aligned barrier and split by
 //!   key group on a rescale.
@@ -22,6 +24,7 @@ pub mod acking;
 pub mod bulk;
 pub mod fetcher;
 pub mod keyed;
+pub mod parts;
 pub mod two_phase;
 
 pub use two_phase::{TwoPhaseSink, TwoPhaseWriter};

@@ -168,9 +168,9 @@ mod tests {
     #[test]
     fn rows_refused_by_the_format_are_refused_by_their_index_in_the_batch() {
         let schema = r#"{"type":"record","name":"r","fields":[{"name":"c","type":"string"},{"name":"n","type":"long"}]}"#;
-        let format = FileFormat::Parquet(super::super::parquet::ParquetFormat {
+        let format = FileFormat::Parquet(crate::formats::columnar::parquet::ParquetFormat {
             schema: std::sync::Arc::new(
-                super::super::avro_arrow::arrow_schema_of_text(schema).unwrap(),
+                crate::formats::columnar::avro_arrow::arrow_schema_of_text(schema).unwrap(),
             ),
             compression: parquet::basic::Compression::UNCOMPRESSED,
         });

@@ -1,13 +1,13 @@
 //! `[sink.file]` as written in a job file, and the configuration it becomes.
 
-use super::avro_arrow::arrow_schema_of_text;
-use super::parquet::{compression, ParquetFormat, COMPRESSIONS};
 use super::partition::PartitionTemplate;
 use super::FileSink;
 use crate::clients::kafka::KafkaCluster;
 use crate::clients::store::S3Settings;
 use crate::dead_letter::{Allowed, OnError};
 use crate::error::Result;
+use crate::formats::columnar::avro_arrow::arrow_schema_of_text;
+use crate::formats::columnar::parquet::{compression, ParquetFormat, COMPRESSIONS};
 use crate::secret::Secret;
 use lockgate_state::store::{CheckpointLocation, StoreLocation};
 use std::path::{Path, PathBuf};
@@ -76,9 +76,12 @@ pub enum FileFormat {
 impl FileFormat {
     /// The records of `batch` this format cannot hold, by index, with why, and the
     /// columns of the others (Parquet; none for JSON lines, which holds every record).
-    pub fn decode(&self, batch: &crate::record::Batch) -> super::parquet::Decoded {
+    pub fn decode(
+        &self,
+        batch: &crate::record::Batch,
+    ) -> crate::formats::columnar::parquet::Decoded {
         match self {
-            FileFormat::Json => super::parquet::Decoded::default(),
+            FileFormat::Json => crate::formats::columnar::parquet::Decoded::default(),
             FileFormat::Parquet(p) => p.decode(batch),
         }
     }
@@ -173,7 +176,7 @@ impl FileSection {
                 })?;
                 // The source hands on times as milliseconds: so the columns count.
                 let schema = match millis {
-                    true => super::avro_arrow::with_millisecond_times(&schema),
+                    true => crate::formats::columnar::avro_arrow::with_millisecond_times(&schema),
                     false => schema,
                 };
                 let name = self.compression.as_deref().unwrap_or("snappy");

@@ -175,7 +175,7 @@ pub fn to_table_rows(rows: &RecordBatch, table: &SchemaRef) -> Result<RecordBatc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connectors::file_sink::avro_arrow::arrow_schema_of_text;
+    use crate::formats::columnar::avro_arrow::arrow_schema_of_text;
 
     const ORDER: &str = r#"{"type":"record","name":"order","fields":[
         {"name":"id","type":"long"},
@@ -286,7 +286,7 @@ mod tests {
         let table = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(&table_schema(&columns).unwrap()).unwrap(),
         );
-        let format = crate::connectors::file_sink::parquet::ParquetFormat {
+        let format = crate::formats::columnar::parquet::ParquetFormat {
             schema: columns,
             compression: parquet::basic::Compression::UNCOMPRESSED,
         };

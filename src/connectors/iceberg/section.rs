@@ -3,9 +3,9 @@
 use super::schema::{partition_parts, PartitionPart};
 use crate::clients::kafka::KafkaCluster;
 use crate::clients::store::S3Settings;
-use crate::connectors::file_sink::avro_arrow::{arrow_schema_of_text, with_millisecond_times};
-use crate::connectors::file_sink::parquet::{compression, ParquetFormat, COMPRESSIONS};
 use crate::dead_letter::{Allowed, OnError};
+use crate::formats::columnar::avro_arrow::{arrow_schema_of_text, with_millisecond_times};
+use crate::formats::columnar::parquet::{compression, ParquetFormat, COMPRESSIONS};
 use crate::secret::Secret;
 use iceberg::{NamespaceIdent, TableIdent};
 use lockgate_state::store::{CheckpointLocation, StoreLocation};

@@ -10,8 +10,8 @@
 
 use super::section::IcebergConfig;
 use crate::connector::SubtaskInfo;
-use crate::connectors::file_sink::part::parts_to_close;
 use crate::error::{JobError, Result};
+use crate::kits::parts::parts_to_close;
 use crate::kits::two_phase::TwoPhaseWriter;
 use crate::record::Batch;
 use arrow_array::RecordBatch;
@@ -168,6 +168,14 @@ impl IcebergWriter {
     }
 }
 
+/// A name for this open of the subtask: the time, in hexadecimal nanoseconds.
+fn token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}")
+}
+
 #[async_trait]
 impl TwoPhaseWriter for IcebergWriter {
     type Committable = StagedFiles;
@@ -188,7 +196,7 @@ impl TwoPhaseWriter for IcebergWriter {
     ) -> Result<()> {
         self.name = info.name.clone();
         self.index = info.index;
-        self.token = crate::connectors::file_sink::names::writer_name();
+        self.token = token();
         let catalog = super::catalog::connect(&self.cfg)
             .await
             .map_err(|e| self.err(e))?;
