@@ -343,6 +343,98 @@ mod parquet_file_sink {
     }
 }
 
+/// The Iceberg sink: each fixture a table of its own in one SQL catalog (SQLite) with
+/// a local warehouse, read by pyiceberg through the same catalog.
+mod iceberg_sink {
+    use super::*;
+
+    const SCHEMA: &str = r#"{"type":"record","name":"sequence","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#;
+
+    /// A temporary directory (the catalog, the warehouse, the schema), and more keys
+    /// of the section.
+    pub struct Context(tempfile::TempDir, &'static str);
+
+    struct Fixture {
+        root: PathBuf,
+        table: String,
+        keys: &'static str,
+        reader: std::sync::Mutex<Option<common::lake::IcebergReader>>,
+    }
+
+    impl SinkTestContext for Context {
+        fn program(&self) -> Option<PathBuf> {
+            Some(common::bin())
+        }
+
+        fn create(&self) -> Result<Box<dyn SinkFixture>, String> {
+            std::fs::write(self.0.path().join("sequence.avsc"), SCHEMA)
+                .map_err(|e| e.to_string())?;
+            Ok(Box::new(Fixture {
+                root: self.0.path().to_path_buf(),
+                table: format!("conformance.{}", unique("t").replace('-', "_")),
+                keys: self.1,
+                reader: std::sync::Mutex::new(None),
+            }))
+        }
+    }
+
+    impl Fixture {
+        fn uri(&self) -> String {
+            format!("sqlite:///{}", self.root.join("catalog.db").display())
+        }
+
+        fn warehouse(&self) -> String {
+            format!("file://{}", self.root.join("warehouse").display())
+        }
+    }
+
+    impl SinkFixture for Fixture {
+        fn section(&self) -> Result<(String, String), String> {
+            Ok((
+                "iceberg".into(),
+                format!(
+                    "catalog = {{ type = \"sql\", name = \"lake\", uri = {:?}, warehouse = {:?} }}\ntable = {:?}\nschema_file = {:?}\n{}",
+                    self.uri(),
+                    self.warehouse(),
+                    self.table,
+                    self.root.join("sequence.avsc").display().to_string(),
+                    self.keys
+                ),
+            ))
+        }
+
+        fn spec(&self) -> Result<SinkSpec, String> {
+            sink_spec(self.section()?)
+        }
+
+        fn read(&self) -> Result<Vec<Value>, String> {
+            let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+            if reader.is_none() {
+                *reader = Some(common::lake::IcebergReader::start(&[])?);
+            }
+            let t = reader.as_mut().expect("started").read(
+                &self.uri(),
+                &self.warehouse(),
+                "lake",
+                &self.table,
+            )?;
+            common::lake::one_snapshot_per_checkpoint(&t)?;
+            Ok(t.rows)
+        }
+    }
+
+    lockgate::sink_conformance!(Context(tempfile::tempdir().unwrap(), ""));
+
+    /// A partition per key, data files rolled at 1 KiB: several files per checkpoint.
+    mod partitioned {
+        use super::*;
+        lockgate::sink_conformance!(Context(
+            tempfile::tempdir().unwrap(),
+            "partition_by = \"key={/key}\"\nroll_bytes = 1024"
+        ));
+    }
+}
+
 /// The file sink writing into an object store (moto's S3 server, started once): each
 /// fixture a prefix of its own, read by pyarrow through its own S3 client, in both
 /// formats.

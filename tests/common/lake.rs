@@ -168,3 +168,159 @@ pub fn begin_multipart_upload(moto: &MotoServer, bucket: &str, key: &str) {
         r.status()
     );
 }
+
+/// What pyiceberg reads of an Iceberg table through its SQL catalog
+/// (`tests/lake/read_iceberg.py`): the table's snapshots, oldest first, and the rows
+/// of its current snapshot. A table that does not exist reads as none of either.
+pub struct IcebergTable {
+    /// `{"id", "parent", "operation", "summary", "added": [paths]}` per snapshot.
+    pub snapshots: Vec<Value>,
+    /// The current snapshot's id.
+    pub current: Option<i64>,
+    pub rows: Vec<Value>,
+}
+
+/// Reads `table` (`namespace.table`) of the SQL catalog `name` at `uri` (SQLAlchemy's
+/// form) with `warehouse`, in the environment `env` (an object store's settings).
+pub fn iceberg_table(
+    uri: &str,
+    warehouse: &str,
+    name: &str,
+    table: &str,
+    env: &[(&str, String)],
+) -> Result<IcebergTable, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_iceberg.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args([uri, warehouse, name, table])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "pyiceberg could not read {table}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    parse_iceberg(String::from_utf8_lossy(&out.stdout).lines())
+}
+
+fn parse_iceberg<'a>(lines: impl Iterator<Item = &'a str>) -> Result<IcebergTable, String> {
+    let mut t = IcebergTable {
+        snapshots: Vec::new(),
+        current: None,
+        rows: Vec::new(),
+    };
+    for line in lines {
+        let mut v: Value = serde_json::from_str(line).map_err(|e| format!("{line:?}: {e}"))?;
+        if let Some(s) = v.get_mut("snapshot") {
+            t.snapshots.push(s.take());
+        } else if let Some(c) = v.get("current") {
+            t.current = c.as_i64();
+        } else if let Some(r) = v.get_mut("row") {
+            t.rows.push(r.take());
+        } else if let Some(e) = v.get("error") {
+            return Err(format!("pyiceberg: {e}"));
+        }
+    }
+    Ok(t)
+}
+
+/// One pyiceberg process that reads a table as often as asked (`--serve`): for the
+/// reads made while a job runs, each of which would otherwise wait a second for
+/// pyiceberg's import.
+pub struct IcebergReader {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl IcebergReader {
+    pub fn start(env: &[(&str, String)]) -> Result<IcebergReader, String> {
+        use std::process::Stdio;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_iceberg.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .arg("--serve")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        Ok(IcebergReader { child, out })
+    }
+
+    /// [`iceberg_table`] through this process.
+    pub fn read(
+        &mut self,
+        uri: &str,
+        warehouse: &str,
+        name: &str,
+        table: &str,
+    ) -> Result<IcebergTable, String> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().expect("piped");
+        writeln!(stdin, "{uri} {warehouse} {name} {table}").map_err(|e| e.to_string())?;
+        stdin.flush().map_err(|e| e.to_string())?;
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            if self.out.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("the pyiceberg reader ended".into());
+            }
+            if line.trim() == r#"{"end": true}"# {
+                break;
+            }
+            lines.push(line);
+        }
+        parse_iceberg(lines.iter().map(|l| l.trim_end()))
+    }
+}
+
+impl Drop for IcebergReader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl IcebergTable {
+    /// The snapshots on the current snapshot's line of ancestors, newest first (those
+    /// a rollback took off the line are not).
+    pub fn line(&self) -> Vec<&Value> {
+        let by_id: BTreeMap<i64, &Value> = self
+            .snapshots
+            .iter()
+            .filter_map(|s| s["id"].as_i64().map(|id| (id, s)))
+            .collect();
+        let mut out = Vec::new();
+        let mut at = self.current;
+        while let Some(s) = at.and_then(|id| by_id.get(&id)) {
+            out.push(*s);
+            at = s["parent"].as_i64();
+        }
+        out
+    }
+}
+
+/// On the table's current line: no checkpoint of a job in two snapshots, and no data
+/// file added by two.
+pub fn one_snapshot_per_checkpoint(t: &IcebergTable) -> Result<(), String> {
+    let mut checkpoints = std::collections::BTreeSet::new();
+    let mut files = std::collections::BTreeSet::new();
+    for s in t.line() {
+        let key = (
+            s["summary"]["lockgate.job"].to_string(),
+            s["summary"]["lockgate.checkpoint"].to_string(),
+        );
+        if !checkpoints.insert(key.clone()) {
+            return Err(format!("two snapshots for one checkpoint {key:?}"));
+        }
+        for f in s["added"].as_array().into_iter().flatten() {
+            if !files.insert(f.to_string()) {
+                return Err(format!("{f} is added by two snapshots"));
+            }
+        }
+    }
+    Ok(())
+}

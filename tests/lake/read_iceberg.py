@@ -11,6 +11,10 @@ Prints one JSON object per line: {"snapshot": {...}} for each snapshot of the ta
 (id, parent, operation, summary, the data files it added), oldest first, then
 {"row": {...}} for each row of the current snapshot, decimals as exact text and times
 in ISO 8601. A table that does not exist prints nothing.
+
+With --serve it reads the four arguments as one line of stdin, as many times as
+given, and ends each answer with {"end": true}: one process for many reads (pyiceberg
+takes a second to import).
 """
 
 import datetime
@@ -36,8 +40,7 @@ def plain(v):
     return v
 
 
-def main():
-    uri, warehouse, name, table_name = sys.argv[1:5]
+def read(uri, warehouse, name, table_name):
     props = {"uri": uri, "warehouse": warehouse}
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
@@ -75,6 +78,19 @@ def main():
     for batch in table.scan().to_arrow().to_batches():
         for row in batch.to_pylist():
             out.write(json.dumps({"row": plain(row)}) + "\n")
+
+
+def main():
+    if sys.argv[1:] == ["--serve"]:
+        for line in sys.stdin:
+            try:
+                read(*line.split())
+            except Exception as e:  # the answer says why, and the process serves on
+                sys.stdout.write(json.dumps({"error": repr(e)}) + "\n")
+            sys.stdout.write(json.dumps({"end": True}) + "\n")
+            sys.stdout.flush()
+        return
+    read(*sys.argv[1:5])
 
 
 if __name__ == "__main__":

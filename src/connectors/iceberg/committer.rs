@@ -16,6 +16,7 @@
 //! published checkpoint, so nothing else can lose them. A rescale changes nothing
 //! for it: it gets every old subtask's state.
 
+use super::rollback::Plan;
 use super::section::IcebergConfig;
 use super::writer::StagedFiles;
 use crate::connector::{JobCommitter, SinkRestore};
@@ -87,38 +88,6 @@ pub fn to_commit(staged: &[StagedFiles], committed: Option<u64>, id: u64) -> Vec
         .filter(|s| committed.is_none_or(|c| s.checkpoint > c) && s.checkpoint <= id)
         .flat_map(|s| s.files.iter().cloned())
         .collect()
-}
-
-/// What a start does about the table's history.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
-    /// Commit the restored checkpoint's files, if it has any not committed.
-    Commit,
-    /// The table holds what going on would write again: the job must not start.
-    Refuse(String),
-}
-
-/// What a start restoring `restored` (None: a fresh start) of `job` does, given the
-/// table's `history`.
-pub fn start(history: &[Entry], job: &str, table: &str, restored: Option<u64>) -> Start {
-    let newest = newest_committed(history, job);
-    match (restored, newest) {
-        (None, Some(c)) => Start::Refuse(format!(
-            "table {table} holds the output of job {job} up to its checkpoint {c}, and the job starts without a checkpoint: its records would be written again. Restore the job from its checkpoints (--from), or give it another name"
-        )),
-        (Some(k), Some(c)) if c > k => {
-            let after: Vec<String> = history
-                .iter()
-                .filter(|e| matches!(&e.by, Some((j, ck)) if j == job && *ck > k))
-                .map(|e| e.snapshot.to_string())
-                .collect();
-            Start::Refuse(format!(
-                "table {table} holds snapshots of job {job} for checkpoints after the restored {k} (up to {c}: snapshots {}): their records would be written again. Roll the table back to before them (Iceberg's rollback_to_snapshot) and start again, or restore checkpoint {c}",
-                after.join(", ")
-            ))
-        }
-        _ => Start::Commit,
-    }
 }
 
 /// The Iceberg sink's committer (see the module).
@@ -244,18 +213,33 @@ impl JobCommitter for IcebergCommitter {
             .map_err(|e| self.err(e))?;
         self.catalog = Some(catalog);
         let k = restored.checkpoint.map(|c| c.0);
-        match start(&history(&table), &self.job, &self.cfg.table.to_string(), k) {
-            Start::Refuse(why) => Err(JobError::Unrecoverable {
-                task: "iceberg-committer".into(),
-                message: why,
-            }),
-            Start::Commit => match k {
-                Some(k) => {
-                    let staged = self.staged(&restored.states)?;
-                    self.commit_files(k, &staged).await
-                }
-                None => Ok(()),
-            },
+        let table_name = self.cfg.table.to_string();
+        match super::rollback::plan(&history(&table), &self.job, k, &table_name) {
+            Plan::Nothing => {}
+            Plan::Refuse(why) => {
+                return Err(JobError::Unrecoverable {
+                    task: "iceberg-committer".into(),
+                    message: why,
+                })
+            }
+            Plan::To { snapshot, taken } => {
+                tracing::warn!(
+                    restored = ?k,
+                    taken_back = ?taken,
+                    to = ?snapshot,
+                    "the table's main branch goes back to before the job's snapshots after the restored checkpoint: their records are written again"
+                );
+                super::rollback::set_main(&self.cfg, &table, snapshot)
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        match k {
+            Some(k) => {
+                let staged = self.staged(&restored.states)?;
+                self.commit_files(k, &staged).await
+            }
+            None => Ok(()),
         }
     }
 
@@ -316,19 +300,5 @@ mod tests {
         assert!(to_commit(&s, Some(6), 6).is_empty());
         // A restore of 5 never takes files staged after it.
         assert_eq!(to_commit(&s, Some(4), 5), vec!["a5", "b5"]);
-    }
-
-    #[test]
-    fn a_start_refuses_to_write_again_what_the_table_holds() {
-        let h = vec![by("a", 7, 70), other(60), by("a", 6, 50)];
-        assert_eq!(start(&h, "a", "t", Some(7)), Start::Commit);
-        assert_eq!(start(&h, "a", "t", Some(8)), Start::Commit);
-        assert_eq!(start(&h, "b", "t", None), Start::Commit);
-        match start(&h, "a", "t", Some(6)) {
-            Start::Refuse(why) => assert!(why.contains("70") && !why.contains("50"), "{why}"),
-            s => panic!("{s:?}"),
-        }
-        assert!(matches!(start(&h, "a", "t", None), Start::Refuse(_)));
-        assert_eq!(start(&[], "a", "t", None), Start::Commit);
     }
 }

@@ -8,7 +8,8 @@
 //! - The job's one committer ([`committer`]) adds every subtask's files of a
 //!   completed checkpoint to the table in one snapshot whose summary holds the job's
 //!   name and the checkpoint's id; a restore commits the restored checkpoint's files
-//!   unless the table shows them committed.
+//!   unless the table shows them committed, after taking back the job's snapshots of
+//!   later checkpoints ([`rollback`]).
 //! - The table is found in a SQL catalog (the tables Java's `JdbcCatalog` and
 //!   pyiceberg's `SqlCatalog` keep, in SQLite or PostgreSQL) or a REST catalog
 //!   ([`catalog`]), and created from the sink's Avro schema and `partition_by` when
@@ -21,6 +22,7 @@
 
 pub mod catalog;
 pub mod committer;
+pub mod rollback;
 pub mod schema;
 pub mod section;
 pub mod storage;
