@@ -1437,3 +1437,102 @@ fn members_co_partitioned_with_coalescing_and_dead_letters_are_exact() {
         .sum();
     assert!(coalesced > 0, "upserts were coalesced: {out}");
 }
+
+/// The Iceberg sink aborted at `failpoint` once checkpoint 2 completed, then run to the
+/// end: what pyiceberg reads of the table at the abort is what the window says (the
+/// newest checkpoint's snapshot committed, or not yet), and at the end every record is
+/// in the table once, each checkpoint in at most one snapshot.
+fn iceberg_abort_at(failpoint: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::write(
+        root.join("seq.avsc"),
+        r#"{"type":"record","name":"s","fields":[{"name":"seq","type":"long"},{"name":"key","type":"long"},{"name":"value","type":"long"}]}"#,
+    )
+    .unwrap();
+    let uri = format!("sqlite:///{}", root.join("catalog.db").display());
+    let warehouse = format!("file://{}", root.join("wh").display());
+    let job = root.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"ice\"\nparallelism = 2\n\n[checkpoint]\ndir = {:?}\ninterval_ms = 200\n\n[source.sequence]\nfrom = 1\nto = 40000\nkeys = 10\nrate_per_sec = 20000\n\n[sink.iceberg]\ncatalog = {{ type = \"sql\", name = \"lake\", uri = {uri:?}, warehouse = {warehouse:?} }}\ntable = \"shop.seq\"\nschema_file = {:?}\npartition_by = \"key={{/key}}\"\n",
+            root.join("chk").display().to_string(),
+            root.join("seq.avsc").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let spec = format!("{failpoint}@2=exit");
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&job)
+        .env(lockgate::fault::ENV, &spec)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(libc::SIGABRT),
+        "the first run aborted: {}",
+        common::tail(&log, 20)
+    );
+    assert!(
+        log.contains(&format!("failpoint {failpoint}: exit")),
+        "{log}"
+    );
+    let newest: u64 = std::fs::read_dir(root.join("chk"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("chk-")?.parse().ok()
+        })
+        .max()
+        .expect("a complete checkpoint");
+    let table = common::lake::iceberg_table(&uri, &warehouse, "lake", "shop.seq", &[]).unwrap();
+    let committed: Vec<u64> = table
+        .line()
+        .iter()
+        .filter_map(|s| s["summary"]["lockgate.checkpoint"].as_str()?.parse().ok())
+        .collect();
+    let newest_committed = committed.iter().max().copied();
+    match failpoint {
+        // Committed before any subtask heard of it: the table has the checkpoint.
+        "after-job-commit" => assert_eq!(newest_committed, Some(newest), "{committed:?}"),
+        // Published and not committed yet: the restart commits it.
+        "after-publish" => assert!(newest_committed < Some(newest), "{committed:?} {newest}"),
+        // Staged at a barrier of a checkpoint not yet complete: nothing of it.
+        _ => assert!(newest_committed <= Some(newest), "{committed:?} {newest}"),
+    }
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        common::tail(&String::from_utf8_lossy(&out.stderr), 30)
+    );
+    let table = common::lake::iceberg_table(&uri, &warehouse, "lake", "shop.seq", &[]).unwrap();
+    common::lake::one_snapshot_per_checkpoint(&table).unwrap();
+    let mut seqs: Vec<i64> = table
+        .rows
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs.len(), 40_000, "every record once");
+    assert_eq!(seqs, (1..=40_000).collect::<Vec<_>>(), "every record once");
+}
+
+macro_rules! iceberg_failpoint_tests {
+    ($($name:ident => $fp:literal),* $(,)?) => {
+        $(#[test] fn $name() { iceberg_abort_at($fp); })*
+    };
+}
+
+iceberg_failpoint_tests! {
+    abort_after_the_iceberg_committer_committed => "after-job-commit",
+    abort_after_publish_before_the_iceberg_commit => "after-publish",
+    abort_after_the_iceberg_sink_staged_its_files => "after-stage",
+}
