@@ -15,6 +15,9 @@ use std::sync::Arc;
 /// A data file is also closed at this size (and always at each barrier).
 pub const ROLL_BYTES: u64 = 128 * 1024 * 1024;
 
+/// The largest data file: each is written in one request (S3's limit for one PUT).
+pub const MAX_FILE_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+
 /// Configuration of an Iceberg sink.
 #[derive(Debug, Clone)]
 pub struct IcebergConfig {
@@ -216,6 +219,12 @@ impl IcebergSection {
             .map_err(|m| err("partition_by", m))?;
         let roll_bytes = match self.roll_bytes {
             Some(0) => return Err(err("roll_bytes", "must be at least 1".into())),
+            Some(n) if n > MAX_FILE_BYTES => {
+                return Err(err(
+                    "roll_bytes",
+                    format!("{n} is more than one data file may hold ({MAX_FILE_BYTES} bytes: each is written in one request)"),
+                ))
+            }
             Some(n) => n,
             None => ROLL_BYTES,
         };

@@ -1,0 +1,133 @@
+//! The Iceberg sink through real processes, read back by pyiceberg through the same
+//! SQL catalog: a warehouse in an object store (moto's S3 server) through SIGKILLs at
+//! seeded moments of the checkpoint protocol and a rescale; the example job.
+
+mod common;
+
+use common::lake;
+use lockgate::testkit::conformance::process::{seed, KillAt, ProcessJob, KILL_POINTS};
+use lockgate::testkit::moto::MotoServer;
+use rand::SeedableRng;
+use std::path::Path;
+
+const RECORDS: i64 = 6000;
+
+#[test]
+fn a_partitioned_table_in_an_object_store_through_kills_and_a_rescale() {
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lake").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = tmp.path().join("s.avsc");
+    std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
+    let uri = format!("sqlite:///{}", tmp.path().join("catalog.db").display());
+    let warehouse = "s3://lake/wh";
+    let sink = (
+        "iceberg".to_string(),
+        format!(
+            "catalog = {{ type = \"sql\", name = \"lake\", uri = {uri:?}, warehouse = {warehouse:?} }}\ntable = \"shop.seq\"\nschema_file = {:?}\npartition_by = \"key={{/key}}\"\nroll_bytes = 2048\nendpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"\n",
+            schema.display().to_string(),
+            moto.endpoint()
+        ),
+    );
+    let job = ProcessJob::new(&common::bin(), &tmp.path().join("job")).unwrap();
+    let source = (
+        "sequence".to_string(),
+        format!("from = 1\nto = {RECORDS}\nkeys = 4\nrate_per_sec = 3000"),
+    );
+    job.write_at(2, &source, &sink).unwrap();
+    let s = seed(17);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(s);
+    let mut kills = 0;
+    for at in KillAt::schedule(&mut rng, 5, KILL_POINTS) {
+        if job.kill_at(at).unwrap_or_else(|e| panic!("seed {s}: {e}")) {
+            kills += 1;
+        }
+    }
+    assert!(
+        kills >= 3,
+        "seed {s}: the kills landed before the end ({kills})"
+    );
+    let source = (
+        source.0,
+        format!("from = 1\nto = {RECORDS}\nkeys = 4\nrate_per_sec = 0"),
+    );
+    job.write_at(3, &source, &sink).unwrap();
+    job.run_to_end().unwrap();
+
+    let table = lake::iceberg_table(&uri, warehouse, "lake", "shop.seq", &moto.env()).unwrap();
+    lake::one_snapshot_per_checkpoint(&table).unwrap();
+    let mut seqs: Vec<i64> = table
+        .rows
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(
+        seqs,
+        (1..=RECORDS).collect::<Vec<_>>(),
+        "seed {s}: every record once"
+    );
+    for r in &table.rows {
+        assert_eq!(
+            r["key"].as_i64().unwrap(),
+            r["seq"].as_i64().unwrap() % 4,
+            "{r}"
+        );
+    }
+    // The data files are in the folders of their partitions, in the store, and some
+    // checkpoint rolled several files of one partition.
+    let line = table.line();
+    let files: Vec<String> = line
+        .iter()
+        .flat_map(|s| s["added"].as_array().unwrap().iter())
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        files
+            .iter()
+            .all(|f| f.starts_with("s3://lake/wh/shop/seq/data/key=")),
+        "{files:?}"
+    );
+    assert!(
+        line.iter()
+            .any(|s| s["added"].as_array().unwrap().len() > 4),
+        "some checkpoint rolled files"
+    );
+    for s in &line {
+        assert_eq!(s["summary"]["lockgate.job"], "conformance", "{s}");
+        assert_eq!(s["operation"], "append", "{s}");
+    }
+    assert_eq!(lake::multipart_uploads(&moto, "lake"), Vec::<String>::new());
+}
+
+#[test]
+fn the_example_job_writes_every_running_total_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/sequence-to-iceberg.toml");
+    let status = std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(&example)
+        .env("LOCKGATE_DATA", tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = tmp.path().join("sequence-to-iceberg");
+    let table = lake::iceberg_table(
+        &format!("sqlite:///{}", root.join("catalog.db").display()),
+        &format!("file://{}", root.join("warehouse").display()),
+        "lake",
+        "demo.totals",
+        &[],
+    )
+    .unwrap();
+    lake::one_snapshot_per_checkpoint(&table).unwrap();
+    let records = table
+        .rows
+        .iter()
+        .map(|r| ("table".to_string(), r.to_string()));
+    let v =
+        lockgate::testkit::file_output::verify_records(records, 1, 200_000, 1000, Some("/total"));
+    assert!(v.is_exact(), "{v:?}");
+    assert_eq!(v.committed, 200_000);
+}
