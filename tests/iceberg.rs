@@ -131,3 +131,113 @@ fn the_example_job_writes_every_running_total_once() {
     assert!(v.is_exact(), "{v:?}");
     assert_eq!(v.committed, 200_000);
 }
+
+/// A job file of the sequence `1..=to` into `table` of the SQL catalog at `uri`.
+fn sequence_job(root: &Path, uri: &str, warehouse: &str, to: i64, rate: u64) -> std::path::PathBuf {
+    let schema = root.join("s.avsc");
+    std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
+    let job = root.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"pg-catalog\"\nparallelism = 2\n\n[checkpoint]\ndir = {:?}\ninterval_ms = 150\nretain = 20\n\n[source.sequence]\nfrom = 1\nto = {to}\nkeys = 4\nrate_per_sec = {rate}\n\n[sink.iceberg]\ncatalog = {{ type = \"sql\", name = \"lake\", uri = {uri:?}, warehouse = {warehouse:?} }}\ntable = \"shop.seq\"\nschema_file = {:?}\n",
+            root.join("chk").display().to_string(),
+            schema.display().to_string()
+        ),
+    )
+    .unwrap();
+    job
+}
+
+fn run(job: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::bin())
+        .args(["run", "--config"])
+        .arg(job)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// The complete checkpoints of `chk`, oldest first.
+fn checkpoints(chk: &Path) -> Vec<std::path::PathBuf> {
+    let mut all: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(chk)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let id = e
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix("chk-")?
+                .parse()
+                .ok()?;
+            Some((id, e.path()))
+        })
+        .collect();
+    all.sort();
+    all.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The SQL catalog in PostgreSQL: a run to the end, then a restore of an older
+/// checkpoint by path takes back the job's later snapshots (the branch set back in
+/// PostgreSQL's catalog rows) and writes their records again, once; after another
+/// writer appended a row, a restore of an older checkpoint is refused, naming that
+/// writer's snapshot, and the table is left as it was.
+#[test]
+fn a_catalog_in_postgresql_takes_back_later_snapshots_on_an_older_restore() {
+    use lockgate::testkit::postgres::{PgOptions, PgServer};
+    let pg = PgServer::start(PgOptions::default()).unwrap();
+    pg.create_database("catalog").unwrap();
+    // SQLAlchemy's form, with its driver, as pyiceberg takes it too.
+    let uri = pg
+        .url("catalog")
+        .replacen("postgresql://", "postgresql+psycopg2://", 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let warehouse = format!("file://{}", tmp.path().join("wh").display());
+    let job = sequence_job(tmp.path(), &uri, &warehouse, 20_000, 10_000);
+    let out = run(&job, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = || lake::iceberg_table(&uri, &warehouse, "lake", "shop.seq", &[]).unwrap();
+    let first = read();
+    let line = first.line().len();
+    assert!(line >= 4, "several checkpoints made snapshots: {line}");
+
+    let all = checkpoints(&tmp.path().join("chk"));
+    let older = &all[all.len() / 2];
+    let out = run(&job, &["--restore", older.to_str().unwrap()]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("taken_back"), "{log}");
+    let again = read();
+    lake::one_snapshot_per_checkpoint(&again).unwrap();
+    let mut seqs: Vec<i64> = again
+        .rows
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (1..=20_000).collect::<Vec<_>>(), "every record once");
+    assert!(
+        again.snapshots.len() > again.line().len(),
+        "the taken back stay in the metadata"
+    );
+
+    let row = serde_json::json!({"seq": -1, "key": 0, "value": 0});
+    lake::iceberg_append(&uri, &warehouse, "lake", "shop.seq", &row).unwrap();
+    let before = read();
+    let foreign = before.current.unwrap();
+    let all = checkpoints(&tmp.path().join("chk"));
+    let out = run(&job, &["--restore", all[0].to_str().unwrap()]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains(&foreign.to_string()),
+        "the refusal names the other writer's snapshot: {log}"
+    );
+    let after = read();
+    assert_eq!(after.current, before.current, "the table is as it was");
+    assert_eq!(after.rows.len(), 20_001);
+}

@@ -324,3 +324,28 @@ pub fn one_snapshot_per_checkpoint(t: &IcebergTable) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Appends `row` (a JSON object) to `table` through pyiceberg, as another writer of
+/// the table would: a snapshot of its own.
+pub fn iceberg_append(
+    uri: &str,
+    warehouse: &str,
+    name: &str,
+    table: &str,
+    row: &Value,
+) -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_iceberg.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg("--append")
+        .args([uri, warehouse, name, table, &row.to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "pyiceberg could not append to {table}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}

@@ -12,6 +12,9 @@ Prints one JSON object per line: {"snapshot": {...}} for each snapshot of the ta
 {"row": {...}} for each row of the current snapshot, decimals as exact text and times
 in ISO 8601. A table that does not exist prints nothing.
 
+With --append URI WAREHOUSE NAME TABLE ROW it appends ROW (a JSON object) to the
+table as another writer would, in a snapshot of its own.
+
 With --serve it reads the four arguments as one line of stdin, as many times as
 given, and ends each answer with {"end": true}: one process for many reads (pyiceberg
 takes a second to import).
@@ -40,7 +43,7 @@ def plain(v):
     return v
 
 
-def read(uri, warehouse, name, table_name):
+def catalog_of(uri, warehouse, name):
     props = {"uri": uri, "warehouse": warehouse}
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
@@ -50,7 +53,18 @@ def read(uri, warehouse, name, table_name):
             "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", ""),
             "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
         })
-    catalog = SqlCatalog(name, **props)
+    return SqlCatalog(name, **props)
+
+
+def append(uri, warehouse, name, table_name, row):
+    import pyarrow as pa
+    table = catalog_of(uri, warehouse, name).load_table(table_name)
+    schema = table.schema().as_arrow()
+    table.append(pa.Table.from_pylist([json.loads(row)], schema=schema))
+
+
+def read(uri, warehouse, name, table_name):
+    catalog = catalog_of(uri, warehouse, name)
     if not catalog.table_exists(table_name):
         return
     table = catalog.load_table(table_name)
@@ -81,6 +95,9 @@ def read(uri, warehouse, name, table_name):
 
 
 def main():
+    if sys.argv[1:2] == ["--append"]:
+        append(*sys.argv[2:7])
+        return
     if sys.argv[1:] == ["--serve"]:
         for line in sys.stdin:
             try:
