@@ -4,7 +4,7 @@
 
 use super::parquet::Rows;
 use super::partition::PartitionTemplate;
-use super::section::FileFormat;
+use super::section::{FileFormat, FileSinkConfig};
 use crate::record::{Batch, Record};
 use arrow_array::RecordBatch;
 use std::collections::HashMap;
@@ -100,6 +100,30 @@ impl Placed {
             })
             .collect();
         (Placed { groups }, refused)
+    }
+}
+
+/// The placement [`crate::kits::TwoPhaseWriter::check_batch`] made of a batch, kept
+/// for the `write` of its accepted records that follows.
+#[derive(Debug, Default)]
+pub struct Checked(Option<Placed>);
+
+impl Checked {
+    /// Places `batch` as `cfg` says ([`Placed::of`]) and keeps the placement; returns
+    /// the records refused, by index in `batch`, with why.
+    pub fn check(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Vec<(usize, String)> {
+        let (placed, refused) = Placed::of(&cfg.format, cfg.partition.as_ref(), batch);
+        self.0 = Some(placed);
+        refused
+    }
+
+    /// The placement of `batch`, the accepted records of the batch last checked: the
+    /// one kept, or one made now when no batch was checked (all of `batch` placed).
+    pub fn take(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Placed {
+        match self.0.take() {
+            Some(p) => p,
+            None => Placed::of(&cfg.format, cfg.partition.as_ref(), batch).0,
+        }
     }
 }
 
