@@ -595,13 +595,15 @@ store_file_sink_failpoint_tests! {
 const LAKE_PREFIX: &str = "orders";
 const LAKE_URL: &str = "s3://lake/orders";
 
-/// What the store held under [`LAKE_PREFIX`] at one moment. Staged objects are named
-/// by their writer, not their checkpoint: a staged object and the visible part copied
-/// from it are told apart from others by their content (the ETag, the MD5 of the
-/// bytes of an object put whole, which a copy keeps).
+/// The prefix and suffix of a staged object's key under [`LAKE_PREFIX`], around its
+/// token.
+const STAGED_KEY: (&str, &str) = ("_staging/inprogress-", ".parquet");
+
+/// What the store held under [`LAKE_PREFIX`] at one moment.
 #[derive(Debug, Default)]
 struct StoreParts {
-    /// Under `_staging/`: written, not visible, by key, with their ETags.
+    /// Under `_staging/`: written, not visible, by token, with their ETags (the MD5 of
+    /// the bytes of an object put whole, which a copy keeps).
     staged: std::collections::BTreeMap<String, String>,
     /// Under the prefix itself: visible, as `(subtask, checkpoint id, file number)`,
     /// with their keys and ETags.
@@ -614,18 +616,22 @@ struct StoreParts {
 
 impl StoreParts {
     fn list(moto: &MotoServer) -> StoreParts {
-        use lockgate::connectors::file_sink::store::{STAGING, STORE_ROLLED_BACK};
+        use lockgate::connectors::file_sink::store::STORE_ROLLED_BACK;
         use lockgate::connectors::file_sink::{parse_part_name, PartName};
         let mut parts = StoreParts::default();
         for (key, etag) in lake::store_objects_with_etags(moto, LAKE_PREFIX) {
             let (folder, name) = key.rsplit_once('/').unwrap_or(("", &key));
             let parquet = name.ends_with(".parquet");
+            let token = key
+                .strip_prefix(STAGED_KEY.0)
+                .and_then(|t| t.strip_suffix(STAGED_KEY.1))
+                .filter(|t| !t.contains('/'));
             match (folder, parse_part_name(name)) {
                 ("", Some(PartName::Committed { subtask, id, seq })) if parquet => {
                     parts.visible.insert((subtask, id.0, seq), (key, etag));
                 }
-                (f, _) if f == STAGING && parquet && name.starts_with("inprogress-") => {
-                    parts.staged.insert(key, etag);
+                _ if token.is_some() => {
+                    parts.staged.insert(token.unwrap().to_string(), etag);
                 }
                 (f, _) if f == STORE_ROLLED_BACK => parts.rolled_back.push(key),
                 ("", _) if name == lockgate::connectors::file_sink::store::STORE_MARKER => {}
@@ -635,69 +641,170 @@ impl StoreParts {
         parts
     }
 
-    /// Whether a visible part has the content `etag`.
-    fn is_visible(&self, etag: &str) -> bool {
-        self.visible.values().any(|(_, e)| e == etag)
+    /// Where `f` is: an error when it is in neither place (a checkpoint named it as
+    /// durable: its absence is lost data) or when its visible part holds other bytes
+    /// than its staged object.
+    fn state(&self, f: &NamedFile) -> Result<FileState, String> {
+        let staged = self.staged.get(&f.token);
+        let visible = self.visible.get(&(f.subtask, f.id, f.n)).map(|(_, e)| e);
+        match (staged, visible) {
+            (Some(_), None) => Ok(FileState::Staged),
+            (Some(s), Some(v)) if s == v => Ok(FileState::Copied),
+            (None, Some(_)) => Ok(FileState::Committed),
+            (Some(_), Some(_)) => Err(format!(
+                "{f:?} is staged and visible with other bytes (ETags differ)"
+            )),
+            (None, None) => Err(format!("{f:?} is neither staged nor visible")),
+        }
     }
 
-    /// A staged object whose content no visible part has: its commit has not begun
-    /// (or it belongs to a checkpoint that has not completed).
-    fn uncommitted(&self) -> Option<&str> {
-        self.staged
+    /// Whether every file of a committable is in `want`.
+    fn all_in(&self, files: &[NamedFile], want: FileState) -> bool {
+        files.iter().all(|f| self.state(f) == Ok(want))
+    }
+}
+
+/// One file the file sink's state in a checkpoint names: the `n`-th file of
+/// `subtask`'s part of checkpoint `id`, staged under `token` until its commit makes it
+/// visible as `part-<subtask>-<id>[-<n>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NamedFile {
+    subtask: u16,
+    id: u64,
+    n: u32,
+    token: String,
+}
+
+/// Where a file a checkpoint names is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileState {
+    /// Staged, not visible: its commit has not begun.
+    Staged,
+    /// Copied to its final name, its staged object not yet deleted.
+    Copied,
+    /// Visible, its staged object gone.
+    Committed,
+}
+
+/// What a complete checkpoint names: its id and every committable its sink subtasks'
+/// states hold (the parts staged and not yet known to be committed when it was taken,
+/// its own and any earlier ones whose commit had not come yet), each a list of files.
+#[derive(Debug)]
+struct Named {
+    id: u64,
+    committables: Vec<Vec<NamedFile>>,
+}
+
+impl Named {
+    /// What the complete checkpoint at `path` names, read from its metadata as a
+    /// restore reads it.
+    fn read(path: &Path) -> Named {
+        use lockgate::connectors::file_sink::{decode_staged, Staged};
+        let meta = lockgate::state::CheckpointMetadata::read(path).unwrap();
+        let mut committables = Vec::new();
+        for s in meta
+            .subtasks
             .iter()
-            .find(|(_, e)| !self.is_visible(e))
-            .map(|(k, _)| k.as_str())
+            .filter(|s| s.operator == lockgate::connector::SINK_UID)
+        {
+            for c in decode_staged(&s.inline_state).unwrap() {
+                let Staged::Files { subtask, id, files } = c else {
+                    panic!("a state of this version names files: {c:?}");
+                };
+                committables.push(
+                    files
+                        .into_iter()
+                        .enumerate()
+                        .map(|(n, f)| NamedFile {
+                            subtask,
+                            id: id.0,
+                            n: n as u32,
+                            token: f.token,
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Named {
+            id: meta.id.0,
+            committables,
+        }
     }
 
-    /// A staged object whose content a visible part of a completed checkpoint (id at
-    /// most `newest`) has: copied, its staged object not yet deleted.
-    fn copied_not_deleted(&self, newest: u64) -> Option<&str> {
-        self.staged
-            .iter()
-            .find(|(_, e)| {
-                self.visible
-                    .iter()
-                    .any(|(p, (_, v))| p.1 <= newest && v == *e)
-            })
-            .map(|(k, _)| k.as_str())
+    /// What the newest complete checkpoint under `checkpoints` names.
+    fn newest(checkpoints: &Path) -> Named {
+        let path = lockgate::chaos::complete_checkpoints(checkpoints)
+            .pop()
+            .expect("a complete checkpoint");
+        Named::read(&path)
     }
 
-    /// A completed checkpoint one of whose parts is visible (and no longer staged)
-    /// while an object is staged that no visible part holds: half committed.
-    fn half_committed(&self, newest: u64) -> Option<u64> {
-        let staged: std::collections::BTreeSet<&String> = self.staged.values().collect();
-        self.uncommitted()?;
-        self.visible
-            .iter()
-            .find(|(p, (_, e))| p.1 <= newest && !staged.contains(e))
-            .map(|(p, _)| p.1)
+    fn files(&self) -> impl Iterator<Item = &NamedFile> {
+        self.committables.iter().flatten()
+    }
+
+    fn names(&self, token: &str) -> bool {
+        self.files().any(|f| f.token == token)
     }
 }
 
 /// Whether the store at the moment of an abort or kill at `point` shows that the
-/// process died inside that point's window (None: the point leaves no trace in the
-/// store that tells, or another subtask may have moved on meanwhile).
-fn in_window(point: &str, at: &StoreParts, newest: u64) -> Option<bool> {
-    match point {
-        "after-stage" | "after-publish" | "before-part-commit" => Some(at.uncommitted().is_some()),
-        "store-part-copied" => Some(at.copied_not_deleted(newest).is_some()),
-        _ => None,
-    }
+/// process died inside that point's window, `named` being what the newest complete
+/// checkpoint names (None: not a point of the store commit). Each window, from the two
+/// phase kit and the store writer:
+/// - `after-stage`: a subtask put its part of the checkpoint being taken, which cannot
+///   complete before that subtask acknowledges it: an object is staged that the newest
+///   complete checkpoint does not name;
+/// - `after-publish`: the checkpoint just published is the newest, and no subtask has
+///   heard of it: every file of its own parts is staged and none visible, and nothing
+///   else is staged than what it names (the next checkpoint is not triggered yet);
+/// - `before-part-commit`: a subtask is about to commit the oldest part it holds, which
+///   every later checkpoint names until its commit: a named part is staged, none of its
+///   files visible;
+/// - `store-part-copied`: a named file is visible and still staged, the same bytes;
+/// - `after-part-commit`: a named part is visible, none of its files still staged.
+fn in_window(point: &str, at: &StoreParts, named: &Named) -> Option<bool> {
+    let any_part = |want| named.committables.iter().any(|c| at.all_in(c, want));
+    Some(match point {
+        "after-stage" => at.staged.keys().any(|t| !named.names(t)),
+        "after-publish" => {
+            let own: Vec<NamedFile> = named
+                .files()
+                .filter(|f| f.id == named.id)
+                .cloned()
+                .collect();
+            !own.is_empty()
+                && at.all_in(&own, FileState::Staged)
+                && at.staged.keys().all(|t| named.names(t))
+        }
+        "before-part-commit" => any_part(FileState::Staged),
+        "store-part-copied" => named.files().any(|f| at.state(f) == Ok(FileState::Copied)),
+        "after-part-commit" => any_part(FileState::Committed),
+        _ => return None,
+    })
 }
 
 /// What a reader of the store sees, read back by pyarrow (its own S3 client), which
-/// must hold at any moment the job is down, `newest` being its newest complete
-/// checkpoint: every visible object is a part of a checkpoint up to `newest` (what a
-/// restore keeps), which pyarrow reads whole (no partial file), and no record is in two
-/// of them. Parts under `_rolled-back/` are not output (readers skip `_` folders) and
-/// are not counted. Returns what the store holds and each record seen (its `seq`).
+/// must hold at any moment the job is down, `named` being what its newest complete
+/// checkpoint names: every visible object is a part of a checkpoint up to that one
+/// (what a restore keeps), which pyarrow reads whole (no partial file), and no record
+/// is in two of them; and every file the checkpoint names is staged or visible (a
+/// restore commits it), the same bytes when both. Parts under `_rolled-back/` are not
+/// output (readers skip `_` folders) and are not counted. Returns what the store holds
+/// and each record seen (its `seq`).
 fn assert_visible_once(
     moto: &MotoServer,
-    newest: u64,
+    named: &Named,
     note: &str,
 ) -> (StoreParts, std::collections::BTreeSet<i64>) {
+    let newest = named.id;
     let parts = StoreParts::list(moto);
     assert_eq!(parts.other, Vec::<String>::new(), "only parts: {note}");
+    for f in named.files() {
+        if let Err(e) = parts.state(f) {
+            panic!("checkpoint {newest} names a file that a restore cannot commit: {e} {note}");
+        }
+    }
     let early: Vec<_> = parts.visible.keys().filter(|p| p.1 > newest).collect();
     assert!(
         early.is_empty(),
@@ -727,12 +834,12 @@ fn assert_visible_once(
 }
 
 /// The final state of a Parquet file sink's output of the sequence `1..=to` in the
-/// store after the job's last run (`newest` its final checkpoint): what
+/// store after the job's last run (`named` what its final checkpoint names): what
 /// [`assert_visible_once`] checks, every record there, nothing left under
 /// `_staging/`, and no multipart upload left open in the bucket. Returns what the
 /// store holds.
-fn assert_exact_store_output(moto: &MotoServer, newest: u64, to: i64, note: &str) -> StoreParts {
-    let (parts, seen) = assert_visible_once(moto, newest, note);
+fn assert_exact_store_output(moto: &MotoServer, named: &Named, to: i64, note: &str) -> StoreParts {
+    let (parts, seen) = assert_visible_once(moto, named, note);
     assert_eq!(
         parts.staged,
         Default::default(),
@@ -834,52 +941,71 @@ impl StoreJob {
             "the next run restored {restored} {note}: {}",
             self.job.log_tail()
         );
-        let end = assert_exact_store_output(&self.moto, self.job.newest(), STORE_RECORDS, note);
+        let end = assert_exact_store_output(
+            &self.moto,
+            &Named::newest(&self.job.checkpoints()),
+            STORE_RECORDS,
+            note,
+        );
         assert!(
             end.rolled_back.is_empty(),
             "nothing visible came after the restored checkpoint {note}"
         );
     }
 
-    /// The newest complete checkpoint: its id and directory.
-    fn newest(&self) -> (u64, PathBuf) {
+    /// The newest complete checkpoint: what it names and its directory.
+    fn newest(&self) -> (Named, PathBuf) {
         let path = lockgate::chaos::complete_checkpoints(&self.job.checkpoints())
             .pop()
             .expect("a complete checkpoint");
-        (self.job.newest(), path)
+        (Named::read(&path), path)
     }
 }
 
 /// A run of a Parquet file sink into an object store (moto), parallelism 2, aborted at
 /// failpoint `fp` at a checkpoint after the second one holding records (both subtasks
 /// write by then, so a checkpoint commits two parts), then run to the end. The store at
-/// the abort must show the window (a part staged, a part of a published checkpoint not
-/// yet visible, a part copied and still staged, one part of a checkpoint visible and
-/// the other not), and the final output must be exact ([`assert_exact_store_output`]).
+/// the abort must show the window as the newest checkpoint's names place it
+/// ([`in_window`]; at `after-part-commit` also a named part still wholly staged: the
+/// other subtask's), and the final output must be exact ([`assert_exact_store_output`]).
 fn store_file_sink_abort_at(fp: &str) {
     let j = StoreJob::new();
     j.write(STORE_RECORDS, STORE_RECORDS as u64);
     let spec = match fp {
-        // The subtask that commits its part second waits at its commit while the first
-        // commits and aborts the process: one part of the checkpoint is visible and the
-        // other staged, whichever subtask comes first.
+        // The first subtask to reach a commit once armed goes on, commits its part and
+        // aborts the process; any later commit pauses until then. The other subtask's
+        // part of that checkpoint is staged before the checkpoint completes and cannot
+        // be committed: one part is visible and the other staged, whichever subtask
+        // comes first, and however long each takes.
         "after-part-commit" => {
-            "before-part-commit@2=1*off->sleep(5000);after-part-commit@2=exit".to_string()
+            "before-part-commit@2=1*off->pause;after-part-commit@2=exit".to_string()
         }
         _ => format!("{fp}@2=exit"),
     };
     j.abort(&spec, fp);
-    let (newest, newest_path) = j.newest();
+    let (named, newest_path) = j.newest();
+    let newest = named.id;
     assert!(newest >= 2, "two checkpoints completed before the abort");
     let at = StoreParts::list(&j.moto);
-    let note = format!("(abort at {fp} after checkpoint {newest}, the store then: {at:?})");
-    let shown = match fp {
-        "after-part-commit" => Some(at.half_committed(newest).is_some()),
-        _ => in_window(fp, &at, newest),
-    };
-    assert_eq!(shown, Some(true), "the store shows the window {note}");
+    let note = format!(
+        "(abort at {fp} after checkpoint {newest}, which names {named:?}; the store then: {at:?})"
+    );
+    assert_eq!(
+        in_window(fp, &at, &named),
+        Some(true),
+        "the store shows the window {note}"
+    );
+    if fp == "after-part-commit" {
+        assert!(
+            named
+                .committables
+                .iter()
+                .any(|c| at.all_in(c, FileState::Staged)),
+            "the other subtask's part is still staged {note}"
+        );
+    }
     assert!(at.rolled_back.is_empty(), "{note}");
-    assert_visible_once(&j.moto, newest, &note);
+    assert_visible_once(&j.moto, &named, &note);
     j.run_to_end_from(&newest_path, &note);
 }
 
@@ -892,21 +1018,33 @@ fn abort_between_the_copy_and_the_delete_of_a_store_commit_on_restore() {
     let j = StoreJob::new();
     j.write(STORE_RECORDS, STORE_RECORDS as u64);
     j.abort("before-part-commit@2=exit", "before-part-commit");
-    let (newest, newest_path) = j.newest();
+    let (named, newest_path) = j.newest();
     let at = StoreParts::list(&j.moto);
-    let note = format!("(the store after the first abort, at checkpoint {newest}: {at:?})");
-    assert!(at.uncommitted().is_some(), "{note}");
-    // Armed at once: the first copy is the restore's.
+    let note = format!(
+        "(the store after the first abort, at checkpoint {}, which names {named:?}: {at:?})",
+        named.id
+    );
+    assert_eq!(
+        in_window("before-part-commit", &at, &named),
+        Some(true),
+        "{note}"
+    );
+    // Armed at once: the first copy is the restore's, of a part the restored
+    // checkpoint names.
     j.abort("store-part-copied=exit", "store-part-copied");
     let at = StoreParts::list(&j.moto);
     let note = format!("(the store after the abort on restore: {at:?})");
     assert_eq!(
-        j.newest().0,
-        newest,
+        j.newest().1,
+        newest_path,
         "the second run completed no checkpoint: it died restoring {note}"
     );
-    assert!(at.copied_not_deleted(newest).is_some(), "{note}");
-    assert_visible_once(&j.moto, newest, &note);
+    assert_eq!(
+        in_window("store-part-copied", &at, &named),
+        Some(true),
+        "{note}"
+    );
+    assert_visible_once(&j.moto, &named, &note);
     j.run_to_end_from(&newest_path, &note);
 }
 
@@ -958,9 +1096,9 @@ fn kill_schedule_over_every_point(
 /// ([`store_kill_points`], each at least once) after the run completed a checkpoint
 /// holding records, then a run to the end. After every kill the store shows no partial
 /// part, no duplicated record and nothing of a checkpoint after the newest complete one
-/// ([`assert_visible_once`]), and a kill in a window the store shows (a part staged, a
-/// part of a completed checkpoint not yet visible, a part copied and still staged) left
-/// that behind; at the end the output is exact ([`assert_exact_store_output`]).
+/// ([`assert_visible_once`]), and a kill in a window of the store commit left what that
+/// window leaves, as the newest checkpoint's names place it ([`in_window`]); at the end
+/// the output is exact ([`assert_exact_store_output`]).
 #[test]
 fn thirty_sigkills_of_a_parquet_file_sink_into_an_object_store() {
     // Paced: a run lives at most a few checkpoints past its first one before its kill,
@@ -979,12 +1117,13 @@ fn thirty_sigkills_of_a_parquet_file_sink_into_an_object_store() {
             .kill_at(*at)
             .unwrap_or_else(|e| panic!("kill {i}: {e} {note}"));
         assert!(killed, "run {i} ended before its kill at {at:?} {note}");
-        let newest = j.job.newest();
-        let (parts, seen) = assert_visible_once(&j.moto, newest, &format!("after kill {i} {note}"));
-        if let Some(window) = in_window(at.point, &parts, newest) {
+        let named = Named::newest(&j.job.checkpoints());
+        let (parts, seen) = assert_visible_once(&j.moto, &named, &format!("after kill {i} {note}"));
+        if let Some(window) = in_window(at.point, &parts, &named) {
             assert!(
                 window,
-                "kill {i} at {at:?} after checkpoint {newest} left {parts:?} {note}"
+                "kill {i} at {at:?} after checkpoint {}, which names {named:?}, left {parts:?} {note}",
+                named.id
             );
             shown += 1;
         }
@@ -994,7 +1133,7 @@ fn thirty_sigkills_of_a_parquet_file_sink_into_an_object_store() {
     j.job
         .run_to_end()
         .unwrap_or_else(|e| panic!("the last run: {e} {note}"));
-    let end = assert_exact_store_output(&j.moto, j.job.newest(), TO, &note);
+    let end = assert_exact_store_output(&j.moto, &Named::newest(&j.job.checkpoints()), TO, &note);
     eprintln!(
         "30 kills ({shown} checked in a store window, {visible_after_the_kills} of {TO} records visible after them) in {:?}: {} visible parts, {} rolled back {note}",
         started.elapsed(),

@@ -250,7 +250,7 @@ fn crash_between_publish_and_notify_commits_the_staged_files_on_restore() {
         .iter()
         .filter(|s| s.operator == lockgate::connector::SINK_UID)
     {
-        for c in lockgate::connectors::file_sink::names::decode_staged(&s.inline_state).unwrap() {
+        for c in lockgate::connectors::file_sink::decode_staged(&s.inline_state).unwrap() {
             let lockgate::connectors::file_sink::Staged::Files { files, .. } = c else {
                 panic!("a state of this version names files: {c:?}");
             };

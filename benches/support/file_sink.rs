@@ -21,12 +21,20 @@
 //! Both sides start from the store's location: the plain loop makes its store client
 //! on the clock, as the sink makes its own when the job opens it.
 //!
+//! A second case, `partitioned`, does the same with `partition_by = "key={/key}"` over
+//! [`FOLDERS`] keys: the sink finds each record's folder in its value and writes a part
+//! per folder at each barrier; the plain loop routes each value to its folder's decoder
+//! and writer by the key it made it with (no parsing) and puts a file per folder after
+//! each second of work: the same rows into the same number of files.
+//!
 //! After each run the committed objects are read back with Parquet's reader (what
 //! is under `_staging/` and `_rolled-back/` skipped) and must hold `ROWS` rows with
 //! every `seq` of `1..=ROWS` among them (so each once), so that a fast wrong run is
 //! never reported.
 //!
-//! Medians of `ROUNDS` rounds whose order alternates; `ratio` = lockgate / plain.
+//! Medians of `ROUNDS` rounds whose order alternates; `ratio` = lockgate / plain. The
+//! unpartitioned case's figures are the report's top level, the partitioned case's
+//! under `partitioned`.
 //! Beside them: `cpu_secs`, the CPU time this process spent on each side (median;
 //! the store's server not counted: above the wall time, threads ran at once; below,
 //! the machine was busy with others); `lockgate_checkpoint_ms`, each checkpoint's
@@ -34,7 +42,7 @@
 //! plain loop's median round split into making the store client, making the values,
 //! decoding them, encoding Parquet and the PUTs: what the same work costs by hand.
 //!
-//! `cargo bench --bench file_sink` (about 20 seconds on 2 cores at the default size);
+//! `cargo bench --bench file_sink` (about 40 seconds on 2 cores at the default size);
 //! `LOCKGATE_BENCH_ROWS` and `LOCKGATE_BENCH_ROUNDS` size it. It needs a `moto_server`
 //! (`LOCKGATE_MOTO_BIN`, or one installed by [`lockgate::testkit::moto::moto_binary`]).
 
@@ -67,6 +75,8 @@ pub const ROUNDS: usize = 3;
 const BATCH: usize = 10_000;
 /// The sequence's keys (its job-file default).
 const KEYS: u32 = 1000;
+/// The partitioned case's keys, each a folder.
+pub const FOLDERS: u32 = 8;
 /// The checkpoint interval of the job, and the plain loop's interval between PUTs.
 const INTERVAL: Duration = Duration::from_secs(1);
 const BUCKET: &str = "bench";
@@ -90,6 +100,45 @@ fn cpu_secs() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
+/// One case of the bench: every record in one part per checkpoint, or partitioned by
+/// key into [`FOLDERS`] folders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Unpartitioned,
+    Partitioned,
+}
+
+impl Case {
+    /// The sequence's keys.
+    fn keys(self) -> u32 {
+        match self {
+            Case::Unpartitioned => KEYS,
+            Case::Partitioned => FOLDERS,
+        }
+    }
+
+    /// The folders a checkpoint's parts go to.
+    fn folders(self) -> usize {
+        match self {
+            Case::Unpartitioned => 1,
+            Case::Partitioned => FOLDERS as usize,
+        }
+    }
+
+    /// The folder of record `i`'s part, by the key the sequence gives it.
+    fn folder(self, i: i64) -> usize {
+        i.rem_euclid(i64::from(self.keys())) as usize % self.folders()
+    }
+
+    /// The key of a part under the prefix: in its folder when partitioned.
+    fn part_key(self, prefix: &StorePath, folder: usize, name: &str) -> StorePath {
+        match self {
+            Case::Unpartitioned => prefix.child(name),
+            Case::Partitioned => prefix.child(format!("key={folder}")).child(name),
+        }
+    }
+}
+
 /// The job `sequence -> file` writing `rows` records under `prefix`: its run's
 /// duration, the CPU seconds it took, and each checkpoint's duration (trigger to
 /// publish, in milliseconds).
@@ -99,11 +148,17 @@ fn lockgate_side(
     schema_file: &Path,
     prefix: &str,
     rows: usize,
+    case: Case,
 ) -> (Duration, f64, Vec<u64>) {
+    let partition = match case {
+        Case::Unpartitioned => "",
+        Case::Partitioned => "partition_by = \"key={/key}\"\n",
+    };
     let section: FileSection = toml::from_str(&format!(
         "dir = \"s3://{BUCKET}/{prefix}\"\nformat = \"parquet\"\nschema_file = {:?}\n\
          compression = \"snappy\"\nendpoint = {:?}\nallow_http = true\n\
-         region = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"",
+         region = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"\n\
+         {partition}",
         schema_file.display().to_string(),
         moto.endpoint()
     ))
@@ -114,7 +169,7 @@ fn lockgate_side(
     let seq = SequenceConfig {
         from: 1,
         to: rows as i64,
-        keys: KEYS,
+        keys: case.keys(),
         rate_per_sec: 0,
         splits: 128,
     };
@@ -155,72 +210,94 @@ fn parquet_writer(schema: &SchemaRef) -> ArrowWriter<Vec<u8>> {
     ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props)).expect("a Parquet writer")
 }
 
-/// The plain loop writing `rows` records into `location`; its duration and stages.
+/// The plain loop writing `rows` records into `location`, a file per folder of `case`
+/// after each second of work; its duration and stages.
 async fn plain_side(
     location: &StoreLocation,
     schema: &SchemaRef,
     rows: usize,
+    case: Case,
 ) -> (Duration, Stages) {
     let mut stages = Stages::default();
     let start = Instant::now();
     // Its store client is made on the clock, as the sink makes its own when it opens.
     let (store, prefix) = location.open().expect("the store");
     stages.open = start.elapsed().as_secs_f64();
-    let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
-        .with_strict_mode(true)
-        .with_batch_size(BATCH)
-        .build_decoder()
-        .expect("a JSON decoder");
-    let mut writer = parquet_writer(schema);
+    let folders = case.folders();
+    let mut decoders: Vec<_> = (0..folders)
+        .map(|_| {
+            arrow_json::ReaderBuilder::new(schema.clone())
+                .with_strict_mode(true)
+                .with_batch_size(BATCH)
+                .build_decoder()
+                .expect("a JSON decoder")
+        })
+        .collect();
+    let mut writers: Vec<ArrowWriter<Vec<u8>>> =
+        (0..folders).map(|_| parquet_writer(schema)).collect();
+    let mut written = vec![false; folders];
     let mut since_put = Instant::now();
     let mut parts = 0u64;
-    let mut values: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    let mut values: Vec<(usize, Vec<u8>)> = Vec::with_capacity(BATCH);
+    let mut batches: Vec<(usize, RecordBatch)> = Vec::with_capacity(folders);
     let mut next = 1i64;
     let last = rows as i64;
     while next <= last {
         let t = Instant::now();
         values.clear();
         while values.len() < BATCH && next <= last {
-            values.push(record_json(next, KEYS));
+            values.push((case.folder(next), record_json(next, case.keys())));
             next += 1;
         }
         stages.make += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        for v in &values {
-            let read = decoder.decode(v).expect("a JSON value");
+        for (folder, v) in &values {
+            let read = decoders[*folder].decode(v).expect("a JSON value");
             assert_eq!(read, v.len(), "one whole value");
         }
-        let batch: RecordBatch = decoder
-            .flush()
-            .expect("the batch's rows")
-            .expect("a batch of rows");
+        batches.clear();
+        for (folder, decoder) in decoders.iter_mut().enumerate() {
+            if let Some(batch) = decoder.flush().expect("the batch's rows") {
+                batches.push((folder, batch));
+            }
+        }
         stages.decode += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        writer.write(&batch).expect("Parquet write");
+        for (folder, batch) in &batches {
+            writers[*folder].write(batch).expect("Parquet write");
+            written[*folder] = true;
+        }
         stages.encode += t.elapsed().as_secs_f64();
-        // A PUT per second of work, checked at the end of a batch, as the sink puts a
-        // part per checkpoint; and one for the rows after the last.
+        // A PUT per folder and second of work, checked at the end of a batch, as the
+        // sink puts a part per folder and checkpoint; and one for the rows after the last.
         if since_put.elapsed() >= INTERVAL || next > last {
-            let t = Instant::now();
-            let done = std::mem::replace(&mut writer, parquet_writer(schema));
-            let bytes = done.into_inner().expect("the Parquet footer");
-            stages.encode += t.elapsed().as_secs_f64();
-            let t = Instant::now();
             parts += 1;
-            let key = prefix.child(format!("part-0-{parts}.parquet"));
-            store
-                .put(&key, PutPayload::from(bytes))
-                .await
-                .expect("PUT a part");
-            stages.put += t.elapsed().as_secs_f64();
+            for folder in 0..folders {
+                if !written[folder] {
+                    continue;
+                }
+                let t = Instant::now();
+                let done = std::mem::replace(&mut writers[folder], parquet_writer(schema));
+                let bytes = done.into_inner().expect("the Parquet footer");
+                written[folder] = false;
+                stages.encode += t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let key = case.part_key(&prefix, folder, &format!("part-0-{parts}.parquet"));
+                store
+                    .put(&key, PutPayload::from(bytes))
+                    .await
+                    .expect("PUT a part");
+                stages.put += t.elapsed().as_secs_f64();
+            }
             since_put = Instant::now();
         }
     }
     (start.elapsed(), stages)
 }
 
-/// The rows of the committed Parquet objects under `prefix` (staged and rolled-back
-/// ones left out), and how many distinct `seq` of `1..=rows` they hold.
+/// The rows of the committed Parquet objects under `prefix` (those under folders whose
+/// names begin with `_`, staged and rolled back, left out), and how many distinct `seq`
+/// of `1..=rows` they hold.
 async fn committed_rows(
     store: &Arc<dyn ObjectStore>,
     prefix: &StorePath,
@@ -241,8 +318,9 @@ async fn committed_rows(
             .expect("under the prefix")
             .map(|p| p.as_ref().to_string())
             .collect();
-        if below.len() != 1 || !below[0].ends_with(".parquet") {
-            continue; // _staging/, _rolled-back/
+        let skipped = below.iter().any(|p| p.starts_with('_'));
+        if skipped || !below.last().is_some_and(|n| n.ends_with(".parquet")) {
+            continue;
         }
         let bytes = store
             .get(&o.location)
@@ -276,7 +354,112 @@ async fn committed_rows(
     (count, distinct)
 }
 
-/// Runs both sides `rounds` times over `rows` records; the JSON report.
+/// What [`measure_with`] needs for every case: the store, the work directory, the
+/// schema (file and Arrow), and a runtime for the plain loop.
+struct Bench {
+    moto: MotoServer,
+    work: tempfile::TempDir,
+    schema_file: std::path::PathBuf,
+    schema: SchemaRef,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Bench {
+    /// Runs both sides of `case` `rounds` times over `rows` records; the case's report.
+    fn case(&self, case: Case, rows: usize, rounds: usize) -> serde_json::Value {
+        let mut lockgate_secs = Vec::new();
+        let mut plain_secs = Vec::new();
+        let mut plain_stages: Vec<(f64, Stages)> = Vec::new();
+        let mut checkpoints: Vec<(f64, Vec<u64>)> = Vec::new();
+        let mut lockgate_cpu = Vec::new();
+        let mut plain_cpu = Vec::new();
+        let tag = match case {
+            Case::Unpartitioned => "",
+            Case::Partitioned => "partitioned-",
+        };
+        for round in 0..rounds {
+            for k in 0..2 {
+                let lockgate_turn = (round + k) % 2 == 0;
+                let prefix = if lockgate_turn {
+                    format!("{tag}run-{round}")
+                } else {
+                    format!("{tag}plain-{round}")
+                };
+                let location = self.moto.location(BUCKET, &prefix);
+                let took = if lockgate_turn {
+                    let (took, cpu, ms) = lockgate_side(
+                        &self.moto,
+                        self.work.path(),
+                        &self.schema_file,
+                        &prefix,
+                        rows,
+                        case,
+                    );
+                    lockgate_cpu.push(cpu);
+                    checkpoints.push((took.as_secs_f64(), ms));
+                    lockgate_secs.push(took.as_secs_f64());
+                    took
+                } else {
+                    let cpu = cpu_secs();
+                    let (took, stages) =
+                        self.rt
+                            .block_on(plain_side(&location, &self.schema, rows, case));
+                    plain_cpu.push(cpu_secs() - cpu);
+                    plain_secs.push(took.as_secs_f64());
+                    plain_stages.push((took.as_secs_f64(), stages));
+                    took
+                };
+                let (store, root) = location.open().expect("the store");
+                let (count, distinct) = self.rt.block_on(committed_rows(&store, &root, rows));
+                assert_eq!((count, distinct), (rows, rows), "{prefix}: every seq once");
+                eprintln!(
+                    "round {round} {tag}{}: {:.0} rows/s",
+                    if lockgate_turn { "lockgate" } else { "plain" },
+                    rows as f64 / took.as_secs_f64()
+                );
+            }
+        }
+        let lockgate_median = median(lockgate_secs);
+        let lockgate = rows as f64 / lockgate_median;
+        let checkpoint_ms = checkpoints
+            .into_iter()
+            .find(|(s, _)| *s == lockgate_median)
+            .map(|(_, ms)| ms)
+            .unwrap_or_default();
+        let plain_median = median(plain_secs);
+        let plain = rows as f64 / plain_median;
+        let stages = plain_stages
+            .iter()
+            .find(|(s, _)| *s == plain_median)
+            .map(|(_, st)| *st)
+            .unwrap_or_default();
+        let r2 = |x: f64| (x * 100.0).round() / 100.0;
+        json!({
+            "rows": rows,
+            "rounds": rounds,
+            "rows_per_sec": {
+                "lockgate": lockgate.round(),
+                "plain": plain.round(),
+            },
+            "ratio": round3(lockgate / plain),
+            "cpu_secs": {
+                "lockgate": r2(median(lockgate_cpu)),
+                "plain": r2(median(plain_cpu)),
+            },
+            "lockgate_checkpoint_ms": checkpoint_ms,
+            "plain_stage_secs": {
+                "open": r2(stages.open),
+                "make": r2(stages.make),
+                "decode": r2(stages.decode),
+                "encode": r2(stages.encode),
+                "put": r2(stages.put),
+            },
+        })
+    }
+}
+
+/// Runs both sides of both cases `rounds` times over `rows` records; the JSON report:
+/// the unpartitioned case's figures, the partitioned case's under `partitioned`.
 pub fn measure_with(rows: usize, rounds: usize) -> serde_json::Value {
     let started = Instant::now();
     let moto = MotoServer::start().expect("a moto server");
@@ -284,85 +467,19 @@ pub fn measure_with(rows: usize, rounds: usize) -> serde_json::Value {
     let work = tempfile::tempdir().expect("tempdir");
     let schema_file = work.path().join("sequence.avsc");
     std::fs::write(&schema_file, SCHEMA).expect("the schema file");
-    let schema: SchemaRef = Arc::new(arrow_schema_of_text(SCHEMA).expect("the Arrow schema"));
-    let rt = runtime();
-    let mut lockgate_secs = Vec::new();
-    let mut plain_secs = Vec::new();
-    let mut plain_stages: Vec<(f64, Stages)> = Vec::new();
-    let mut checkpoints: Vec<(f64, Vec<u64>)> = Vec::new();
-    let mut lockgate_cpu = Vec::new();
-    let mut plain_cpu = Vec::new();
-    for round in 0..rounds {
-        for k in 0..2 {
-            let lockgate_turn = (round + k) % 2 == 0;
-            let prefix = if lockgate_turn {
-                format!("run-{round}")
-            } else {
-                format!("plain-{round}")
-            };
-            let location = moto.location(BUCKET, &prefix);
-            let took = if lockgate_turn {
-                let (took, cpu, ms) =
-                    lockgate_side(&moto, work.path(), &schema_file, &prefix, rows);
-                lockgate_cpu.push(cpu);
-                checkpoints.push((took.as_secs_f64(), ms));
-                lockgate_secs.push(took.as_secs_f64());
-                took
-            } else {
-                let cpu = cpu_secs();
-                let (took, stages) = rt.block_on(plain_side(&location, &schema, rows));
-                plain_cpu.push(cpu_secs() - cpu);
-                plain_secs.push(took.as_secs_f64());
-                plain_stages.push((took.as_secs_f64(), stages));
-                took
-            };
-            let (store, root) = location.open().expect("the store");
-            let (count, distinct) = rt.block_on(committed_rows(&store, &root, rows));
-            assert_eq!((count, distinct), (rows, rows), "{prefix}: every seq once");
-            eprintln!(
-                "round {round} {}: {:.0} rows/s",
-                if lockgate_turn { "lockgate" } else { "plain" },
-                rows as f64 / took.as_secs_f64()
-            );
-        }
-    }
-    let lockgate_median = median(lockgate_secs);
-    let lockgate = rows as f64 / lockgate_median;
-    let checkpoint_ms = checkpoints
-        .into_iter()
-        .find(|(s, _)| *s == lockgate_median)
-        .map(|(_, ms)| ms)
-        .unwrap_or_default();
-    let plain_median = median(plain_secs);
-    let plain = rows as f64 / plain_median;
-    let stages = plain_stages
-        .iter()
-        .find(|(s, _)| *s == plain_median)
-        .map(|(_, st)| *st)
-        .unwrap_or_default();
-    let r2 = |x: f64| (x * 100.0).round() / 100.0;
-    json!({
-        "rows": rows,
-        "rounds": rounds,
-        "rows_per_sec": {
-            "lockgate": lockgate.round(),
-            "plain": plain.round(),
-        },
-        "ratio": round3(lockgate / plain),
-        "cpu_secs": {
-            "lockgate": r2(median(lockgate_cpu)),
-            "plain": r2(median(plain_cpu)),
-        },
-        "lockgate_checkpoint_ms": checkpoint_ms,
-        "plain_stage_secs": {
-            "open": r2(stages.open),
-            "make": r2(stages.make),
-            "decode": r2(stages.decode),
-            "encode": r2(stages.encode),
-            "put": r2(stages.put),
-        },
-        "bench_seconds": started.elapsed().as_secs(),
-    })
+    let bench = Bench {
+        moto,
+        work,
+        schema_file,
+        schema: Arc::new(arrow_schema_of_text(SCHEMA).expect("the Arrow schema")),
+        rt: runtime(),
+    };
+    let mut report = bench.case(Case::Unpartitioned, rows, rounds);
+    let mut partitioned = bench.case(Case::Partitioned, rows, rounds);
+    partitioned["folders"] = json!(FOLDERS);
+    report["partitioned"] = partitioned;
+    report["bench_seconds"] = json!(started.elapsed().as_secs());
+    report
 }
 
 /// [`measure_with`] at the default size, or as `LOCKGATE_BENCH_ROWS` and

@@ -42,8 +42,8 @@ pub const KIND: &str = "file";
 
 pub use lines::delete_line;
 pub use names::{
-    committed_name, foreign_directory, parse_part_name, restore_action, rolled_back_part, Part,
-    PartName, RestoreAction, Staged, StagedFile, MARKER, ROLLED_BACK,
+    committed_name, decode_staged, foreign_directory, parse_part_name, restore_action,
+    rolled_back_part, Part, PartName, RestoreAction, Staged, StagedFile, MARKER, ROLLED_BACK,
 };
 pub use section::{FileFormat, FileSection, FileSinkConfig};
 pub use store::StoreWriter;

@@ -26,6 +26,7 @@ use arrow_schema::{DataType, Schema, TimeUnit};
 use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The value of a partition whose field is missing, null or empty (Hive's).
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -38,6 +39,9 @@ const MAX_SEGMENT: usize = 255;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionTemplate {
     segments: Vec<Segment>,
+    /// The top-level fields its pointers begin with, once each: all of a record's
+    /// value that a folder needs.
+    tops: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -102,7 +106,16 @@ impl PartitionTemplate {
         if segments.is_empty() {
             return Err("no folder".into());
         }
-        Ok(PartitionTemplate { segments })
+        let mut tops: Vec<String> = Vec::new();
+        for p in segments.iter().flat_map(|s| &s.value) {
+            if let Piece::Field { pointer } | Piece::FieldTime { pointer, .. } = p {
+                let (top, _) = split_pointer(pointer);
+                if !tops.iter().any(|t| *t == top) {
+                    tops.push(top.into_owned());
+                }
+            }
+        }
+        Ok(PartitionTemplate { segments, tops })
     }
 
     /// Whether the record's fields are read (a `{/pointer}` placeholder).
@@ -125,15 +138,16 @@ impl PartitionTemplate {
             if record.tombstone || (delete && record.value.is_empty()) {
                 return Err(no_image.into());
             }
-            let doc = serde_json::from_slice::<Value>(&record.value)
+            let doc = Fields::read(&record.value, &self.tops)
                 .map_err(|e| format!("partition_by: the value is not JSON: {e}"))?;
-            if delete && doc.is_null() {
+            if delete && matches!(doc, Fields::Whole(Value::Null)) {
                 return Err(no_image.into());
             }
             Some(doc)
         } else {
             None
         };
+        let at = |pointer: &str| doc.as_ref().and_then(|d| d.pointer(&self.tops, pointer));
         let mut out = String::new();
         for (i, s) in self.segments.iter().enumerate() {
             if i > 0 {
@@ -144,16 +158,12 @@ impl PartitionTemplate {
             for p in &s.value {
                 let text = match p {
                     Piece::Literal(t) => Some(t.clone()),
-                    Piece::Field { pointer } => {
-                        field_text(doc.as_ref().and_then(|d| d.pointer(pointer)), pointer)?
-                    }
-                    Piece::FieldTime { pointer, time } => {
-                        match doc.as_ref().and_then(|d| d.pointer(pointer)) {
-                            None | Some(Value::Null) => None,
-                            Some(Value::String(t)) if t.is_empty() => None,
-                            Some(v) => Some(time.render(&field_time(v, time.unit, pointer)?)),
-                        }
-                    }
+                    Piece::Field { pointer } => field_text(at(pointer), pointer)?,
+                    Piece::FieldTime { pointer, time } => match at(pointer) {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(t)) if t.is_empty() => None,
+                        Some(v) => Some(time.render(&field_time(v, time.unit, pointer)?)),
+                    },
                     Piece::Timestamp(format) => {
                         let ms = record
                             .timestamp
@@ -186,6 +196,63 @@ impl PartitionTemplate {
         }
         Ok(out)
     }
+}
+
+/// What a folder reads of a record's value.
+enum Fields {
+    /// The value of each top-level field a template names (by its place in the
+    /// template's `tops`; None: the value has no such field): the value is an object.
+    Top(Vec<Option<Value>>),
+    /// The whole value, when it is not an object.
+    Whole(Value),
+}
+
+impl Fields {
+    /// Reads `text`: only the values of the fields `tops` when it is one JSON object
+    /// (the rest checked, not kept), else the whole value; an error when it is not
+    /// JSON. The strict reader takes what serde_json takes, so an object read either
+    /// way gives the same fields; serde_json reads what the strict reader does not
+    /// take, for its message.
+    fn read(text: &[u8], tops: &[String]) -> Result<Fields, serde_json::Error> {
+        if let Some(found) = super::json_text::top_level_values(text, tops) {
+            let values: Result<Vec<Option<Value>>, _> = found
+                .into_iter()
+                .map(|t| t.map(serde_json::from_slice).transpose())
+                .collect();
+            if let Ok(values) = values {
+                return Ok(Fields::Top(values));
+            }
+        }
+        serde_json::from_slice(text).map(Fields::Whole)
+    }
+
+    /// The value at `pointer` (RFC 6901, as [`Value::pointer`] finds it).
+    fn pointer(&self, tops: &[String], pointer: &str) -> Option<&Value> {
+        match self {
+            Fields::Whole(doc) => doc.pointer(pointer),
+            Fields::Top(values) => {
+                let (top, rest) = split_pointer(pointer);
+                let i = tops.iter().position(|t| *t == top)?;
+                values[i].as_ref()?.pointer(rest)
+            }
+        }
+    }
+}
+
+/// A pointer's first step (unescaped: the key of a top-level field) and the rest, a
+/// pointer into that field's value (empty: the value itself). `pointer` begins with
+/// `/`.
+fn split_pointer(pointer: &str) -> (Cow<'_, str>, &str) {
+    let steps = pointer.strip_prefix('/').unwrap_or(pointer);
+    let (first, rest) = match steps.find('/') {
+        Some(i) => steps.split_at(i),
+        None => (steps, ""),
+    };
+    let first = match first.contains('~') {
+        true => Cow::Owned(first.replace("~1", "/").replace("~0", "~")),
+        false => Cow::Borrowed(first),
+    };
+    (first, rest)
 }
 
 impl TimeFormat {
@@ -476,6 +543,56 @@ mod tests {
         PartitionTemplate::parse(template, None)
             .unwrap()
             .folder(&record(value))
+    }
+
+    #[test]
+    fn reading_only_the_named_fields_finds_what_the_whole_value_holds() {
+        let pointers = [
+            "/a",
+            "/b~1c/0",
+            "/d/e",
+            "/x",
+            "/x/deep/1/y",
+            "/m~0n",
+            "/none/z",
+        ];
+        let t = PartitionTemplate::parse(
+            &pointers
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("f{i}={{{p}}}"))
+                .collect::<Vec<_>>()
+                .join("/"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.tops, ["a", "b/c", "d", "x", "m~n", "none"]);
+        for value in [
+            r#"{"a":"1","b/c":["p","q"],"d":{"e":"2024-05-01"},"x":1.50,"m~n":0}"#,
+            r#"{"x":{"deep":[1,{"y":null}]},"a":true,"a":2,"z":[{},[]]}"#,
+            r#"{"b\/c":[],"d":{"e":0},"a":null}"#,
+            r#" { } "#,
+            r#"{"a":12345678901234567890123,"x":"\u00e9\ud83d\ude00/"}"#,
+        ] {
+            let whole: Value = serde_json::from_str(value).unwrap();
+            let read = Fields::read(value.as_bytes(), &t.tops).unwrap();
+            assert!(matches!(read, Fields::Top(_)), "{value}");
+            for p in pointers {
+                assert_eq!(read.pointer(&t.tops, p), whole.pointer(p), "{value} {p}");
+            }
+        }
+        // A value that is not one object is read whole; one that is not JSON is refused
+        // with serde_json's words, as before.
+        assert_eq!(folder("a={/0}", "[7]"), Ok("a=7".to_string()));
+        for bad in [r#"{"a":1,}"#, r#"{"a":"\ud800"}"#, "[1", ""] {
+            let e = folder("a={/a}", bad).unwrap_err();
+            let serde = serde_json::from_str::<Value>(bad).unwrap_err();
+            assert_eq!(
+                e,
+                format!("partition_by: the value is not JSON: {serde}"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

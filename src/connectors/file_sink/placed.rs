@@ -2,8 +2,9 @@
 //! (`partition_by`) and, for Parquet, its rows, computed when the kit checks the batch
 //! and kept for the `write` that follows.
 
+use super::parquet::Rows;
 use super::partition::PartitionTemplate;
-use super::section::FileFormat;
+use super::section::{FileFormat, FileSinkConfig};
 use crate::record::{Batch, Record};
 use arrow_array::RecordBatch;
 use std::collections::HashMap;
@@ -49,37 +50,39 @@ impl Placed {
             );
         };
         let mut refused = Vec::new();
-        let mut order: Vec<(String, Vec<usize>)> = Vec::new();
+        // Each folder's records, with their rows decoded as they come (Parquet): a
+        // record's text is read once for its folder's fields and once into its row.
+        let mut order: Vec<(String, Vec<usize>, Option<Rows>)> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
         for (i, r) in batch.iter().enumerate() {
             match template.folder(r) {
                 Ok(folder) => {
-                    let g = *at.entry(folder.clone()).or_insert_with(|| {
-                        order.push((folder, Vec::new()));
-                        order.len() - 1
-                    });
-                    order[g].1.push(i);
+                    let g = match at.get(&folder) {
+                        Some(&g) => g,
+                        None => {
+                            at.insert(folder.clone(), order.len());
+                            order.push((folder, Vec::new(), format.rows(0)));
+                            order.len() - 1
+                        }
+                    };
+                    let (_, members, rows) = &mut order[g];
+                    members.push(i);
+                    if let Some(rows) = rows {
+                        rows.push(i, r);
+                    }
                 }
                 Err(why) => refused.push((i, why)),
             }
         }
         let mut kept: Vec<(String, Vec<usize>, Option<RecordBatch>)> = Vec::new();
-        for (folder, members) in order {
-            let sub: Batch = members.iter().map(|&i| batch[i].clone()).collect();
-            let decoded = format.decode(&sub);
-            let mut out = decoded.refused.iter().map(|(j, _)| *j).peekable();
+        for (folder, members, rows) in order {
+            let decoded = rows.map(Rows::finish).unwrap_or_default();
+            let mut out = decoded.refused.iter().map(|(i, _)| *i).peekable();
             let fit: Vec<usize> = members
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| out.next_if_eq(j).is_none())
-                .map(|(_, &i)| i)
+                .into_iter()
+                .filter(|i| out.next_if_eq(i).is_none())
                 .collect();
-            refused.extend(
-                decoded
-                    .refused
-                    .into_iter()
-                    .map(|(j, why)| (members[j], why)),
-            );
+            refused.extend(decoded.refused);
             if !fit.is_empty() {
                 kept.push((folder, fit, decoded.rows));
             }
@@ -97,6 +100,30 @@ impl Placed {
             })
             .collect();
         (Placed { groups }, refused)
+    }
+}
+
+/// The placement [`crate::kits::TwoPhaseWriter::check_batch`] made of a batch, kept
+/// for the `write` of its accepted records that follows.
+#[derive(Debug, Default)]
+pub struct Checked(Option<Placed>);
+
+impl Checked {
+    /// Places `batch` as `cfg` says ([`Placed::of`]) and keeps the placement; returns
+    /// the records refused, by index in `batch`, with why.
+    pub fn check(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Vec<(usize, String)> {
+        let (placed, refused) = Placed::of(&cfg.format, cfg.partition.as_ref(), batch);
+        self.0 = Some(placed);
+        refused
+    }
+
+    /// The placement of `batch`, the accepted records of the batch last checked: the
+    /// one kept, or one made now when no batch was checked (all of `batch` placed).
+    pub fn take(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Placed {
+        match self.0.take() {
+            Some(p) => p,
+            None => Placed::of(&cfg.format, cfg.partition.as_ref(), batch).0,
+        }
     }
 }
 

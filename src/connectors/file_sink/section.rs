@@ -86,6 +86,15 @@ impl FileFormat {
         }
     }
 
+    /// Rows to decode one record at a time ([`super::parquet::ParquetFormat::rows`]);
+    /// None for JSON lines, which holds every record as it is.
+    pub fn rows(&self, capacity: usize) -> Option<super::parquet::Rows> {
+        match self {
+            FileFormat::Json => None,
+            FileFormat::Parquet(p) => Some(p.rows(capacity)),
+        }
+    }
+
     /// The extension of the part files' names (empty for JSON lines, as before).
     pub fn extension(&self) -> &'static str {
         match self {

@@ -24,7 +24,7 @@ use super::names::{
     restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile,
 };
 use super::part::{parts_to_close, OpenPart, OpenParts, Opened};
-use super::placed::{records, Placed};
+use super::placed::{records, Checked};
 use super::section::FileSinkConfig;
 use super::writer::{partition_folder, FORMAT_EXTENSIONS};
 use crate::connector::SubtaskInfo;
@@ -65,7 +65,7 @@ pub struct StoreWriter {
     parts: Mutex<OpenParts<Vec<u8>>>,
     /// The parts put since the last barrier (by `roll_bytes`), in order.
     closed: Vec<StagedFile>,
-    placed: Option<Placed>,
+    placed: Checked,
 }
 
 impl StoreWriter {
@@ -80,7 +80,7 @@ impl StoreWriter {
             name: String::new(),
             parts: Mutex::new(OpenParts::new(writer_name())),
             closed: Vec::new(),
-            placed: None,
+            placed: Checked::default(),
         }
     }
 
@@ -339,16 +339,11 @@ impl TwoPhaseWriter for StoreWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        let (placed, refused) = Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch);
-        self.placed = Some(placed);
-        refused
+        self.placed.check(&self.cfg, batch)
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
-        let placed = match self.placed.take() {
-            Some(p) => p,
-            None => Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch).0,
-        };
+        let placed = self.placed.take(&self.cfg, batch);
         for g in &placed.groups {
             let (index, format, roll) = (self.index, self.cfg.format.clone(), self.cfg.roll_bytes);
             let full = {

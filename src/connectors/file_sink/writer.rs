@@ -7,7 +7,7 @@ use super::names::{
     ROLLED_BACK,
 };
 use super::part::{parts_over_count, OpenPart, OpenParts, Opened, MAX_OPEN_FILES};
-use super::placed::{records, Placed};
+use super::placed::{records, Checked, Group};
 use super::section::{FileSinkConfig, PARQUET_EXTENSION};
 use super::store::StoreWriter;
 use super::KIND;
@@ -69,6 +69,50 @@ pub(super) fn partition_folder(name: &str) -> bool {
     super::partition::valid_folder(name) && !name.is_empty()
 }
 
+/// The folder `folder` of the sink's directory `dir` (`dir` itself when empty).
+fn folder_path(dir: &Path, folder: &str) -> PathBuf {
+    match folder {
+        "" => dir.to_path_buf(),
+        f => dir.join(f),
+    }
+}
+
+/// The in-progress file named by `token` in `folder` of the sink's directory `dir`.
+fn in_progress_path(dir: &Path, folder: &str, token: &str) -> PathBuf {
+    folder_path(dir, folder).join(format!("{IN_PROGRESS}{token}"))
+}
+
+/// Opens the in-progress file named by `token` in `folder` of the sink's directory
+/// `dir`, creating the folder; the directories whose entries it changes go into
+/// `dirty` (made durable at the barrier).
+fn create(
+    dir: &Path,
+    dirty: &mut BTreeSet<PathBuf>,
+    folder: &str,
+    token: &str,
+) -> std::result::Result<BufWriter<File>, String> {
+    let at = folder_path(dir, folder);
+    if !at.exists() {
+        fs::create_dir_all(&at).map_err(|e| format!("create {}: {e}", at.display()))?;
+    }
+    // Also when the folder was there: another subtask may have created it and make
+    // its entries durable only at its own barrier, after this one's checkpoint.
+    let mut d = at.as_path();
+    while let Some(parent) = d.parent().filter(|_| d != dir) {
+        dirty.insert(parent.to_path_buf());
+        d = parent;
+    }
+    dirty.insert(at);
+    let path = in_progress_path(dir, folder, token);
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| format!("create {}: {e}", path.display()))?;
+    Ok(BufWriter::with_capacity(1 << 20, f))
+}
+
 /// The file sink's writer: part files written in progress, committed by rename.
 pub struct FileWriter {
     cfg: FileSinkConfig,
@@ -81,7 +125,7 @@ pub struct FileWriter {
     /// The directories whose entries changed since the last barrier: fsynced at it.
     dirty: BTreeSet<PathBuf>,
     /// Where [`TwoPhaseWriter::check_batch`] placed the batch `write` gets next.
-    placed: Option<Placed>,
+    placed: Checked,
 }
 
 impl FileWriter {
@@ -95,7 +139,7 @@ impl FileWriter {
             parts: OpenParts::new(writer_name()),
             closed: Vec::new(),
             dirty: BTreeSet::new(),
-            placed: None,
+            placed: Checked::default(),
         }
     }
 
@@ -109,15 +153,11 @@ impl FileWriter {
     }
 
     fn folder_path(&self, folder: &str) -> PathBuf {
-        match folder {
-            "" => self.cfg.dir.clone(),
-            f => self.cfg.dir.join(f),
-        }
+        folder_path(&self.cfg.dir, folder)
     }
 
     fn in_progress_path(&self, folder: &str, token: &str) -> PathBuf {
-        self.folder_path(folder)
-            .join(format!("{IN_PROGRESS}{token}"))
+        in_progress_path(&self.cfg.dir, folder, token)
     }
 
     fn committed_path_as(&self, subtask: u16, id: CheckpointId, ext: &str) -> PathBuf {
@@ -178,33 +218,32 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Opens an in-progress file in `folder`, creating the folder (its new entries are
-    /// made durable at the barrier).
-    fn create(
-        &mut self,
-        folder: &str,
-        token: &str,
-    ) -> std::result::Result<BufWriter<File>, String> {
-        let dir = self.folder_path(folder);
-        if !dir.exists() {
-            fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        }
-        // Also when the folder was there: another subtask may have created it and make
-        // its entries durable only at its own barrier, after this one's checkpoint.
-        let mut d = dir.as_path();
-        while let Some(parent) = d.parent().filter(|_| d != self.cfg.dir) {
-            self.dirty.insert(parent.to_path_buf());
-            d = parent;
-        }
-        self.dirty.insert(dir);
-        let path = self.in_progress_path(folder, token);
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|e| format!("create {}: {e}", path.display()))?;
-        Ok(BufWriter::with_capacity(1 << 20, f))
+    /// Writes the records of group `g` of `batch` into the part open in its folder,
+    /// opening one when there is none; whether that part is now full (`roll_bytes`).
+    fn write_group(&mut self, batch: &Batch, g: &Group) -> Result<bool> {
+        // The fields apart: the part is borrowed from `parts` while a new one's file
+        // is made in `cfg.dir` and its folders noted in `dirty`.
+        let FileWriter {
+            cfg,
+            index,
+            name,
+            parts,
+            dirty,
+            ..
+        } = self;
+        let (cfg, name) = (&*cfg, name.as_str());
+        let o = parts
+            .get_or_open(&g.folder, *index, |token| {
+                OpenPart::new(&cfg.format, create(&cfg.dir, dirty, &g.folder, token)?)
+            })
+            .map_err(|e| JobError::task(name, e))?;
+        o.part
+            .write(records(batch, g), g.records.len(), g.rows.as_ref())
+            .map_err(|e| {
+                let path = in_progress_path(&cfg.dir, &o.folder, &o.token);
+                JobError::task(name, format!("write {}: {e}", path.display()))
+            })?;
+        Ok(cfg.roll_bytes.is_some_and(|r| o.part.size() >= r))
     }
 
     /// Ends an open part: written out and fsynced, still in progress, named by the
@@ -367,37 +406,13 @@ impl TwoPhaseWriter for FileWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        let (placed, refused) = Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch);
-        self.placed = Some(placed);
-        refused
+        self.placed.check(&self.cfg, batch)
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
-        let placed = match self.placed.take() {
-            Some(p) => p,
-            None => Placed::of(&self.cfg.format, self.cfg.partition.as_ref(), batch).0,
-        };
+        let placed = self.placed.take(&self.cfg, batch);
         for g in &placed.groups {
-            let mut parts = std::mem::replace(&mut self.parts, OpenParts::new(String::new()));
-            let opened = parts.get_or_open(&g.folder, self.index, |token| {
-                let out = self.create(&g.folder, token)?;
-                OpenPart::new(&self.cfg.format, out)
-            });
-            let full = match opened {
-                Ok(o) => {
-                    let written = o
-                        .part
-                        .write(records(batch, g), g.records.len(), g.rows.as_ref());
-                    let path = self.in_progress_path(&o.folder, &o.token);
-                    let full = self.cfg.roll_bytes.is_some_and(|r| o.part.size() >= r);
-                    written
-                        .map(|_| full)
-                        .map_err(|e| self.err("write", &path, e))
-                }
-                Err(e) => Err(JobError::task(&self.name, e)),
-            };
-            self.parts = parts;
-            if full? {
+            if self.write_group(batch, g)? {
                 let opened = self.parts.take(&g.folder).expect("open above");
                 self.close(opened)?;
             }

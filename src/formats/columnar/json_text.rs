@@ -457,9 +457,69 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The text of the values of the top-level keys `keys` in `text`, one JSON object,
+/// each at its key's place (None: the object does not have it; a key given twice: its
+/// last value), the whole text checked as [`Reader`] checks it. None when `text` is
+/// not one JSON object (not JSON at all, or another kind of value).
+pub fn top_level_values<'t>(text: &'t [u8], keys: &[String]) -> Option<Vec<Option<&'t [u8]>>> {
+    let mut r = Reader::new(text).ok()?;
+    r.expect(b'{', "").ok()?;
+    r.enter().ok()?;
+    let mut found = vec![None; keys.len()];
+    if r.peek().ok()? == b'}' {
+        r.i += 1;
+    } else {
+        loop {
+            if r.peek().ok()? != b'"' {
+                return None;
+            }
+            let key = r.string().ok()?;
+            let at = keys.iter().position(|k| k.as_bytes() == key);
+            r.expect(b':', "").ok()?;
+            r.peek().ok()?;
+            let start = r.i;
+            r.skip_value().ok()?;
+            if let Some(k) = at {
+                found[k] = Some(&text[start..r.i]);
+            }
+            match r.peek().ok()? {
+                b',' => r.i += 1,
+                b'}' => {
+                    r.i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    r.leave();
+    r.at_end().then_some(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_level_values_are_the_text_of_the_keys_asked_for() {
+        let keys = ["a".to_string(), "b/c".to_string(), "z".to_string()];
+        let got = top_level_values(
+            br#" {"a": {"x":[1, 2]} ,"b\/c":"t","a":  7, "n":null} "#,
+            &keys,
+        );
+        assert_eq!(
+            got,
+            Some(vec![Some(&b"7"[..]), Some(&br#""t""#[..]), None]),
+            "the last value of a key given twice; an escaped key matched decoded"
+        );
+        for not_one_object in ["[1]", "\"x\"", "{\"a\":1} 2", "{\"a\":01}", "", "{\"a\":1"] {
+            assert_eq!(
+                top_level_values(not_one_object.as_bytes(), &keys),
+                None,
+                "{not_one_object}"
+            );
+        }
+    }
 
     fn skip(text: &str) -> Result<usize, String> {
         let mut r = Reader::new(text.as_bytes()).map_err(|e| e.to_string())?;

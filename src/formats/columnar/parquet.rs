@@ -56,28 +56,60 @@ impl ParquetFormat {
     /// Decodes the values of `batch` into rows: each record's JSON text read once,
     /// straight into the columns ([`super::columns`]).
     pub fn decode(&self, batch: &Batch) -> Decoded {
-        let mut refused = Vec::new();
-        let mut columns = match Columns::new(self.schema.clone(), batch.len()) {
-            Ok(columns) => columns,
-            Err(why) => {
-                return Decoded {
-                    rows: None,
-                    refused: (0..batch.len()).map(|i| (i, why.clone())).collect(),
-                }
-            }
-        };
-        let mut rows = Vec::with_capacity(batch.len());
+        let mut rows = self.rows(batch.len());
         for (i, r) in batch.iter().enumerate() {
-            let why = match row_refusal(r) {
+            rows.push(i, r);
+        }
+        rows.finish()
+    }
+
+    /// Rows to decode one record at a time, room made for `capacity`: for records of a
+    /// batch that go to several parts, each part's rows decoded as they come.
+    pub fn rows(&self, capacity: usize) -> Rows {
+        Rows {
+            columns: Columns::new(self.schema.clone(), capacity),
+            rows: Vec::with_capacity(capacity),
+            refused: Vec::new(),
+        }
+    }
+}
+
+/// Rows being decoded one record at a time ([`ParquetFormat::rows`]): what
+/// [`ParquetFormat::decode`] gives for the records pushed, by the indices they were
+/// pushed with.
+pub struct Rows {
+    /// Why there are none, when the schema has a column the sink does not write.
+    columns: Result<Columns, String>,
+    /// The indices of the records appended as rows, in order.
+    rows: Vec<usize>,
+    refused: Vec<(usize, String)>,
+}
+
+impl Rows {
+    /// Decodes record `r`, known as `i` (indices pushed in increasing order), into a
+    /// row, or keeps why it cannot be one.
+    pub fn push(&mut self, i: usize, r: &Record) {
+        let why = match &mut self.columns {
+            Err(why) => Some(why.clone()),
+            Ok(columns) => match row_refusal(r) {
                 Some(why) => Some(why),
                 None => columns.append(&r.value).err().map(|e| e.to_string()),
-            };
-            match why {
-                Some(why) => refused.push((i, why)),
-                None => rows.push(i),
-            }
+            },
+        };
+        match why {
+            Some(why) => self.refused.push((i, why)),
+            None => self.rows.push(i),
         }
-        match columns.finish() {
+    }
+
+    /// The rows of the records pushed, and the records that are none.
+    pub fn finish(self) -> Decoded {
+        let Rows {
+            columns,
+            rows,
+            mut refused,
+        } = self;
+        match columns.and_then(Columns::finish) {
             Ok(decoded) => Decoded {
                 rows: decoded,
                 refused,
