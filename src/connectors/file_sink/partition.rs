@@ -214,7 +214,7 @@ impl Fields {
     /// way gives the same fields; serde_json reads what the strict reader does not
     /// take, for its message.
     fn read(text: &[u8], tops: &[String]) -> Result<Fields, serde_json::Error> {
-        if let Some(found) = super::json_text::top_level_values(text, tops) {
+        if let Some(found) = crate::formats::columnar::json_text::top_level_values(text, tops) {
             let values: Result<Vec<Option<Value>>, _> = found
                 .into_iter()
                 .map(|t| t.map(serde_json::from_slice).transpose())

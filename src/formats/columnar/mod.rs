@@ -11,7 +11,7 @@
 
 pub mod avro_arrow;
 pub mod columns;
-mod json_text;
+pub mod json_text;
 pub mod parquet;
 #[cfg(test)]
 mod reference;
