@@ -241,3 +241,164 @@ fn a_catalog_in_postgresql_takes_back_later_snapshots_on_an_older_restore() {
     assert_eq!(after.current, before.current, "the table is as it was");
     assert_eq!(after.rows.len(), 20_001);
 }
+
+/// Every kind of Avro field (a decimal, a timestamp in milliseconds also inside a list
+/// of records, a date, a nullable string, an enum, a list, a map, a record, a fixed),
+/// read from a Kafka topic of Avro values by the source's own schema (no
+/// `schema_file`), into a table partitioned by the day of a timestamp: pyiceberg
+/// reads every value exact (the milliseconds as the same instants in Iceberg's
+/// microseconds, a time zone: `timestamptz`), each file in its day's partition.
+#[test]
+fn an_avro_topic_becomes_a_table_with_exact_values_by_its_own_schema() {
+    use apache_avro::types::Value as Avro;
+    use common::kafka::{produce_raw, KafkaProcess};
+    use serde_json::json;
+    const ORDER: &str = r#"{"type":"record","name":"order","fields":[
+        {"name":"id","type":"long"},
+        {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+        {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"day","type":{"type":"int","logicalType":"date"}},
+        {"name":"note","type":["null","string"],"default":null},
+        {"name":"kind","type":{"type":"enum","name":"kind","symbols":["retail","wholesale"]}},
+        {"name":"tags","type":{"type":"array","items":"string"}},
+        {"name":"qty","type":{"type":"map","values":"int"}},
+        {"name":"ship","type":{"type":"record","name":"ship","fields":[
+            {"name":"city","type":"string"},
+            {"name":"weight","type":"double"}]}},
+        {"name":"events","type":{"type":"array","items":{"type":"record","name":"event","fields":[
+            {"name":"what","type":"string"},
+            {"name":"when","type":{"type":"long","logicalType":"timestamp-millis"}}]}}},
+        {"name":"hash","type":{"type":"fixed","name":"h4","size":4}}
+    ]}"#;
+    let kafka = KafkaProcess::start(&[("orders", 2)]);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("order.avsc"), ORDER).unwrap();
+    let schema = apache_avro::Schema::parse_str(ORDER).unwrap();
+    const N: i64 = 300;
+    let payloads: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let record = Avro::Record(vec![
+                ("id".into(), Avro::Long(i)),
+                (
+                    "amount".into(),
+                    Avro::Decimal(apache_avro::Decimal::from(
+                        (1_000_000_007i64 + i).to_be_bytes().to_vec(),
+                    )),
+                ),
+                (
+                    "at".into(),
+                    Avro::TimestampMillis(1_714_564_800_123 + (i % 3) * 86_400_000),
+                ),
+                ("day".into(), Avro::Date(19_844)),
+                (
+                    "note".into(),
+                    match i % 2 {
+                        0 => Avro::Union(0, Box::new(Avro::Null)),
+                        _ => Avro::Union(1, Box::new(Avro::String("gift".into()))),
+                    },
+                ),
+                ("kind".into(), Avro::Enum(1, "wholesale".into())),
+                (
+                    "tags".into(),
+                    Avro::Array(vec![Avro::String("a".into()), Avro::String("b".into())]),
+                ),
+                (
+                    "qty".into(),
+                    Avro::Map([("x".to_string(), Avro::Int(3))].into_iter().collect()),
+                ),
+                (
+                    "ship".into(),
+                    Avro::Record(vec![
+                        ("city".into(), Avro::String("Zürich".into())),
+                        ("weight".into(), Avro::Double(0.1)),
+                    ]),
+                ),
+                (
+                    "events".into(),
+                    Avro::Array(vec![Avro::Record(vec![
+                        ("what".into(), Avro::String("paid".into())),
+                        ("when".into(), Avro::TimestampMillis(1_714_564_800_456)),
+                    ])]),
+                ),
+                ("hash".into(), Avro::Fixed(4, vec![0xde, 0xad, 0xbe, 0xef])),
+            ]);
+            apache_avro::to_avro_datum(&schema, record).unwrap()
+        })
+        .collect();
+    for (p, half) in payloads.chunks(N as usize / 2).enumerate() {
+        let refs: Vec<&[u8]> = half.iter().map(Vec::as_slice).collect();
+        produce_raw(&kafka.bootstrap, "orders", p as i32, &refs);
+    }
+    let uri = format!("sqlite:///{}", tmp.path().join("catalog.db").display());
+    let warehouse = format!("file://{}", tmp.path().join("wh").display());
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[job]\nname = \"avro-iceberg\"\nparallelism = 2\n\n[checkpoint]\ndir = \"chk\"\ninterval_ms = 200\n\n\
+             [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"orders\"]\nbounded = \"latest\"\nformat = \"avro\"\nschema_file = \"order.avsc\"\n\n\
+             [sink.iceberg]\ncatalog = {{ type = \"sql\", name = \"lake\", uri = {uri:?}, warehouse = {warehouse:?} }}\ntable = \"shop.orders\"\npartition_by = \"at_day={{/at:%Y-%m-%d}}\"\n",
+            kafka.bootstrap
+        ),
+    )
+    .unwrap();
+    let out = run(&job, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        common::tail(&String::from_utf8_lossy(&out.stderr), 30)
+    );
+    let table = lake::iceberg_table(&uri, &warehouse, "lake", "shop.orders", &[]).unwrap();
+    lake::one_snapshot_per_checkpoint(&table).unwrap();
+    let mut ids: Vec<i64> = Vec::new();
+    for row in &table.rows {
+        let i = row["id"].as_i64().unwrap();
+        ids.push(i);
+        let cents = 1_000_000_007 + i;
+        assert_eq!(
+            row["amount"],
+            json!(format!("{}.{:02}", cents / 100, cents % 100)),
+            "{row}"
+        );
+        let at = [
+            "2024-05-01T12:00:00.123000+00:00",
+            "2024-05-02T12:00:00.123000+00:00",
+            "2024-05-03T12:00:00.123000+00:00",
+        ];
+        assert_eq!(row["at"], json!(at[(i % 3) as usize]), "{row}");
+        assert_eq!(row["day"], json!("2024-05-01"));
+        assert_eq!(
+            row["note"],
+            if i % 2 == 0 {
+                json!(null)
+            } else {
+                json!("gift")
+            }
+        );
+        assert_eq!(row["kind"], json!("wholesale"));
+        assert_eq!(row["tags"], json!(["a", "b"]));
+        assert_eq!(row["qty"], json!([["x", 3]]));
+        assert_eq!(row["ship"], json!({"city": "Zürich", "weight": 0.1}));
+        assert_eq!(
+            row["events"],
+            json!([{"what": "paid", "when": "2024-05-01T12:00:00.456000+00:00"}])
+        );
+        assert_eq!(row["hash"], json!("deadbeef"));
+    }
+    ids.sort();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>(), "every record once");
+    let added: Vec<String> = table
+        .line()
+        .iter()
+        .flat_map(|s| s["added"].as_array().unwrap().iter())
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    for day in ["2024-05-01", "2024-05-02", "2024-05-03"] {
+        assert!(
+            added
+                .iter()
+                .any(|f| f.contains(&format!("/data/at_day={day}/"))),
+            "a file in the partition of {day}: {added:?}"
+        );
+    }
+}
