@@ -1675,3 +1675,100 @@ iceberg_failpoint_tests! {
     abort_after_publish_before_the_iceberg_commit => "after-publish",
     abort_after_the_iceberg_sink_staged_its_files => "after-stage",
 }
+
+/// The Iceberg sink with its warehouse in an object store (moto's S3), killed with
+/// SIGKILL thirty times at seeded moments over every point of the checkpoint
+/// protocol (the staging at a barrier and the committer's snapshot included), then run
+/// to the end at another parallelism. After each kill pyiceberg reads the table: no row
+/// twice, no checkpoint in two snapshots, no file in two, and no snapshot of a
+/// checkpoint that is not published. At the end: every record once, and no multipart
+/// upload left in the bucket.
+#[test]
+fn thirty_sigkills_of_an_iceberg_sink_into_an_object_store() {
+    const TO: i64 = 120_000;
+    const RATE: u64 = 2_000;
+    let moto = MotoServer::start().unwrap();
+    moto.create_bucket("lake").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = tmp.path().join("s.avsc");
+    std::fs::write(&schema, lake::SEQUENCE_SCHEMA).unwrap();
+    let uri = format!("sqlite:///{}", tmp.path().join("catalog.db").display());
+    let warehouse = "s3://lake/wh";
+    let sink = (
+        "iceberg".to_string(),
+        format!(
+            "catalog = {{ type = \"sql\", name = \"lake\", uri = {uri:?}, warehouse = {warehouse:?} }}\ntable = \"shop.seq\"\nschema_file = {:?}\npartition_by = \"key={{/key}}\"\nroll_bytes = 4096\nendpoint = {:?}\nallow_http = true\nregion = \"us-east-1\"\naccess_key_id = \"testing\"\nsecret_access_key = \"testing\"\n",
+            schema.display().to_string(),
+            moto.endpoint()
+        ),
+    );
+    let job = ProcessJob::new(&bin(), &tmp.path().join("job")).unwrap();
+    let source = |rate: u64| {
+        (
+            "sequence".to_string(),
+            format!("from = 1\nto = {TO}\nkeys = 4\nrate_per_sec = {rate}"),
+        )
+    };
+    let points: Vec<(&'static str, std::ops::Range<u64>)> = process::KILL_POINTS
+        .iter()
+        .cloned()
+        .chain([("after-stage", 0..6), ("after-job-commit", 0..6)])
+        .collect();
+    let (schedule, note) = kill_schedule_over_every_point(process::seed(20261208), 30, &points);
+    job.write_at(2, &source(RATE), &sink).unwrap();
+    let mut reader = lake::IcebergReader::start(&moto.env()).unwrap();
+    let mut seen = 0;
+    for (i, at) in schedule.iter().enumerate() {
+        let killed = job
+            .kill_at(*at)
+            .unwrap_or_else(|e| panic!("kill {i}: {e} {note}"));
+        assert!(killed, "run {i} ended before its kill at {at:?} {note}");
+        let table = reader.read(&uri, warehouse, "lake", "shop.seq").unwrap();
+        lake::one_snapshot_per_checkpoint(&table)
+            .unwrap_or_else(|e| panic!("after kill {i} at {at:?}: {e} {note}"));
+        let mut seqs: Vec<i64> = table
+            .rows
+            .iter()
+            .map(|r| r["seq"].as_i64().unwrap())
+            .collect();
+        seqs.sort();
+        let rows = seqs.len();
+        seqs.dedup();
+        assert_eq!(
+            seqs.len(),
+            rows,
+            "after kill {i} at {at:?}: a row twice {note}"
+        );
+        let published = job.newest();
+        for s in table.line() {
+            let ck: u64 = s["summary"]["lockgate.checkpoint"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                ck <= published,
+                "after kill {i} at {at:?}: a snapshot of checkpoint {ck}, newer than the published {published} {note}"
+            );
+        }
+        seen = rows;
+    }
+    job.write_at(3, &source(0), &sink).unwrap();
+    job.run_to_end()
+        .unwrap_or_else(|e| panic!("the last run: {e} {note}"));
+    let table = reader.read(&uri, warehouse, "lake", "shop.seq").unwrap();
+    lake::one_snapshot_per_checkpoint(&table).unwrap();
+    let mut seqs: Vec<i64> = table
+        .rows
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(
+        seqs,
+        (1..=TO).collect::<Vec<_>>(),
+        "every record once {note}"
+    );
+    assert_eq!(lake::multipart_uploads(&moto, "lake"), Vec::<String>::new());
+    eprintln!("30 kills ({seen} of {TO} rows visible after them) {note}");
+}
