@@ -39,6 +39,7 @@ mod reference;
 pub mod refusal;
 pub mod section;
 pub mod store;
+pub mod store_part;
 pub mod values;
 pub mod writer;
 
