@@ -32,6 +32,7 @@ pub mod partition;
 pub mod placed;
 pub mod section;
 pub mod store;
+pub mod store_part;
 pub mod writer;
 
 // The Parquet conversion moved to the formats floor; its paths stay here too.

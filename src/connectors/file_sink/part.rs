@@ -94,26 +94,50 @@ impl<W: Write + Send> OpenPart<W> {
     }
 }
 
+/// What [`PartsOf`] asks of a part: its size, for `roll_bytes` and the memory bound.
+pub trait PartSize {
+    /// The part's size so far (what `roll_bytes` is compared with).
+    fn size(&self) -> u64;
+    /// The bytes it holds in memory and has not written out yet.
+    fn in_progress_size(&self) -> usize;
+}
+
+impl<W: Write + Send> PartSize for OpenPart<W> {
+    fn size(&self) -> u64 {
+        OpenPart::size(self)
+    }
+    fn in_progress_size(&self) -> usize {
+        OpenPart::in_progress_size(self)
+    }
+}
+
 /// The parts one subtask has open, one per folder, each with the token that names it
 /// while in progress ([`super::names::in_progress_token`]).
-pub struct OpenParts<W: Write + Send> {
-    open: Vec<Opened<W>>,
+pub type OpenParts<W> = PartsOf<OpenPart<W>>;
+
+/// One open part.
+pub type Opened<W> = OpenedOf<OpenPart<W>>;
+
+/// The parts `P` one subtask has open, one per folder, each with the token that names
+/// it while in progress ([`super::names::in_progress_token`]).
+pub struct PartsOf<P> {
+    open: Vec<OpenedOf<P>>,
     at: std::collections::HashMap<String, usize>,
     writer: String,
     counter: u64,
 }
 
-/// One open part.
-pub struct Opened<W: Write + Send> {
+/// One open part `P`.
+pub struct OpenedOf<P> {
     pub folder: String,
     pub token: String,
-    pub part: OpenPart<W>,
+    pub part: P,
 }
 
-impl<W: Write + Send> OpenParts<W> {
+impl<P> PartsOf<P> {
     /// No part open; tokens name the writer `writer` ([`super::names::writer_name`]).
-    pub fn new(writer: String) -> OpenParts<W> {
-        OpenParts {
+    pub fn new(writer: String) -> PartsOf<P> {
+        PartsOf {
             open: Vec::new(),
             at: Default::default(),
             writer,
@@ -126,15 +150,15 @@ impl<W: Write + Send> OpenParts<W> {
         &mut self,
         folder: &str,
         subtask: u16,
-        create: impl FnOnce(&str) -> Result<OpenPart<W>, String>,
-    ) -> Result<&mut Opened<W>, String> {
+        create: impl FnOnce(&str) -> Result<P, String>,
+    ) -> Result<&mut OpenedOf<P>, String> {
         let i = match self.at.get(folder) {
             Some(i) => *i,
             None => {
                 self.counter += 1;
                 let token = super::names::in_progress_token(subtask, &self.writer, self.counter);
                 let part = create(&token)?;
-                self.open.push(Opened {
+                self.open.push(OpenedOf {
                     folder: folder.to_string(),
                     token,
                     part,
@@ -146,8 +170,14 @@ impl<W: Write + Send> OpenParts<W> {
         Ok(&mut self.open[i])
     }
 
+    /// The part open in `folder`, if any.
+    pub fn get_mut(&mut self, folder: &str) -> Option<&mut OpenedOf<P>> {
+        let i = *self.at.get(folder)?;
+        Some(&mut self.open[i])
+    }
+
     /// Takes the part of `folder` out (to close it).
-    pub fn take(&mut self, folder: &str) -> Option<Opened<W>> {
+    pub fn take(&mut self, folder: &str) -> Option<OpenedOf<P>> {
         let i = self.at.remove(folder)?;
         let opened = self.open.remove(i);
         for v in self.at.values_mut() {
@@ -159,32 +189,34 @@ impl<W: Write + Send> OpenParts<W> {
     }
 
     /// Takes every part out, in the order they were opened.
-    pub fn take_all(&mut self) -> Vec<Opened<W>> {
+    pub fn take_all(&mut self) -> Vec<OpenedOf<P>> {
         self.at.clear();
         std::mem::take(&mut self.open)
     }
 
     /// The open parts.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Opened<W>> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut OpenedOf<P>> {
         self.open.iter_mut()
-    }
-
-    /// The bytes the open parts hold in memory (Parquet row groups).
-    pub fn in_progress_size(&self) -> usize {
-        self.open.iter().map(|o| o.part.in_progress_size()).sum()
-    }
-
-    /// The folders and sizes of the open parts ([`OpenPart::size`]).
-    pub fn sizes(&self) -> Vec<(String, u64)> {
-        self.open
-            .iter()
-            .map(|o| (o.folder.clone(), o.part.size()))
-            .collect()
     }
 
     /// Whether no part is open.
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+}
+
+impl<P: PartSize> PartsOf<P> {
+    /// The bytes the open parts hold in memory and have not written out.
+    pub fn in_progress_size(&self) -> usize {
+        self.open.iter().map(|o| o.part.in_progress_size()).sum()
+    }
+
+    /// The folders and sizes of the open parts ([`PartSize::size`]).
+    pub fn sizes(&self) -> Vec<(String, u64)> {
+        self.open
+            .iter()
+            .map(|o| (o.folder.clone(), o.part.size()))
+            .collect()
     }
 }
 

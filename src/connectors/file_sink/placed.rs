@@ -117,6 +117,11 @@ impl Checked {
         refused
     }
 
+    /// The placement kept from the last check, to refine (refuse more of its records).
+    pub fn placed_mut(&mut self) -> Option<&mut Placed> {
+        self.0.as_mut()
+    }
+
     /// The placement of `batch`, the accepted records of the batch last checked: the
     /// one kept, or one made now when no batch was checked (all of `batch` placed).
     pub fn take(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Placed {

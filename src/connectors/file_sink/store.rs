@@ -7,13 +7,36 @@
 //!   that begin with `_`, as Spark and Hive do), as `inprogress-<token>[.ext]`: one
 //!   PUT, so an object is there complete or not at all, and no upload is left half
 //!   done by a crash. The checkpoint names the tokens of its parts.
+//!   The parts closed at one barrier are put at once (a few at a time), and the
+//!   checkpoint names them only once all are there. A Parquet part's rows are encoded
+//!   off the sink's task while it takes the next records ([`super::store_part`]); the
+//!   barrier waits for the last of them.
 //! - The commit copies each to its final name `<prefix>/<folder>/part-<subtask>-<checkpoint>[-<n>][.ext]`
 //!   and deletes the staged object; a commit again after a crash copies again (the
-//!   same bytes) or finds the final object there.
+//!   same bytes) or finds the final object there. The copy goes first, with no look-up
+//!   ([`after_copy`]): a staged object that is not there any more fails it as missing,
+//!   and only then is the final object looked for.
 //! - A restore deletes the staged objects of this job's subtasks that the restored
 //!   checkpoint does not name, and moves the final objects of checkpoints after it to
 //!   `<prefix>/_rolled-back/` (their records are written again): nothing the job wrote
 //!   is deleted before the output that replaces it is there.
+//!
+//! What a subtask holds in memory is bounded: its open parts together by
+//! `memory_bytes` (the largest are put once they pass it), each by `roll_bytes` (128
+//! MiB unless set). A part is closed after the write that brings its size to
+//! `roll_bytes`, so it may pass it by what one batch adds to its folder (a source's
+//! poll: 256 records of the sequence source, about 1 MiB from Kafka); a Parquet part
+//! counts the rows it has not encoded yet by their Arrow size and, once that estimate
+//! reaches `roll_bytes`, encodes them to decide on the writer's own figure (rows that
+//! take more room encoded than in Arrow, which Parquet's encodings seldom do, may add
+//! up to [`super::store_part::ENCODE_ROWS`] more). The sink reports as buffered
+//! (`lockgate_buffered_bytes{stage="sink"}`) all of a part of lines, and of a Parquet
+//! part its row group and the rows not yet encoded (which a flush writes out): the
+//! row groups already written out stay until the part is put, within the bounds above.
+//!
+//! A record whose folder would make an object key longer than an object store takes
+//! ([`STORE_MAX_KEY`], [`longest_key`]) is refused when its batch is checked: the item
+//! error policy decides, as for a value the format cannot hold.
 //!
 //! The store itself is shared: a restore on another machine finds the output where the
 //! job left it. The object `_lockgate-file-sink` under the prefix names the job that
@@ -23,15 +46,17 @@ use super::names::{
     committed_name, decode_staged, encode_staged, parse_part_name, parse_staged_name, part_subtask,
     restore_action, writer_name, Named, Part, RestoreAction, Staged, StagedFile,
 };
-use super::part::{parts_to_close, OpenPart, OpenParts, Opened};
-use super::placed::{records, Checked};
+use super::part::{parts_to_close, OpenedOf, PartSize, PartsOf};
+use super::placed::{records, Checked, Placed};
 use super::section::FileSinkConfig;
+use super::store_part::StorePart;
 use super::writer::{partition_folder, FORMAT_EXTENSIONS};
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
 use crate::kits::TwoPhaseWriter;
 use crate::record::Batch;
 use async_trait::async_trait;
+use futures_util::{StreamExt, TryStreamExt};
 use lockgate_state::store::StoreLocation;
 use lockgate_state::CheckpointId;
 use object_store::path::Path as StorePath;
@@ -52,6 +77,32 @@ pub const STORE_MARKER: &str = "_lockgate-file-sink";
 /// The prefix of a staged object's name (then its token and extension).
 const IN_PROGRESS: &str = "inprogress-";
 
+/// The parts of one barrier put at once, at most.
+const PUTS_AT_ONCE: usize = 8;
+
+/// What a commit does once it tried to copy a staged part to its final name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterCopy {
+    /// The final object is there: the staged one may go.
+    DeleteStaged,
+    /// No staged object: an earlier commit copied and deleted it (a crash came before
+    /// the checkpoint knew), or it is lost; the final object tells which.
+    LookForFinal,
+    /// The store failed: the commit fails, and is tried again.
+    Fail,
+}
+
+/// What follows the copy of a staged part to its final name: the copy goes first, with
+/// no look-up before it, because the staged object is there in all but the rare commit
+/// after a crash, and its absence is told by the copy itself.
+pub fn after_copy(copied: &object_store::Result<()>) -> AfterCopy {
+    match copied {
+        Ok(()) => AfterCopy::DeleteStaged,
+        Err(object_store::Error::NotFound { .. }) => AfterCopy::LookForFinal,
+        Err(_) => AfterCopy::Fail,
+    }
+}
+
 /// The file sink's writer into an object store.
 pub struct StoreWriter {
     cfg: FileSinkConfig,
@@ -62,7 +113,7 @@ pub struct StoreWriter {
     name: String,
     /// In a mutex only to make the writer `Sync` (a Parquet writer is not), so that
     /// `&self` may be held across the store's awaits; only `&mut self` uses it.
-    parts: Mutex<OpenParts<Vec<u8>>>,
+    parts: Mutex<PartsOf<StorePart>>,
     /// The parts put since the last barrier (by `roll_bytes`), in order.
     closed: Vec<StagedFile>,
     placed: Checked,
@@ -78,7 +129,7 @@ impl StoreWriter {
             index: 0,
             parallelism: 1,
             name: String::new(),
-            parts: Mutex::new(OpenParts::new(writer_name())),
+            parts: Mutex::new(PartsOf::new(writer_name())),
             closed: Vec::new(),
             placed: Checked::default(),
         }
@@ -102,7 +153,7 @@ impl StoreWriter {
         subtask % self.parallelism.max(1) == self.index
     }
 
-    fn parts(&mut self) -> &mut OpenParts<Vec<u8>> {
+    fn parts(&mut self) -> &mut PartsOf<StorePart> {
         self.parts.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -226,24 +277,37 @@ impl StoreWriter {
         }
     }
 
-    /// Ends an open part and puts it under the staging folder: durable once the PUT
-    /// returns, named by the next barrier.
-    async fn close(&mut self, opened: Opened<Vec<u8>>) -> Result<()> {
+    /// Ends an open part (every row encoded): what it puts under the staging folder.
+    async fn finish(&self, opened: OpenedOf<StorePart>) -> Result<(StagedFile, Vec<u8>)> {
         let bytes = opened
             .part
             .finish()
+            .await
             .map_err(|e| JobError::task(&self.name, format!("end a part: {e}")))?;
         let f = StagedFile {
             folder: opened.folder,
             token: opened.token,
             ext: self.cfg.format.extension().to_string(),
         };
+        Ok((f, bytes))
+    }
+
+    /// Puts a finished part under the staging folder: durable once the PUT returns.
+    async fn stage(&self, f: &StagedFile, bytes: Vec<u8>) -> Result<()> {
         let (store, prefix) = self.store()?;
-        let key = Self::staged_key(prefix, &f);
+        let key = Self::staged_key(prefix, f);
         store
             .put(&key, PutPayload::from(bytes))
             .await
-            .map_err(|e| self.err("stage", &key, e))?;
+            .map(|_| ())
+            .map_err(|e| self.err("stage", &key, e))
+    }
+
+    /// Ends an open part and puts it under the staging folder: durable once the PUT
+    /// returns, named by the next barrier.
+    async fn close(&mut self, opened: OpenedOf<StorePart>) -> Result<()> {
+        let (f, bytes) = self.finish(opened).await?;
+        self.stage(&f, bytes).await?;
         self.closed.push(f);
         Ok(())
     }
@@ -251,20 +315,20 @@ impl StoreWriter {
     /// Copies `staged` to `to` and deletes it, or finds `to` there (committed before).
     /// `Ok(false)`: neither is there.
     async fn commit_object(&self, staged: &StorePath, to: &StorePath) -> Result<bool> {
-        if self.exists(staged).await? {
-            let (store, _) = self.store()?;
-            store
-                .copy(staged, to)
-                .await
-                .map_err(|e| self.err("commit", staged, e))?;
-            crate::fault::hit("store-part-copied");
-            store
-                .delete(staged)
-                .await
-                .map_err(|e| self.err("commit", staged, e))?;
-            return Ok(true);
+        let (store, _) = self.store()?;
+        let copied = store.copy(staged, to).await;
+        match after_copy(&copied) {
+            AfterCopy::DeleteStaged => {
+                crate::fault::hit("store-part-copied");
+                store
+                    .delete(staged)
+                    .await
+                    .map_err(|e| self.err("commit", staged, e))?;
+                Ok(true)
+            }
+            AfterCopy::LookForFinal => self.exists(to).await,
+            AfterCopy::Fail => Err(self.err("commit", staged, copied.expect_err("a failed copy"))),
         }
-        self.exists(to).await
     }
 
     /// Commits a part staged before partitions and rolls (`_staging/part-<s>-<id>`).
@@ -286,6 +350,61 @@ impl StoreWriter {
             "the staged part named by the checkpoint is missing (neither staged nor committed)",
         ))
     }
+}
+
+/// The longest object key a store takes, in bytes (S3's and Cloud Storage's limit).
+pub const STORE_MAX_KEY: usize = 1024;
+
+/// Room for the longest name the sink gives an object in a folder, its extension left
+/// out: a staged part (`inprogress-` and a token of at most 59 characters) or a part
+/// rolled back (`part-<subtask>-<checkpoint>-<n>` and `.<k>`, numbers of at most 20
+/// digits).
+const NAME_ROOM: usize = 80;
+
+/// The longest key an object of `folder` can get under a prefix of `prefix` bytes:
+/// staged, committed or rolled back. A record whose folder makes it pass
+/// [`STORE_MAX_KEY`] is refused when its batch is checked (the item error policy
+/// decides), rather than failing the PUT of a part that holds other records too.
+pub fn longest_key(prefix: usize, folder: &str, ext: &str) -> usize {
+    let top = STAGING.len().max(STORE_ROLLED_BACK.len());
+    prefix + 1 + top + 1 + folder.len() + 1 + NAME_ROOM + ext.len()
+}
+
+/// Takes out of `placed` the groups whose folder `refuse` gives a reason for, adds
+/// their records to `refused` (indices in the batch of `len` records, in order), and
+/// renumbers the records left as positions in the batch `write` gets then.
+fn refuse_folders(
+    placed: &mut Placed,
+    refused: &mut Vec<(usize, String)>,
+    len: usize,
+    refuse: impl Fn(&str) -> Option<String>,
+) {
+    let whys: Vec<Option<String>> = placed.groups.iter().map(|g| refuse(&g.folder)).collect();
+    if whys.iter().all(Option::is_none) {
+        return;
+    }
+    refused.sort_by_key(|(i, _)| *i);
+    // The index in the batch of each position in the batch `write` would have got.
+    let kept: Vec<usize> = {
+        let mut gone = refused.iter().map(|(i, _)| *i).peekable();
+        (0..len).filter(|i| gone.next_if_eq(i).is_none()).collect()
+    };
+    let mut left = Vec::new();
+    for (g, why) in std::mem::take(&mut placed.groups).into_iter().zip(whys) {
+        match why {
+            Some(why) => refused.extend(g.records.iter().map(|&p| (kept[p], why.clone()))),
+            None => left.push(g),
+        }
+    }
+    refused.sort_by_key(|(i, _)| *i);
+    let gone: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+    for g in &mut left {
+        for p in &mut g.records {
+            let i = kept[*p];
+            *p = i - gone.partition_point(|&x| x < i);
+        }
+    }
+    placed.groups = left;
 }
 
 /// The key's parts of a partition folder, named as in a directory. The folder is
@@ -329,7 +448,7 @@ impl TwoPhaseWriter for StoreWriter {
         self.index = info.index;
         self.parallelism = info.parallelism;
         self.name = info.name.clone();
-        *self.parts() = OpenParts::new(writer_name());
+        *self.parts() = PartsOf::new(writer_name());
         let opened = self
             .location
             .open()
@@ -339,22 +458,46 @@ impl TwoPhaseWriter for StoreWriter {
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
-        self.placed.check(&self.cfg, batch)
+        let mut refused = self.placed.check(&self.cfg, batch);
+        if let (Some((_, prefix)), Some(placed)) = (&self.store, self.placed.placed_mut()) {
+            let (prefix, ext) = (prefix.as_ref().len(), self.cfg.format.extension());
+            refuse_folders(placed, &mut refused, batch.len(), |folder| {
+                let longest = longest_key(prefix, folder, ext);
+                (longest > STORE_MAX_KEY).then(|| {
+                    format!(
+                        "its folder {folder:?} makes object keys of up to {longest} bytes, \
+                         more than the {STORE_MAX_KEY} an object store takes"
+                    )
+                })
+            });
+        }
+        refused
     }
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
         let placed = self.placed.take(&self.cfg, batch);
         for g in &placed.groups {
-            let (index, format, roll) = (self.index, self.cfg.format.clone(), self.cfg.roll_bytes);
+            let (index, roll) = (self.index, self.cfg.roll_bytes);
             let full = {
+                let (format, name) = (&self.cfg.format, &self.name);
                 let parts = self.parts.get_mut().unwrap_or_else(|e| e.into_inner());
                 let o = parts
-                    .get_or_open(&g.folder, index, |_| OpenPart::new(&format, Vec::new()))
-                    .map_err(|e| JobError::task(&self.name, e))?;
+                    .get_or_open(&g.folder, index, |_| StorePart::new(format))
+                    .map_err(|e| JobError::task(name, e))?;
+                let failed = |e: String| JobError::task(name, format!("write a part: {e}"));
                 o.part
                     .write(records(batch, g), g.records.len(), g.rows.as_ref())
-                    .map_err(|e| JobError::task(&self.name, format!("write a part: {e}")))?;
-                roll.is_some_and(|r| o.part.size() >= r)
+                    .await
+                    .map_err(failed)?;
+                match roll {
+                    // Rows not yet encoded count by their Arrow size: the encoder's own
+                    // figure decides.
+                    Some(r) if o.part.size() >= r => {
+                        o.part.settle().await.map_err(failed)?;
+                        o.part.size() >= r
+                    }
+                    _ => false,
+                }
             };
             if full {
                 let opened = self.parts().take(&g.folder).expect("open above");
@@ -383,16 +526,30 @@ impl TwoPhaseWriter for StoreWriter {
         for o in self.parts().iter_mut() {
             o.part
                 .flush_rows()
+                .await
                 .map_err(|e| JobError::task(&name, format!("write a part: {e}")))?;
         }
         Ok(())
     }
 
     async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Staged>> {
+        let mut finished = Vec::new();
         for opened in self.parts().take_all() {
-            self.close(opened).await?;
+            finished.push(self.finish(opened).await?);
         }
-        let files = std::mem::take(&mut self.closed);
+        // The parts of several folders go at once: the barrier waits for the slowest
+        // PUT rather than for their sum. Each is named below only once all are there.
+        let files: Vec<StagedFile> = finished.iter().map(|(f, _)| f.clone()).collect();
+        let this = &*self;
+        futures_util::stream::iter(finished)
+            .map(|(f, bytes)| async move { this.stage(&f, bytes).await })
+            .buffer_unordered(PUTS_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let files: Vec<StagedFile> = std::mem::take(&mut self.closed)
+            .into_iter()
+            .chain(files)
+            .collect();
         if files.is_empty() {
             return Ok(None);
         }
@@ -555,5 +712,121 @@ mod tests {
         let mut w = writer(&store);
         w.abort_abandoned(None, &[]).await.unwrap();
         assert_eq!(keys(&store).await, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_copy_decides_what_a_commit_does_next() {
+        assert_eq!(after_copy(&Ok(())), AfterCopy::DeleteStaged);
+        let missing = object_store::Error::NotFound {
+            path: "k".into(),
+            source: "gone".into(),
+        };
+        assert_eq!(after_copy(&Err(missing)), AfterCopy::LookForFinal);
+        let failed = object_store::Error::Generic {
+            store: "S3",
+            source: "timed out".into(),
+        };
+        assert_eq!(after_copy(&Err(failed)), AfterCopy::Fail);
+    }
+
+    #[tokio::test]
+    async fn a_commit_again_finds_the_final_part_and_a_lost_part_is_an_error() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(&store);
+        let at_1 = stage(&mut w, r#"{"c":"a"}"#, 1).await;
+        w.commit(&at_1).await.unwrap();
+        // The notification came again after a crash: the staged part is gone, the
+        // final one is there.
+        w.commit(&at_1).await.unwrap();
+        assert_eq!(keys(&store).await, vec!["out/c=a/part-0-1"]);
+        let at_2 = stage(&mut w, r#"{"c":"a"}"#, 2).await;
+        store
+            .delete(&StorePath::from(keys(&store).await[0].as_str()))
+            .await
+            .unwrap();
+        let e = w.commit(&at_2).await.unwrap_err().to_string();
+        assert!(e.contains("neither staged nor committed"), "{e}");
+    }
+
+    #[test]
+    fn refused_folders_take_their_records_out_and_the_rest_are_renumbered() {
+        use super::super::placed::Group;
+        let group = |folder: &str, records: Vec<usize>| Group {
+            folder: folder.into(),
+            records,
+            rows: None,
+        };
+        // Five records, the second refused already: positions 0..4 are records 0, 2,
+        // 3 and 4.
+        let mut placed = Placed {
+            groups: vec![group("ok", vec![0, 3]), group("long", vec![1, 2])],
+        };
+        let mut refused = vec![(1, "no folder".to_string())];
+        refuse_folders(&mut placed, &mut refused, 5, |f| {
+            (f == "long").then(|| "too long".to_string())
+        });
+        assert_eq!(
+            refused,
+            vec![
+                (1, "no folder".to_string()),
+                (2, "too long".to_string()),
+                (3, "too long".to_string())
+            ]
+        );
+        assert_eq!(placed.groups.len(), 1);
+        assert_eq!(placed.groups[0].records, vec![0, 1], "records 0 and 4");
+    }
+
+    #[tokio::test]
+    async fn a_record_whose_folder_makes_too_long_a_key_is_refused_when_checked() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(&store);
+        // A folder's name is at most 255 bytes: four of them make a key too long.
+        w.cfg.partition = Some(
+            super::super::partition::PartitionTemplate::parse("a={/a}/b={/b}/c={/c}/d={/d}", None)
+                .unwrap(),
+        );
+        let value = |v: &str| format!(r#"{{"a":"{v}","b":"{v}","c":"{v}","d":"{v}"}}"#);
+        let batch: Batch = [value("1"), value(&"x".repeat(250)), value("2")]
+            .into_iter()
+            .map(|v| Record::from_value(v.into_bytes()))
+            .collect();
+        let refused = w.check_batch(&batch);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, 1);
+        assert!(
+            refused[0].1.contains("more than the 1024"),
+            "{}",
+            refused[0].1
+        );
+        let accepted: Batch = [batch[0].clone(), batch[2].clone()].into();
+        w.write(&accepted).await.unwrap();
+        let at_1 = w.prepare_commit(CheckpointId(1)).await.unwrap().unwrap();
+        w.commit(&at_1).await.unwrap();
+        assert_eq!(
+            keys(&store).await,
+            vec![
+                "out/a=1/b=1/c=1/d=1/part-0-1",
+                "out/a=2/b=2/c=2/d=2/part-0-1-1"
+            ]
+        );
+        // The longest folder that fits is taken.
+        let fits = STORE_MAX_KEY - longest_key("out".len(), "", "");
+        assert_eq!(
+            longest_key("out".len(), &"x".repeat(fits), ""),
+            STORE_MAX_KEY
+        );
+    }
+
+    #[tokio::test]
+    async fn a_part_of_lines_counts_what_it_holds_as_buffered() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(&store);
+        let batch: Batch = vec![Record::from_value(br#"{"c":"a"}"#.to_vec())];
+        assert!(w.check_batch(&batch).is_empty());
+        w.write(&batch).await.unwrap();
+        assert_eq!(w.buffered_bytes(), r#"{"c":"a"}"#.len() + 1);
+        w.prepare_commit(CheckpointId(1)).await.unwrap();
+        assert_eq!(w.buffered_bytes(), 0, "put at the barrier");
     }
 }
