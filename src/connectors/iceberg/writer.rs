@@ -266,18 +266,15 @@ impl TwoPhaseWriter for IcebergWriter {
         let mut refused = decoded.refused;
         self.decoded = None;
         if let (Some(rows), Some(table)) = (decoded.rows, &self.table_rows) {
-            match super::schema::to_table_rows(&rows, table) {
-                Ok(rows) => self.decoded = Some(rows),
-                Err(why) => {
-                    let taken: std::collections::BTreeSet<usize> =
-                        refused.iter().map(|(i, _)| *i).collect();
-                    refused.extend(
-                        (0..batch.len())
-                            .filter(|i| !taken.contains(i))
-                            .map(|i| (i, why.clone())),
-                    );
-                    refused.sort_by_key(|(i, _)| *i);
-                }
+            let (rows, not_taken) = super::schema::to_table_rows_each(&rows, table);
+            self.decoded = rows;
+            if !not_taken.is_empty() {
+                // The decoded rows are the records not refused yet, in order.
+                let taken: std::collections::BTreeSet<usize> =
+                    refused.iter().map(|(i, _)| *i).collect();
+                let records: Vec<usize> = (0..batch.len()).filter(|i| !taken.contains(i)).collect();
+                refused.extend(not_taken.into_iter().map(|(r, why)| (records[r], why)));
+                refused.sort_by_key(|(i, _)| *i);
             }
         }
         refused
@@ -285,7 +282,11 @@ impl TwoPhaseWriter for IcebergWriter {
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
         let Some(rows) = self.decoded.take() else {
-            return Ok(());
+            // Records `check_batch` did not decode are never dropped without a word.
+            return match batch.is_empty() {
+                true => Ok(()),
+                false => Err(self.err(format!("{} records were not decoded", batch.len()))),
+            };
         };
         if rows.num_rows() != batch.len() {
             return Err(self.err(format!(
