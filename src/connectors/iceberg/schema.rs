@@ -276,9 +276,15 @@ mod tests {
                 },
             ]
         );
+        let hour = &partition_parts("h={/a/b:%Y-%m-%d-%H}").unwrap()[0];
         assert_eq!(
-            partition_parts("h={/a/b:%Y-%m-%d-%H}").unwrap()[0].column,
-            "a.b"
+            (hour.column.as_str(), hour.transform),
+            ("a.b", Transform::Hour)
+        );
+        // Slashes around the levels, as in a folder template, are no level.
+        assert_eq!(
+            partition_parts("/dt={/ts:%Y-%m-%d}/").unwrap(),
+            partition_parts("dt={/ts:%Y-%m-%d}").unwrap()
         );
         assert_eq!(
             partition_parts("m={/ts:%Y-%m}").unwrap()[0].transform,
