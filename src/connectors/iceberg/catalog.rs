@@ -39,7 +39,7 @@ pub async fn connect(cfg: &IcebergConfig) -> Result<Arc<dyn Catalog>, String> {
                 .with_storage_factory(storage)
                 .load(&c.name, props)
                 .await
-                .map_err(|e| format!("the REST catalog at {uri}: {e}"))?;
+                .map_err(|e| format!("the REST catalog at {}: {e}", shown(uri)))?;
             Ok(Arc::new(catalog))
         }
     }
@@ -78,6 +78,15 @@ pub async fn load_or_create(catalog: &dyn Catalog, cfg: &IcebergConfig) -> Resul
                 return Err(format!(
                     "table {ident} requires the column `{}`, which the sink's schema does not have",
                     field.name
+                ));
+            }
+        }
+        // A column the table lacks would be left out of every row without a word.
+        for field in cfg.columns.schema.fields() {
+            if current.field_by_name(field.name()).is_none() {
+                return Err(format!(
+                    "table {ident} has no column `{}`, which the sink's schema has: its values would be dropped (add the column to the table, or leave it out of the schema)",
+                    field.name()
                 ));
             }
         }
@@ -131,6 +140,44 @@ pub async fn load_or_create(catalog: &dyn Catalog, cfg: &IcebergConfig) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(dir: &std::path::Path, fields: &str) -> IcebergConfig {
+        std::fs::write(
+            dir.join("s.avsc"),
+            format!(r#"{{"type":"record","name":"o","fields":[{fields}]}}"#),
+        )
+        .unwrap();
+        let section: super::super::IcebergSection = toml::from_str(
+            r#"
+            table = "shop.orders"
+            schema_file = "s.avsc"
+            catalog = { type = "sql", uri = "sqlite:///c.db", warehouse = "wh" }
+            "#,
+        )
+        .unwrap();
+        section.config(&|p: &std::path::Path| dir.join(p)).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_table_without_a_column_of_the_sink_s_schema_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let id = r#"{"name":"id","type":"long"}"#;
+        let email = r#"{"name":"email","type":["null","string"]}"#;
+        let cfg = config(tmp.path(), id);
+        let catalog = connect(&cfg).await.unwrap();
+        load_or_create(catalog.as_ref(), &cfg).await.unwrap();
+        load_or_create(catalog.as_ref(), &cfg).await.unwrap();
+        let wider = config(tmp.path(), &format!("{id},{email}"));
+        let e = load_or_create(catalog.as_ref(), &wider).await.unwrap_err();
+        assert!(e.contains("no column `email`"), "{e}");
+        // The other way round, a column the sink leaves out is the table's null.
+        let tmp = tempfile::tempdir().unwrap();
+        let wide = config(tmp.path(), &format!("{id},{email}"));
+        let catalog = connect(&wide).await.unwrap();
+        load_or_create(catalog.as_ref(), &wide).await.unwrap();
+        let narrow = config(tmp.path(), id);
+        load_or_create(catalog.as_ref(), &narrow).await.unwrap();
+    }
 
     #[test]
     fn passwords_are_not_shown() {

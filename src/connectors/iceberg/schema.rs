@@ -165,11 +165,52 @@ pub fn to_table_rows(rows: &RecordBatch, table: &SchemaRef) -> Result<RecordBatc
             if column.data_type() == f.data_type() {
                 return Ok(column);
             }
-            arrow_cast::cast(&column, f.data_type())
+            // Not the lenient cast, which makes a value it cannot convert (a time
+            // past the microseconds' range) a null without a word.
+            let strict = arrow_cast::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            arrow_cast::cast_with_options(&column, f.data_type(), &strict)
                 .map_err(|e| format!("column `{}`: {e}", f.name()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(table.clone(), columns).map_err(|e| e.to_string())
+}
+
+/// [`to_table_rows`] of the rows that can be table rows, and the others by index in
+/// `rows`, with why: one row the table cannot take refuses that row, not its batch.
+/// No rows (None) when none can be.
+pub fn to_table_rows_each(
+    rows: &RecordBatch,
+    table: &SchemaRef,
+) -> (Option<RecordBatch>, Vec<(usize, String)>) {
+    let whole = match to_table_rows(rows, table) {
+        Ok(out) => return (Some(out), Vec::new()),
+        Err(why) => why,
+    };
+    let mut refused = Vec::new();
+    let keep: arrow_array::BooleanArray = (0..rows.num_rows())
+        .map(|i| match to_table_rows(&rows.slice(i, 1), table) {
+            Ok(_) => Some(true),
+            Err(why) => {
+                refused.push((i, why));
+                Some(false)
+            }
+        })
+        .collect();
+    let kept = arrow_select::filter::filter_record_batch(rows, &keep)
+        .map_err(|e| e.to_string())
+        .and_then(|kept| to_table_rows(&kept, table));
+    match kept {
+        Ok(kept) if kept.num_rows() > 0 => (Some(kept), refused),
+        Ok(_) => (None, refused),
+        // The rows go one by one and not together: none is taken.
+        Err(_) => (
+            None,
+            (0..rows.num_rows()).map(|i| (i, whole.clone())).collect(),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -235,9 +276,15 @@ mod tests {
                 },
             ]
         );
+        let hour = &partition_parts("h={/a/b:%Y-%m-%d-%H}").unwrap()[0];
         assert_eq!(
-            partition_parts("h={/a/b:%Y-%m-%d-%H}").unwrap()[0].column,
-            "a.b"
+            (hour.column.as_str(), hour.transform),
+            ("a.b", Transform::Hour)
+        );
+        // Slashes around the levels, as in a folder template, are no level.
+        assert_eq!(
+            partition_parts("/dt={/ts:%Y-%m-%d}/").unwrap(),
+            partition_parts("dt={/ts:%Y-%m-%d}").unwrap()
         );
         assert_eq!(
             partition_parts("m={/ts:%Y-%m}").unwrap()[0].transform,
@@ -255,6 +302,9 @@ mod tests {
             "a={/x}/a={/y}",
             "",
             "dt={/ts",
+            "a/b={/x}",
+            "dt={/}",
+            "dt={/ts}x",
         ] {
             assert!(partition_parts(bad).is_err(), "{bad} is refused");
         }
@@ -302,5 +352,46 @@ mod tests {
             .field(0)
             .metadata()
             .contains_key("PARQUET:field_id"));
+    }
+
+    #[test]
+    fn a_time_past_the_microseconds_range_refuses_its_row_alone() {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+        use arrow_array::Array;
+        let avsc = r#"{"type":"record","name":"o","fields":[{"name":"id","type":"long"},{"name":"ts","type":["null",{"type":"long","logicalType":"timestamp-millis"}]}]}"#;
+        let columns = Arc::new(arrow_schema_of_text(avsc).unwrap());
+        let table = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(&table_schema(&columns).unwrap()).unwrap(),
+        );
+        let format = crate::formats::columnar::parquet::ParquetFormat {
+            schema: columns,
+            compression: parquet::basic::Compression::UNCOMPRESSED,
+        };
+        let batch: crate::record::Batch = [
+            r#"{"id":1,"ts":1714564800123}"#,
+            r#"{"id":2,"ts":9000000000000000000}"#,
+            r#"{"id":3,"ts":null}"#,
+        ]
+        .iter()
+        .map(|v| crate::record::Record::from_value(v.as_bytes().to_vec()))
+        .collect();
+        let rows = format.decode(&batch).rows.unwrap();
+        assert!(
+            to_table_rows(&rows, &table).is_err(),
+            "never a null in its place"
+        );
+        let (out, refused) = to_table_rows_each(&rows, &table);
+        let out = out.unwrap();
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, 1);
+        assert!(refused[0].1.contains("`ts`"), "{}", refused[0].1);
+        assert_eq!(
+            out.column(0).as_primitive::<Int64Type>().values().to_vec(),
+            vec![1, 3]
+        );
+        let ts = out.column(1).as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 1_714_564_800_123_000);
+        assert!(ts.is_null(1), "a null stays a null");
     }
 }

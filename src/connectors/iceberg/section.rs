@@ -126,7 +126,8 @@ fn absolute(p: &Path) -> PathBuf {
 /// A warehouse location: a store URL as written, a local directory as `file:///...`.
 fn warehouse(text: &str, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<String, String> {
     if let Some(p) = super::storage::local_path(text) {
-        return Ok(format!("file://{}", p.display()));
+        // `file:wh` is as relative as `wh`.
+        return Ok(format!("file://{}", absolute(&resolve(&p)).display()));
     }
     match CheckpointLocation::parse(text)? {
         CheckpointLocation::Local(p) => Ok(format!("file://{}", absolute(&resolve(&p)).display())),
@@ -332,7 +333,18 @@ mod tests {
             sql_uri("postgresql+psycopg2://u@db/shop", &resolve).unwrap(),
             ("postgresql://u@db/shop".to_string(), true)
         );
-        for bad in ["sqlite:///", "sqlite:c.db", "mysql://db/x", "c.db"] {
+        assert_eq!(
+            sql_uri("postgres://u@db/shop", &resolve).unwrap(),
+            ("postgresql://u@db/shop".to_string(), true)
+        );
+        for bad in [
+            "sqlite:///",
+            "sqlite:////",
+            "sqlite:c.db",
+            "mysql://db/x",
+            "c.db",
+            "postgresqlx://db/x",
+        ] {
             assert!(sql_uri(bad, &resolve).is_err(), "{bad}");
         }
     }
@@ -347,6 +359,11 @@ mod tests {
         assert_eq!(warehouse("wh", &resolve).unwrap(), "file:///jobs/wh");
         assert_eq!(
             warehouse("file:///data/wh", &resolve).unwrap(),
+            "file:///data/wh"
+        );
+        assert_eq!(warehouse("file:wh", &resolve).unwrap(), "file:///jobs/wh");
+        assert_eq!(
+            warehouse("file:/data/wh", &resolve).unwrap(),
             "file:///data/wh"
         );
     }

@@ -92,14 +92,13 @@ impl LakeStorage {
         if let Some(p) = local_path(path) {
             return Ok(Place::Local(p));
         }
-        let location =
-            StoreLocation::parse(path).map_err(|e| Error::new(ErrorKind::DataInvalid, e))?;
-        let key = format!("{}://{}", location.scheme(), location.bucket());
+        let (bucket_url, key) =
+            object_key(path).map_err(|e| Error::new(ErrorKind::DataInvalid, e))?;
         let mut stores = self.stores.lock().expect("store cache");
-        let store = match stores.get(&key) {
+        let store = match stores.get(bucket_url) {
             Some(s) => s.clone(),
             None => {
-                let mut bucket = StoreLocation::parse(&key)
+                let mut bucket = StoreLocation::parse(bucket_url)
                     .map_err(|e| Error::new(ErrorKind::DataInvalid, e))?;
                 if let Some(settings) = &self.settings {
                     bucket = bucket.with_options_of(settings);
@@ -107,15 +106,33 @@ impl LakeStorage {
                 let (store, _) = bucket
                     .open()
                     .map_err(|e| Error::new(ErrorKind::DataInvalid, e))?;
-                stores.insert(key, store.clone());
+                stores.insert(bucket_url.to_string(), store.clone());
                 store
             }
         };
-        Ok(Place::Store(
-            store,
-            StorePath::from(location.prefix().join("/")),
-        ))
+        Ok(Place::Store(store, key))
     }
+}
+
+/// The bucket (`s3://lake`) and the object's key of a table's path
+/// (`s3://lake/wh/t/data/f.parquet`). The key is the path's text after the bucket,
+/// byte for byte, as every other Iceberg reader takes it: neither decoded as a URL
+/// (a `#` or `?` in a partition's value would cut the key short, so that files of
+/// different partitions overwrite one another) nor escaped (a `%` or `~` would put
+/// the file under a key no reader looks at). A key that would leave its folder
+/// (`..`) or has an empty segment is refused.
+pub fn object_key(path: &str) -> std::result::Result<(&str, StorePath), String> {
+    let (scheme, rest) = path
+        .split_once("://")
+        .ok_or_else(|| format!("`{path}` is neither a local path nor a store URL"))?;
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() || key.is_empty() {
+        return Err(format!(
+            "`{path}` names no object (write {scheme}://BUCKET/KEY)"
+        ));
+    }
+    let key = StorePath::parse(key).map_err(|e| format!("`{path}`: {e}"))?;
+    Ok((&path[..scheme.len() + 3 + bucket.len()], key))
 }
 
 /// Writes `bytes` to `path` durably: a temporary file beside it, fsynced, renamed
@@ -341,6 +358,42 @@ mod tests {
         assert_eq!(local_path("file:/a/b"), Some(PathBuf::from("/a/b")));
         assert_eq!(local_path("/a/b"), Some(PathBuf::from("/a/b")));
         assert_eq!(local_path("s3://lake/a"), None);
+    }
+
+    #[test]
+    fn an_object_s_key_is_the_path_after_the_bucket_as_written() {
+        fn key(p: &str) -> std::result::Result<(String, String), String> {
+            object_key(p).map(|(b, k)| (b.to_string(), k.to_string()))
+        }
+        assert_eq!(
+            key("s3://lake/wh/t/data/f.parquet").unwrap(),
+            ("s3://lake".into(), "wh/t/data/f.parquet".into())
+        );
+        // Neither cut at `#` or `?`, nor decoded, nor escaped: the key readers use.
+        for folder in [
+            "c=a#b", "c=a?b", "c=50%25", "c=a%20b", "c=x~y", "c=[1]", "c=a b",
+        ] {
+            let path = format!("s3://lake/t/data/{folder}/f.parquet");
+            assert_eq!(
+                key(&path).unwrap(),
+                ("s3://lake".into(), format!("t/data/{folder}/f.parquet")),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            key("gs://b:9000/k").unwrap(),
+            ("gs://b:9000".into(), "k".into())
+        );
+        for bad in [
+            "s3://lake",
+            "s3://lake/",
+            "s3:///k",
+            "s3://lake/t/../x",
+            "s3://lake/a//b",
+            "lake/k",
+        ] {
+            assert!(key(bad).is_err(), "{bad}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -40,8 +40,9 @@ pub struct StagedFiles {
 
 /// One open data file.
 struct OpenFile {
-    /// The partition's path (`dt=2024-05-01`), empty for an unpartitioned table.
-    folder: String,
+    /// The partition the file's rows are in (None: an unpartitioned table); what an
+    /// open file is found by, and never its folder's name, which two partitions may
+    /// share (a null and the text `null`).
     key: Option<PartitionKey>,
     writer: ParquetWriter,
 }
@@ -109,11 +110,7 @@ impl IcebergWriter {
             .build(output)
             .await
             .map_err(|e| self.err(e))?;
-        self.open.push(OpenFile {
-            folder,
-            key,
-            writer,
-        });
+        self.open.push(OpenFile { key, writer });
         Ok(self.open.len() - 1)
     }
 
@@ -142,7 +139,11 @@ impl IcebergWriter {
         key: Option<PartitionKey>,
         rows: &RecordBatch,
     ) -> Result<()> {
-        let found = self.open.iter().position(|f| f.folder == folder);
+        let partition = key.as_ref().map(PartitionKey::data);
+        let found = self
+            .open
+            .iter()
+            .position(|f| f.key.as_ref().map(PartitionKey::data) == partition);
         let at = match found {
             Some(at) => at,
             None => self.open_file(folder, key).await?,
@@ -160,12 +161,52 @@ impl IcebergWriter {
         Ok(())
     }
 
+    /// Each open file's size, named by its place in `open` (folders may repeat).
     fn sizes(&self) -> Vec<(String, u64)> {
         self.open
             .iter()
-            .map(|f| (f.folder.clone(), f.writer.current_written_size() as u64))
+            .enumerate()
+            .map(|(at, f)| (at.to_string(), f.writer.current_written_size() as u64))
             .collect()
     }
+}
+
+/// The folder of a partition under `data/`: `name=value` levels as Iceberg's
+/// `partitionToPath` writes them, names and values escaped as in a URL, so that a
+/// value's `/`, `#`, `%` or `..` never makes another folder or another key.
+pub fn partition_folder(
+    spec: &iceberg::spec::PartitionSpec,
+    data: &Struct,
+    schema: &iceberg::spec::SchemaRef,
+) -> Result<String> {
+    let partition_type = spec
+        .partition_type(schema)
+        .map_err(|e| JobError::Other(e.to_string()))?;
+    let types = partition_type.fields();
+    Ok(spec
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let value = f
+                .transform
+                .to_human_string(&types[i].field_type, data[i].as_ref());
+            format!("{}={}", escape(&f.name), escape(&value))
+        })
+        .collect::<Vec<_>>()
+        .join("/"))
+}
+
+/// `text` with every byte but ASCII letters, digits, `-`, `_` and `.` as `%XX`.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// A name for this open of the subtask: the time, in hexadecimal nanoseconds.
@@ -225,18 +266,15 @@ impl TwoPhaseWriter for IcebergWriter {
         let mut refused = decoded.refused;
         self.decoded = None;
         if let (Some(rows), Some(table)) = (decoded.rows, &self.table_rows) {
-            match super::schema::to_table_rows(&rows, table) {
-                Ok(rows) => self.decoded = Some(rows),
-                Err(why) => {
-                    let taken: std::collections::BTreeSet<usize> =
-                        refused.iter().map(|(i, _)| *i).collect();
-                    refused.extend(
-                        (0..batch.len())
-                            .filter(|i| !taken.contains(i))
-                            .map(|i| (i, why.clone())),
-                    );
-                    refused.sort_by_key(|(i, _)| *i);
-                }
+            let (rows, not_taken) = super::schema::to_table_rows_each(&rows, table);
+            self.decoded = rows;
+            if !not_taken.is_empty() {
+                // The decoded rows are the records not refused yet, in order.
+                let taken: std::collections::BTreeSet<usize> =
+                    refused.iter().map(|(i, _)| *i).collect();
+                let records: Vec<usize> = (0..batch.len()).filter(|i| !taken.contains(i)).collect();
+                refused.extend(not_taken.into_iter().map(|(r, why)| (records[r], why)));
+                refused.sort_by_key(|(i, _)| *i);
             }
         }
         refused
@@ -244,7 +282,11 @@ impl TwoPhaseWriter for IcebergWriter {
 
     async fn write(&mut self, batch: &Batch) -> Result<()> {
         let Some(rows) = self.decoded.take() else {
-            return Ok(());
+            // Records `check_batch` did not decode are never dropped without a word.
+            return match batch.is_empty() {
+                true => Ok(()),
+                false => Err(self.err(format!("{} records were not decoded", batch.len()))),
+            };
         };
         if rows.num_rows() != batch.len() {
             return Err(self.err(format!(
@@ -262,10 +304,11 @@ impl TwoPhaseWriter for IcebergWriter {
                     .map_err(|e| self.err(e))?
                     .into_iter()
                     .map(|(key, rows)| {
-                        let folder = key.spec().partition_to_path(key.data(), schema.clone());
-                        (folder, Some(key), rows)
+                        let folder = partition_folder(key.spec(), key.data(), &schema)
+                            .map_err(|e| self.err(e))?;
+                        Ok((folder, Some(key), rows))
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()?
             }
         };
         for (folder, key, rows) in split {
@@ -281,9 +324,11 @@ impl TwoPhaseWriter for IcebergWriter {
     async fn flush(&mut self) -> Result<()> {
         // The open files are held in memory until closed: the largest go early.
         let closing = parts_to_close(&self.sizes(), self.cfg.roll_bytes.min(super::MEMORY_BYTES));
-        for folder in closing {
-            let found = self.open.iter().position(|f| f.folder == folder);
-            if let Some(at) = found {
+        // Closed from the last place down: the places of the others stay.
+        let mut places: Vec<usize> = closing.iter().filter_map(|at| at.parse().ok()).collect();
+        places.sort_unstable();
+        for at in places.into_iter().rev() {
+            if at < self.open.len() {
                 self.close_file(at).await?;
             }
         }
@@ -329,5 +374,117 @@ impl TwoPhaseWriter for IcebergWriter {
     ) -> Result<()> {
         // Files no snapshot names are not part of the table: nothing to take back.
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connector::{JobCommitter, SinkRestore};
+    use crate::kits::two_phase::encode_state;
+    use crate::record::Record;
+    use futures_util::TryStreamExt;
+    use iceberg::expr::Reference;
+    use iceberg::spec::Datum;
+    use std::path::Path;
+
+    #[test]
+    fn a_folder_escapes_what_would_make_another_folder_or_key() {
+        assert_eq!(escape("2024-05-01"), "2024-05-01");
+        assert_eq!(escape("a/../b#c"), "a%2F..%2Fb%23c");
+        assert_eq!(escape("50% ~x"), "50%25%20%7Ex");
+        assert_eq!(escape("é"), "%C3%A9");
+    }
+
+    /// The ids of the table's rows where `country` is `value` (None: null), as a
+    /// reader finds them, partitions pruned by their values.
+    async fn ids_where(table: &Table, value: Option<&str>) -> Vec<i64> {
+        let country = Reference::new("country");
+        let filter = match value {
+            Some(v) => country.equal_to(Datum::string(v)),
+            None => country.is_null(),
+        };
+        let batches: Vec<RecordBatch> = table
+            .scan()
+            .select(["id"])
+            .with_filter(filter)
+            .build()
+            .unwrap()
+            .to_arrow()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let mut ids: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<arrow_array::Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn rows_go_to_files_of_their_own_partitions_even_when_folder_names_meet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        std::fs::write(
+            dir.join("s.avsc"),
+            r#"{"type":"record","name":"o","fields":[{"name":"id","type":"long"},{"name":"country","type":["null","string"]}]}"#,
+        )
+        .unwrap();
+        let section: super::super::IcebergSection = toml::from_str(
+            r#"
+            table = "shop.orders"
+            schema_file = "s.avsc"
+            partition_by = "country={/country}"
+            catalog = { type = "sql", uri = "sqlite:///c.db", warehouse = "wh" }
+            "#,
+        )
+        .unwrap();
+        let cfg = Arc::new(section.config(&|p: &Path| dir.join(p)).unwrap());
+        let mut committer = super::super::IcebergCommitter::new(cfg.clone(), "j".into());
+        committer.open(&SinkRestore::default()).await.unwrap();
+        let mut w = IcebergWriter::new(cfg.clone());
+        w.open(&SubtaskInfo::new("j", "sink-0", 0, 1), None, &[])
+            .await
+            .unwrap();
+        let batch: Batch = [
+            r#"{"id":1,"country":null}"#,
+            r#"{"id":2,"country":"null"}"#,
+            r#"{"id":3,"country":"a/../b#c"}"#,
+            r#"{"id":4,"country":null}"#,
+        ]
+        .iter()
+        .map(|v| Record::from_value(v.as_bytes().to_vec()))
+        .collect();
+        assert!(w.check_batch(&batch).is_empty());
+        w.write(&batch).await.unwrap();
+        let staged = w.prepare_commit(CheckpointId(1)).await.unwrap().unwrap();
+        assert_eq!(staged.files.len(), 3, "one file per partition");
+        assert!(
+            staged
+                .files
+                .iter()
+                .any(|f| f.contains("/data/country=a%2F..%2Fb%23c/lockgate-")),
+            "{:?}",
+            staged.files
+        );
+        committer
+            .commit(CheckpointId(1), &[(0, encode_state(vec![staged]).unwrap())])
+            .await
+            .unwrap();
+        let catalog = super::super::catalog::connect(&cfg).await.unwrap();
+        let table = catalog.load_table(&cfg.table).await.unwrap();
+        assert_eq!(ids_where(&table, None).await, vec![1, 4]);
+        assert_eq!(ids_where(&table, Some("null")).await, vec![2]);
+        assert_eq!(ids_where(&table, Some("a/../b#c")).await, vec![3]);
     }
 }
