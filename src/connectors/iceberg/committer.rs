@@ -229,6 +229,19 @@ impl JobCommitter for IcebergCommitter {
                     to = ?snapshot,
                     "the table's main branch goes back to before the job's snapshots after the restored checkpoint: their records are written again"
                 );
+                if matches!(
+                    self.cfg.catalog.kind,
+                    super::section::CatalogKind::Rest { .. }
+                ) {
+                    // No restart can do it: the job fails for good, saying what to do.
+                    return Err(JobError::Unrecoverable {
+                        task: "iceberg-committer".into(),
+                        message: super::rollback::set_main(&self.cfg, &table, snapshot)
+                            .await
+                            .err()
+                            .unwrap_or_default(),
+                    });
+                }
                 super::rollback::set_main(&self.cfg, &table, snapshot)
                     .await
                     .map_err(|e| self.err(e))?;
