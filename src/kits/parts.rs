@@ -39,6 +39,16 @@ pub fn parts_over_count(sizes: &[(String, u64)], max: usize) -> Vec<String> {
         .collect()
 }
 
+/// A name for one open of a subtask's writer, so that files named by it are never
+/// those of an earlier open (an attempt that crashed): the time of the open, in
+/// hexadecimal nanoseconds.
+pub fn writer_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

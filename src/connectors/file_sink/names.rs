@@ -121,14 +121,7 @@ pub fn valid_token(token: &str, subtask: u16) -> bool {
         && number::<u64>(n).is_some()
 }
 
-/// A writer's name for [`in_progress_token`]: the time of its open, in hexadecimal
-/// nanoseconds.
-pub fn writer_name() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{nanos:x}")
-}
+pub use crate::kits::parts::writer_name;
 
 /// The committed part a `.rolled-back/` entry holds, by its name in the sink's
 /// directory: a part moved there keeps its name, or gets `.<n>` appended when that name

@@ -236,10 +236,7 @@ impl JobCommitter for IcebergCommitter {
                     // No restart can do it: the job fails for good, saying what to do.
                     return Err(JobError::Unrecoverable {
                         task: "iceberg-committer".into(),
-                        message: super::rollback::set_main(&self.cfg, &table, snapshot)
-                            .await
-                            .err()
-                            .unwrap_or_default(),
+                        message: super::rollback::by_hand(&self.cfg, snapshot),
                     });
                 }
                 super::rollback::set_main(&self.cfg, &table, snapshot)

@@ -65,6 +65,15 @@ pub fn plan(history: &[Entry], job: &str, after: Option<u64>, table: &str) -> Pl
     }
 }
 
+/// Why a table in a REST catalog is not set back to `snapshot` here, and what to do.
+pub fn by_hand(cfg: &IcebergConfig, snapshot: Option<i64>) -> String {
+    format!(
+        "table {} is in a REST catalog, where lockgate does not set branches back: roll it back by hand (rollback_to_snapshot {})",
+        cfg.table,
+        snapshot.map_or("to before the job's first snapshot".to_string(), |s| s.to_string())
+    )
+}
+
 /// Sets `table`'s `main` branch to `snapshot` (None: removes it) in its catalog, if
 /// the table is still at the metadata it was loaded with. An error says why; a
 /// conflict (another commit came first) is one, and the restart reads the table again.
@@ -75,13 +84,7 @@ pub async fn set_main(
 ) -> Result<(), String> {
     let (uri, postgres) = match &cfg.catalog.kind {
         CatalogKind::Sql { uri, postgres } => (uri, *postgres),
-        CatalogKind::Rest { .. } => {
-            return Err(format!(
-                "table {} is in a REST catalog, where lockgate does not set branches back: roll it back by hand (rollback_to_snapshot {})",
-                cfg.table,
-                snapshot.map_or("to before the job's first snapshot".to_string(), |s| s.to_string())
-            ))
-        }
+        CatalogKind::Rest { .. } => return Err(by_hand(cfg, snapshot)),
     };
     let current = table
         .metadata_location_result()

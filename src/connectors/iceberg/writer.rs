@@ -209,14 +209,6 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// A name for this open of the subtask: the time, in hexadecimal nanoseconds.
-fn token() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{nanos:x}")
-}
-
 #[async_trait]
 impl TwoPhaseWriter for IcebergWriter {
     type Committable = StagedFiles;
@@ -237,7 +229,7 @@ impl TwoPhaseWriter for IcebergWriter {
     ) -> Result<()> {
         self.name = info.name.clone();
         self.index = info.index;
-        self.token = token();
+        self.token = crate::kits::parts::writer_name();
         let catalog = super::catalog::connect(&self.cfg)
             .await
             .map_err(|e| self.err(e))?;
