@@ -130,6 +130,8 @@ fn open_parts_past_the_memory_bound_are_put_early() {
         sink.notify_checkpoint_complete(CheckpointId(1))
             .await
             .unwrap();
+        // The commit runs off the sink's task: a close waits for it.
+        sink.close().await.unwrap();
     });
     let rows = lockgate_rows(&moto, url);
     let mut seqs: Vec<i64> = rows

@@ -27,4 +27,4 @@ pub mod keyed;
 pub mod parts;
 pub mod two_phase;
 
-pub use two_phase::{TwoPhaseSink, TwoPhaseWriter};
+pub use two_phase::{Commit, TwoPhaseSink, TwoPhaseWriter};

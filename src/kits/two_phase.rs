@@ -11,6 +11,11 @@
 //!   checkpoint's state.
 //! - **When checkpoint `N` completes** the kit commits, in checkpoint order, every
 //!   committable of checkpoints up to `N` (a lost notification is made up by the next).
+//!   A writer that can commit off its task ([`TwoPhaseWriter::committer`]) has them
+//!   committed in the background while it takes the next records: they stay in the
+//!   state of every later checkpoint until their commit returned, so a crash before
+//!   that commits them again on restore; a failed background commit fails the next
+//!   call on the sink; a close waits for it.
 //! - **On restore from checkpoint `K`** the kit commits every committable `K` names
 //!   (the notification may have been lost in a crash; committing again must be a
 //!   success, see [`TwoPhaseWriter::commit`]), then asks the writer to abort what it
@@ -38,6 +43,7 @@ use lockgate_state::CheckpointId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
+use std::sync::Arc;
 
 /// The writer of a two-phase sink: what a connector implements.
 ///
@@ -130,6 +136,17 @@ pub trait TwoPhaseWriter: Send + 'static {
     /// named it as durable, so its absence is lost data.
     async fn commit(&mut self, c: &Self::Committable) -> Result<()>;
 
+    /// What commits this writer's committables off its task, when it can (called once
+    /// the writer is open): the kit then commits a completed checkpoint's committables
+    /// with it in the background, in order, one checkpoint's batch at a time, while
+    /// `write` and `prepare_commit` go on. Its commit has the contract of
+    /// [`TwoPhaseWriter::commit`], and must not need what the writer does meanwhile
+    /// (it commits what earlier barriers staged). Default None: the sink's task
+    /// commits, and waits.
+    fn committer(&self) -> Option<Arc<dyn Commit<Self::Committable>>> {
+        None
+    }
+
     /// After a restore from `restored` (None: a fresh start), once this subtask
     /// committed its share: aborts whatever this subtask staged that the restored
     /// checkpoint does not name (work of a newer checkpoint that never completed) and
@@ -176,6 +193,20 @@ pub trait TwoPhaseWriter: Send + 'static {
     async fn close(&mut self) -> Result<()> {
         Ok(())
     }
+}
+
+/// Commits committables off the writer's task ([`TwoPhaseWriter::committer`]).
+#[async_trait]
+pub trait Commit<C>: Send + Sync + 'static {
+    /// Makes `c` visible, as [`TwoPhaseWriter::commit`] does (idempotent; a committable
+    /// neither staged nor committed is an error).
+    async fn commit(&self, c: &C) -> Result<()>;
+}
+
+/// A background commit: the committables of checkpoints up to `upto`, in order.
+struct InFlight {
+    upto: CheckpointId,
+    handle: tokio::task::JoinHandle<Result<()>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -267,6 +298,10 @@ pub struct TwoPhaseSink<W: TwoPhaseWriter> {
     on_item_error: OnError,
     letters_cluster: Option<KafkaCluster>,
     letters: Letters,
+    /// The writer's background committer, once open.
+    committer: Option<Arc<dyn Commit<W::Committable>>>,
+    /// The background commit running, if any.
+    in_flight: Option<InFlight>,
 }
 
 /// The reason of the dead letters of a two-phase sink: a record the destination
@@ -286,7 +321,24 @@ impl<W: TwoPhaseWriter> TwoPhaseSink<W> {
             on_item_error: OnError::Fail,
             letters_cluster: None,
             letters: Letters::default(),
+            committer: None,
+            in_flight: None,
         }
+    }
+
+    /// Takes in the background commit once it has returned (or waits for it, with
+    /// `wait`): its committables leave `pending`, or its error is this call's.
+    async fn reap(&mut self, wait: bool) -> Result<()> {
+        let Some(f) = self.in_flight.take_if(|f| wait || f.handle.is_finished()) else {
+            return Ok(());
+        };
+        let done = f
+            .handle
+            .await
+            .map_err(|e| JobError::task(&self.name, format!("commit: {e}")))?;
+        done?;
+        self.pending.retain(|(p, _)| *p > f.upto);
+        Ok(())
     }
 
     /// Records [`TwoPhaseWriter::check`] refuses follow `policy` (the section's
@@ -408,11 +460,13 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
             .abort_abandoned(restored.checkpoint, &named)
             .await?;
         self.pending.clear();
+        self.committer = self.writer.committer();
         tracing::info!(subtask = %info.name, committed_on_restore = mine.len(), "two-phase sink opened");
         Ok(())
     }
 
     async fn invoke(&mut self, batch: Batch) -> Result<()> {
+        self.reap(false).await?;
         let batch = self.accepted(batch)?;
         if batch.is_empty() {
             // Every record refused: nothing to stage (no empty part file).
@@ -430,6 +484,9 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>> {
+        // A commit still running leaves its committables in this state: a restore
+        // from it commits them again, which a commit allows.
+        self.reap(false).await?;
         let staged = self.writer.prepare_commit(id).await;
         self.count_buffered();
         if let Some(c) = staged? {
@@ -449,6 +506,30 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        // Checkpoints commit in order: the one before first.
+        self.reap(true).await?;
+        if let Some(committer) = &self.committer {
+            let due: Vec<W::Committable> = self
+                .pending
+                .iter()
+                .take_while(|(p, _)| *p <= id)
+                .map(|(_, c)| c.clone())
+                .collect();
+            if due.is_empty() {
+                return Ok(());
+            }
+            let committer = committer.clone();
+            let handle = tokio::spawn(async move {
+                for c in &due {
+                    crate::fault::hit("before-part-commit");
+                    committer.commit(c).await?;
+                    crate::fault::hit("after-part-commit");
+                }
+                Ok(())
+            });
+            self.in_flight = Some(InFlight { upto: id, handle });
+            return Ok(());
+        }
         // Committed one at a time, each removed once done: a failure leaves the rest
         // pending, and the next checkpoint or restore commits them.
         while let Some((p, _)) = self.pending.first() {
@@ -469,7 +550,20 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn close(&mut self) -> Result<()> {
+        // The final checkpoint's output is visible before the sink says it is done.
+        self.reap(true).await?;
         self.writer.close().await
+    }
+}
+
+impl<W: TwoPhaseWriter> Drop for TwoPhaseSink<W> {
+    /// An attempt that ends without a close (failed, cancelled) stops its background
+    /// commit, as it stops a commit on its task: the next attempt's restore commits
+    /// what it names again and takes back what it does not.
+    fn drop(&mut self) {
+        if let Some(f) = &self.in_flight {
+            f.handle.abort();
+        }
     }
 }
 
@@ -540,6 +634,28 @@ mod tests {
         log: Log,
         stage: Vec<String>,
         fail_commit: bool,
+        background: Option<Arc<Gated>>,
+    }
+
+    /// A background committer that commits once the test lets it (a permit per
+    /// committable), or refuses.
+    struct Gated {
+        log: Log,
+        gate: tokio::sync::Semaphore,
+        fail: bool,
+    }
+
+    #[async_trait]
+    impl Commit<(u64, Vec<String>)> for Gated {
+        async fn commit(&self, c: &(u64, Vec<String>)) -> Result<()> {
+            self.gate.acquire().await.unwrap().forget();
+            if self.fail {
+                return Err(JobError::task("sink-0", "commit refused"));
+            }
+            let line = format!("background commit {} {}", c.0, c.1.join(","));
+            self.log.0.lock().unwrap().push(line);
+            Ok(())
+        }
     }
 
     #[async_trait]
@@ -580,6 +696,11 @@ mod tests {
         async fn prepare_commit(&mut self, id: CheckpointId) -> Result<Option<Self::Committable>> {
             Ok((!self.stage.is_empty()).then(|| (id.0, std::mem::take(&mut self.stage))))
         }
+        fn committer(&self) -> Option<Arc<dyn Commit<Self::Committable>>> {
+            self.background
+                .clone()
+                .map(|g| g as Arc<dyn Commit<Self::Committable>>)
+        }
         async fn commit(&mut self, c: &Self::Committable) -> Result<()> {
             if self.fail_commit {
                 return Err(JobError::task("sink-0", "commit refused"));
@@ -617,7 +738,105 @@ mod tests {
             log: log.clone(),
             stage: Vec::new(),
             fail_commit: false,
+            background: None,
         })
+    }
+
+    /// A sink whose writer commits in the background through `gated`.
+    fn background_sink(log: &Log, gated: &Arc<Gated>) -> TwoPhaseSink<MemWriter> {
+        let mut s = sink(log);
+        s.writer.background = Some(gated.clone());
+        s
+    }
+
+    fn gated(log: &Log, fail: bool) -> Arc<Gated> {
+        Arc::new(Gated {
+            log: log.clone(),
+            gate: tokio::sync::Semaphore::new(0),
+            fail,
+        })
+    }
+
+    fn pending_of(state: &[u8]) -> Vec<u64> {
+        decode_state::<(u64, Vec<String>)>(state)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Waits until the sink's background commit returned.
+    async fn settled(s: &TwoPhaseSink<MemWriter>) {
+        while s
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| !f.handle.is_finished())
+        {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A sink committing through a gate (refusing with `fail`) that staged `a` at
+    /// checkpoint 1 and was told 1 completed: the notification returned at once, the
+    /// commit waits for the gate.
+    async fn notified_in_the_background(fail: bool) -> (Log, Arc<Gated>, TwoPhaseSink<MemWriter>) {
+        let log = Log::default();
+        let g = gated(&log, fail);
+        let mut s = background_sink(&log, &g);
+        s.open(&info(), &SinkRestore::default()).await.unwrap();
+        s.invoke(batch(&["a"])).await.unwrap();
+        s.snapshot(CheckpointId(1)).await.unwrap();
+        s.notify_checkpoint_complete(CheckpointId(1)).await.unwrap();
+        (log, g, s)
+    }
+
+    #[tokio::test]
+    async fn a_background_commit_keeps_its_committables_in_each_state_until_it_returned() {
+        let (log, g, mut s) = notified_in_the_background(false).await;
+        s.invoke(batch(&["b"])).await.unwrap();
+        let state = s.snapshot(CheckpointId(2)).await.unwrap();
+        assert_eq!(pending_of(&state), vec![1, 2], "1 is not committed yet");
+        g.gate.add_permits(1);
+        settled(&s).await;
+        s.invoke(batch(&["c"])).await.unwrap();
+        let state = s.snapshot(CheckpointId(3)).await.unwrap();
+        assert_eq!(
+            pending_of(&state),
+            vec![2, 3],
+            "1 left once its commit returned"
+        );
+        // 3's notification (2's was lost) commits both, after 1, and a close waits.
+        s.notify_checkpoint_complete(CheckpointId(3)).await.unwrap();
+        g.gate.add_permits(2);
+        s.close().await.unwrap();
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            vec![
+                "open None 0",
+                "abort after None keeping 0",
+                "background commit 1 a",
+                "background commit 2 b",
+                "background commit 3 c"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_background_commit_fails_the_next_call_and_stays_pending() {
+        let (_log, g, mut s) = notified_in_the_background(true).await;
+        g.gate.add_permits(1);
+        settled(&s).await;
+        let failed = s.invoke(batch(&["b"])).await.unwrap_err();
+        assert!(failed.to_string().contains("commit refused"), "{failed}");
+        let state = s.snapshot(CheckpointId(2)).await.unwrap();
+        assert_eq!(pending_of(&state), vec![1], "still pending");
+    }
+
+    #[tokio::test]
+    async fn a_close_waits_for_the_background_commit_and_reports_its_failure() {
+        let (_log, g, mut s) = notified_in_the_background(true).await;
+        g.gate.add_permits(1);
+        assert!(s.close().await.is_err(), "the final commit failed");
     }
 
     fn info() -> SubtaskInfo {

@@ -25,6 +25,7 @@
 //! is formed here, inside the configured directory, so a crafted checkpoint cannot
 //! name a file elsewhere.
 
+pub mod folders;
 pub mod lines;
 pub mod names;
 pub mod part;

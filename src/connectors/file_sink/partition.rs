@@ -127,6 +127,18 @@ impl PartitionTemplate {
         })
     }
 
+    /// The top-level fields of the value its pointers begin with, once each.
+    pub fn tops(&self) -> &[String] {
+        &self.tops
+    }
+
+    /// Whether a folder reads the record's own timestamp (`{timestamp:...}`).
+    pub fn reads_timestamp(&self) -> bool {
+        self.segments
+            .iter()
+            .any(|s| s.value.iter().any(|p| matches!(p, Piece::Timestamp(_))))
+    }
+
     /// The folder of `record`, relative to the sink's directory (`dt=.../country=...`),
     /// or why it has none.
     pub fn folder(&self, record: &Record) -> Result<String, String> {

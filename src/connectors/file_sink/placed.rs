@@ -2,6 +2,7 @@
 //! (`partition_by`) and, for Parquet, its rows, computed when the kit checks the batch
 //! and kept for the `write` that follows.
 
+use super::folders::Folders;
 use super::parquet::Rows;
 use super::partition::PartitionTemplate;
 use super::section::{FileFormat, FileSinkConfig};
@@ -32,6 +33,7 @@ impl Placed {
     pub fn of(
         format: &FileFormat,
         partition: Option<&PartitionTemplate>,
+        folders: &mut Folders,
         batch: &Batch,
     ) -> (Placed, Vec<(usize, String)>) {
         let Some(template) = partition else {
@@ -55,13 +57,13 @@ impl Placed {
         let mut order: Vec<(String, Vec<usize>, Option<Rows>)> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
         for (i, r) in batch.iter().enumerate() {
-            match template.folder(r) {
+            match folders.folder(template, r) {
                 Ok(folder) => {
-                    let g = match at.get(&folder) {
+                    let g = match at.get(folder) {
                         Some(&g) => g,
                         None => {
-                            at.insert(folder.clone(), order.len());
-                            order.push((folder, Vec::new(), format.rows(0)));
+                            at.insert(folder.to_string(), order.len());
+                            order.push((folder.to_string(), Vec::new(), format.rows(0)));
                             order.len() - 1
                         }
                     };
@@ -104,15 +106,15 @@ impl Placed {
 }
 
 /// The placement [`crate::kits::TwoPhaseWriter::check_batch`] made of a batch, kept
-/// for the `write` of its accepted records that follows.
+/// for the `write` of its accepted records that follows, and the folders made so far.
 #[derive(Debug, Default)]
-pub struct Checked(Option<Placed>);
+pub struct Checked(Option<Placed>, Folders);
 
 impl Checked {
     /// Places `batch` as `cfg` says ([`Placed::of`]) and keeps the placement; returns
     /// the records refused, by index in `batch`, with why.
     pub fn check(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Vec<(usize, String)> {
-        let (placed, refused) = Placed::of(&cfg.format, cfg.partition.as_ref(), batch);
+        let (placed, refused) = Placed::of(&cfg.format, cfg.partition.as_ref(), &mut self.1, batch);
         self.0 = Some(placed);
         refused
     }
@@ -127,7 +129,7 @@ impl Checked {
     pub fn take(&mut self, cfg: &FileSinkConfig, batch: &Batch) -> Placed {
         match self.0.take() {
             Some(p) => p,
-            None => Placed::of(&cfg.format, cfg.partition.as_ref(), batch).0,
+            None => Placed::of(&cfg.format, cfg.partition.as_ref(), &mut self.1, batch).0,
         }
     }
 }
@@ -161,7 +163,8 @@ mod tests {
             r#"{"c":"b","n":2}"#,
             r#"{"c":"a","n":3}"#,
         ]);
-        let (placed, refused) = Placed::of(&FileFormat::Json, Some(&t), &b);
+        let (placed, refused) =
+            Placed::of(&FileFormat::Json, Some(&t), &mut Folders::default(), &b);
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].0, 1);
         let accepted: Batch = b
@@ -214,7 +217,7 @@ mod tests {
             r#"{"c":"a","n":1.5}"#,
             r#"{"c":"a","n":4}"#,
         ]);
-        let (placed, refused) = Placed::of(&format, Some(&t), &b);
+        let (placed, refused) = Placed::of(&format, Some(&t), &mut Folders::default(), &b);
         let idx: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
         assert_eq!(idx, vec![1, 3]);
         let shape: Vec<(&str, &[usize], usize)> = placed

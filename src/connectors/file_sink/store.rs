@@ -12,8 +12,10 @@
 //!   off the sink's task while it takes the next records ([`super::store_part`]); the
 //!   barrier waits for the last of them.
 //! - The commit copies each to its final name `<prefix>/<folder>/part-<subtask>-<checkpoint>[-<n>][.ext]`
-//!   and deletes the staged object; a commit again after a crash copies again (the
-//!   same bytes) or finds the final object there. The copy goes first, with no look-up
+//!   and deletes the staged object, the files of one checkpoint at once after the
+//!   first; a commit again after a crash copies again (the same bytes) or finds the
+//!   final object there. It runs off the sink's task ([`TwoPhaseWriter::committer`]),
+//!   while the next records are taken. The copy goes first, with no look-up
 //!   ([`after_copy`]): a staged object that is not there any more fails it as missing,
 //!   and only then is the final object looked for.
 //! - A restore deletes the staged objects of this job's subtasks that the restored
@@ -53,7 +55,7 @@ use super::store_part::StorePart;
 use super::writer::{partition_folder, FORMAT_EXTENSIONS};
 use crate::connector::SubtaskInfo;
 use crate::error::{JobError, Result};
-use crate::kits::TwoPhaseWriter;
+use crate::kits::{Commit, TwoPhaseWriter};
 use crate::record::Batch;
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt};
@@ -107,7 +109,8 @@ pub fn after_copy(copied: &object_store::Result<()>) -> AfterCopy {
 pub struct StoreWriter {
     cfg: FileSinkConfig,
     location: StoreLocation,
-    store: Option<(Arc<dyn ObjectStore>, StorePath)>,
+    /// The store and prefix, once open.
+    store: Option<Arc<Committing>>,
     index: u16,
     parallelism: u16,
     name: String,
@@ -142,11 +145,25 @@ impl StoreWriter {
         )
     }
 
-    fn store(&self) -> Result<(&Arc<dyn ObjectStore>, &StorePath)> {
+    /// What commits this subtask's parts into `store` under `prefix`.
+    fn committing_of(&self, store: Arc<dyn ObjectStore>, prefix: StorePath) -> Arc<Committing> {
+        Arc::new(Committing {
+            store,
+            prefix,
+            bucket: self.location.bucket().to_string(),
+            name: self.name.clone(),
+            ext: self.cfg.format.extension().to_string(),
+        })
+    }
+
+    fn committing(&self) -> Result<&Arc<Committing>> {
         self.store
             .as_ref()
-            .map(|(s, p)| (s, p))
             .ok_or_else(|| JobError::task(&self.name, "the object store is not open"))
+    }
+
+    fn store(&self) -> Result<(&Arc<dyn ObjectStore>, &StorePath)> {
+        self.committing().map(|c| (&c.store, &c.prefix))
     }
 
     fn mine(&self, subtask: u16) -> bool {
@@ -178,12 +195,7 @@ impl StoreWriter {
     }
 
     async fn exists(&self, key: &StorePath) -> Result<bool> {
-        let (store, _) = self.store()?;
-        match store.head(key).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(self.err("look up", key, e)),
-        }
+        self.committing()?.exists(key).await
     }
 
     /// Moves a final part aside under `_rolled-back/<folder>/` (a free name: `.1`,
@@ -311,11 +323,37 @@ impl StoreWriter {
         self.closed.push(f);
         Ok(())
     }
+}
+
+/// What a commit needs: the store and the prefix, and names for errors. The writer's
+/// and its background commits' ([`TwoPhaseWriter::committer`]): a commit touches only
+/// what earlier barriers staged.
+struct Committing {
+    store: Arc<dyn ObjectStore>,
+    prefix: StorePath,
+    bucket: String,
+    name: String,
+    /// The format's extension, for parts staged before partitions and rolls.
+    ext: String,
+}
+
+impl Committing {
+    fn err(&self, what: &str, key: &StorePath, e: impl std::fmt::Display) -> JobError {
+        JobError::task(&self.name, format!("{what} {}/{key}: {e}", self.bucket))
+    }
+
+    async fn exists(&self, key: &StorePath) -> Result<bool> {
+        match self.store.head(key).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.err("look up", key, e)),
+        }
+    }
 
     /// Copies `staged` to `to` and deletes it, or finds `to` there (committed before).
     /// `Ok(false)`: neither is there.
     async fn commit_object(&self, staged: &StorePath, to: &StorePath) -> Result<bool> {
-        let (store, _) = self.store()?;
+        let store = &self.store;
         let copied = store.copy(staged, to).await;
         match after_copy(&copied) {
             AfterCopy::DeleteStaged => {
@@ -331,24 +369,78 @@ impl StoreWriter {
         }
     }
 
+    /// Commits one staged file to its final name; its absence from both is an error.
+    async fn commit_file(&self, (staged, to): &(StorePath, StorePath)) -> Result<()> {
+        if self.commit_object(staged, to).await? {
+            return Ok(());
+        }
+        // A checkpoint named this part as durable: its absence is lost data.
+        Err(self.err(
+            "commit",
+            staged,
+            "the staged part named by the checkpoint is missing (neither staged nor committed)",
+        ))
+    }
+
     /// Commits a part staged before partitions and rolls (`_staging/part-<s>-<id>`).
     async fn commit_part(&self, p: &Part) -> Result<()> {
-        let prefix = self.store()?.1.clone();
+        let prefix = &self.prefix;
         for ext in FORMAT_EXTENSIONS {
             let name = committed_name(p.subtask, p.id, 0, ext);
-            let staged = Self::key(&prefix, Some(STAGING), "", &name);
-            let to = Self::key(&prefix, None, "", &name);
+            let staged = StoreWriter::key(prefix, Some(STAGING), "", &name);
+            let to = StoreWriter::key(prefix, None, "", &name);
             if self.commit_object(&staged, &to).await? {
                 return Ok(());
             }
         }
         // A checkpoint named this part as durable: its absence is lost data.
-        let name = committed_name(p.subtask, p.id, 0, self.cfg.format.extension());
+        let name = committed_name(p.subtask, p.id, 0, &self.ext);
         Err(self.err(
             "commit",
-            &Self::key(&prefix, Some(STAGING), "", &name),
+            &StoreWriter::key(prefix, Some(STAGING), "", &name),
             "the staged part named by the checkpoint is missing (neither staged nor committed)",
         ))
+    }
+}
+
+#[async_trait]
+impl Commit<Staged> for Committing {
+    async fn commit(&self, s: &Staged) -> Result<()> {
+        let (subtask, id, files) = match s {
+            Staged::Part(p) => return self.commit_part(p).await,
+            Staged::Files { subtask, id, files } => (*subtask, *id, files),
+        };
+        let prefix = &self.prefix;
+        let keys: Vec<(StorePath, StorePath)> = files
+            .iter()
+            .enumerate()
+            .map(|(n, f)| {
+                let to = StoreWriter::key(
+                    prefix,
+                    None,
+                    &f.folder,
+                    &committed_name(subtask, id, n, &f.ext),
+                );
+                (StoreWriter::staged_key(prefix, f), to)
+            })
+            .collect();
+        let Some((first, rest)) = keys.split_first() else {
+            return Ok(());
+        };
+        // The first file alone, then the rest at once (a checkpoint of many folders
+        // waits for its slowest copy rather than for their sum); a crash in between
+        // leaves some committed, which a commit again finds.
+        self.commit_file(first).await?;
+        if rest.is_empty() {
+            return Ok(());
+        }
+        crate::fault::hit("between-file-commits");
+        let commits: Vec<_> = rest.iter().map(|k| self.commit_file(k)).collect();
+        futures_util::stream::iter(commits)
+            .buffer_unordered(PUTS_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
     }
 }
 
@@ -449,18 +541,18 @@ impl TwoPhaseWriter for StoreWriter {
         self.parallelism = info.parallelism;
         self.name = info.name.clone();
         *self.parts() = PartsOf::new(writer_name());
-        let opened = self
+        let (store, prefix) = self
             .location
             .open()
             .map_err(|e| JobError::task(&self.name, e))?;
-        self.store = Some(opened);
+        self.store = Some(self.committing_of(store, prefix));
         self.mark(&info.job).await
     }
 
     fn check_batch(&mut self, batch: &Batch) -> Vec<(usize, String)> {
         let mut refused = self.placed.check(&self.cfg, batch);
-        if let (Some((_, prefix)), Some(placed)) = (&self.store, self.placed.placed_mut()) {
-            let (prefix, ext) = (prefix.as_ref().len(), self.cfg.format.extension());
+        if let (Some(c), Some(placed)) = (&self.store, self.placed.placed_mut()) {
+            let (prefix, ext) = (c.prefix.as_ref().len(), self.cfg.format.extension());
             refuse_folders(placed, &mut refused, batch.len(), |folder| {
                 let longest = longest_key(prefix, folder, ext);
                 (longest > STORE_MAX_KEY).then(|| {
@@ -561,32 +653,11 @@ impl TwoPhaseWriter for StoreWriter {
     }
 
     async fn commit(&mut self, s: &Staged) -> Result<()> {
-        let (subtask, id, files) = match s {
-            Staged::Part(p) => return self.commit_part(p).await,
-            Staged::Files { subtask, id, files } => (*subtask, *id, files),
-        };
-        let prefix = self.store()?.1.clone();
-        for (n, f) in files.iter().enumerate() {
-            if n > 0 {
-                crate::fault::hit("between-file-commits");
-            }
-            let staged = Self::staged_key(&prefix, f);
-            let to = Self::key(
-                &prefix,
-                None,
-                &f.folder,
-                &committed_name(subtask, id, n, &f.ext),
-            );
-            if !self.commit_object(&staged, &to).await? {
-                // A checkpoint named this part as durable: its absence is lost data.
-                return Err(self.err(
-                    "commit",
-                    &staged,
-                    "the staged part named by the checkpoint is missing (neither staged nor committed)",
-                ));
-            }
-        }
-        Ok(())
+        self.committing()?.commit(s).await
+    }
+
+    fn committer(&self) -> Option<Arc<dyn Commit<Staged>>> {
+        self.store.clone().map(|c| c as Arc<dyn Commit<Staged>>)
     }
 
     async fn abort_abandoned(
@@ -596,7 +667,11 @@ impl TwoPhaseWriter for StoreWriter {
     ) -> Result<()> {
         let named = Named::of(named);
         let store = self.store()?.0.clone();
-        for (key, folder, name) in self.objects_in(Some(STAGING)).await? {
+        // Both listings at once: a restore (and every start) waits for the slower.
+        let (staged, committed) =
+            futures_util::future::try_join(self.objects_in(Some(STAGING)), self.objects_in(None))
+                .await?;
+        for (key, folder, name) in staged {
             let Some(part) = parse_staged_name(&name) else {
                 continue;
             };
@@ -619,7 +694,7 @@ impl TwoPhaseWriter for StoreWriter {
                     .map_err(|e| self.err("remove", &key, e))?;
             }
         }
-        for (key, folder, name) in self.objects_in(None).await? {
+        for (key, folder, name) in committed {
             let Some(part) = parse_part_name(&name) else {
                 continue;
             };
@@ -653,11 +728,8 @@ mod tests {
             Some(super::super::partition::PartitionTemplate::parse("c={/c}", None).unwrap());
         let location = StoreLocation::parse("s3://b/out").unwrap();
         let mut w = StoreWriter::new(cfg, location.clone());
-        w.store = Some((
-            store.clone() as Arc<dyn ObjectStore>,
-            StorePath::from("out"),
-        ));
         w.name = "sink-0".into();
+        w.store = Some(w.committing_of(store.clone(), StorePath::from("out")));
         w
     }
 
