@@ -209,7 +209,9 @@ pub trait Sink: Send + 'static {
     /// from every method (see the module's "Errors").
     async fn snapshot(&mut self, id: CheckpointId) -> Result<Vec<u8>>;
 
-    /// Checkpoint `id` is durable: commit what it staged.
+    /// Checkpoint `id` is durable: commit what it staged. The commit may go on after
+    /// this returns (off the sink's task), if the sink keeps what it commits in the
+    /// state of every later checkpoint until it is done, and `close` waits for it.
     async fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<()>;
 
     /// Checkpoint `id` was aborted: its staged work stays pending for a later one.
@@ -230,7 +232,8 @@ pub trait Sink: Send + 'static {
         Ok(())
     }
 
-    /// Releases resources; called once, after the final checkpoint.
+    /// Releases resources; called once, after the final checkpoint. Its output is
+    /// visible when this returns (a commit still running is waited for).
     async fn close(&mut self) -> Result<()> {
         Ok(())
     }

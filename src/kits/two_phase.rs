@@ -15,7 +15,8 @@
 //!   committed in the background while it takes the next records: they stay in the
 //!   state of every later checkpoint until their commit returned, so a crash before
 //!   that commits them again on restore; a failed background commit fails the next
-//!   call on the sink; a close waits for it.
+//!   `invoke` or `snapshot` that finds it ended, or the next notification or close,
+//!   which wait for it.
 //! - **On restore from checkpoint `K`** the kit commits every committable `K` names
 //!   (the notification may have been lost in a crash; committing again must be a
 //!   success, see [`TwoPhaseWriter::commit`]), then asks the writer to abort what it
@@ -50,8 +51,9 @@ use std::sync::Arc;
 /// Calls come from one task, in the order of [`Sink`]'s lifecycle: `open` once (after
 /// the kit decoded the restored state, before it commits anything), `write` and
 /// `prepare_commit` interleaved, `commit` for restored committables right after `open`
-/// and for staged ones when their checkpoint completes, `abort_abandoned` once after
-/// the restored committables are committed, `close` on a clean finish.
+/// and for staged ones when their checkpoint completes (unless a
+/// [`TwoPhaseWriter::committer`] commits those off the task), `abort_abandoned` once
+/// after the restored committables are committed, `close` on a clean finish.
 #[async_trait]
 pub trait TwoPhaseWriter: Send + 'static {
     /// What one `prepare_commit` staged: small (names, ids), kept in checkpoints.
@@ -138,8 +140,9 @@ pub trait TwoPhaseWriter: Send + 'static {
 
     /// What commits this writer's committables off its task, when it can (called once
     /// the writer is open): the kit then commits a completed checkpoint's committables
-    /// with it in the background, in order, one checkpoint's batch at a time, while
-    /// `write` and `prepare_commit` go on. Its commit has the contract of
+    /// with it in the background, in order, one notification's committables (every
+    /// pending one up to the checkpoint completed) at a time, while `write` and
+    /// `prepare_commit` go on. Its commit has the contract of
     /// [`TwoPhaseWriter::commit`], and must not need what the writer does meanwhile
     /// (it commits what earlier barriers staged). Default None: the sink's task
     /// commits, and waits.
@@ -546,6 +549,8 @@ impl<W: TwoPhaseWriter> Sink for TwoPhaseSink<W> {
     }
 
     async fn notify_restorable_from(&mut self, oldest: CheckpointId) -> Result<()> {
+        // What the writer may forget must not be what a commit still running needs.
+        self.reap(true).await?;
         self.writer.restorable_from(oldest).await
     }
 

@@ -6,7 +6,7 @@
 //! ([`PartitionTemplate::tops`]) when the value is one JSON object, the record is not a
 //! delete and the template does not read the record's timestamp: only such records
 //! are looked up, keyed by those texts (a number by its text, as the folder takes
-//! it). Every other record, and every record whose folder is an error, is placed by
+//! it), when together they are short ([`MAX_KEY`]). Every other record, and every record whose folder is an error, is placed by
 //! [`PartitionTemplate::folder`] itself.
 
 use super::partition::PartitionTemplate;
@@ -18,6 +18,12 @@ use hashbrown::HashMap;
 /// Distinct field texts kept at most; past it the kept folders are forgotten (a
 /// template over a field of many values, such as a time to the second, gains little).
 const KEPT: usize = 4096;
+
+/// The longest field text looked up, in bytes: a template pointing into a large
+/// top-level value (`{/payload/date}`) would otherwise keep copies of it, so such
+/// records are placed by the template alone. What the kept folders hold is bounded
+/// by `KEPT` times this.
+const MAX_KEY: usize = 512;
 
 /// Folders made, by the text of the fields they were made from.
 #[derive(Debug, Default)]
@@ -40,7 +46,7 @@ impl Folders {
             self.scratch = template.folder(record)?;
             return Ok(&self.scratch);
         }
-        if self.made.len() >= KEPT {
+        if self.made.len() >= KEPT && !self.made.contains_key(self.key.as_slice()) {
             self.made.clear();
         }
         match self.made.entry_ref(self.key.as_slice()) {
@@ -62,6 +68,10 @@ impl Folders {
         let Some(found) = top_level_values(&record.value, template.tops()) else {
             return false;
         };
+        let long: usize = found.iter().map(|t| t.map_or(1, |t| 9 + t.len())).sum();
+        if long > MAX_KEY {
+            return false;
+        }
         self.key.clear();
         for text in found {
             match text {
@@ -152,5 +162,20 @@ mod tests {
             assert_eq!(folders.folder(&t, &r).unwrap(), format!("c={i}"));
         }
         assert!(folders.made.len() <= KEPT);
+    }
+
+    #[test]
+    fn a_large_field_is_placed_by_the_template_and_not_kept() {
+        let t = PartitionTemplate::parse("d={/payload/day}", None).unwrap();
+        let mut folders = Folders::default();
+        let big = format!(
+            r#"{{"payload":{{"pad":"{}","day":"x"}}}}"#,
+            "p".repeat(MAX_KEY)
+        );
+        assert_eq!(folders.folder(&t, &record(&big)).unwrap(), "d=x");
+        assert!(folders.made.is_empty());
+        let small = record(r#"{"payload":{"day":"x"}}"#);
+        assert_eq!(folders.folder(&t, &small).unwrap(), "d=x");
+        assert_eq!(folders.made.len(), 1);
     }
 }

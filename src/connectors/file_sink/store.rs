@@ -12,7 +12,7 @@
 //!   off the sink's task while it takes the next records ([`super::store_part`]); the
 //!   barrier waits for the last of them.
 //! - The commit copies each to its final name `<prefix>/<folder>/part-<subtask>-<checkpoint>[-<n>][.ext]`
-//!   and deletes the staged object, the files of one checkpoint at once after the
+//!   and deletes the staged object, the files of one checkpoint 8 at a time after the
 //!   first; a commit again after a crash copies again (the same bytes) or finds the
 //!   final object there. It runs off the sink's task ([`TwoPhaseWriter::committer`]),
 //!   while the next records are taken. The copy goes first, with no look-up
@@ -79,7 +79,8 @@ pub const STORE_MARKER: &str = "_lockgate-file-sink";
 /// The prefix of a staged object's name (then its token and extension).
 const IN_PROGRESS: &str = "inprogress-";
 
-/// The parts of one barrier put at once, at most.
+/// The parts of one barrier put at once, and the files of one checkpoint committed at
+/// once, at most.
 const PUTS_AT_ONCE: usize = 8;
 
 /// What a commit does once it tried to copy a staged part to its final name.
@@ -358,11 +359,12 @@ impl Committing {
         match after_copy(&copied) {
             AfterCopy::DeleteStaged => {
                 crate::fault::hit("store-part-copied");
-                store
-                    .delete(staged)
-                    .await
-                    .map_err(|e| self.err("commit", staged, e))?;
-                Ok(true)
+                match store.delete(staged).await {
+                    // Another commit of the same part (an attempt's background commit
+                    // and the next attempt's restore) deleted it first.
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+                    Err(e) => Err(self.err("commit", staged, e)),
+                }
             }
             AfterCopy::LookForFinal => self.exists(to).await,
             AfterCopy::Fail => Err(self.err("commit", staged, copied.expect_err("a failed copy"))),
