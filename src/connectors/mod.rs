@@ -10,6 +10,7 @@ pub mod file_sink;
 pub mod iceberg;
 pub mod kafka;
 pub mod postgres;
+pub mod postgres_cdc;
 pub mod sequence;
 
 pub use crate::connector::{Sink, SinkRestore, Source, SourcePoll, SubtaskInfo};
