@@ -8,4 +8,5 @@
 
 pub mod lsn;
 pub mod pgoutput;
+pub mod values;
 pub mod visibility;
