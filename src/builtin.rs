@@ -14,6 +14,9 @@ pub fn registry() -> Registry {
             crate::connectors::sequence::KIND,
         )
         .with_source::<crate::connectors::kafka::KafkaSection>(crate::connectors::kafka::KIND)
+        .with_source::<crate::connectors::postgres_cdc::CdcSection>(
+            crate::connectors::postgres_cdc::KIND,
+        )
         .with_transform::<crate::operators::rolling_sum::RollingSumSection>(
             crate::operators::rolling_sum::KIND,
         )

@@ -93,7 +93,7 @@ fn final_rows(mode: Mode, layout: &pg::Layout, changes: Vec<Change>) -> Vec<Vec<
 }
 
 async fn verify_async(cfg: &PgConfig, inputs: &[Input]) -> Result<Verdict, String> {
-    let client = pg::connect(cfg, "lockgate chaos verify").await?;
+    let client = pg::connect(&cfg.endpoint, "lockgate chaos verify").await?;
     let t = pg::load(&client, &cfg.table).await?;
     let layout = pg::layout(cfg, &t)?;
     let expected = final_rows(cfg.mode, &layout, expected_changes(cfg, &layout, inputs));

@@ -209,9 +209,10 @@ pub fn schema_registry(listen: std::net::SocketAddr, state: Option<std::path::Pa
 /// `lockgate testkit postgres`: a PostgreSQL server until killed; prints its URL.
 pub fn postgres(port: u16, database: &str, sql: &[String]) -> i32 {
     use crate::testkit::postgres::{PgOptions, PgServer};
+    // Logical decoding on, so that change data capture jobs can read it too.
     let server = match PgServer::start(PgOptions {
         port: (port != 0).then_some(port),
-        ..PgOptions::default()
+        ..PgOptions::logical()
     }) {
         Ok(s) => s,
         Err(e) => {

@@ -82,6 +82,24 @@ pub struct PgOptions {
     pub fsync: bool,
     /// The port to listen on (None: a free one).
     pub port: Option<u16>,
+    /// More postgresql.conf settings, `(name, value)` (`wal_level = logical` for change
+    /// data capture).
+    pub settings: Vec<(String, String)>,
+}
+
+impl PgOptions {
+    /// A server that decodes its WAL for logical replication (`wal_level = logical`,
+    /// with room for 20 slots and senders).
+    pub fn logical() -> PgOptions {
+        PgOptions {
+            settings: vec![
+                ("wal_level".into(), "logical".into()),
+                ("max_replication_slots".into(), "20".into()),
+                ("max_wal_senders".into(), "20".into()),
+            ],
+            ..PgOptions::default()
+        }
+    }
 }
 
 impl Default for PgOptions {
@@ -90,6 +108,7 @@ impl Default for PgOptions {
             max_prepared_transactions: 64,
             fsync: true,
             port: None,
+            settings: Vec::new(),
         }
     }
 }
@@ -386,6 +405,12 @@ impl PgServer {
             ))
             .arg("-c")
             .arg(format!("fsync={fsync}"))
+            .args(
+                self.opts
+                    .settings
+                    .iter()
+                    .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]),
+            )
             // The log goes to standard error, which is the log file.
             .args(["-c", "logging_collector=off"])
             .current_dir(&self.root)
@@ -609,7 +634,7 @@ mod tests {
         let pg = PgServer::start(PgOptions {
             max_prepared_transactions: 0,
             fsync: false,
-            port: None,
+            ..PgOptions::default()
         })
         .unwrap_or_else(|e| panic!("{e}"));
         q(&pg, "postgres", "CREATE TABLE k (v int)");

@@ -1,8 +1,9 @@
 //! `[sink.postgres]`: the section as written, and the configuration the sink runs with.
 
+use crate::clients::postgres::{Endpoint, EndpointKeys};
 use crate::connector::{KeyError, PreparedSink, SinkContext, SinkSection};
 use crate::dead_letter::{Allowed, OnError};
-use crate::secret::{Secret, UrlText};
+use crate::secret::UrlText;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,41 +28,6 @@ pub enum Delivery {
     Idempotent,
 }
 
-/// How the connection is encrypted (libpq's `sslmode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
-    /// Plain TCP.
-    Disable,
-    /// TLS when the server offers it, else plain (libpq's default).
-    Prefer,
-    /// TLS; the certificate is checked against `ca_cert` when one is given (libpq's
-    /// `require` with a root certificate), else not at all.
-    Require,
-    /// TLS; the certificate must chain to `ca_cert` (or the system's roots), the
-    /// host name is not checked.
-    VerifyCa,
-    /// TLS; the certificate must chain to `ca_cert` (or the system's roots) and name
-    /// the host.
-    VerifyFull,
-}
-
-impl SslMode {
-    fn parse(s: &str) -> Result<SslMode, String> {
-        Ok(match s {
-            "disable" => SslMode::Disable,
-            "prefer" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            other => {
-                return Err(format!(
-                    "`{other}` is not one of disable, prefer, require, verify-ca, verify-full"
-                ))
-            }
-        })
-    }
-}
-
 /// Where a written column's value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -74,10 +40,8 @@ pub enum Source {
 /// The configuration of a Postgres sink.
 #[derive(Debug, Clone)]
 pub struct PgConfig {
-    /// The libpq URL, without `sslmode` (kept in [`PgConfig::sslmode`]).
-    pub url: UrlText,
-    /// The password, when not in the URL: `password_file`, else `PGPASSWORD`.
-    pub password: Option<Secret>,
+    /// The server and how to log in.
+    pub endpoint: Endpoint,
     /// The table as written (`user_totals`, `app.user_totals`, `"Mixed"`): resolved
     /// by the server's rules (`to_regclass`) at open.
     pub table: String,
@@ -89,8 +53,6 @@ pub struct PgConfig {
     pub columns: Option<Vec<(String, Source)>>,
     pub delivery: Delivery,
     pub batch_max_rows: usize,
-    pub sslmode: SslMode,
-    pub ca_cert: Option<PathBuf>,
     /// What a record that makes no change becomes (`on_item_error`).
     pub on_item_error: OnError,
     /// The source's Kafka cluster, where dead letters go (`None` unless
@@ -98,9 +60,6 @@ pub struct PgConfig {
     pub dead_letter_kafka: Option<(String, crate::secret::Properties)>,
     /// The job's name: prepared transactions are named after it.
     pub job: String,
-    /// How long a connection attempt may take, and how long the sink keeps trying to
-    /// reach the server when it opens.
-    pub connect_timeout_ms: u64,
     /// How long a statement may wait for a row lock (the job's checkpoint timeout: a
     /// lock held longer would time the checkpoint out anyway).
     pub lock_timeout_ms: u64,
@@ -135,30 +94,6 @@ type KeyResult<T> = Result<T, KeyError>;
 /// The longest job name whose transaction names fit PostgreSQL's 200 bytes
 /// (`lockgate:<job>:<subtask>:<checkpoint>`, with room for both numbers).
 pub const MAX_JOB_NAME: usize = 160;
-
-/// `url` without its `sslmode` parameter, and that parameter's value: tokio-postgres
-/// reads only three of libpq's five modes, so the sink reads it itself.
-pub fn split_sslmode(url: &str) -> (String, Option<String>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_string(), None);
-    };
-    let mut mode = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| match p.strip_prefix("sslmode=") {
-            Some(m) => {
-                mode = Some(m.to_string());
-                false
-            }
-            None => !p.is_empty(),
-        })
-        .collect();
-    if kept.is_empty() {
-        (base.to_string(), mode)
-    } else {
-        (format!("{base}?{}", kept.join("&")), mode)
-    }
-}
 
 impl PgSection {
     /// The sink's configuration for job `job`, paths resolved against `base`.
@@ -204,28 +139,16 @@ impl PgSection {
             return Err(KeyError::new("key", format!("`{dup}` is named twice")));
         }
         let columns = self.columns(&self.key)?;
-        let (url, url_mode) = split_sslmode(&self.url.0);
-        let sslmode = match (&self.sslmode, url_mode) {
-            (Some(m), _) => SslMode::parse(m).map_err(|e| KeyError::new("sslmode", e))?,
-            (None, Some(m)) => SslMode::parse(&m)
-                .map_err(|e| KeyError::new("url", format!("sslmode in the URL: {e}")))?,
-            (None, None) => SslMode::Prefer,
-        };
-        url.parse::<tokio_postgres::Config>()
-            .map_err(|e| KeyError::new("url", format!("not a PostgreSQL URL: {e}")))?;
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(KeyError::new(
-                "url",
-                "give a URL: postgresql://user@host:5432/database",
-            ));
-        }
-        let password = match &self.password_file {
-            Some(f) => Some(
-                crate::secret::read_secret_file(&cx.section.resolve(f))
-                    .map_err(|e| KeyError::new("password_file", e))?,
-            ),
-            None => std::env::var("PGPASSWORD").ok().map(Secret::new),
-        };
+        let endpoint = Endpoint::from_keys(
+            EndpointKeys {
+                url: &self.url.0,
+                password_file: self.password_file.as_deref(),
+                sslmode: self.sslmode.as_deref(),
+                ca_cert: self.ca_cert.as_deref(),
+                connect_timeout_ms: self.connect_timeout_ms,
+            },
+            |p| cx.section.resolve(p),
+        )?;
         let on_item_error = match &self.on_item_error {
             Some(p) => {
                 OnError::parse(p, Allowed::ITEM).map_err(|e| KeyError::new("on_item_error", e))?
@@ -263,20 +186,16 @@ impl PgSection {
             ));
         }
         Ok(PgConfig {
-            url: UrlText(url),
-            password,
+            endpoint,
             table: self.table.clone(),
             mode,
             key: self.key.clone(),
             columns,
             delivery,
             batch_max_rows,
-            sslmode,
-            ca_cert: self.ca_cert.as_ref().map(|p| cx.section.resolve(p)),
             on_item_error,
             dead_letter_kafka,
             job: job.clone(),
-            connect_timeout_ms: self.connect_timeout_ms.unwrap_or(30_000),
             lock_timeout_ms: cx.section.checkpoint_timeout_ms.max(1000),
             keyed_before: cx.stateful_transforms.first().cloned(),
         })
@@ -350,32 +269,5 @@ impl SinkSection for PgSection {
             config: std::sync::Arc::new(cfg),
             reads_tombstones,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sslmode_leaves_the_url_and_the_rest_of_the_query_stays() {
-        assert_eq!(
-            split_sslmode("postgresql://u@h/db?sslmode=verify-full&application_name=x"),
-            (
-                "postgresql://u@h/db?application_name=x".to_string(),
-                Some("verify-full".to_string())
-            )
-        );
-        assert_eq!(
-            split_sslmode("postgresql://u@h/db?sslmode=disable"),
-            (
-                "postgresql://u@h/db".to_string(),
-                Some("disable".to_string())
-            )
-        );
-        assert_eq!(
-            split_sslmode("postgresql://u@h/db"),
-            ("postgresql://u@h/db".to_string(), None)
-        );
     }
 }

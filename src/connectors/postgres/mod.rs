@@ -21,7 +21,6 @@
 //! for programs built on the library).
 
 pub mod config;
-pub mod connect;
 pub mod gid;
 pub mod rows;
 pub mod table;
@@ -39,7 +38,7 @@ pub mod verify {
     // Paths from the crate root: the layout check reads `super::` in this file as the
     // folder's parent, not as this inline module's.
     /// How the sink connects to the server, and how it describes the server's errors.
-    pub use crate::connectors::postgres::connect::{connect, describe};
+    pub use crate::clients::postgres::{connect, describe};
     /// The prefix of the names of a job's prepared transactions.
     pub use crate::connectors::postgres::gid::prefix;
     /// The changes the sink makes of records and the statements it writes them with.

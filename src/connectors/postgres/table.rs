@@ -55,7 +55,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
         .map_err(|e| {
             format!(
                 "looking up table `{name}`: {}",
-                super::connect::describe(&e)
+                crate::clients::postgres::describe(&e)
             )
         })?;
     let Some(oid): Option<u32> = row.get(0) else {
@@ -71,7 +71,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
             &[&oid],
         )
         .await
-        .map_err(|e| super::connect::describe(&e))?;
+        .map_err(|e| crate::clients::postgres::describe(&e))?;
     let qualified: String = row.get(0);
     let relkind: String = row.get(1);
     // COPY FROM is refused under row-level security and skips rules: INSERT then.
@@ -100,7 +100,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
             &[&oid],
         )
         .await
-        .map_err(|e| super::connect::describe(&e))?;
+        .map_err(|e| crate::clients::postgres::describe(&e))?;
     let columns = rows
         .iter()
         .map(|r| {
@@ -129,7 +129,7 @@ pub async fn load(client: &Client, name: &str) -> Result<Table, String> {
             &[&oid],
         )
         .await
-        .map_err(|e| super::connect::describe(&e))?;
+        .map_err(|e| crate::clients::postgres::describe(&e))?;
     let unique = rows.iter().map(|r| r.get::<_, Vec<String>>(0)).collect();
     Ok(Table {
         qualified,
@@ -272,20 +272,22 @@ pub(crate) mod tests {
 
     pub fn cfg(mode: Mode, key: &[&str], columns: Option<Vec<(&str, Source)>>) -> PgConfig {
         PgConfig {
-            url: crate::secret::UrlText("postgresql://u@h/db".into()),
-            password: None,
+            endpoint: crate::clients::postgres::Endpoint {
+                url: crate::secret::UrlText("postgresql://u@h/db".into()),
+                password: None,
+                sslmode: crate::clients::postgres::SslMode::Disable,
+                ca_cert: None,
+                connect_timeout_ms: 1000,
+            },
             table: "t".into(),
             mode,
             key: key.iter().map(|k| k.to_string()).collect(),
             columns: columns.map(|c| c.into_iter().map(|(n, s)| (n.to_string(), s)).collect()),
             delivery: super::super::config::Delivery::TwoPhase,
             batch_max_rows: 100,
-            sslmode: super::super::config::SslMode::Disable,
-            ca_cert: None,
             on_item_error: crate::dead_letter::OnError::Fail,
             dead_letter_kafka: None,
             job: "j".into(),
-            connect_timeout_ms: 1000,
             lock_timeout_ms: 1000,
             keyed_before: None,
         }

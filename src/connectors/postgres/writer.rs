@@ -82,12 +82,12 @@ impl Committer {
                             message: format!(
                                 "the server knows neither prepared transaction {g} nor its transaction id {} ({}): is this the server the job wrote to (a failover to a standby that missed it, a restored backup)? the rows of checkpoint {} are not on it",
                                 s.xid,
-                                super::connect::describe(&e),
+                                crate::clients::postgres::describe(&e),
                                 s.checkpoint
                             ),
                         })
                     }
-                    Err(e) => return Err(JobError::task(task, super::connect::describe(&e))),
+                    Err(e) => return Err(JobError::task(task, crate::clients::postgres::describe(&e))),
                 };
                 match status.as_deref() {
                     Some("committed") => Ok(()),
@@ -113,7 +113,10 @@ impl Committer {
             }
             Err(e) => Err(JobError::task(
                 task,
-                format!("COMMIT PREPARED {g}: {}", super::connect::describe(&e)),
+                format!(
+                    "COMMIT PREPARED {g}: {}",
+                    crate::clients::postgres::describe(&e)
+                ),
             )),
         }
     }
@@ -194,7 +197,7 @@ impl PgWriter {
     }
 
     fn db_err(&self, what: &str, e: &tokio_postgres::Error) -> JobError {
-        self.err(format!("{what}: {}", super::connect::describe(e)))
+        self.err(format!("{what}: {}", crate::clients::postgres::describe(e)))
     }
 
     fn unrecoverable(&self, message: String) -> JobError {
@@ -212,7 +215,7 @@ impl PgWriter {
             "waited {} ms for a row lock of {} ({}): another client holds it, or another subtask of this job does in a prepared transaction, when two subtasks write one row (give sink.postgres.key the table's unique columns, so that one subtask writes each row)",
             self.cfg.lock_timeout_ms,
             self.cfg.table,
-            super::connect::describe(e)
+            crate::clients::postgres::describe(e)
         ))
     }
 
@@ -387,7 +390,7 @@ impl PgWriter {
                         "ROLLBACK TO SAVEPOINT lockgate_batch; RELEASE SAVEPOINT lockgate_batch",
                     )
                     .await?;
-                    tracing::debug!(error = %super::connect::describe(&e), rows = rows_of.len(), "a statement was refused: writing its rows one at a time");
+                    tracing::debug!(error = %crate::clients::postgres::describe(&e), rows = rows_of.len(), "a statement was refused: writing its rows one at a time");
                     self.one_at_a_time(&rows_of, &changes, &records, &plan)
                         .await?;
                 }
@@ -438,7 +441,7 @@ impl PgWriter {
                         } else {
                             Reason::Rejected
                         };
-                        let message = super::connect::describe(&e);
+                        let message = crate::clients::postgres::describe(&e);
                         self.item_error(&records[i], &message, reason).await?;
                         at = plan.previous[i];
                     }
@@ -490,7 +493,7 @@ impl TwoPhaseWriter for PgWriter {
         self.index = info.index;
         self.parallelism = info.parallelism;
         let app = format!("lockgate {} {}", self.cfg.job, info.name);
-        let client = super::connect::connect(&self.cfg, &app)
+        let client = crate::clients::postgres::connect(&self.cfg.endpoint, &app)
             .await
             .map_err(|m| self.err(m))?;
         self.check_server(&client, info.parallelism).await?;
@@ -506,9 +509,10 @@ impl TwoPhaseWriter for PgWriter {
             .map_err(|m| self.unrecoverable(format!("sink.postgres.table: {m}")))?;
         let layout = table::layout(&self.cfg, &t)
             .map_err(|m| self.unrecoverable(format!("sink.postgres: {m}")))?;
-        let committer_client = super::connect::connect(&self.cfg, &format!("{app} commits"))
-            .await
-            .map_err(|m| self.err(m))?;
+        let committer_client =
+            crate::clients::postgres::connect(&self.cfg.endpoint, &format!("{app} commits"))
+                .await
+                .map_err(|m| self.err(m))?;
         if let (OnError::DeadLetter(_), Some((servers, props))) =
             (&self.cfg.on_item_error, &self.cfg.dead_letter_kafka)
         {
