@@ -228,7 +228,10 @@ fn the_readmes_postgres_example_loads_as_an_exactly_once_upsert() {
         pg.delivery,
         lockgate::connectors::postgres::Delivery::TwoPhase
     );
-    assert_eq!(pg.endpoint.password.as_ref().map(|p| p.expose()), Some("s3cret"));
+    assert_eq!(
+        pg.endpoint.password.as_ref().map(|p| p.expose()),
+        Some("s3cret")
+    );
     assert!(
         !format!("{pg:?}").contains("s3cret"),
         "the password is never printed"

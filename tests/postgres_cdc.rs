@@ -69,7 +69,7 @@ fn spawn(job: &Path, log: &Path) -> Child {
         .args(["run", "--config"])
         .arg(job)
         .current_dir(job.parent().unwrap())
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,lockgate::connectors::postgres_cdc=debug")
         // Each poll of the source waits 40 ms: the initial snapshot lasts long enough
         // to be killed inside.
         .env("LOCKGATE_FAILPOINTS", "source-batch=sleep(40)")
@@ -84,7 +84,7 @@ fn spawn(job: &Path, log: &Path) -> Child {
 fn rows(pg: &PgServer, db: &str) -> Vec<Vec<String>> {
     pg.query(
         db,
-        "SELECT id::text, name, balance::text, coalesce(note, '<null>') FROM accounts ORDER BY id",
+        "SELECT id::text, name, balance::text, coalesce(note, '<null>') FROM accounts ORDER BY accounts.id",
     )
     .unwrap()
 }
@@ -125,6 +125,20 @@ fn workload(pg: &PgServer, n: u64, base: u64, seed: u64, pause: Duration, done: 
     done.store(true, Ordering::SeqCst);
 }
 
+/// The first rows where `a` and `b` differ.
+fn diff(a: &[Vec<String>], b: &[Vec<String>]) -> String {
+    let (sa, sb): (std::collections::BTreeSet<_>, std::collections::BTreeSet<_>) =
+        (a.iter().collect(), b.iter().collect());
+    let only_a: Vec<_> = sa.difference(&sb).take(5).collect();
+    let only_b: Vec<_> = sb.difference(&sa).take(5).collect();
+    let first = a.iter().zip(b).find(|(x, y)| x != y);
+    format!(
+        "{} and {} rows; only in the first: {only_a:?}; only in the second: {only_b:?}; first difference in order: {first:?}",
+        a.len(),
+        b.len()
+    )
+}
+
 /// The slot's confirmed position, as an LSN's text.
 fn confirmed(pg: &PgServer) -> String {
     pg.query(
@@ -145,7 +159,13 @@ fn lsn_ge(pg: &PgServer, a: &str, b: &str) -> bool {
 
 /// Kills `job`'s runs `kills` times at seeded moments while `workload` runs, then runs
 /// it until `equal` holds. Returns the log.
-fn chaos(job: &Path, kills: u32, seed: u64, equal: &mut dyn FnMut() -> bool) -> String {
+fn chaos(
+    job: &Path,
+    kills: u32,
+    seed: u64,
+    equal: &mut dyn FnMut() -> bool,
+    differs: &dyn Fn() -> String,
+) -> String {
     let log = job.with_file_name("job.log");
     let mut x = seed | 1;
     for k in 0..kills {
@@ -176,8 +196,9 @@ fn chaos(job: &Path, kills: u32, seed: u64, equal: &mut dyn FnMut() -> bool) -> 
         }
         assert!(
             start.elapsed() < Duration::from_secs(120),
-            "not equal within 120 s:\n{}",
-            tail(&std::fs::read_to_string(&log).unwrap(), 60)
+            "not equal within 120 s: {}\n{}",
+            differs(),
+            tail(&std::fs::read_to_string(&log).unwrap(), 20)
         );
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -214,9 +235,13 @@ fn snapshot_and_changes_into_postgres_through_30_kills() {
         let (pg, done) = (pg.clone(), done.clone());
         std::thread::spawn(move || workload(&pg, 400, 10_000, s, Duration::from_millis(40), done))
     };
-    let log = chaos(&job, 30, s, &mut || {
-        done.load(Ordering::SeqCst) && rows(&pg, "shop") == rows(&pg, "copy")
-    });
+    let log = chaos(
+        &job,
+        30,
+        s,
+        &mut || done.load(Ordering::SeqCst) && rows(&pg, "shop") == rows(&pg, "copy"),
+        &|| diff(&rows(&pg, "shop"), &rows(&pg, "copy")),
+    );
     w.join().unwrap();
     assert_eq!(rows(&pg, "shop"), rows(&pg, "copy"));
     let pieces = log.matches("snapshot: reading").count();
@@ -237,6 +262,13 @@ fn snapshot_and_changes_into_elasticsearch_through_30_kills() {
     let pg = Arc::new(server());
     fill(&pg, 10_000);
     let es = Es::osmem();
+    // More than 10,000 documents are read back in one search.
+    let (status, body) = es.call(
+        "PUT",
+        "/accounts",
+        Some(r#"{"settings": {"index": {"max_result_window": 2000000}}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
     let tmp = tempfile::tempdir().unwrap();
     let sink = format!(
         "[sink.elasticsearch]\nurl = \"{}\"\nindex = \"accounts\"\nid = \"field:/id\"",
@@ -274,12 +306,24 @@ fn snapshot_and_changes_into_elasticsearch_through_30_kills() {
         out.sort();
         out.into_iter().map(|(_, r)| r).collect()
     };
-    let log = chaos(&job, 30, s, &mut || {
-        done.load(Ordering::SeqCst) && {
-            es.call("POST", "/accounts/_refresh", None);
-            rows(&pg, "shop") == index(&es)
-        }
-    });
+    let log = chaos(
+        &job,
+        30,
+        s,
+        &mut || {
+            done.load(Ordering::SeqCst) && {
+                es.call("POST", "/accounts/_refresh", None);
+                rows(&pg, "shop") == index(&es)
+            }
+        },
+        &|| {
+            format!(
+                "workload done: {}; {}",
+                done.load(Ordering::SeqCst),
+                diff(&rows(&pg, "shop"), &index(&es))
+            )
+        },
+    );
     w.join().unwrap();
     assert_eq!(rows(&pg, "shop"), index(&es));
     assert!(log.matches("snapshot: reading").count() >= 2);

@@ -7,7 +7,8 @@
 //!   privileges, tables, publication, slot);
 //! - [`snapshot`] and [`copy_text`]: the initial snapshot, read in pieces and chunks;
 //! - [`progress`]: the snapshot's progress, and the decision it makes for each change
-//!   of the stream (with [`visibility`]);
+//!   of the stream (with [`visibility`]); [`ghosts`]: the deletes that take out rows an
+//!   interrupted snapshot left in a sink that writes at once;
 //! - [`replication`], [`pgoutput`] and [`stream`]: the change stream, its messages
 //!   and the events of each transaction;
 //! - [`events`] and [`values`]: events and column values as Debezium writes them;
@@ -18,6 +19,7 @@ pub mod catalog;
 pub mod config;
 pub mod copy_text;
 pub mod events;
+pub mod ghosts;
 pub mod lsn;
 pub mod metrics;
 pub mod pgoutput;

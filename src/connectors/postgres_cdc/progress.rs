@@ -25,6 +25,9 @@ pub struct State {
     pub progress: Option<Progress>,
     /// A bounded job's end: the WAL position when it first started.
     pub end: Option<u64>,
+    /// Deletes held back until the stream passes what the snapshot saw.
+    #[serde(default)]
+    pub ghosts: super::ghosts::Ghosts,
 }
 
 /// What the snapshot has read so far.

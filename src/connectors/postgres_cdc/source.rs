@@ -90,6 +90,8 @@ pub struct CdcSource {
     end: Option<u64>,
     /// Reached `end`.
     finished: bool,
+    /// Deletes held back while the stream may meet rows the snapshot read.
+    ghosts: super::ghosts::Ghosts,
     restored: Option<State>,
     confirms: Confirmations,
     /// The LSN told to the server last (the slot's confirmed position).
@@ -117,6 +119,7 @@ impl CdcSource {
                 progress: None,
                 end: None,
                 finished: false,
+                ghosts: Default::default(),
                 restored: None,
                 confirms: Confirmations::default(),
                 told: 0,
@@ -359,7 +362,7 @@ impl CdcSource {
                     if let Some(m) = &self.metrics {
                         m.committed(super::events::pg_time_ms(commit_time_micros), now_ms());
                     }
-                    self.forget_progress_if_passed();
+                    self.forget_progress_if_passed(out);
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
                     // Nothing open: every transaction that committed before the
@@ -372,7 +375,7 @@ impl CdcSource {
                         if let Some(m) = &self.metrics {
                             m.caught_up();
                         }
-                        self.forget_progress_if_passed();
+                        self.forget_progress_if_passed(out);
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
@@ -424,13 +427,15 @@ impl CdcSource {
         }
     }
 
-    fn forget_progress_if_passed(&mut self) {
+    fn forget_progress_if_passed(&mut self, out: &mut Batch) {
         if self
             .progress
             .as_ref()
             .is_some_and(|p| p.passed_by(self.position.lsn))
         {
-            tracing::info!(task = %self.task, at = %super::lsn::format(self.position.lsn), "the stream passed everything the snapshot read");
+            let held = self.ghosts.drain();
+            tracing::info!(task = %self.task, at = %super::lsn::format(self.position.lsn), deletes = held.len(), "the stream passed everything the snapshot read");
+            out.extend(held);
             self.progress = None;
         }
     }
@@ -458,6 +463,7 @@ impl CdcSource {
                     .find(|t| t.table == table)
                     .expect("a table the progress decided");
                 let keys: Vec<Vec<String>> = idx.iter().map(|&i| events[i].key.clone()).collect();
+                tracing::debug!(task = %self.task, table, keys = keys.len(), "placing keys among the snapshot's pieces");
                 let sql = boundaries_sql(&t.key_types, &progress.boundaries(table), &keys);
                 let rows =
                     self.sql().query(sql.as_str(), &[]).await.map_err(|e| {
@@ -472,9 +478,14 @@ impl CdcSource {
             }
         }
         for (i, p) in events.into_iter().enumerate() {
-            let d = decided.get(&i).copied().unwrap_or(p.decision);
-            if d == Decision::Emit {
-                out.push(p.record);
+            match decided.get(&i).copied().unwrap_or(p.decision) {
+                Decision::Emit => {
+                    if let Some(d) = self.ghosts.before(&p.table, &p.key) {
+                        out.push(d);
+                    }
+                    out.push(p.record);
+                }
+                _ => self.ghosts.seen(&p.table, &p.key, &p.record),
             }
         }
         Ok(())
@@ -537,6 +548,7 @@ impl CdcSource {
                 let state = self.restored.take().unwrap_or_default();
                 self.progress = state.progress.map(Progress::restored);
                 self.end = state.end;
+                self.ghosts = state.ghosts;
             }
             SplitStartAs::Fresh => {
                 match &slot {
@@ -630,6 +642,7 @@ impl Source for CdcSource {
             version: VERSION,
             progress: self.progress.clone(),
             end: self.end,
+            ghosts: self.ghosts.clone(),
         };
         Ok(Some(
             serde_json::to_vec(&state).expect("the state serializes"),
