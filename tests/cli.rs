@@ -543,3 +543,35 @@ fn completions_are_printed_for_each_shell_and_name_the_commands() {
     let (code, _, err) = lockgate(&["completions", "tcsh"]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+#[test]
+fn the_readmes_change_data_capture_example_loads_and_ids_of_coordinates_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    let write = |body: &str| {
+        std::fs::write(
+            &job,
+            format!("[job]\nname = \"readme\"\n\n[checkpoint]\ndir = \"checkpoints\"\n\n{body}\n"),
+        )
+        .unwrap();
+    };
+    let block = readme_block("postgres-cdc-example");
+    write(&block);
+    let d = lockgate::config::describe(&job, &lockgate::builtin::registry())
+        .unwrap_or_else(|e| panic!("the example: {e}"));
+    let cdc = d
+        .source_config::<lockgate::connectors::postgres_cdc::CdcConfig>()
+        .expect("a change data capture source");
+    assert_eq!(cdc.slot, "lockgate_shop");
+    assert_eq!(cdc.tables.len(), 2);
+    assert!(!cdc.bounded);
+    // A snapshot read again is not the same records: documents by coordinates are
+    // refused, naming the key.
+    write(&block.replace("id = \"field:/id\"", ""));
+    let e = lockgate::config::describe(&job, &lockgate::builtin::registry()).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("sink.elasticsearch.id") && text.contains("change events of PostgreSQL"),
+        "{text}"
+    );
+}

@@ -247,7 +247,8 @@ enum TestkitCommand {
     ///
     /// Runs Debian's `postgresql` binaries (initdb, postgres) in a temporary directory:
     /// superuser `lockgate` without a password, listening on 127.0.0.1 only, with
-    /// prepared transactions enabled. Prints its URL; keeps nothing once stopped.
+    /// prepared transactions and logical decoding (`wal_level = logical`) enabled.
+    /// Prints its URL; keeps nothing once stopped.
     Postgres {
         /// The port to listen on (0: any free port).
         #[arg(long, default_value_t = 5432)]

@@ -75,6 +75,21 @@ pub struct Server {
 
 /// Checks `wal_level = logical` and the role's `REPLICATION` privilege.
 pub async fn check_server(client: &Client) -> Checked<Server> {
+    let version: i32 = one_text(
+        client,
+        "SELECT current_setting('server_version_num')",
+        "reading the server's version",
+    )
+    .await?
+    .and_then(|v| v.parse().ok())
+    .unwrap_or_default();
+    if version < 140_000 {
+        return Err(Refusal::fatal(format!(
+            "the server is PostgreSQL {}.{}: change data capture needs PostgreSQL 14 or later (pgoutput's logical messages, pg_current_snapshot, the slot's wal_status)",
+            version / 10_000,
+            version % 10_000 / 100
+        )));
+    }
     let level = one_text(
         client,
         "SELECT current_setting('wal_level')",
@@ -108,9 +123,12 @@ pub async fn check_server(client: &Client) -> Checked<Server> {
     Ok(Server { database, role })
 }
 
-/// A table's shape as the catalog has it, with its key's types as SQL names them.
+/// A table's shape as the catalog has it, with its key's types as SQL names them
+/// (with the column's collation: keys compare as the primary key orders them).
 #[derive(Debug, Clone)]
 pub struct TableInfo {
+    /// The table's `pg_class` oid: the stream names a relation by it.
+    pub oid: u32,
     pub name: TableName,
     pub shape: Shape,
     pub key_types: Vec<String>,
@@ -126,11 +144,14 @@ pub async fn tables(client: &Client, cfg: &CdcConfig) -> Checked<Vec<TableInfo>>
         let stream = t.stream();
         let rows = client
             .query(
-                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, format_type(a.atttypid, NULL), \
+                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, \
+                 format_type(a.atttypid, NULL) || coalesce(' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname), ''), \
                  coalesce((SELECT k.n FROM unnest(i.indkey) WITH ORDINALITY AS k(att, n) WHERE k.att = a.attnum), 0)::int4, \
-                 has_table_privilege(c.oid, 'SELECT') \
+                 has_table_privilege(c.oid, 'SELECT'), c.relkind::text, c.relreplident::text, c.oid::oid \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                 LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0 \
+                 LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace \
                  LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary \
                  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') \
                  ORDER BY a.attnum",
@@ -146,6 +167,20 @@ pub async fn tables(client: &Client, cfg: &CdcConfig) -> Checked<Vec<TableInfo>>
         if !rows[0].get::<_, bool>(5) {
             return Err(Refusal::fatal(format!(
                 "the role may not read table {stream}: GRANT SELECT ON {} TO the role",
+                t.sql()
+            )));
+        }
+        let (relkind, identity, oid): (String, String, u32) =
+            (rows[0].get(6), rows[0].get(7), rows[0].get(8));
+        if relkind == "p" {
+            return Err(Refusal::fatal(format!(
+                "table {stream} is partitioned: the source reads plain tables (name its partitions in tables instead)"
+            )));
+        }
+        if identity == "n" || identity == "i" {
+            return Err(Refusal::fatal(format!(
+                "table {stream} has REPLICA IDENTITY {}: its updates and deletes would not name the row by its primary key; ALTER TABLE {} REPLICA IDENTITY DEFAULT (or FULL, for the old row in before)",
+                if identity == "n" { "NOTHING" } else { "USING INDEX" },
                 t.sql()
             )));
         }
@@ -174,6 +209,7 @@ pub async fn tables(client: &Client, cfg: &CdcConfig) -> Checked<Vec<TableInfo>>
         let key: Vec<usize> = key.into_iter().map(|(_, i)| i).collect();
         let key_types = key.iter().map(|&i| types[i].clone()).collect();
         out.push(TableInfo {
+            oid,
             name: t.clone(),
             shape: Shape {
                 stream: Arc::from(stream.as_str()),
@@ -248,6 +284,28 @@ pub async fn ensure_publication(client: &Client, cfg: &CdcConfig) -> Checked<()>
             quote_ident(name),
             t.sql()
         )));
+    }
+    // PostgreSQL 15 lets a publication filter rows or columns: changes would be
+    // missing from the stream without a word.
+    let filtered = client
+        .query(
+            "SELECT n.nspname::text || '.' || c.relname::text FROM pg_publication_rel r \
+             JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL) \
+             AND current_setting('server_version_num')::int >= 150000",
+            &[name],
+        )
+        .await;
+    if let Ok(rows) = filtered {
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        if let Some(t) = cfg.tables.iter().find(|t| names.contains(&t.stream())) {
+            return Err(Refusal::fatal(format!(
+                "publication {name} (key publication) filters the rows or columns of table {}: every change of every column is needed; ALTER PUBLICATION {} SET TABLE ... without WHERE or a column list",
+                t.stream(),
+                quote_ident(name)
+            )));
+        }
     }
     Ok(())
 }

@@ -342,6 +342,17 @@ mod tests {
     }
 
     #[test]
+    fn a_collated_key_compares_in_its_collation() {
+        let types = vec!["text COLLATE \"pg_catalog\".\"C\"".to_string()];
+        let b = vec!["a".to_string()];
+        let sql = boundaries_sql(&types, &[&b], &[vec!["B".into()]]);
+        assert!(
+            sql.contains("ROW(v.k0::text COLLATE \"pg_catalog\".\"C\") > ROW('a'::text COLLATE \"pg_catalog\".\"C\")"),
+            "{sql}"
+        );
+    }
+
+    #[test]
     fn the_state_round_trips_through_json() {
         let mut p = one_table();
         p.begin_piece(0, snap("10:12:11"), 500);

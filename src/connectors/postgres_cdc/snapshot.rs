@@ -139,6 +139,7 @@ mod tests {
             type_modifier: -1,
         };
         TableInfo {
+            oid: 1,
             name: super::super::config::TableName {
                 schema: "public".into(),
                 name: "t".into(),

@@ -43,6 +43,18 @@ fn err(task: &str, message: impl std::fmt::Display) -> JobError {
     JobError::task(task, message)
 }
 
+/// A fault of the stream as the job's error: one no restart cures fails the job.
+fn fault(task: &str, f: super::stream::Fault) -> JobError {
+    if f.fatal {
+        JobError::Unrecoverable {
+            task: task.to_string(),
+            message: f.message,
+        }
+    } else {
+        JobError::task(task, f.message)
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -218,7 +230,15 @@ impl CdcSource {
         tracing::info!(task = %self.task, slot = %self.cfg.slot, at = %super::lsn::format(self.position.lsn), skip = self.position.skip, "streaming changes");
         self.phase = Phase::Stream(Box::new(Streaming {
             client,
-            assembler: Assembler::new(self.db.clone(), keys, self.position.skip),
+            assembler: Assembler::new(
+                self.db.clone(),
+                keys,
+                self.tables
+                    .iter()
+                    .map(|t| (t.oid, t.shape.stream.to_string()))
+                    .collect(),
+                self.position.skip,
+            ),
             heard: Instant::now(),
             beat: Instant::now(),
         }));
@@ -232,7 +252,13 @@ impl CdcSource {
             unreachable!("called in the snapshot phase")
         };
         let progress = self.progress.as_mut().expect("a snapshot has progress");
-        let info = &r.piece.tables[r.table];
+        let name = progress.table(r.table).table.clone();
+        let Some(info) = r.piece.tables.iter().find(|t| *t.shape.stream == *name) else {
+            return Err(err(
+                &task,
+                format!("table {name} is not among the tables read"),
+            ));
+        };
         if r.rows.is_empty() && !r.exhausted {
             let after = match &progress.table(r.table).read {
                 super::progress::Read::Reading { after } => after.clone(),
@@ -330,14 +356,14 @@ impl CdcSource {
                 } => s
                     .assembler
                     .begin(xid, commit_time_micros)
-                    .map_err(|e| err(&task, e))?,
+                    .map_err(|f| fault(&task, f))?,
                 ReplicationEvent::XLogData {
                     wal_start, data, ..
                 } => {
                     let msg = super::pgoutput::decode(&data).map_err(|e| err(&task, e))?;
                     s.assembler
                         .message(msg, wal_start.as_u64(), self.progress.as_ref(), now_ms())
-                        .map_err(|e| err(&task, e))?;
+                        .map_err(|f| fault(&task, f))?;
                     if s.assembler.pending_len() >= self.cfg.transaction_buffer_records {
                         // A transaction larger than the buffer: pass on what it has so
                         // far; a barrier may now fall inside it, and a restore drops
@@ -353,7 +379,7 @@ impl CdcSource {
                     commit_time_micros,
                     ..
                 } => {
-                    let events = s.assembler.commit().map_err(|e| err(&task, e))?;
+                    let events = s.assembler.commit().map_err(|f| fault(&task, f))?;
                     self.pass_on(events, out).await?;
                     self.position = Resume {
                         lsn: end_lsn.as_u64().max(self.position.lsn),
@@ -367,7 +393,13 @@ impl CdcSource {
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
                     // Nothing open: every transaction that committed before the
                     // server's position was sent, so a restart there misses none.
-                    if !s.assembler.in_transaction() && wal_end.as_u64() > self.position.lsn {
+                    // Not while a transaction passed on in part before the restore is
+                    // still to come: its remaining changes are after the position.
+                    if !s.assembler.in_transaction()
+                        && !s.assembler.skipping()
+                        && self.position.skip == 0
+                        && wal_end.as_u64() > self.position.lsn
+                    {
                         self.position = Resume {
                             lsn: wal_end.as_u64(),
                             skip: 0,
@@ -390,6 +422,10 @@ impl CdcSource {
         self.heartbeat().await;
         if let (Some(end), Phase::Stream(s)) = (self.end, &self.phase) {
             if self.position.lsn >= end && !s.assembler.in_transaction() {
+                // The deletes held for rows an interrupted snapshot left behind go out
+                // now: nothing after the end will release them.
+                out.extend(self.ghosts.drain());
+                self.progress = None;
                 tracing::info!(task = %task, end = %super::lsn::format(end), "read every change up to the position at the first start");
                 self.finished = true;
             }
@@ -404,17 +440,21 @@ impl CdcSource {
     /// Writes a heartbeat into the WAL when nothing came for `heartbeat_ms`, so that
     /// the position advances even where nothing else writes.
     async fn heartbeat(&mut self) {
-        let every = self.cfg.heartbeat_ms;
+        // The lag is measured at the heartbeat's interval, or every 10 s without one.
+        let every = match self.cfg.heartbeat_ms {
+            0 => 10_000,
+            ms => ms,
+        };
         let Phase::Stream(s) = &mut self.phase else {
             return;
         };
-        if every == 0 || s.beat.elapsed() < Duration::from_millis(every) {
+        if s.beat.elapsed() < Duration::from_millis(every) {
             return;
         }
         s.beat = Instant::now();
         let quiet = s.heard.elapsed() >= Duration::from_millis(every);
         let Some(sql) = &self.sql else { return };
-        if quiet {
+        if quiet && self.cfg.heartbeat_ms > 0 {
             if let Err(e) = sql
                 .batch_execute("SELECT pg_logical_emit_message(false, 'lockgate_heartbeat', '')")
                 .await
@@ -546,6 +586,15 @@ impl CdcSource {
                 self.told = confirmed;
                 self.confirms.restored(p.lsn);
                 let state = self.restored.take().unwrap_or_default();
+                if let Some(p) = state.progress.as_ref().filter(|p| !p.done()) {
+                    let held: Vec<&str> = p.tables.iter().map(|t| t.table.as_str()).collect();
+                    let named: Vec<String> = self.cfg.tables.iter().map(|t| t.stream()).collect();
+                    if held != named {
+                        return Err(self.refused(Refusal::fatal(format!(
+                            "the tables changed while the initial snapshot was read (the checkpoint's: {held:?}; the job file's: {named:?}): restore with the checkpoint's tables, or start the job without a checkpoint"
+                        ))));
+                    }
+                }
                 self.progress = state.progress.map(Progress::restored);
                 self.end = state.end;
                 self.ghosts = state.ghosts;

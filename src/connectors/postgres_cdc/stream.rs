@@ -40,12 +40,45 @@ struct Open {
     pending: Vec<Pending>,
 }
 
+/// Why the stream cannot go on: `fatal` when no restart cures it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub fatal: bool,
+    pub message: String,
+}
+
+impl Fault {
+    fn fatal(message: String) -> Fault {
+        Fault {
+            fatal: true,
+            message,
+        }
+    }
+}
+
+impl From<String> for Fault {
+    fn from(message: String) -> Fault {
+        Fault {
+            fatal: false,
+            message,
+        }
+    }
+}
+
+impl From<&str> for Fault {
+    fn from(message: &str) -> Fault {
+        Fault::from(message.to_string())
+    }
+}
+
 /// Turns pgoutput's messages into events.
 #[derive(Debug)]
 pub struct Assembler {
     db: String,
     /// The primary key's columns of each table, by `schema.table`.
     keys: HashMap<String, Vec<String>>,
+    /// The tables' oids when the source started (`schema.table` by oid).
+    oids: HashMap<u32, String>,
     relations: HashMap<u32, Rel>,
     open: Option<Open>,
     /// Changes of the next transaction to drop (a restore inside a transaction).
@@ -56,14 +89,26 @@ impl Assembler {
     /// An assembler for database `db`'s tables with primary keys `keys`
     /// (`schema.table` -> the key's column names), dropping the first `skip` changes
     /// of the first transaction.
-    pub fn new(db: String, keys: HashMap<String, Vec<String>>, skip: u64) -> Assembler {
+    pub fn new(
+        db: String,
+        keys: HashMap<String, Vec<String>>,
+        oids: HashMap<u32, String>,
+        skip: u64,
+    ) -> Assembler {
         Assembler {
             db,
             keys,
+            oids,
             relations: HashMap::new(),
             open: None,
             skip_first: skip,
         }
+    }
+
+    /// Whether changes of a transaction that was passed on in part before the restore
+    /// are still to come (the position must not move past it).
+    pub fn skipping(&self) -> bool {
+        self.skip_first > 0
     }
 
     /// Whether a transaction is open.
@@ -82,7 +127,7 @@ impl Assembler {
     }
 
     /// A transaction begins.
-    pub fn begin(&mut self, xid: u32, commit_time_pg_micros: i64) -> Result<(), String> {
+    pub fn begin(&mut self, xid: u32, commit_time_pg_micros: i64) -> Result<(), Fault> {
         if self.open.is_some() {
             return Err("pgoutput: a transaction began inside another".into());
         }
@@ -106,7 +151,7 @@ impl Assembler {
 
     /// The transaction committed: its remaining events. The next transaction is
     /// whole.
-    pub fn commit(&mut self) -> Result<Vec<Pending>, String> {
+    pub fn commit(&mut self) -> Result<Vec<Pending>, Fault> {
         let open = self
             .open
             .take()
@@ -124,7 +169,7 @@ impl Assembler {
         lsn: u64,
         progress: Option<&Progress>,
         now_ms: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Fault> {
         let (relation, change) = match msg {
             Message::Relation(r) => return self.relation(r),
             Message::Insert { relation, new } => (relation, Change::Insert(new)),
@@ -148,9 +193,9 @@ impl Assembler {
             Some(Rel { shape: Some(s) }) => s,
             Some(Rel { shape: None }) => return Ok(()),
             None => {
-                return Err(format!(
+                return Err(Fault::from(format!(
                     "pgoutput: a change of relation {relation}, which the stream has not described"
-                ))
+                )))
             }
         };
         let source = Source {
@@ -168,26 +213,35 @@ impl Assembler {
         match change {
             Change::Insert(new) => {
                 let cells = cells(&new)?;
-                let key = shape.key_texts(&cells)?;
+                let key = key_of(shape, &cells)?;
                 let after = shape.row(&cells)?;
                 let k = shape.key_object(&key)?;
                 out.push((key, Kind::Create, Some(k), None, Some(after)));
             }
             Change::Update(old, new) => {
-                let new_cells = cells(&new)?;
-                let key = shape.key_texts(&new_cells)?;
+                let mut new_cells = cells(&new)?;
+                // REPLICA IDENTITY FULL logs the whole old row: a TOASTed value the
+                // update left as it was is taken from it.
+                if let Some(Old::Full(t)) = &old {
+                    for (n, o) in new_cells.iter_mut().zip(cells(t)?) {
+                        if *n == Cell::Unchanged {
+                            *n = o;
+                        }
+                    }
+                }
+                let key = key_of(shape, &new_cells)?;
                 let after = shape.row(&new_cells)?;
                 let (old_key, before) = match &old {
                     None => (key.clone(), None),
                     Some(Old::Key(t)) => {
                         let c = cells(t)?;
-                        let k = shape.key_texts(&c)?;
+                        let k = key_of(shape, &c)?;
                         let b = shape.key_only_row(&k)?;
                         (k, Some(b))
                     }
                     Some(Old::Full(t)) => {
                         let c = cells(t)?;
-                        (shape.key_texts(&c)?, Some(shape.row(&c)?))
+                        (key_of(shape, &c)?, Some(shape.row(&c)?))
                     }
                 };
                 if old_key != key {
@@ -209,13 +263,13 @@ impl Assembler {
             Change::Delete(old) => {
                 let (key, before) = match &old {
                     Old::Key(t) => {
-                        let k = shape.key_texts(&cells(t)?)?;
+                        let k = key_of(shape, &cells(t)?)?;
                         let b = shape.key_only_row(&k)?;
                         (k, b)
                     }
                     Old::Full(t) => {
                         let c = cells(t)?;
-                        (shape.key_texts(&c)?, shape.row(&c)?)
+                        (key_of(shape, &c)?, shape.row(&c)?)
                     }
                 };
                 let k = shape.key_object(&key)?;
@@ -236,7 +290,7 @@ impl Assembler {
         Ok(())
     }
 
-    fn relation(&mut self, r: Relation) -> Result<(), String> {
+    fn relation(&mut self, r: Relation) -> Result<(), Fault> {
         let name = TableName {
             schema: if r.namespace.is_empty() {
                 "pg_catalog".into()
@@ -246,6 +300,13 @@ impl Assembler {
             name: r.name.clone(),
         };
         let stream = name.stream();
+        if let Some(was) = self.oids.get(&r.oid) {
+            if *was != stream {
+                return Err(Fault::fatal(format!(
+                    "table {was} was renamed to {stream} while the job ran: name the new table in tables and start the job without a checkpoint"
+                )));
+            }
+        }
         let Some(pk) = self.keys.get(&stream) else {
             self.relations.insert(r.oid, Rel { shape: None });
             return Ok(());
@@ -310,7 +371,7 @@ impl Assembler {
         lsn: u64,
         progress: Option<&Progress>,
         now_ms: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Fault> {
         let open = self
             .open
             .as_mut()
@@ -325,10 +386,10 @@ impl Assembler {
             };
             let decision = progress.map_or(Decision::Emit, |p| p.decide(&shape.stream, open.xid));
             if decision == Decision::ByKey {
-                return Err(format!(
+                return Err(Fault::fatal(format!(
                     "table {} was truncated while its initial snapshot was read in pieces (transaction {}), and a truncate names no key to tell which piece saw it: take the snapshot again (start the job without a checkpoint)",
                     shape.stream, open.xid
-                ));
+                )));
             }
             let source = Source {
                 db: &self.db,
@@ -351,13 +412,20 @@ impl Assembler {
     }
 }
 
+/// A row's key texts; a row without them (the table's replica identity does not
+/// log the key, a key value left out as unchanged) cannot be named, and no restart
+/// changes that.
+fn key_of(shape: &Shape, cells: &[Cell<'_>]) -> Result<Vec<String>, Fault> {
+    shape.key_texts(cells).map_err(Fault::fatal)
+}
+
 enum Change {
     Insert(Vec<Value>),
     Update(Option<Old>, Vec<Value>),
     Delete(Old),
 }
 
-fn cells(tuple: &[Value]) -> Result<Vec<Cell<'_>>, String> {
+fn cells(tuple: &[Value]) -> Result<Vec<Cell<'_>>, Fault> {
     tuple
         .iter()
         .map(|v| match v {
@@ -365,8 +433,10 @@ fn cells(tuple: &[Value]) -> Result<Vec<Cell<'_>>, String> {
             Value::Unchanged => Ok(Cell::Unchanged),
             Value::Text(b) => std::str::from_utf8(b)
                 .map(Cell::Text)
-                .map_err(|e| format!("pgoutput: a value is not UTF-8: {e}")),
-            Value::Binary(_) => Err("pgoutput: a binary value (the source asks for text)".into()),
+                .map_err(|e| Fault::from(format!("pgoutput: a value is not UTF-8: {e}"))),
+            Value::Binary(_) => Err(Fault::from(
+                "pgoutput: a binary value (the source asks for text)",
+            )),
         })
         .collect()
 }
@@ -400,7 +470,12 @@ mod tests {
 
     fn assembler(skip: u64) -> Assembler {
         let keys = HashMap::from([("public.t".to_string(), vec!["id".to_string()])]);
-        let mut a = Assembler::new("db".into(), keys, skip);
+        let mut a = Assembler::new(
+            "db".into(),
+            keys,
+            HashMap::from([(7, "public.t".to_string())]),
+            skip,
+        );
         a.message(rel(), 0, None, 0).unwrap();
         a
     }
@@ -558,6 +633,7 @@ mod tests {
                 0
             )
             .unwrap_err()
+            .message
             .contains("not described"));
     }
 
@@ -578,5 +654,76 @@ mod tests {
         let e = a.commit().unwrap();
         assert_eq!(value(&e[0])["op"], "t");
         assert!(e[0].record.key.is_none());
+    }
+
+    #[test]
+    fn a_full_old_row_fills_what_toast_left_out() {
+        let mut a = assembler(0);
+        a.begin(1, 0).unwrap();
+        a.message(
+            Message::Update {
+                relation: 7,
+                old: Some(Old::Full(vec![text("1"), text("long")])),
+                new: vec![text("1"), Value::Unchanged],
+            },
+            5,
+            None,
+            0,
+        )
+        .unwrap();
+        let e = a.commit().unwrap();
+        assert_eq!(value(&e[0])["after"]["v"], "long");
+        assert_eq!(value(&e[0])["before"]["v"], "long");
+    }
+
+    #[test]
+    fn what_no_restart_cures_is_fatal() {
+        // A key the change does not carry.
+        let mut a = assembler(0);
+        a.begin(1, 0).unwrap();
+        let f = a
+            .message(
+                Message::Delete {
+                    relation: 7,
+                    old: Old::Key(vec![Value::Null, Value::Null]),
+                },
+                1,
+                None,
+                0,
+            )
+            .unwrap_err();
+        assert!(f.fatal && f.message.contains("key column id"), "{f:?}");
+        // A table renamed while the job ran.
+        let mut renamed = rel();
+        if let Message::Relation(r) = &mut renamed {
+            r.name = "t2".into();
+        }
+        let f = a.message(renamed, 0, None, 0).unwrap_err();
+        assert!(
+            f.fatal && f.message.contains("renamed to public.t2"),
+            "{f:?}"
+        );
+        // A broken stream is worth a restart.
+        assert!(!a.begin(2, 0).unwrap_err().fatal);
+    }
+
+    #[test]
+    fn a_restore_inside_a_transaction_is_skipping_until_it_commits() {
+        let mut a = assembler(1);
+        assert!(a.skipping());
+        a.begin(1, 0).unwrap();
+        a.message(
+            Message::Insert {
+                relation: 7,
+                new: vec![text("1"), Value::Null],
+            },
+            1,
+            None,
+            0,
+        )
+        .unwrap();
+        assert!(a.skipping());
+        a.commit().unwrap();
+        assert!(!a.skipping());
     }
 }
