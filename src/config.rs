@@ -1481,7 +1481,8 @@ dir = "out"
         let e = parse_err(&GOOD.replace("[source.sequence]", "[source.files]"));
         assert_eq!(e.key, "source.files", "{e}");
         assert!(
-            e.message.contains("[source.sequence] or [source.kafka]"),
+            e.message
+                .contains("[source.sequence], [source.kafka] or [source.postgres_cdc]"),
             "{e}"
         );
         let e = parse_err(&GOOD.replace("type = \"rolling_sum\"", "type = \"rolling_max\""));

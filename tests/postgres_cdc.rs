@@ -379,3 +379,230 @@ fn a_server_without_logical_decoding_a_role_without_replication_or_a_table_witho
         tail(&text, 20)
     );
 }
+
+/// A job of the source (`source` more keys, `tables`) straight into `[sink.file]`: its
+/// lines are the events (deletes as `lockgate.delete` lines).
+fn file_job(dir: &Path, pg: &PgServer, tables: &str, source: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"cdc-files\"\nparallelism = 1\n\n[checkpoint]\ndir = \"checkpoints\"\ninterval_ms = 200\n\n\
+         [restart]\nstrategy = \"none\"\n\n\
+         [source.postgres_cdc]\nurl = \"{}\"\nsslmode = \"disable\"\ntables = [{tables}]\nslot = \"files\"\npublication = \"files\"\n{source}\n\n\
+         [sink.file]\ndir = \"out\"\n",
+        pg.url("shop")
+    );
+    let path = dir.join("job.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The events the file sink committed, parsed.
+fn events(job: &Path) -> Vec<serde_json::Value> {
+    let out = job.with_file_name("out");
+    if !out.is_dir() {
+        return Vec::new();
+    }
+    common::committed_lines_in(&out)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Waits until `job`'s committed events satisfy `done`, failing with the log after
+/// 60 s or when the run ends.
+fn until(child: &mut Child, job: &Path, what: &str, done: impl Fn(&[serde_json::Value]) -> bool) {
+    let log = job.with_file_name("job.log");
+    let start = Instant::now();
+    loop {
+        let e = events(job);
+        if done(&e) {
+            return;
+        }
+        let ended = child.try_wait().unwrap();
+        assert!(
+            ended.is_none() && start.elapsed() < Duration::from_secs(60),
+            "{what} (run ended: {ended:?}); events: {e:?}\n{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn after_of(events: &[serde_json::Value], op: &str, id: i64) -> Option<serde_json::Value> {
+    events
+        .iter()
+        .find(|e| e["op"] == op && e["after"]["id"] == id)
+        .map(|e| e["after"].clone())
+}
+
+/// Every column type the README lists, as Debezium's connector writes it, in a
+/// snapshot read and in a change.
+#[test]
+fn values_as_debezium_writes_them() {
+    let pg = server();
+    pg.query(
+        "shop",
+        "CREATE TABLE kinds (id int PRIMARY KEY, b boolean, n numeric(10,3), f float8, d date, t time, \
+         ts timestamp, ts3 timestamp(3), tz timestamptz, j jsonb, by bytea, arr int[], u uuid, tx text, nan numeric)",
+    )
+    .unwrap();
+    let row = |id: i32| {
+        format!(
+            "INSERT INTO kinds VALUES ({id}, true, 12.500, 1.5, '2024-03-01', '12:34:56.789', '2024-03-01 12:00:00.123456', \
+             '2024-03-01 12:00:00.123', '2024-03-01 12:00:00.5+02', '{{\"a\": [1, 2]}}', '\\xdeadbeef', '{{1,NULL,3}}', \
+             'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', E'tab\\there', 'NaN')"
+        )
+    };
+    pg.query("shop", &row(1)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let job = file_job(tmp.path(), &pg, "\"public.kinds\"", "");
+    let mut child = spawn(&job, &tmp.path().join("job.log"));
+    until(&mut child, &job, "the snapshot read", |e| {
+        after_of(e, "r", 1).is_some()
+    });
+    pg.query("shop", &row(2)).unwrap();
+    until(&mut child, &job, "the insert", |e| {
+        after_of(e, "c", 2).is_some()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let e = events(&job);
+    let want = |id: i64| {
+        serde_json::from_str::<serde_json::Value>(&format!(
+            r#"{{"id":{id},"b":true,"n":12.500,"f":1.5,"d":19783,"t":45296789000,"ts":1709294400123456,"ts3":1709294400123,"tz":"2024-03-01T10:00:00.500000Z","j":"{{\"a\": [1, 2]}}","by":"3q2+7w==","arr":[1,null,3],"u":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11","tx":"tab\there","nan":"NaN"}}"#
+        ))
+        .unwrap()
+    };
+    assert_eq!(after_of(&e, "r", 1).unwrap(), want(1));
+    assert_eq!(after_of(&e, "c", 2).unwrap(), want(2));
+    let c = e.iter().find(|e| e["op"] == "c").unwrap();
+    assert_eq!(c["source"]["connector"], "postgresql");
+    assert_eq!(c["source"]["table"], "kinds");
+    assert_eq!(c["source"]["snapshot"], "false");
+    assert!(
+        c["source"]["txId"].is_u64() && c["source"]["lsn"].is_u64(),
+        "{c}"
+    );
+}
+
+/// A column added and one dropped reach the events with the next change, without a
+/// restart; a TOASTed value an update left alone is Debezium's placeholder, and the
+/// old row's value under REPLICA IDENTITY FULL.
+#[test]
+fn schema_changes_and_toast_flow_through_without_a_restart() {
+    let pg = server();
+    pg.query(
+        "shop",
+        "CREATE TABLE t (id int PRIMARY KEY, note text, big text, n int); \
+         INSERT INTO t VALUES (1, 'a', 'small', 0)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let job = file_job(tmp.path(), &pg, "\"public.t\"", "");
+    let log = tmp.path().join("job.log");
+    let mut child = spawn(&job, &log);
+    until(&mut child, &job, "the snapshot", |e| {
+        after_of(e, "r", 1).is_some()
+    });
+    pg.query(
+        "shop",
+        "ALTER TABLE t ADD COLUMN extra text DEFAULT 'x'; INSERT INTO t (id, note, extra) VALUES (2, 'b', 'y'); \
+         ALTER TABLE t DROP COLUMN note; INSERT INTO t (id) VALUES (3)",
+    )
+    .unwrap();
+    until(&mut child, &job, "the changes", |e| {
+        after_of(e, "c", 3).is_some()
+    });
+    // About 10 kB that compression cannot bring below the TOAST threshold.
+    pg.query(
+        "shop",
+        "UPDATE t SET big = (SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 300)) WHERE id = 1; \
+         UPDATE t SET n = 1 WHERE id = 1",
+    )
+    .unwrap();
+    until(&mut child, &job, "the update of n", |e| {
+        e.iter().any(|e| e["op"] == "u" && e["after"]["n"] == 1)
+    });
+    pg.query(
+        "shop",
+        "ALTER TABLE t REPLICA IDENTITY FULL; UPDATE t SET n = 2 WHERE id = 1",
+    )
+    .unwrap();
+    until(&mut child, &job, "the update under FULL", |e| {
+        e.iter().any(|e| e["op"] == "u" && e["after"]["n"] == 2)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let e = events(&job);
+    assert_eq!(after_of(&e, "r", 1).unwrap()["note"], "a");
+    let two = after_of(&e, "c", 2).unwrap();
+    assert_eq!(
+        (two["note"].as_str(), two["extra"].as_str()),
+        (Some("b"), Some("y"))
+    );
+    let three = after_of(&e, "c", 3).unwrap();
+    assert!(three.get("note").is_none(), "dropped: {three}");
+    assert_eq!(three["extra"], "x");
+    let big = pg.query("shop", "SELECT big FROM t WHERE id = 1").unwrap()[0][0].clone();
+    let update = |n: i64| {
+        e.iter()
+            .find(|e| e["op"] == "u" && e["after"]["n"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(update(1)["after"]["big"], "__debezium_unavailable_value");
+    assert_eq!(update(2)["after"]["big"], big.as_str());
+    assert_eq!(update(2)["before"]["n"], 1, "FULL: the old row");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("job starting").count(), 1, "no restart");
+}
+
+/// While the captured table is quiet and another table of the database is busy, the
+/// slot's confirmed position still moves past the other table's WAL.
+#[test]
+fn a_quiet_table_still_releases_the_wal_of_busy_others() {
+    let pg = server();
+    pg.query(
+        "shop",
+        "CREATE TABLE quiet (id int PRIMARY KEY); INSERT INTO quiet VALUES (1); CREATE TABLE busy (id int, pad text)",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let job = file_job(tmp.path(), &pg, "\"public.quiet\"", "heartbeat_ms = 200");
+    let log = tmp.path().join("job.log");
+    let mut child = spawn(&job, &log);
+    until(&mut child, &job, "the snapshot", |e| {
+        after_of(e, "r", 1).is_some()
+    });
+    for _ in 0..20 {
+        pg.query(
+            "shop",
+            "INSERT INTO busy SELECT i, repeat('x', 200) FROM generate_series(1, 2000) i",
+        )
+        .unwrap();
+    }
+    let past = pg
+        .query("shop", "SELECT pg_current_wal_lsn()::text")
+        .unwrap()[0][0]
+        .clone();
+    let start = Instant::now();
+    let confirmed = |pg: &PgServer| {
+        pg.query(
+            "shop",
+            "SELECT coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = 'files'",
+        )
+        .unwrap()[0][0]
+            .clone()
+    };
+    while !lsn_ge(&pg, &confirmed(&pg), &past) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the slot stays at {} behind {past}:\n{}",
+            confirmed(&pg),
+            tail(&std::fs::read_to_string(&log).unwrap(), 20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(events(&job).len(), 1, "nothing of the busy table");
+}

@@ -145,7 +145,7 @@ pub async fn tables(client: &Client, cfg: &CdcConfig) -> Checked<Vec<TableInfo>>
         let rows = client
             .query(
                 "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, \
-                 format_type(a.atttypid, NULL) || coalesce(' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname), ''), \
+                 format_type(a.atttypid, a.atttypmod) || coalesce(' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname), ''), \
                  coalesce((SELECT k.n FROM unnest(i.indkey) WITH ORDINALITY AS k(att, n) WHERE k.att = a.attnum), 0)::int4, \
                  has_table_privilege(c.oid, 'SELECT'), c.relkind::text, c.relreplident::text, c.oid::oid \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -287,17 +287,25 @@ pub async fn ensure_publication(client: &Client, cfg: &CdcConfig) -> Checked<()>
     }
     // PostgreSQL 15 lets a publication filter rows or columns: changes would be
     // missing from the stream without a word.
-    let filtered = client
-        .query(
-            "SELECT n.nspname::text || '.' || c.relname::text FROM pg_publication_rel r \
-             JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL) \
-             AND current_setting('server_version_num')::int >= 150000",
-            &[name],
-        )
-        .await;
-    if let Ok(rows) = filtered {
+    let version: i32 = one_text(
+        client,
+        "SELECT current_setting('server_version_num')",
+        "reading the server's version",
+    )
+    .await?
+    .and_then(|v| v.parse().ok())
+    .unwrap_or_default();
+    if version >= 150_000 {
+        let rows = client
+            .query(
+                "SELECT n.nspname::text || '.' || c.relname::text FROM pg_publication_rel r \
+                 JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL)",
+                &[name],
+            )
+            .await
+            .map_err(|e| Refusal::of("reading pg_publication_rel", &e))?;
         let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         if let Some(t) = cfg.tables.iter().find(|t| names.contains(&t.stream())) {
             return Err(Refusal::fatal(format!(

@@ -24,7 +24,7 @@ impl Lag {
         let f: Arc<Families> = telemetry.metrics().extension(|m| Families {
             bytes: m.register(
                 IntGaugeVec::new(
-                    Opts::new("lockgate_cdc_lag_bytes", "How far the change data capture source's position is behind the server's current WAL position, in bytes (measured every heartbeat_ms)."),
+                    Opts::new("lockgate_cdc_lag_bytes", "How far the change data capture source's position is behind the server's current WAL position, in bytes (measured every heartbeat_ms, or every 10 s without heartbeats)."),
                     &["job", "slot"],
                 )
                 .expect("valid metric"),

@@ -395,18 +395,17 @@ impl CdcSource {
                     // server's position was sent, so a restart there misses none.
                     // Not while a transaction passed on in part before the restore is
                     // still to come: its remaining changes are after the position.
-                    if !s.assembler.in_transaction()
-                        && !s.assembler.skipping()
-                        && self.position.skip == 0
-                        && wal_end.as_u64() > self.position.lsn
-                    {
+                    let open = s.assembler.in_transaction() || s.assembler.skipping();
+                    if !open && wal_end.as_u64() >= self.position.lsn {
+                        if let Some(m) = &self.metrics {
+                            m.caught_up();
+                        }
+                    }
+                    if !open && self.position.skip == 0 && wal_end.as_u64() > self.position.lsn {
                         self.position = Resume {
                             lsn: wal_end.as_u64(),
                             skip: 0,
                         };
-                        if let Some(m) = &self.metrics {
-                            m.caught_up();
-                        }
                         self.forget_progress_if_passed(out);
                     }
                 }
@@ -421,11 +420,15 @@ impl CdcSource {
         }
         self.heartbeat().await;
         if let (Some(end), Phase::Stream(s)) = (self.end, &self.phase) {
-            if self.position.lsn >= end && !s.assembler.in_transaction() {
-                // The deletes held for rows an interrupted snapshot left behind go out
-                // now: nothing after the end will release them.
-                out.extend(self.ghosts.drain());
-                self.progress = None;
+            // Also past everything the snapshot's pieces saw (a piece taken after the
+            // end, by a restore, saw later changes): the deletes held for rows an
+            // interrupted snapshot left behind have gone out then, after every change
+            // that could release them.
+            if self.position.lsn >= end
+                && self.progress.is_none()
+                && !s.assembler.in_transaction()
+                && !s.assembler.skipping()
+            {
                 tracing::info!(task = %task, end = %super::lsn::format(end), "read every change up to the position at the first start");
                 self.finished = true;
             }
@@ -516,6 +519,12 @@ impl CdcSource {
                     decided.insert(at, progress.decide_in_piece(table, above as usize, xid));
                 }
             }
+        }
+        if let Some(i) = by_key.iter().find(|i| !decided.contains_key(i)) {
+            return Err(self.fail(format!(
+                "the server did not place key {:?} of {} among the snapshot's pieces",
+                events[*i].key, events[*i].table
+            )));
         }
         for (i, p) in events.into_iter().enumerate() {
             match decided.get(&i).copied().unwrap_or(p.decision) {

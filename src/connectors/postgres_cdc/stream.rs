@@ -222,9 +222,11 @@ impl Assembler {
                 let mut new_cells = cells(&new)?;
                 // REPLICA IDENTITY FULL logs the whole old row: a TOASTed value the
                 // update left as it was is taken from it.
-                if let Some(Old::Full(t)) = &old {
+                // The key logged in the old tuple fills a TOASTed key value the
+                // update left as it was, too.
+                if let Some(Old::Full(t) | Old::Key(t)) = &old {
                     for (n, o) in new_cells.iter_mut().zip(cells(t)?) {
-                        if *n == Cell::Unchanged {
+                        if *n == Cell::Unchanged && o != Cell::Null {
                             *n = o;
                         }
                     }

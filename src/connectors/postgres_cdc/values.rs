@@ -12,7 +12,7 @@
 //! | `date` | days since 1970-01-01 |
 //! | `time` | microseconds since midnight |
 //! | `timestamp` | microseconds since the epoch (milliseconds for `timestamp(0..3)`) |
-//! | `timestamptz` | ISO 8601 in UTC, `2024-05-01T12:00:00.123456Z` |
+//! | `timestamptz` | ISO 8601 in UTC with the column's precision of digits (6 unless set), `2024-05-01T12:00:00.123456Z` |
 //! | `timetz` | ISO 8601 in UTC, `12:00:00.5Z` |
 //! | `json`, `jsonb` | the JSON text, as a string |
 //! | `bytea` | base64 |
@@ -125,8 +125,9 @@ pub fn convert(type_oid: u32, typmod: i32, text: &str) -> Result<Value, String> 
             Some(v) => v,
             None => {
                 let t = DateTime::parse_from_str(&offset_minutes(text), "%Y-%m-%d %H:%M:%S%.f%:z")
-                    .map_err(|_| bad("a timestamp with time zone"))?;
-                Value::from(t.to_utc().format("%Y-%m-%dT%H:%M:%S%.fZ").to_string())
+                    .map_err(|_| bad("a timestamp with time zone"))?
+                    .to_utc();
+                Value::from(zoned(&t, typmod))
             }
         },
         oid::TIMETZ => {
@@ -146,6 +147,19 @@ pub fn convert(type_oid: u32, typmod: i32, text: &str) -> Result<Value, String> 
         }
         _ => Value::from(text),
     })
+}
+
+/// A time with time zone as Debezium's `ZonedTimestamp` writes one of PostgreSQL: in
+/// UTC, with exactly the column's precision of fractional digits (`timestamptz(p)`;
+/// 6 when unset), none for precision 0.
+fn zoned(t: &DateTime<chrono::Utc>, typmod: i32) -> String {
+    let width = if (0..=6).contains(&typmod) { typmod } else { 6 };
+    let base = t.format("%Y-%m-%dT%H:%M:%S");
+    if width == 0 {
+        return format!("{base}Z");
+    }
+    let fraction = t.nanosecond() / 10u32.pow(9 - width as u32);
+    format!("{base}.{fraction:0w$}Z", w = width as usize)
 }
 
 fn epoch_day() -> NaiveDate {
@@ -304,11 +318,20 @@ mod tests {
         );
         assert_eq!(
             c(oid::TIMESTAMPTZ, "2024-05-01 14:00:00.5+02"),
-            json!("2024-05-01T12:00:00.500Z")
+            json!("2024-05-01T12:00:00.500000Z")
         );
         assert_eq!(
             c(oid::TIMESTAMPTZ, "2024-05-01 06:30:00+05:30"),
-            json!("2024-05-01T01:00:00Z")
+            json!("2024-05-01T01:00:00.000000Z")
+        );
+        // timestamptz(3) and (0): the column's precision.
+        assert_eq!(
+            convert(oid::TIMESTAMPTZ, 3, "2024-05-01 14:00:00.5+02").unwrap(),
+            json!("2024-05-01T12:00:00.500Z")
+        );
+        assert_eq!(
+            convert(oid::TIMESTAMPTZ, 0, "2024-05-01 14:00:00+02").unwrap(),
+            json!("2024-05-01T12:00:00Z")
         );
         assert_eq!(c(oid::TIMETZ, "12:00:00-01"), json!("13:00:00Z"));
     }
