@@ -71,6 +71,8 @@ async fn one_text(client: &Client, sql: &str, what: &str) -> Checked<Option<Stri
 pub struct Server {
     pub database: String,
     pub role: String,
+    /// `server_version_num` (150004 for 15.4).
+    pub version: i32,
 }
 
 /// Checks `wal_level = logical` and the role's `REPLICATION` privilege.
@@ -120,7 +122,11 @@ pub async fn check_server(client: &Client) -> Checked<Server> {
             quote_ident(&role)
         )));
     }
-    Ok(Server { database, role })
+    Ok(Server {
+        database,
+        role,
+        version,
+    })
 }
 
 /// A table's shape as the catalog has it, with its key's types as SQL names them
@@ -228,7 +234,8 @@ pub async fn tables(client: &Client, cfg: &CdcConfig) -> Checked<Vec<TableInfo>>
 /// Makes sure the publication exists and covers every table with inserts, updates,
 /// deletes and truncates: created when missing, an existing one checked and used as
 /// it is.
-pub async fn ensure_publication(client: &Client, cfg: &CdcConfig) -> Checked<()> {
+/// `version` is the server's `server_version_num`.
+pub async fn ensure_publication(client: &Client, cfg: &CdcConfig, version: i32) -> Checked<()> {
     let name = &cfg.publication;
     let found = client
         .query(
@@ -251,7 +258,7 @@ pub async fn ensure_publication(client: &Client, cfg: &CdcConfig) -> Checked<()>
             }
             // Another start created it in between: check that one.
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
-                Box::pin(ensure_publication(client, cfg)).await
+                Box::pin(ensure_publication(client, cfg, version)).await
             }
             Err(e) => Err(Refusal::fatal(format!(
                 "creating publication {name} (key publication): {}; create it as a role that owns the tables: {sql}",
@@ -287,14 +294,6 @@ pub async fn ensure_publication(client: &Client, cfg: &CdcConfig) -> Checked<()>
     }
     // PostgreSQL 15 lets a publication filter rows or columns: changes would be
     // missing from the stream without a word.
-    let version: i32 = one_text(
-        client,
-        "SELECT current_setting('server_version_num')",
-        "reading the server's version",
-    )
-    .await?
-    .and_then(|v| v.parse().ok())
-    .unwrap_or_default();
     if version >= 150_000 {
         let rows = client
             .query(

@@ -554,7 +554,7 @@ impl CdcSource {
         self.tables = catalog::tables(&sql, &self.cfg)
             .await
             .map_err(|r| self.refused(r))?;
-        catalog::ensure_publication(&sql, &self.cfg)
+        catalog::ensure_publication(&sql, &self.cfg, server.version)
             .await
             .map_err(|r| self.refused(r))?;
         let slot = catalog::slot(&sql, &self.cfg.slot)
